@@ -1,0 +1,40 @@
+package actions
+
+import (
+	"context"
+
+	"github.com/boxrt/boxrt/rpc"
+)
+
+type healthResult struct {
+	Name       *string `json:"name"`
+	Available  bool    `json:"available"`
+	Version    string  `json:"version"`
+	RelayURL   *string `json:"relay_url"`
+	RelayToken string  `json:"relay_token,omitempty"`
+}
+
+// health reports the cached backend state and where the relay listens.
+// The generated relay token is only ever returned over stdio, the channel
+// the host already trusts.
+func (d *Dispatcher) health(_ context.Context, req *rpc.Request) (any, error) {
+	if err := noParams(req.Params); err != nil {
+		return nil, err
+	}
+	info := d.rt.BackendInfo()
+	res := healthResult{Name: info.Name, Available: info.Available, Version: d.server.Version, RelayURL: d.relayURL()}
+	if req.Transport == rpc.TransportStdio {
+		res.RelayToken = d.server.RelayToken
+	}
+	return res, nil
+}
+
+func (d *Dispatcher) relayURL() *string {
+	if d.server.RelayURL == nil {
+		return nil
+	}
+	if u := d.server.RelayURL(); u != "" {
+		return &u
+	}
+	return nil
+}

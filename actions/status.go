@@ -1,0 +1,22 @@
+package actions
+
+import (
+	"context"
+
+	"github.com/boxrt/boxrt/rpc"
+	"github.com/boxrt/boxrt/runtime"
+)
+
+type statusResult struct {
+	runtime.Status
+	Version  string  `json:"version"`
+	RelayURL *string `json:"relay_url"`
+}
+
+// status is the dashboard view: backend, counts, counters, limits, uptime.
+func (d *Dispatcher) status(_ context.Context, req *rpc.Request) (any, error) {
+	if err := noParams(req.Params); err != nil {
+		return nil, err
+	}
+	return statusResult{Status: d.rt.Status(), Version: d.server.Version, RelayURL: d.relayURL()}, nil
+}

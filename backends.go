@@ -1,0 +1,28 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/bwrap"
+	"github.com/boxrt/boxrt/backends/docker"
+	"github.com/boxrt/boxrt/runtime"
+)
+
+// newBackend is the runtime's backend factory: the only place that knows
+// the concrete backends.
+func newBackend(name string, cfg runtime.Config, instanceID, stateDir string) (backends.Backend, error) {
+	switch name {
+	case "docker":
+		return docker.New(docker.Config{
+			InstanceID:      instanceID,
+			DefaultImage:    cfg.Docker.Image,
+			User:            cfg.Docker.User,
+			CPULimitEnabled: bool(cfg.Docker.CPULimitEnabled),
+		})
+	case "bwrap":
+		return bwrap.New(bwrap.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir)})
+	}
+	return nil, fmt.Errorf("unknown backend %q", name)
+}

@@ -1,0 +1,70 @@
+package backends
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+)
+
+// DecodeParams decodes a JSON-RPC params object into v strictly: params must
+// be an object (or absent/null), unknown fields and wrong types are refused
+// with a BoxValidationError naming the field.
+func DecodeParams(raw json.RawMessage, v any) error {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+		trimmed = []byte("{}")
+	}
+	if trimmed[0] != '{' {
+		return Validation("params", "params must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Validation("params", "params must be a single JSON object")
+	}
+	return nil
+}
+
+func decodeError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "params"
+		}
+		return Validation(field, "%s must be %s, got JSON %s", field, jsonKind(typeErr.Type.Kind().String()), typeErr.Value).Wrap(err)
+	case errors.As(err, &syntaxErr):
+		return Validation("params", "params are not valid JSON: %v", err).Wrap(err)
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		name = strings.Trim(name, `"`)
+		return Validation(name, "unknown field %q", name).Wrap(err)
+	}
+	return Validation("params", "invalid params: %s", strings.TrimPrefix(msg, "json: ")).Wrap(err)
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
+		return "an integer"
+	case "float32", "float64":
+		return "a number"
+	case "map", "struct":
+		return "an object"
+	case "slice", "array":
+		return "an array"
+	}
+	return "of type " + goKind
+}

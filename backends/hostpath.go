@@ -1,0 +1,99 @@
+package backends
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// blockedHostPaths may never be bound into a sandbox, nor anything under
+// them: system directories and container-runtime state.
+var blockedHostPaths = []string{
+	"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+	"/root", "/run", "/sbin", "/sys", "/usr", "/var/run", "/var/lib/docker",
+	"/var/lib/containerd", "/var/lib/containers",
+}
+
+// runtimeSockets are refused wherever they live (matched by base name).
+var runtimeSockets = []string{"docker.sock", "containerd.sock", "podman.sock", "crio.sock"}
+
+// ResolveHostPath checks a caller-supplied host path against the allow-list:
+// symlinks are resolved (for a path that does not exist yet, those of its
+// longest existing ancestor), and the result must be one of allowedRoots or
+// under it, and must not be "/", a system directory or a runtime socket.
+// field names the parameter in the error. It returns the resolved path.
+func ResolveHostPath(field, path string, allowedRoots []string) (string, error) {
+	if path == "" || !filepath.IsAbs(path) {
+		return "", Validation(field, "%s %q must be an absolute path", field, path)
+	}
+	if strings.ContainsRune(path, 0) {
+		return "", Validation(field, "%s must not contain NUL bytes", field)
+	}
+	resolved, err := resolveExisting(filepath.Clean(path))
+	if err != nil {
+		return "", Validation(field, "%s %s cannot be resolved: %v", field, path, err).Wrap(err)
+	}
+	if resolved == "/" || isBlocked(resolved) {
+		return "", Validation(field, "host_path %s is blocked for security", path).With("path", path)
+	}
+	if len(allowedRoots) == 0 {
+		return "", Validation(field, "host_path %s refused: no local.allowed_mount_roots are configured", path).With("path", path)
+	}
+	for _, root := range allowedRoots {
+		r, err := resolveExisting(filepath.Clean(root))
+		if err != nil {
+			continue
+		}
+		if resolved == r || strings.HasPrefix(resolved, strings.TrimSuffix(r, "/")+"/") {
+			return resolved, nil
+		}
+	}
+	return "", Validation(field, "host_path %s is outside local.allowed_mount_roots %v", path, allowedRoots).With("path", path)
+}
+
+func isBlocked(p string) bool {
+	for _, b := range blockedHostPaths {
+		if p == b || strings.HasPrefix(p, b+"/") {
+			return true
+		}
+	}
+	base := filepath.Base(p)
+	for _, s := range runtimeSockets {
+		if base == s {
+			return true
+		}
+	}
+	return false
+}
+
+// resolveExisting resolves symlinks of p, or of its longest existing ancestor
+// when p does not exist yet, and re-appends the missing tail.
+func resolveExisting(p string) (string, error) {
+	var tail []string
+	cur := p
+	for {
+		r, err := filepath.EvalSymlinks(cur)
+		if err == nil {
+			return filepath.Join(append([]string{r}, tail...)...), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return "", err
+		}
+		tail = append([]string{filepath.Base(cur)}, tail...)
+		cur = parent
+	}
+}
+
+// EnsureDir creates a host directory for a rw mount when it is missing.
+func EnsureDir(path string) error {
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		return Failure("cannot create host directory %s: %v", path, err).Wrap(err)
+	}
+	return nil
+}

@@ -1,0 +1,350 @@
+package backends
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// NetworkMode says whether a sandbox may reach the network.
+type NetworkMode string
+
+const (
+	NetworkOff NetworkMode = "off"
+	NetworkOn  NetworkMode = "on"
+)
+
+// MountMode is how a host directory is bound into a sandbox.
+type MountMode string
+
+const (
+	MountNone MountMode = "none"
+	MountRO   MountMode = "ro"
+	MountRW   MountMode = "rw"
+)
+
+// Reference defaults (shared/reference §4.2).
+const (
+	DefaultMountPath      = "/workspace"
+	DefaultTimeoutSec     = 30
+	DefaultCPUs           = 1.0
+	DefaultMemoryMB       = 512
+	DefaultPidsLimit      = 128
+	MinMemoryMB           = 32
+	DefaultMaxOutputBytes = 1 << 20
+	MaxMaxOutputBytes     = 4 << 20
+	MinMaxOutputBytes     = 1024
+	MaxTimeoutSec         = 86400
+	SkillsMountDir        = ".skills"
+)
+
+// MountSpec is an extra bind mount of a host directory.
+type MountSpec struct {
+	HostPath  string    `json:"host_path"`
+	MountPath string    `json:"mount_path"`
+	Mode      MountMode `json:"mode"`
+}
+
+// SkillMount names a skill from the store to show inside the session at
+// <mount_path>/.skills/<name>. Mode is ro unless the caller opts into rw.
+type SkillMount struct {
+	Name string    `json:"name"`
+	Mode MountMode `json:"mode,omitempty"`
+}
+
+// Spec is the reference BoxSpec: what box_exec and box_create_session take.
+// Fields the runtime compares for session reuse are listed in
+// CompatibilityFields.
+type Spec struct {
+	Cmd              string            `json:"cmd"`
+	Workdir          string            `json:"workdir"`
+	TimeoutSec       int               `json:"timeout_sec"`
+	Network          NetworkMode       `json:"network"`
+	SessionID        string            `json:"session_id"`
+	Env              map[string]string `json:"env"`
+	Image            string            `json:"image"`
+	HostPath         string            `json:"host_path"`
+	HostPathMode     MountMode         `json:"host_path_mode"`
+	MountPath        string            `json:"mount_path"`
+	ExtraMounts      []MountSpec       `json:"extra_mounts"`
+	SkillName        string            `json:"skill_name"`
+	Skills           []SkillMount      `json:"skills"`
+	Persistent       bool              `json:"persistent"`
+	CPUs             float64           `json:"cpus"`
+	MemoryMB         int               `json:"memory_mb"`
+	PidsLimit        int               `json:"pids_limit"`
+	ReadOnlyRootfs   bool              `json:"read_only_rootfs"`
+	WorkspaceQuotaMB int               `json:"workspace_quota_mb"`
+	// MaxOutputBytes caps what is kept of each output stream (0 = the
+	// configured default). boxrt extension.
+	MaxOutputBytes int `json:"max_output_bytes"`
+}
+
+// DefaultSpec returns a Spec holding every reference default.
+func DefaultSpec() Spec {
+	return Spec{
+		TimeoutSec:     DefaultTimeoutSec,
+		Network:        NetworkOff,
+		HostPathMode:   MountRW,
+		MountPath:      DefaultMountPath,
+		CPUs:           DefaultCPUs,
+		MemoryMB:       DefaultMemoryMB,
+		PidsLimit:      DefaultPidsLimit,
+		ReadOnlyRootfs: true,
+	}
+}
+
+// DecodeSpec parses a box_exec / box_create_session params object, applying
+// the reference defaults and validation. Unknown fields and wrong types are
+// BoxValidationErrors naming the field.
+func DecodeSpec(raw json.RawMessage) (Spec, error) {
+	spec := DefaultSpec()
+	if err := DecodeParams(raw, &spec); err != nil {
+		return Spec{}, err
+	}
+	// The reference defaults workdir to mount_path when workdir is absent,
+	// null or empty.
+	if strings.TrimSpace(spec.Workdir) == "" {
+		spec.Workdir = spec.MountPath
+	}
+	if err := spec.Normalize(); err != nil {
+		return Spec{}, err
+	}
+	return spec, nil
+}
+
+// Normalize trims, fills remaining defaults and validates the spec in place.
+func (s *Spec) Normalize() error {
+	s.Cmd = strings.TrimSpace(s.Cmd)
+	s.SessionID = strings.TrimSpace(s.SessionID)
+	s.Workdir = strings.TrimSpace(s.Workdir)
+	s.Image = strings.TrimSpace(s.Image)
+	s.HostPath = strings.TrimSpace(s.HostPath)
+	s.MountPath = strings.TrimSpace(s.MountPath)
+	s.SkillName = strings.TrimSpace(s.SkillName)
+	if s.Network == "" {
+		s.Network = NetworkOff
+	}
+	if s.HostPathMode == "" {
+		s.HostPathMode = MountRW
+	}
+	if s.MountPath == "" {
+		s.MountPath = DefaultMountPath
+	}
+	if s.Workdir == "" {
+		s.Workdir = s.MountPath
+	}
+	switch {
+	case s.SessionID == "":
+		return Validation("session_id", "session_id must not be empty")
+	case strings.ContainsRune(s.SessionID, 0):
+		return Validation("session_id", "session_id must not contain NUL bytes")
+	case len(s.SessionID) > 256:
+		return Validation("session_id", "session_id must be at most 256 bytes")
+	case s.TimeoutSec <= 0 || s.TimeoutSec > MaxTimeoutSec:
+		return Validation("timeout_sec", "timeout_sec must be between 1 and %d, got %d", MaxTimeoutSec, s.TimeoutSec)
+	case s.Network != NetworkOff && s.Network != NetworkOn:
+		return Validation("network", "network must be \"off\" or \"on\", got %q", s.Network)
+	case !validMode(s.HostPathMode):
+		return Validation("host_path_mode", "host_path_mode must be \"none\", \"ro\" or \"rw\", got %q", s.HostPathMode)
+	case !strings.HasPrefix(s.MountPath, "/"):
+		return Validation("mount_path", "mount_path must be absolute, got %q", s.MountPath)
+	case !strings.HasPrefix(s.Workdir, "/"):
+		return Validation("workdir", "workdir must be absolute, got %q", s.Workdir)
+	case s.HostPath != "" && !strings.HasPrefix(s.HostPath, "/"):
+		return Validation("host_path", "host_path must be absolute, got %q", s.HostPath)
+	case !(s.CPUs > 0) || s.CPUs > 1024:
+		return Validation("cpus", "cpus must be greater than 0, got %v", s.CPUs)
+	case s.MemoryMB < MinMemoryMB:
+		return Validation("memory_mb", "memory_mb must be at least %d, got %d", MinMemoryMB, s.MemoryMB)
+	case s.PidsLimit < 1:
+		return Validation("pids_limit", "pids_limit must be at least 1, got %d", s.PidsLimit)
+	case s.WorkspaceQuotaMB < 0:
+		return Validation("workspace_quota_mb", "workspace_quota_mb must be at least 0, got %d", s.WorkspaceQuotaMB)
+	case s.MaxOutputBytes != 0 && (s.MaxOutputBytes < MinMaxOutputBytes || s.MaxOutputBytes > MaxMaxOutputBytes):
+		return Validation("max_output_bytes", "max_output_bytes must be between %d and %d, got %d", MinMaxOutputBytes, MaxMaxOutputBytes, s.MaxOutputBytes)
+	}
+	for k := range s.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return Validation("env", "env name %q is invalid", k)
+		}
+		if strings.ContainsRune(s.Env[k], 0) {
+			return Validation("env", "env value of %s contains a NUL byte", k)
+		}
+	}
+	if s.HostPath != "" && s.HostPathMode != MountNone &&
+		s.Workdir != s.MountPath && !strings.HasPrefix(s.Workdir, strings.TrimSuffix(s.MountPath, "/")+"/") {
+		return Validation("workdir", "workdir must stay under mount_path when host_path is provided")
+	}
+	for i := range s.ExtraMounts {
+		m := &s.ExtraMounts[i]
+		m.HostPath = strings.TrimSpace(m.HostPath)
+		m.MountPath = strings.TrimSpace(m.MountPath)
+		if m.Mode == "" {
+			m.Mode = MountRW
+		}
+		field := fmt.Sprintf("extra_mounts[%d]", i)
+		switch {
+		case !strings.HasPrefix(m.HostPath, "/"):
+			return Validation(field+".host_path", "%s.host_path must be absolute, got %q", field, m.HostPath)
+		case !strings.HasPrefix(m.MountPath, "/"):
+			return Validation(field+".mount_path", "%s.mount_path must be absolute, got %q", field, m.MountPath)
+		case !validMode(m.Mode):
+			return Validation(field+".mode", "%s.mode must be \"none\", \"ro\" or \"rw\", got %q", field, m.Mode)
+		}
+	}
+	for i := range s.Skills {
+		sk := &s.Skills[i]
+		sk.Name = strings.TrimSpace(sk.Name)
+		if sk.Mode == "" {
+			sk.Mode = MountRO
+		}
+		if sk.Mode != MountRO && sk.Mode != MountRW {
+			return Validation(fmt.Sprintf("skills[%d].mode", i), "skills[%d].mode must be \"ro\" or \"rw\", got %q", i, sk.Mode)
+		}
+	}
+	return nil
+}
+
+func validMode(m MountMode) bool { return m == MountNone || m == MountRO || m == MountRW }
+
+// ActiveExtraMounts returns the extra mounts a backend must bind: those whose
+// mode is not none.
+func (s Spec) ActiveExtraMounts() []MountSpec {
+	var out []MountSpec
+	for _, m := range s.ExtraMounts {
+		if m.Mode != MountNone {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// SessionInfo describes a live session. The runtime owns CreatedAt and
+// LastUsedAt; a backend fills the rest from the Spec it started.
+type SessionInfo struct {
+	SessionID        string      `json:"session_id"`
+	BackendName      string      `json:"backend_name"`
+	BackendSessionID string      `json:"backend_session_id"`
+	Image            string      `json:"image"`
+	Network          NetworkMode `json:"network"`
+	HostPath         string      `json:"host_path"`
+	HostPathMode     MountMode   `json:"host_path_mode"`
+	MountPath        string      `json:"mount_path"`
+	ExtraMounts      []MountSpec `json:"extra_mounts"`
+	Persistent       bool        `json:"persistent"`
+	CPUs             float64     `json:"cpus"`
+	MemoryMB         int         `json:"memory_mb"`
+	PidsLimit        int         `json:"pids_limit"`
+	ReadOnlyRootfs   bool        `json:"read_only_rootfs"`
+	WorkspaceQuotaMB int         `json:"workspace_quota_mb"`
+	CreatedAt        time.Time   `json:"created_at"`
+	LastUsedAt       time.Time   `json:"last_used_at"`
+}
+
+// MarshalJSON writes host_path as null when unset and times in UTC, as the
+// reference does.
+func (i SessionInfo) MarshalJSON() ([]byte, error) {
+	type plain SessionInfo
+	out := struct {
+		plain
+		HostPath    *string     `json:"host_path"`
+		ExtraMounts []MountSpec `json:"extra_mounts"`
+		CreatedAt   time.Time   `json:"created_at"`
+		LastUsedAt  time.Time   `json:"last_used_at"`
+	}{plain: plain(i), CreatedAt: i.CreatedAt.UTC(), LastUsedAt: i.LastUsedAt.UTC(), ExtraMounts: i.ExtraMounts}
+	if i.HostPath != "" {
+		out.HostPath = &out.plain.HostPath
+	}
+	if out.ExtraMounts == nil {
+		out.ExtraMounts = []MountSpec{}
+	}
+	return json.Marshal(out)
+}
+
+// SessionFromSpec fills the spec-derived fields of a SessionInfo.
+func SessionFromSpec(backend, backendSessionID string, s Spec) SessionInfo {
+	return SessionInfo{
+		SessionID:        s.SessionID,
+		BackendName:      backend,
+		BackendSessionID: backendSessionID,
+		Image:            s.Image,
+		Network:          s.Network,
+		HostPath:         s.HostPath,
+		HostPathMode:     s.HostPathMode,
+		MountPath:        s.MountPath,
+		ExtraMounts:      s.ActiveExtraMounts(),
+		Persistent:       s.Persistent,
+		CPUs:             s.CPUs,
+		MemoryMB:         s.MemoryMB,
+		PidsLimit:        s.PidsLimit,
+		ReadOnlyRootfs:   s.ReadOnlyRootfs,
+		WorkspaceQuotaMB: s.WorkspaceQuotaMB,
+	}
+}
+
+// ExecRequest is one command run inside a session. The backend streams the
+// command's output into Stdout and Stderr as it arrives, and on Timeout (or
+// ctx cancellation) kills the command's whole process tree while leaving the
+// session intact.
+type ExecRequest struct {
+	Cmd     string
+	Workdir string
+	Env     map[string]string
+	Timeout time.Duration
+	Stdout  io.Writer
+	Stderr  io.Writer
+}
+
+// ExitStatus is how a command ended. ExitCode is meaningless when TimedOut.
+type ExitStatus struct {
+	ExitCode int
+	TimedOut bool
+}
+
+// Execution statuses on the wire.
+const (
+	StatusCompleted = "completed"
+	StatusTimedOut  = "timed_out"
+)
+
+// ExecResult is the box_exec result. The byte counts are what the command
+// wrote; the strings hold at most the configured cap of each stream.
+type ExecResult struct {
+	SessionID       string `json:"session_id"`
+	BackendName     string `json:"backend_name"`
+	Status          string `json:"status"`
+	ExitCode        *int   `json:"exit_code"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	DurationMS      int64  `json:"duration_ms"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	StdoutBytes     int64  `json:"stdout_bytes"`
+	StderrBytes     int64  `json:"stderr_bytes"`
+}
+
+// ProcessSpec is a managed process (an stdio MCP server, typically).
+type ProcessSpec struct {
+	ProcessID string            `json:"process_id"`
+	Command   string            `json:"command"`
+	Args      []string          `json:"args"`
+	Env       map[string]string `json:"env"`
+	Cwd       string            `json:"cwd"`
+	MemoryMB  int               `json:"memory_mb"`
+}
+
+// Process is a running managed process with real pipes. Signal and Kill
+// reach its whole process tree.
+type Process interface {
+	Stdin() io.WriteCloser
+	Stdout() io.Reader
+	Stderr() io.Reader
+	// Wait blocks until the process exits and returns its exit code
+	// (negative signal number when killed by a signal, as the reference).
+	Wait() (int, error)
+	Signal(sig syscall.Signal) error
+}

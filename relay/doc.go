@@ -1,0 +1,7 @@
+// Package relay serves the managed-process WebSocket relay: a host's MCP
+// client talks to a stdio MCP server running inside a session. Each
+// incoming text frame becomes one line on the process's stdin; each stdout
+// line becomes exactly one text frame. The runtime drains stdout even while
+// nobody is attached and replays it on the next attach; the latest attacher
+// takes over.
+package relay

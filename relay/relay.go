@@ -1,0 +1,273 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/rpc"
+	"github.com/boxrt/boxrt/runtime"
+	"github.com/coder/websocket"
+	"github.com/rs/zerolog"
+)
+
+// Close codes the relay uses besides the standard ones.
+const (
+	// CloseTakenOver: a newer attacher took the process over.
+	CloseTakenOver websocket.StatusCode = 4001
+	// CloseStdioUnavailable: the process's stdin can no longer be written.
+	CloseStdioUnavailable websocket.StatusCode = 4002
+)
+
+// Response headers sent with the upgrade, telling the attacher about the
+// replayed backlog.
+const (
+	HeaderReplayLines   = "X-Boxrt-Replay-Lines"
+	HeaderReplayDropped = "X-Boxrt-Replay-Dropped"
+)
+
+// MaxMessageBytes bounds frames in both directions.
+const MaxMessageBytes = 16 << 20
+
+// Event is reported to the observer for metrics.
+type Event struct {
+	Kind      string // "attach", "in", "out", "replay_dropped", "close"
+	SessionID string
+	ProcessID string
+	Bytes     int
+	Count     int
+}
+
+// Handler is the relay's http.Handler.
+type Handler struct {
+	rt           *runtime.Runtime
+	log          zerolog.Logger
+	observe      func(Event)
+	pingInterval time.Duration
+	pingTimeout  time.Duration
+
+	mu      sync.Mutex
+	closed  bool
+	sockets map[*websocket.Conn]struct{}
+}
+
+// Option configures a Handler.
+type Option func(*Handler)
+
+// WithLogger sets the logger.
+func WithLogger(l zerolog.Logger) Option { return func(h *Handler) { h.log = l } }
+
+// WithObserver receives relay events.
+func WithObserver(f func(Event)) Option { return func(h *Handler) { h.observe = f } }
+
+// WithKeepalive sets the ping interval and pong timeout for idle sockets.
+func WithKeepalive(interval, timeout time.Duration) Option {
+	return func(h *Handler) { h.pingInterval, h.pingTimeout = interval, timeout }
+}
+
+// New returns the relay handler for rt.
+func New(rt *runtime.Runtime, opts ...Option) *Handler {
+	h := &Handler{rt: rt, log: zerolog.Nop(), observe: func(Event) {}, pingInterval: 20 * time.Second,
+		pingTimeout: 10 * time.Second, sockets: map[*websocket.Conn]struct{}{}}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
+// Close closes every relay socket with 1001.
+func (h *Handler) Close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	for c := range h.sockets {
+		go c.Close(websocket.StatusGoingAway, "boxrt shutting down")
+	}
+}
+
+func (h *Handler) track(c *websocket.Conn) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	h.sockets[c] = struct{}{}
+	return true
+}
+
+func (h *Handler) untrack(c *websocket.Conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.sockets, c)
+}
+
+func httpStatus(err error) int {
+	switch {
+	case errors.Is(err, backends.ErrSessionNotFound), errors.Is(err, backends.ErrProcessNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, backends.ErrProcessConflict):
+		return http.StatusConflict
+	}
+	return http.StatusInternalServerError
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sessionID := r.PathValue("session_id")
+	processID := r.PathValue("process_id")
+	if processID == "" {
+		processID = runtime.DefaultProcessID
+	}
+	att, proc, err := h.rt.Attach(sessionID, processID)
+	if err != nil {
+		typ := backends.ErrBox.Error()
+		var be *backends.Error
+		if errors.As(err, &be) {
+			typ = be.Type()
+		}
+		rpc.WriteHTTPError(w, httpStatus(err), typ, err.Error())
+		return
+	}
+	w.Header().Set(HeaderReplayLines, strconv.Itoa(len(att.Backlog)))
+	w.Header().Set(HeaderReplayDropped, strconv.Itoa(att.Dropped))
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: rpc.AcceptedSubprotocols(r)})
+	if err != nil {
+		att.Detach(att.Backlog...)
+		h.log.Debug().Err(err).Msg("relay upgrade failed")
+		return
+	}
+	if !h.track(c) {
+		att.Detach(att.Backlog...)
+		_ = c.Close(websocket.StatusGoingAway, "boxrt shutting down")
+		return
+	}
+	defer h.untrack(c)
+	c.SetReadLimit(MaxMessageBytes)
+	log := h.log.With().Str("session_id", sessionID).Str("process_id", processID).Logger()
+	log.Info().Int("replay_lines", len(att.Backlog)).Int("replay_dropped", att.Dropped).Msg("relay attached")
+	h.observe(Event{Kind: "attach", SessionID: sessionID, ProcessID: processID})
+	if att.Dropped > 0 {
+		h.observe(Event{Kind: "replay_dropped", SessionID: sessionID, ProcessID: processID, Count: att.Dropped})
+	}
+	s := &bridge{h: h, c: c, att: att, proc: proc, sessionID: sessionID, processID: processID, log: log}
+	s.run()
+}
+
+// bridge is one attached socket.
+type bridge struct {
+	h                    *Handler
+	c                    *websocket.Conn
+	att                  *runtime.Attachment
+	proc                 *runtime.ProcessHandle
+	sessionID, processID string
+	log                  zerolog.Logger
+}
+
+type closeReason struct {
+	code   websocket.StatusCode
+	reason string
+}
+
+func (b *bridge) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go rpc.Keepalive(ctx, b.c, b.h.pingInterval, b.h.pingTimeout, b.log)
+
+	readDone := make(chan error, 1)
+	go func() { readDone <- b.readLoop(ctx) }()
+	why := b.writeLoop(ctx, readDone)
+	cancel()
+	_ = b.c.Close(why.code, why.reason)
+	b.log.Info().Int("code", int(why.code)).Str("reason", why.reason).Msg("relay closed")
+	b.h.observe(Event{Kind: "close", SessionID: b.sessionID, ProcessID: b.processID})
+}
+
+// writeLoop sends the backlog then live lines, one text frame per line,
+// until the process ends, the peer goes, or a newer attacher takes over.
+func (b *bridge) writeLoop(ctx context.Context, readDone <-chan error) closeReason {
+	for i, line := range b.att.Backlog {
+		if why, ok := b.send(ctx, line); !ok {
+			b.att.Detach(b.att.Backlog[i:]...)
+			return why
+		}
+	}
+	for {
+		select {
+		case line, open := <-b.att.Lines:
+			if !open {
+				b.att.Detach()
+				<-b.proc.Done()
+				return closeReason{websocket.StatusNormalClosure, fmt.Sprintf("process exited with code %d", b.proc.ExitCode())}
+			}
+			if why, ok := b.send(ctx, line); !ok {
+				if why.code != websocket.StatusMessageTooBig {
+					b.att.Detach(line)
+				} else {
+					b.att.Detach()
+				}
+				return why
+			}
+		case <-b.att.TakenOver:
+			return closeReason{CloseTakenOver, "taken over by a newer attach"}
+		case err := <-readDone:
+			b.att.Detach()
+			if err != nil && errors.Is(err, errStdin) {
+				return closeReason{CloseStdioUnavailable, "managed process stdin unavailable"}
+			}
+			return closeReason{websocket.StatusNormalClosure, "peer closed"}
+		}
+	}
+}
+
+func (b *bridge) send(ctx context.Context, line runtime.Line) (closeReason, bool) {
+	if line.TooLong {
+		return closeReason{websocket.StatusMessageTooBig, fmt.Sprintf("stdout line exceeds %d bytes", MaxMessageBytes)}, false
+	}
+	data := line.Data
+	if !utf8.Valid(data) {
+		data = bytes.ToValidUTF8(data, []byte("\uFFFD"))
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := b.c.Write(wctx, websocket.MessageText, data)
+	cancel()
+	if err != nil {
+		return closeReason{websocket.StatusGoingAway, "write failed"}, false
+	}
+	b.h.observe(Event{Kind: "out", SessionID: b.sessionID, ProcessID: b.processID, Bytes: len(data)})
+	return closeReason{}, true
+}
+
+var errStdin = errors.New("stdin write failed")
+
+// readLoop writes each incoming text frame to stdin as one line.
+func (b *bridge) readLoop(ctx context.Context) error {
+	for {
+		typ, r, err := b.c.Reader(ctx)
+		if err != nil {
+			return err
+		}
+		msg, err := io.ReadAll(r)
+		if err != nil {
+			return err
+		}
+		if typ != websocket.MessageText {
+			b.log.Debug().Msg("ignored a binary frame on the relay")
+			continue
+		}
+		if len(msg) == 0 || msg[len(msg)-1] != '\n' {
+			msg = append(msg, '\n')
+		}
+		if err := b.proc.Write(msg); err != nil {
+			return fmt.Errorf("%w: %v", errStdin, err)
+		}
+		b.h.rt.Touch(b.sessionID)
+		b.h.observe(Event{Kind: "in", SessionID: b.sessionID, ProcessID: b.processID, Bytes: len(msg)})
+	}
+}

@@ -1,0 +1,101 @@
+package rpc
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/sourcegraph/jsonrpc2"
+)
+
+// Standard JSON-RPC 2.0 codes.
+const (
+	CodeParseError     = -32700
+	CodeInvalidRequest = -32600
+	CodeMethodNotFound = -32601
+	CodeInvalidParams  = -32602
+	CodeInternalError  = -32603
+)
+
+// Error is a wire error before encoding. Message is the bare text; the wire
+// message becomes "<Type>: <Message>" so hosts that match on the type name
+// as a substring keep working.
+type Error struct {
+	Code      int64
+	Type      string
+	Message   string
+	Retryable bool
+	Details   map[string]any
+}
+
+func (e *Error) Error() string { return e.Type + ": " + e.Message }
+
+// jsonrpc encodes e as a JSON-RPC error object.
+func (e *Error) jsonrpc() *jsonrpc2.Error {
+	data := make(map[string]any, len(e.Details)+2)
+	for k, v := range e.Details {
+		data[k] = v
+	}
+	data["type"] = e.Type
+	data["retryable"] = e.Retryable
+	raw, err := json.Marshal(data)
+	if err != nil {
+		raw = []byte(fmt.Sprintf(`{"type":%q,"retryable":%t}`, e.Type, e.Retryable))
+	}
+	msg := json.RawMessage(raw)
+	return &jsonrpc2.Error{Code: e.Code, Message: e.Error(), Data: &msg}
+}
+
+// ErrorEncoder turns an error returned by a Handler into a wire Error.
+type ErrorEncoder func(error) *Error
+
+// Sentinels the transport itself produces; the ErrorEncoder sees ErrBusy
+// and ErrTooLarge so it can give them the application's error type.
+var (
+	// ErrBusy: the connection already has the maximum of requests in flight.
+	ErrBusy = errors.New("connection is busy")
+	// ErrResponseTooLarge: an encoded response exceeded the message limit.
+	ErrResponseTooLarge = errors.New("response exceeds the message size limit")
+)
+
+// MethodNotFoundError is returned by a Handler for a name it does not serve.
+type MethodNotFoundError struct{ Method string }
+
+func (e *MethodNotFoundError) Error() string { return fmt.Sprintf("method %q not found", e.Method) }
+
+func protocolError(code int64, typ, format string, args ...any) *Error {
+	return &Error{Code: code, Type: typ, Message: fmt.Sprintf(format, args...)}
+}
+
+func parseError(format string, args ...any) *Error {
+	return protocolError(CodeParseError, "ParseError", format, args...)
+}
+
+func invalidRequest(format string, args ...any) *Error {
+	return protocolError(CodeInvalidRequest, "InvalidRequest", format, args...)
+}
+
+// encode applies the standard mappings the transport owns, then enc.
+func encode(enc ErrorEncoder, err error) *Error {
+	var nf *MethodNotFoundError
+	var we *Error
+	switch {
+	case errors.As(err, &nf):
+		return protocolError(CodeMethodNotFound, "MethodNotFound", "%s", nf.Error()).withDetail("method", nf.Method)
+	case errors.As(err, &we):
+		return we
+	case enc != nil:
+		if e := enc(err); e != nil {
+			return e
+		}
+	}
+	return protocolError(CodeInternalError, "InternalError", "%s", err.Error())
+}
+
+func (e *Error) withDetail(k string, v any) *Error {
+	if e.Details == nil {
+		e.Details = map[string]any{}
+	}
+	e.Details[k] = v
+	return e
+}

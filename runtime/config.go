@@ -1,0 +1,267 @@
+package runtime
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/boxrt/boxrt/backends"
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the runtime configuration, in the reference's shape: backend,
+// limits, local, docker, e2b. It comes from --config, BOXRT_CONFIG (or
+// LANGBOT_BOX_CONFIG) and box_init, merged key by key.
+type Config struct {
+	// Backend: "" or "auto" (docker when an engine answers, else bwrap),
+	// "local" (same), or an explicit name.
+	Backend string         `json:"backend"`
+	Limits  Limits         `json:"limits"`
+	Local   Local          `json:"local"`
+	Docker  Docker         `json:"docker"`
+	E2B     map[string]any `json:"e2b,omitempty"`
+}
+
+// Limits are the bounded knobs. Names and ranges follow the reference;
+// session_ttl_sec, max_output_bytes and the relay_* entries are boxrt's.
+type Limits struct {
+	MaxSessions                  int `json:"max_sessions"`
+	MaxManagedProcesses          int `json:"max_managed_processes"`
+	MaxCompletedProcesses        int `json:"max_completed_processes"`
+	MaxAdmissionRecords          int `json:"max_admission_records"`
+	MaxRPCFileBytes              int `json:"max_rpc_file_bytes"`
+	CompletedProcessRetentionSec int `json:"completed_process_retention_sec"`
+	SessionTTLSec                int `json:"session_ttl_sec"`
+	MaxOutputBytes               int `json:"max_output_bytes"`
+	RelayReplayLines             int `json:"relay_replay_lines"`
+	RelayReplayBytes             int `json:"relay_replay_bytes"`
+}
+
+// Local holds host paths.
+type Local struct {
+	HostRoot          string     `json:"host_root"`
+	DefaultWorkspace  string     `json:"default_workspace"`
+	AllowedMountRoots StringList `json:"allowed_mount_roots"`
+	SkillsRoot        string     `json:"skills_root"`
+}
+
+// Docker configures the docker backend.
+type Docker struct {
+	CPULimitEnabled FlexBool `json:"cpu_limit_enabled"`
+	// Image is the default image for specs without one.
+	Image string `json:"image"`
+	// User: "auto" (the image's USER), or "uid[:gid]".
+	User string `json:"user"`
+}
+
+// DefaultConfig returns every default.
+func DefaultConfig() Config {
+	return Config{
+		Backend: "auto",
+		Limits: Limits{
+			MaxSessions:                  64,
+			MaxManagedProcesses:          64,
+			MaxCompletedProcesses:        256,
+			MaxAdmissionRecords:          100000,
+			MaxRPCFileBytes:              20 << 20,
+			CompletedProcessRetentionSec: 300,
+			SessionTTLSec:                300,
+			MaxOutputBytes:               backends.DefaultMaxOutputBytes,
+			RelayReplayLines:             4096,
+			RelayReplayBytes:             4 << 20,
+		},
+		Local:  Local{SkillsRoot: "skills"},
+		Docker: Docker{CPULimitEnabled: true, Image: "boxrt-sandbox:latest", User: "auto"},
+	}
+}
+
+type limitRange struct {
+	name     string
+	value    *int
+	min, max int
+}
+
+func (l *Limits) ranges() []limitRange {
+	return []limitRange{
+		{"max_sessions", &l.MaxSessions, 0, 5000},
+		{"max_managed_processes", &l.MaxManagedProcesses, 0, 1024},
+		{"max_completed_processes", &l.MaxCompletedProcesses, 0, 10000},
+		{"max_admission_records", &l.MaxAdmissionRecords, 1, 250000},
+		{"max_rpc_file_bytes", &l.MaxRPCFileBytes, 1, 100 << 20},
+		{"completed_process_retention_sec", &l.CompletedProcessRetentionSec, 0, 86400},
+		{"session_ttl_sec", &l.SessionTTLSec, 0, 7 * 86400},
+		{"max_output_bytes", &l.MaxOutputBytes, backends.MinMaxOutputBytes, backends.MaxMaxOutputBytes},
+		{"relay_replay_lines", &l.RelayReplayLines, 0, 1 << 20},
+		{"relay_replay_bytes", &l.RelayReplayBytes, 0, 256 << 20},
+	}
+}
+
+// Validate checks every value and names the first bad key.
+func (c *Config) Validate() error {
+	switch c.Backend {
+	case "", "auto", "local", "docker", "bwrap":
+	default:
+		return backends.Validation("backend", "backend must be one of auto, docker, bwrap; got %q", c.Backend)
+	}
+	for _, r := range c.Limits.ranges() {
+		if *r.value < r.min || *r.value > r.max {
+			return backends.Validation("limits."+r.name, "limits.%s must be between %d and %d, got %d", r.name, r.min, r.max, *r.value)
+		}
+	}
+	for _, root := range c.Local.AllowedMountRoots {
+		if root == "/" {
+			return backends.Validation("local.allowed_mount_roots", "local.allowed_mount_roots must not contain /")
+		}
+	}
+	if u := c.Docker.User; u != "" && u != "auto" && strings.ContainsAny(u, " \t\n") {
+		return backends.Validation("docker.user", "docker.user must be \"auto\" or uid[:gid], got %q", u)
+	}
+	return nil
+}
+
+// Merge returns c with patch (a JSON object) merged in key by key: nested
+// objects are merged, everything else replaced. The result is validated;
+// on any error c is unchanged and a BoxValidationError names the key.
+func (c Config) Merge(patch json.RawMessage) (Config, error) {
+	trimmed := bytes.TrimSpace(patch)
+	if len(trimmed) == 0 || string(trimmed) == "null" {
+		return c, nil
+	}
+	if trimmed[0] != '{' {
+		return c, backends.Validation("config", "config must be a JSON object")
+	}
+	var over map[string]any
+	if err := json.Unmarshal(trimmed, &over); err != nil {
+		return c, backends.Validation("config", "config is not valid JSON: %v", err)
+	}
+	baseRaw, err := json.Marshal(c)
+	if err != nil {
+		return c, err
+	}
+	var base map[string]any
+	if err := json.Unmarshal(baseRaw, &base); err != nil {
+		return c, err
+	}
+	merged, err := json.Marshal(mergeMaps(base, over))
+	if err != nil {
+		return c, err
+	}
+	var next Config
+	if err := backends.DecodeParams(merged, &next); err != nil {
+		return c, err
+	}
+	if err := next.Validate(); err != nil {
+		return c, err
+	}
+	return next, nil
+}
+
+func mergeMaps(base, over map[string]any) map[string]any {
+	for k, v := range over {
+		if sub, ok := v.(map[string]any); ok {
+			if cur, ok := base[k].(map[string]any); ok {
+				base[k] = mergeMaps(cur, sub)
+				continue
+			}
+		}
+		base[k] = v
+	}
+	return base
+}
+
+// LoadFile reads a JSON or YAML config file (YAML when the extension says so
+// or the content is not JSON) and returns it as a JSON patch.
+func LoadFile(path string) (json.RawMessage, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config %s: %w", path, err)
+	}
+	ext := strings.ToLower(filepath.Ext(path))
+	if ext != ".yaml" && ext != ".yml" && json.Valid(data) {
+		return data, nil
+	}
+	var v any
+	if err := yaml.Unmarshal(data, &v); err != nil {
+		return nil, fmt.Errorf("parse config %s: %w", path, err)
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// StringList accepts a JSON list of strings or one comma-separated string.
+type StringList []string
+
+func (l *StringList) UnmarshalJSON(b []byte) error {
+	var list []string
+	if err := json.Unmarshal(b, &list); err == nil {
+		*l = list
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("must be a list of strings or a comma-separated string")
+	}
+	*l = nil
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*l = append(*l, p)
+		}
+	}
+	return nil
+}
+
+// FlexBool accepts a boolean or the strings "true"/"false"/"1"/"0", as the
+// reference's docker.cpu_limit_enabled does.
+type FlexBool bool
+
+func (f *FlexBool) UnmarshalJSON(b []byte) error {
+	var v bool
+	if err := json.Unmarshal(b, &v); err == nil {
+		*f = FlexBool(v)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("must be a boolean")
+	}
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "1", "true", "yes", "on":
+		*f = true
+	case "0", "false", "no", "off":
+		*f = false
+	default:
+		return fmt.Errorf("must be a boolean, got %q", s)
+	}
+	return nil
+}
+
+// resolvedRoots returns the allowed mount roots made absolute; when none are
+// configured and host_root is set, host_root is the only root (reference).
+func (c Config) resolvedRoots() []string {
+	roots := c.Local.AllowedMountRoots
+	if len(roots) == 0 && c.Local.HostRoot != "" {
+		roots = []string{c.Local.HostRoot}
+	}
+	out := make([]string, 0, len(roots))
+	for _, r := range roots {
+		if abs, err := filepath.Abs(expandHome(r)); err == nil {
+			out = append(out, abs)
+		}
+	}
+	return out
+}
+
+func expandHome(p string) string {
+	if rest, ok := strings.CutPrefix(p, "~"); ok {
+		if home, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(home, rest)
+		}
+	}
+	return p
+}

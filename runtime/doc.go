@@ -1,0 +1,7 @@
+// Package runtime owns boxrt's state: the configuration and its atomic
+// updates, backend selection with a cached health probe, the session table
+// (get-or-create, compatibility, liveness, capacity), exec with bounded
+// head/tail output capture, managed processes, and the TTL reaper. It
+// drives sandboxes only through backends.Backend, so its logic is unit
+// tested with a fake backend and a fake clock.
+package runtime

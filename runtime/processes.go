@@ -1,0 +1,473 @@
+package runtime
+
+import (
+	"context"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+// DefaultProcessID is the process id a spec without one gets.
+const DefaultProcessID = "default"
+
+// Process states on the wire.
+const (
+	ProcessRunning = "running"
+	ProcessExited  = "exited"
+)
+
+// stopGrace is how long a process has between SIGTERM and SIGKILL.
+var stopGrace = 5 * time.Second
+
+// ProcessInfo is the reference BoxManagedProcessInfo.
+type ProcessInfo struct {
+	SessionID     string     `json:"session_id"`
+	ProcessID     string     `json:"process_id"`
+	Status        string     `json:"status"`
+	Command       string     `json:"command"`
+	Args          []string   `json:"args"`
+	Cwd           string     `json:"cwd"`
+	EnvKeys       []string   `json:"env_keys"`
+	Attached      bool       `json:"attached"`
+	StartedAt     time.Time  `json:"started_at"`
+	ExitedAt      *time.Time `json:"exited_at"`
+	ExitCode      *int       `json:"exit_code"`
+	StderrPreview string     `json:"stderr_preview"`
+	// PendingLines is how many stdout lines wait for the next attacher.
+	PendingLines int `json:"pending_lines"`
+}
+
+type managedProcess struct {
+	sessionID string
+	spec      backends.ProcessSpec
+	proc      backends.Process
+	startedAt time.Time
+	stdout    *lineHub
+	stderr    *stderrPreview
+	done      chan struct{}
+
+	mu       sync.Mutex
+	exitedAt time.Time
+	exitCode *int
+}
+
+func (p *managedProcess) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (p *managedProcess) info() ProcessInfo {
+	keys := make([]string, 0, len(p.spec.Env))
+	for k := range p.spec.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	args := p.spec.Args
+	if args == nil {
+		args = []string{}
+	}
+	pi := ProcessInfo{
+		SessionID: p.sessionID, ProcessID: p.spec.ProcessID, Status: ProcessRunning,
+		Command: p.spec.Command, Args: args, Cwd: p.spec.Cwd, EnvKeys: keys,
+		Attached: p.stdout.attached(), StartedAt: p.startedAt.UTC(),
+		StderrPreview: p.stderr.String(), PendingLines: p.stdout.pending(),
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exitCode != nil {
+		pi.Status = ProcessExited
+		at := p.exitedAt.UTC()
+		code := *p.exitCode
+		pi.ExitedAt, pi.ExitCode = &at, &code
+	}
+	return pi
+}
+
+// runningProcesses counts live processes. Runtime.mu is held.
+func (s *session) runningProcesses() int {
+	n := 0
+	for _, p := range s.procs {
+		if p.running() {
+			n++
+		}
+	}
+	return n
+}
+
+// NormalizeProcessSpec applies the reference defaults and validation.
+func NormalizeProcessSpec(spec *backends.ProcessSpec) error {
+	spec.Command = strings.TrimSpace(spec.Command)
+	spec.Cwd = strings.TrimSpace(spec.Cwd)
+	if spec.ProcessID == "" {
+		spec.ProcessID = DefaultProcessID
+	}
+	if spec.Cwd == "" {
+		spec.Cwd = backends.DefaultMountPath
+	}
+	switch {
+	case spec.Command == "":
+		return backends.Validation("spec.command", "spec.command must not be empty")
+	case !strings.HasPrefix(spec.Cwd, "/"):
+		return backends.Validation("spec.cwd", "spec.cwd must be absolute, got %q", spec.Cwd)
+	case spec.MemoryMB < 0:
+		return backends.Validation("spec.memory_mb", "spec.memory_mb must be at least 0")
+	case len(spec.ProcessID) > 128 || strings.ContainsAny(spec.ProcessID, "/\x00"):
+		return backends.Validation("spec.process_id", "spec.process_id must be at most 128 bytes without '/' or NUL")
+	}
+	for k := range spec.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return backends.Validation("spec.env", "env name %q is invalid", k)
+		}
+	}
+	return nil
+}
+
+// StartProcess starts a managed process in an existing session, replacing
+// a running one with the same id. The process outlives the request and any
+// connection; only a stop, its session's destruction or boxrt's exit end it.
+func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backends.ProcessSpec) (ProcessInfo, error) {
+	if err := NormalizeProcessSpec(&spec); err != nil {
+		return ProcessInfo{}, err
+	}
+	r.purgeExitRecords()
+	r.mu.Lock()
+	s, ok := r.sessions[sessionID]
+	if !ok || s.deleting {
+		r.mu.Unlock()
+		return ProcessInfo{}, backends.SessionNotFound(sessionID)
+	}
+	b := r.backend
+	r.mu.Unlock()
+
+	s.op.Lock()
+	defer s.op.Unlock()
+	if old := r.takeProcess(s, spec.ProcessID); old != nil {
+		r.terminate(ctx, old)
+	}
+	r.mu.Lock()
+	if s.deleting {
+		r.mu.Unlock()
+		return ProcessInfo{}, backends.SessionNotFound(sessionID)
+	}
+	running := 0
+	for _, other := range r.sessions {
+		running += other.runningProcesses()
+	}
+	limit := r.cfg.Limits.MaxManagedProcesses
+	if running >= limit {
+		r.mu.Unlock()
+		return ProcessInfo{}, backends.CapacityExceeded("max_managed_processes", limit, "Box managed process capacity reached (%d)", limit)
+	}
+	info := s.info
+	lines, bytes := r.cfg.Limits.RelayReplayLines, r.cfg.Limits.RelayReplayBytes
+	r.mu.Unlock()
+
+	proc, err := b.StartProcess(context.WithoutCancel(ctx), info, spec)
+	if err != nil {
+		return ProcessInfo{}, err
+	}
+	p := &managedProcess{
+		sessionID: sessionID,
+		spec:      spec,
+		proc:      proc,
+		startedAt: r.clock.Now(),
+		stdout:    newLineHub(lines, bytes, func() { r.Touch(sessionID) }),
+		stderr:    newStderrPreview(4000),
+		done:      make(chan struct{}),
+	}
+	var drained sync.WaitGroup
+	drained.Add(2)
+	go func() { defer drained.Done(); p.stdout.pump(proc.Stdout()) }()
+	go func() { defer drained.Done(); _, _ = io.Copy(p.stderr, proc.Stderr()) }()
+	go r.watch(p, &drained)
+
+	r.mu.Lock()
+	s.procs[spec.ProcessID] = p
+	s.info.LastUsedAt = r.clock.Now()
+	r.mu.Unlock()
+	r.log.Info().Str("session_id", sessionID).Str("process_id", spec.ProcessID).
+		Str("command", preview(spec.Command, 200)).Strs("env_keys", p.info().EnvKeys).Msg("managed process started")
+	return p.info(), nil
+}
+
+// watch records the exit of p once its output is drained.
+func (r *Runtime) watch(p *managedProcess, drained *sync.WaitGroup) {
+	code, err := p.proc.Wait()
+	drained.Wait()
+	now := r.clock.Now()
+	p.mu.Lock()
+	p.exitedAt, p.exitCode = now, &code
+	p.mu.Unlock()
+	close(p.done)
+	r.Touch(p.sessionID)
+	r.log.Info().Str("session_id", p.sessionID).Str("process_id", p.spec.ProcessID).Int("exit_code", code).
+		AnErr("wait_error", err).Msg("managed process exited")
+	r.purgeExitRecords()
+}
+
+// takeProcess removes a process entry from s and returns it.
+func (r *Runtime) takeProcess(s *session, id string) *managedProcess {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := s.procs[id]
+	delete(s.procs, id)
+	return p
+}
+
+// terminate stops p's whole process tree: close stdin, SIGTERM, then
+// SIGKILL after the grace period.
+func (r *Runtime) terminate(ctx context.Context, p *managedProcess) {
+	if !p.running() {
+		return
+	}
+	_ = p.proc.Stdin().Close()
+	_ = p.proc.Signal(syscall.SIGTERM)
+	t := time.NewTimer(stopGrace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	_ = p.proc.Signal(syscall.SIGKILL)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		r.log.Warn().Str("session_id", p.sessionID).Str("process_id", p.spec.ProcessID).Msg("managed process did not exit after SIGKILL")
+	}
+}
+
+// Process returns a managed process's info.
+func (r *Runtime) Process(sessionID, processID string) (ProcessInfo, error) {
+	p, err := r.lookupProcess(sessionID, processID)
+	if err != nil {
+		return ProcessInfo{}, err
+	}
+	return p.info(), nil
+}
+
+func (r *Runtime) lookupProcess(sessionID, processID string) (*managedProcess, error) {
+	if processID == "" {
+		processID = DefaultProcessID
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.sessions[sessionID]
+	if !ok {
+		return nil, backends.SessionNotFound(sessionID)
+	}
+	p, ok := s.procs[processID]
+	if !ok {
+		return nil, backends.ProcessNotFound(sessionID, processID)
+	}
+	return p, nil
+}
+
+// StopProcess terminates a managed process and forgets it.
+func (r *Runtime) StopProcess(ctx context.Context, sessionID, processID string) error {
+	if processID == "" {
+		processID = DefaultProcessID
+	}
+	r.mu.Lock()
+	s, ok := r.sessions[sessionID]
+	r.mu.Unlock()
+	if !ok {
+		return backends.SessionNotFound(sessionID)
+	}
+	s.op.Lock()
+	defer s.op.Unlock()
+	p := r.takeProcess(s, processID)
+	if p == nil {
+		return backends.ProcessNotFound(sessionID, processID)
+	}
+	r.terminate(context.WithoutCancel(ctx), p)
+	r.Touch(sessionID)
+	r.log.Info().Str("session_id", sessionID).Str("process_id", processID).Msg("managed process stopped")
+	return nil
+}
+
+// Attach attaches a relay to a managed process's stdout. It fails with
+// BoxManagedProcessConflictError when the process has exited and has
+// nothing left to deliver.
+func (r *Runtime) Attach(sessionID, processID string) (*Attachment, *ProcessHandle, error) {
+	p, err := r.lookupProcess(sessionID, processID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !p.running() && p.stdout.pending() == 0 {
+		return nil, nil, backends.ProcessConflict(sessionID, p.spec.ProcessID,
+			"managed process %s in session %s is not running", p.spec.ProcessID, sessionID)
+	}
+	r.Touch(sessionID)
+	return p.stdout.attach(), &ProcessHandle{p: p}, nil
+}
+
+// ProcessHandle lets a relay write to a process and learn how it ended.
+type ProcessHandle struct{ p *managedProcess }
+
+// Write writes one message to the process's stdin.
+func (h *ProcessHandle) Write(b []byte) error {
+	_, err := h.p.proc.Stdin().Write(b)
+	return err
+}
+
+// Done is closed when the process has exited and its output is drained.
+func (h *ProcessHandle) Done() <-chan struct{} { return h.p.done }
+
+// ExitCode is valid after Done.
+func (h *ProcessHandle) ExitCode() int {
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	if h.p.exitCode == nil {
+		return -1
+	}
+	return *h.p.exitCode
+}
+
+// stopSessionProcesses terminates every process of s, in parallel.
+func (r *Runtime) stopSessionProcesses(ctx context.Context, s *session) {
+	r.mu.Lock()
+	procs := make([]*managedProcess, 0, len(s.procs))
+	for id, p := range s.procs {
+		procs = append(procs, p)
+		delete(s.procs, id)
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.terminate(ctx, p) }()
+	}
+	wg.Wait()
+}
+
+// stopAllProcesses terminates every managed process (at exit).
+func (r *Runtime) stopAllProcesses(ctx context.Context) {
+	r.mu.Lock()
+	all := make([]*session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		all = append(all, s)
+	}
+	r.mu.Unlock()
+	for _, s := range all {
+		r.stopSessionProcesses(ctx, s)
+	}
+}
+
+// purgeExitRecords drops exit records older than the retention and beyond
+// max_completed_processes, oldest first.
+func (r *Runtime) purgeExitRecords() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	retention := time.Duration(r.cfg.Limits.CompletedProcessRetentionSec) * time.Second
+	now := r.clock.Now()
+	type rec struct {
+		s  *session
+		id string
+		at time.Time
+	}
+	var kept []rec
+	for _, s := range r.sessions {
+		for id, p := range s.procs {
+			p.mu.Lock()
+			exited, at := p.exitCode != nil, p.exitedAt
+			p.mu.Unlock()
+			if !exited {
+				continue
+			}
+			if now.Sub(at) >= retention {
+				delete(s.procs, id)
+				continue
+			}
+			kept = append(kept, rec{s, id, at})
+		}
+	}
+	if excess := len(kept) - r.cfg.Limits.MaxCompletedProcesses; excess > 0 {
+		sort.Slice(kept, func(i, j int) bool { return kept[i].at.Before(kept[j].at) })
+		for _, k := range kept[:excess] {
+			delete(k.s.procs, k.id)
+		}
+	}
+}
+
+// stderrPreview keeps the last whole lines of stderr within max characters.
+type stderrPreview struct {
+	mu      sync.Mutex
+	max     int
+	lines   []string
+	size    int
+	partial strings.Builder
+}
+
+func newStderrPreview(max int) *stderrPreview { return &stderrPreview{max: max} }
+
+func (s *stderrPreview) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	text := strings.ToValidUTF8(string(p), "\uFFFD")
+	for {
+		i := strings.IndexByte(text, '\n')
+		if i < 0 {
+			s.partial.WriteString(text)
+			if s.partial.Len() > s.max { // a runaway line: keep its end
+				tail := s.partial.String()
+				s.partial.Reset()
+				s.partial.WriteString(tail[len(tail)-s.max:])
+			}
+			return len(p), nil
+		}
+		s.partial.WriteString(text[:i])
+		s.push(strings.TrimRight(s.partial.String(), " \t\r"))
+		s.partial.Reset()
+		text = text[i+1:]
+	}
+}
+
+func (s *stderrPreview) push(line string) {
+	if line == "" {
+		return
+	}
+	if len(line) > s.max {
+		line = line[len(line)-s.max:]
+	}
+	s.lines = append(s.lines, line)
+	s.size += len(line) + 1
+	for s.size > s.max && len(s.lines) > 0 {
+		s.size -= len(s.lines[0]) + 1
+		s.lines = s.lines[1:]
+	}
+}
+
+func (s *stderrPreview) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := strings.Join(s.lines, "\n")
+	if p := strings.TrimSpace(s.partial.String()); p != "" {
+		if out != "" {
+			out += "\n"
+		}
+		out += p
+	}
+	if len(out) > s.max {
+		out = out[len(out)-s.max:]
+	}
+	return out
+}
+
+// preview cuts s for logs.
+func preview(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,89 @@
+package runtime
+
+import (
+	"context"
+	"time"
+)
+
+// reaperInterval is min(30 s, TTL); 0 when reaping is off.
+func reaperInterval(ttl time.Duration) time.Duration {
+	if ttl <= 0 {
+		return 0
+	}
+	return min(30*time.Second, ttl)
+}
+
+func (r *Runtime) reaperLoop(ctx context.Context) {
+	defer r.bg.Done()
+	for {
+		interval := reaperInterval(time.Duration(r.Config().Limits.SessionTTLSec) * time.Second)
+		var tick <-chan time.Time
+		stop := func() {}
+		if interval > 0 {
+			tick, stop = r.clock.NewTicker(interval)
+		}
+		select {
+		case <-ctx.Done():
+			stop()
+			return
+		case <-r.reaperKick:
+			stop()
+			continue
+		case <-tick:
+			stop()
+			r.Reap(ctx)
+		}
+	}
+}
+
+// Reap destroys idle sessions: not persistent, unused for longer than the
+// TTL, with no exec running and no managed process running. It also purges
+// expired managed-process exit records. It returns how many sessions went.
+func (r *Runtime) Reap(ctx context.Context) int {
+	r.purgeExitRecords()
+	r.mu.Lock()
+	ttl := time.Duration(r.cfg.Limits.SessionTTLSec) * time.Second
+	if ttl <= 0 {
+		r.mu.Unlock()
+		return 0
+	}
+	cutoff := r.clock.Now().Add(-ttl)
+	var idle []*session
+	for _, s := range r.sessions {
+		if !s.info.Persistent && !s.deleting && s.activeExecs == 0 &&
+			s.runningProcesses() == 0 && s.info.LastUsedAt.Before(cutoff) {
+			idle = append(idle, s)
+		}
+	}
+	r.mu.Unlock()
+	n := 0
+	for _, s := range idle {
+		unlock := r.idLocks.Lock(s.info.SessionID)
+		r.mu.Lock()
+		// Re-check under the id lock: an exec may have picked it up.
+		still := r.sessions[s.info.SessionID] == s && !s.deleting && s.activeExecs == 0 &&
+			s.runningProcesses() == 0 && s.info.LastUsedAt.Before(cutoff)
+		r.mu.Unlock()
+		if still {
+			if err := r.destroy(ctx, s, "ttl"); err == nil {
+				n++
+			}
+		}
+		unlock()
+	}
+	if n > 0 {
+		r.mu.Lock()
+		r.counters.TotalReaped += int64(n)
+		r.mu.Unlock()
+	}
+	return n
+}
+
+// Touch marks a session as used now (relay traffic counts as activity).
+func (r *Runtime) Touch(sessionID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s, ok := r.sessions[sessionID]; ok {
+		s.info.LastUsedAt = r.clock.Now()
+	}
+}

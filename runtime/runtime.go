@@ -1,0 +1,472 @@
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/rs/zerolog"
+)
+
+// Factory builds a backend by name from the current configuration.
+type Factory func(name string, cfg Config, instanceID, stateDir string) (backends.Backend, error)
+
+// BackendOrder is the auto-selection order.
+var BackendOrder = []string{"docker", "bwrap"}
+
+// Runtime is the session table and everything around it.
+type Runtime struct {
+	log        zerolog.Logger
+	clock      Clock
+	factory    Factory
+	stateDir   string
+	instanceID string
+	startedAt  time.Time
+	probeEvery time.Duration
+
+	mu           sync.Mutex
+	cfg          Config
+	backend      backends.Backend
+	health       Health
+	sessions     map[string]*session
+	creating     int
+	closing      int
+	shuttingDown bool
+	counters     Counters
+
+	idLocks keyedMutex
+
+	bg     sync.WaitGroup
+	stopBG context.CancelFunc
+	// reaperKick restarts the reaper loop when the TTL changes.
+	reaperKick chan struct{}
+}
+
+// Health is the cached outcome of the last backend probe.
+type Health struct {
+	Name      string        `json:"name"`
+	Available bool          `json:"available"`
+	Error     string        `json:"error,omitempty"`
+	CheckedAt time.Time     `json:"checked_at"`
+	Latency   time.Duration `json:"-"`
+}
+
+// Counters are lifetime totals for box_status.
+type Counters struct {
+	TotalCreated        int64 `json:"total_created"`
+	TotalReused         int64 `json:"total_reused"`
+	TotalCleaned        int64 `json:"total_cleaned"`
+	TotalReaped         int64 `json:"total_reaped"`
+	TotalRecreated      int64 `json:"total_recreated"`
+	TotalExecs          int64 `json:"total_execs"`
+	TotalTimeouts       int64 `json:"total_timeouts"`
+	HealthCheckFailures int64 `json:"health_check_failures"`
+}
+
+// Option configures a Runtime.
+type Option func(*Runtime)
+
+// WithClock replaces the wall clock (tests).
+func WithClock(c Clock) Option { return func(r *Runtime) { r.clock = c } }
+
+// WithLogger sets the logger.
+func WithLogger(l zerolog.Logger) Option { return func(r *Runtime) { r.log = l } }
+
+// WithProbeInterval sets how often backend health is refreshed.
+func WithProbeInterval(d time.Duration) Option { return func(r *Runtime) { r.probeEvery = d } }
+
+// New returns a Runtime that keeps its state (the instance id, backend
+// state) in stateDir. Nothing runs until Start.
+func New(cfg Config, factory Factory, stateDir string, opts ...Option) (*Runtime, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Runtime{
+		log:        zerolog.Nop(),
+		clock:      realClock{},
+		factory:    factory,
+		stateDir:   stateDir,
+		cfg:        cfg,
+		sessions:   map[string]*session{},
+		probeEvery: 30 * time.Second,
+		reaperKick: make(chan struct{}, 1),
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	r.startedAt = r.clock.Now()
+	id, err := loadInstanceID(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	r.instanceID = id
+	return r, nil
+}
+
+// loadInstanceID returns the stable installation id kept in stateDir,
+// creating it on first start. Sandboxes are labelled with it so a restarted
+// boxrt re-adopts its own and never touches another installation's.
+func loadInstanceID(stateDir string) (string, error) {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return "", fmt.Errorf("create state dir %s: %w", stateDir, err)
+	}
+	path := filepath.Join(stateDir, "instance-id")
+	if b, err := os.ReadFile(path); err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, nil
+		}
+	}
+	buf := make([]byte, 6)
+	if _, err := rand.Read(buf); err != nil {
+		return "", err
+	}
+	id := hex.EncodeToString(buf)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write instance id: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("write instance id: %w", err)
+	}
+	return id, nil
+}
+
+// InstanceID is this installation's stable id.
+func (r *Runtime) InstanceID() string { return r.instanceID }
+
+// StartedAt is when the runtime was created.
+func (r *Runtime) StartedAt() time.Time { return r.startedAt }
+
+// Start selects a backend, re-adopts this installation's sandboxes and
+// starts the reaper and the health refresher.
+func (r *Runtime) Start(ctx context.Context) {
+	r.selectBackend(ctx)
+	bgCtx, cancel := context.WithCancel(context.Background())
+	r.stopBG = cancel
+	r.bg.Add(2)
+	go r.reaperLoop(bgCtx)
+	go r.healthLoop(bgCtx)
+}
+
+// Config returns a copy of the configuration in force.
+func (r *Runtime) Config() Config {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cfg
+}
+
+// ApplyConfig merges patch into the configuration atomically. When no
+// session exists and the backend section changed, the backend is selected
+// again (the reference does the same).
+func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage) error {
+	r.mu.Lock()
+	next, err := r.cfg.Merge(patch)
+	if err != nil {
+		r.mu.Unlock()
+		return err
+	}
+	prev := r.cfg
+	r.cfg = next
+	reselect := len(r.sessions) == 0 && r.creating == 0 &&
+		(prev.Backend != next.Backend || prev.Docker != next.Docker || r.backend == nil)
+	ttlChanged := prev.Limits.SessionTTLSec != next.Limits.SessionTTLSec
+	r.mu.Unlock()
+	if ttlChanged {
+		select {
+		case r.reaperKick <- struct{}{}:
+		default:
+		}
+	}
+	if reselect {
+		r.selectBackend(ctx)
+	}
+	return nil
+}
+
+// candidates returns the backend names to try for a config value.
+func candidates(choice string) []string {
+	switch choice {
+	case "", "auto", "local":
+		return BackendOrder
+	}
+	return []string{choice}
+}
+
+// selectBackend probes the candidates in order and keeps the first that
+// works; then it re-adopts that backend's sessions.
+func (r *Runtime) selectBackend(ctx context.Context) {
+	cfg := r.Config()
+	var errs []string
+	for _, name := range candidates(cfg.Backend) {
+		b, err := r.factory(name, cfg, r.instanceID, r.stateDir)
+		if err == nil {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			start := time.Now()
+			err = b.Probe(pctx)
+			cancel()
+			if err == nil {
+				r.mu.Lock()
+				old := r.backend
+				r.backend = b
+				r.health = Health{Name: name, Available: true, CheckedAt: r.clock.Now(), Latency: time.Since(start)}
+				r.mu.Unlock()
+				closeBackend(old)
+				r.log.Info().Str("backend", name).Str("instance_id", r.instanceID).Msg("backend selected")
+				r.adopt(ctx, b)
+				return
+			}
+			closeBackend(b)
+		}
+		errs = append(errs, fmt.Sprintf("%s: %v", name, err))
+	}
+	r.mu.Lock()
+	r.health = Health{Available: false, Error: strings.Join(errs, "; "), CheckedAt: r.clock.Now()}
+	r.counters.HealthCheckFailures++
+	r.mu.Unlock()
+	r.log.Warn().Strs("tried", candidates(cfg.Backend)).Str("error", strings.Join(errs, "; ")).Msg("no usable backend")
+}
+
+func closeBackend(b backends.Backend) {
+	if c, ok := b.(interface{ Close() error }); ok && b != nil {
+		_ = c.Close()
+	}
+}
+
+// adopt puts the backend's surviving sandboxes of this installation back in
+// the session table.
+func (r *Runtime) adopt(ctx context.Context, b backends.Backend) {
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	infos, err := b.Adopt(actx)
+	if err != nil {
+		r.log.Warn().Err(err).Msg("cannot re-adopt sessions")
+		return
+	}
+	now := r.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, info := range infos {
+		if _, exists := r.sessions[info.SessionID]; exists {
+			continue
+		}
+		info.LastUsedAt = now
+		if info.CreatedAt.IsZero() {
+			info.CreatedAt = now
+		}
+		r.sessions[info.SessionID] = newSession(info)
+		r.log.Info().Str("session_id", info.SessionID).Str("backend_session_id", info.BackendSessionID).Msg("re-adopted session")
+	}
+}
+
+// currentBackend returns the selected backend or BoxBackendUnavailableError.
+func (r *Runtime) currentBackend(ctx context.Context) (backends.Backend, error) {
+	r.mu.Lock()
+	b := r.backend
+	r.mu.Unlock()
+	if b != nil {
+		return b, nil
+	}
+	r.selectBackend(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.backend == nil {
+		return nil, backends.BackendUnavailable("no usable sandbox backend (%s). Install and start Docker (apt-get install docker.io; dockerd) or install bubblewrap (apt-get install bubblewrap); `boxrt doctor` shows what is missing", r.health.Error)
+	}
+	return r.backend, nil
+}
+
+// BackendInfo is what box_get_backend_info returns. It never touches the
+// engine: it reports the cached probe.
+type BackendInfo struct {
+	Name      *string `json:"name"`
+	Available bool    `json:"available"`
+	backends.Description
+	InstanceID string    `json:"instance_id"`
+	CheckedAt  time.Time `json:"checked_at"`
+	Error      string    `json:"error,omitempty"`
+	ProbeMS    float64   `json:"probe_ms"`
+}
+
+// BackendInfo reports the selected backend from the health cache.
+func (r *Runtime) BackendInfo() BackendInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	info := BackendInfo{Available: r.health.Available, InstanceID: r.instanceID, CheckedAt: r.health.CheckedAt.UTC(),
+		Error: r.health.Error, ProbeMS: float64(r.health.Latency.Microseconds()) / 1000}
+	if r.backend != nil {
+		name := r.backend.Name()
+		info.Name = &name
+		info.Description = r.backend.Describe()
+	}
+	if info.EnforcedLimits == nil {
+		info.EnforcedLimits = []string{}
+	}
+	return info
+}
+
+// healthLoop refreshes the cached probe in the background so no RPC waits
+// on the engine.
+func (r *Runtime) healthLoop(ctx context.Context) {
+	defer r.bg.Done()
+	tick, stop := r.clock.NewTicker(r.probeEvery)
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+		}
+		r.mu.Lock()
+		b := r.backend
+		r.mu.Unlock()
+		if b == nil {
+			r.selectBackend(ctx)
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		start := time.Now()
+		err := b.Probe(pctx)
+		cancel()
+		r.mu.Lock()
+		r.health = Health{Name: b.Name(), Available: err == nil, CheckedAt: r.clock.Now(), Latency: time.Since(start)}
+		if err != nil {
+			r.health.Error = err.Error()
+			r.counters.HealthCheckFailures++
+		}
+		r.mu.Unlock()
+	}
+}
+
+// Status is the box_status result.
+type Status struct {
+	Backend          BackendInfo `json:"backend"`
+	ActiveSessions   int         `json:"active_sessions"`
+	ManagedProcesses int         `json:"managed_processes"`
+	SessionTTLSec    int         `json:"session_ttl_sec"`
+	Limits           Limits      `json:"limits"`
+	UptimeSec        float64     `json:"uptime_sec"`
+	InstanceID       string      `json:"instance_id"`
+	Counters
+}
+
+// Status snapshots the runtime.
+func (r *Runtime) Status() Status {
+	backend := r.BackendInfo()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := Status{
+		Backend:        backend,
+		ActiveSessions: len(r.sessions),
+		SessionTTLSec:  r.cfg.Limits.SessionTTLSec,
+		Limits:         r.cfg.Limits,
+		UptimeSec:      r.clock.Now().Sub(r.startedAt).Seconds(),
+		InstanceID:     r.instanceID,
+		Counters:       r.counters,
+	}
+	for _, s := range r.sessions {
+		st.ManagedProcesses += s.runningProcesses()
+	}
+	return st
+}
+
+// ShutdownAll destroys every session, persistent ones included (the
+// box_shutdown method). The runtime keeps serving afterwards.
+func (r *Runtime) ShutdownAll(ctx context.Context) error {
+	return r.destroyWhere(ctx, func(*session) bool { return true }, "shutdown")
+}
+
+// Close stops background work, stops every managed process and destroys
+// the non-persistent sessions; persistent ones stay for the next start to
+// re-adopt.
+func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.shuttingDown = true
+	r.mu.Unlock()
+	if r.stopBG != nil {
+		r.stopBG()
+	}
+	r.bg.Wait()
+	err := r.destroyWhere(ctx, func(s *session) bool { return !s.info.Persistent }, "exit")
+	r.stopAllProcesses(ctx)
+	r.mu.Lock()
+	b := r.backend
+	r.mu.Unlock()
+	closeBackend(b)
+	return err
+}
+
+func (r *Runtime) destroyWhere(ctx context.Context, match func(*session) bool, reason string) error {
+	r.mu.Lock()
+	var ids []string
+	for id, s := range r.sessions {
+		if match(s) {
+			ids = append(ids, id)
+		}
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	errCh := make(chan error, len(ids))
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.DeleteSession(ctx, id); err != nil && !errors.Is(err, backends.ErrSessionNotFound) {
+				errCh <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errCh)
+	var errs []error
+	for err := range errCh {
+		errs = append(errs, err)
+	}
+	if len(ids) > 0 {
+		r.log.Info().Int("sessions", len(ids)).Str("reason", reason).Msg("destroyed sessions")
+	}
+	return errors.Join(errs...)
+}
+
+// keyedMutex serialises work per key without holding memory for idle keys.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*refMutex
+}
+
+type refMutex struct {
+	sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) Lock(key string) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*refMutex{}
+	}
+	m, ok := k.locks[key]
+	if !ok {
+		m = &refMutex{}
+		k.locks[key] = m
+	}
+	m.refs++
+	k.mu.Unlock()
+	m.Lock()
+	return func() {
+		m.Unlock()
+		k.mu.Lock()
+		m.refs--
+		if m.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}

@@ -1,0 +1,280 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func spec(id string) backends.Spec {
+	s := backends.DefaultSpec()
+	s.SessionID = id
+	s.Workdir = s.MountPath
+	return s
+}
+
+func TestSessionReuseAndConflict(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*backends.Spec)
+		field  string
+	}{
+		{"network", func(s *backends.Spec) { s.Network = backends.NetworkOn }, "network"},
+		{"image", func(s *backends.Spec) { s.Image = "other:1" }, "image"},
+		{"mount_path", func(s *backends.Spec) { s.MountPath = "/w"; s.Workdir = "/w" }, "mount_path"},
+		{"persistent", func(s *backends.Spec) { s.Persistent = true }, "persistent"},
+		{"cpus", func(s *backends.Spec) { s.CPUs = 2 }, "cpus"},
+		{"memory_mb", func(s *backends.Spec) { s.MemoryMB = 256 }, "memory_mb"},
+		{"pids_limit", func(s *backends.Spec) { s.PidsLimit = 10 }, "pids_limit"},
+		{"read_only_rootfs", func(s *backends.Spec) { s.ReadOnlyRootfs = false }, "read_only_rootfs"},
+		{"first differing field wins", func(s *backends.Spec) { s.MemoryMB = 256; s.Network = backends.NetworkOn }, "network"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fb := newFake()
+			rt, _ := newTestRuntime(t, fb, "")
+			ctx := context.Background()
+			first, err := rt.EnsureSession(ctx, spec("s1"))
+			require.NoError(t, err)
+			again, err := rt.EnsureSession(ctx, spec("s1"))
+			require.NoError(t, err)
+			assert.Equal(t, first.BackendSessionID, again.BackendSessionID, "compatible spec reuses the session")
+
+			s := spec("s1")
+			tc.change(&s)
+			_, err = rt.EnsureSession(ctx, s)
+			require.ErrorIs(t, err, backends.ErrSessionConflict)
+			var be *backends.Error
+			require.True(t, errors.As(err, &be))
+			assert.Equal(t, tc.field, be.Details["field"])
+			assert.Contains(t, be.Msg, tc.field+"=")
+		})
+	}
+}
+
+func TestSessionRecreated(t *testing.T) {
+	ctx := context.Background()
+	t.Run("extra mount set change recreates", func(t *testing.T) {
+		fb := newFake()
+		root := t.TempDir()
+		rt, _ := newTestRuntime(t, fb, `{"local":{"allowed_mount_roots":["`+root+`"]}}`)
+		a, err := rt.EnsureSession(ctx, spec("s"))
+		require.NoError(t, err)
+		s := spec("s")
+		s.ExtraMounts = []backends.MountSpec{{HostPath: root, MountPath: "/data", Mode: backends.MountRO}}
+		b, err := rt.EnsureSession(ctx, s)
+		require.NoError(t, err)
+		assert.NotEqual(t, a.BackendSessionID, b.BackendSessionID)
+		assert.Equal(t, []string{a.BackendSessionID}, fb.stopped)
+		// Same set in another order and with duplicates: reused.
+		s.ExtraMounts = append(s.ExtraMounts, s.ExtraMounts[0])
+		c, err := rt.EnsureSession(ctx, s)
+		require.NoError(t, err)
+		assert.Equal(t, b.BackendSessionID, c.BackendSessionID)
+	})
+	t.Run("dead sandbox recreated", func(t *testing.T) {
+		fb := newFake()
+		rt, _ := newTestRuntime(t, fb, "")
+		a, err := rt.EnsureSession(ctx, spec("s"))
+		require.NoError(t, err)
+		fb.mu.Lock()
+		fb.dead[a.BackendSessionID] = true
+		fb.mu.Unlock()
+		b, err := rt.EnsureSession(ctx, spec("s"))
+		require.NoError(t, err)
+		assert.NotEqual(t, a.BackendSessionID, b.BackendSessionID)
+		assert.Equal(t, int64(1), rt.Status().TotalRecreated)
+	})
+}
+
+func TestCapacity(t *testing.T) {
+	fb := newFake()
+	rt, _ := newTestRuntime(t, fb, `{"limits":{"max_sessions":2}}`)
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		_, err := rt.EnsureSession(ctx, spec(id))
+		require.NoError(t, err)
+	}
+	_, err := rt.EnsureSession(ctx, spec("c"))
+	require.ErrorIs(t, err, backends.ErrCapacityExceeded)
+	var be *backends.Error
+	require.True(t, errors.As(err, &be))
+	assert.Equal(t, "max_sessions", be.Details["limit"])
+	// Reusing an existing id is not a new session.
+	_, err = rt.EnsureSession(ctx, spec("a"))
+	require.NoError(t, err)
+}
+
+func TestHostPathAllowList(t *testing.T) {
+	fb := newFake()
+	root := t.TempDir()
+	rt, _ := newTestRuntime(t, fb, `{"local":{"allowed_mount_roots":["`+root+`"]}}`)
+	ctx := context.Background()
+	for name, path := range map[string]string{"outside": t.TempDir(), "root": "/", "system": "/etc", "socket": "/var/run/docker.sock"} {
+		t.Run(name, func(t *testing.T) {
+			s := spec("hp")
+			s.HostPath = path
+			_, err := rt.EnsureSession(ctx, s)
+			require.ErrorIs(t, err, backends.ErrValidation)
+		})
+	}
+}
+
+func TestReaper(t *testing.T) {
+	ctx := context.Background()
+	fb := newFake()
+	rt, clock := newTestRuntime(t, fb, `{"limits":{"session_ttl_sec":60}}`)
+	for _, id := range []string{"idle", "persistent", "busy", "process"} {
+		s := spec(id)
+		s.Persistent = id == "persistent"
+		_, err := rt.EnsureSession(ctx, s)
+		require.NoError(t, err)
+	}
+	_, err := rt.StartProcess(ctx, "process", backends.ProcessSpec{Command: "cat"})
+	require.NoError(t, err)
+
+	release := make(chan struct{})
+	started := make(chan struct{})
+	fb.execFn = func(ctx context.Context, _ backends.SessionInfo, _ backends.ExecRequest) (backends.ExitStatus, error) {
+		close(started)
+		<-release
+		return backends.ExitStatus{}, nil
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s := spec("busy")
+		s.Cmd = "sleep"
+		_, err := rt.Exec(ctx, s)
+		assert.NoError(t, err)
+	}()
+	<-started
+
+	clock.Advance(59 * time.Second)
+	assert.Equal(t, 0, rt.Reap(ctx), "nothing is older than the TTL yet")
+	clock.Advance(2 * time.Second)
+	assert.Equal(t, 1, rt.Reap(ctx), "only the idle session goes")
+	ids := map[string]bool{}
+	for _, s := range rt.ListSessions() {
+		ids[s.SessionID] = true
+	}
+	assert.Equal(t, map[string]bool{"persistent": true, "busy": true, "process": true}, ids)
+
+	close(release)
+	wg.Wait()
+	require.NoError(t, rt.StopProcess(ctx, "process", ""))
+	clock.Advance(61 * time.Second)
+	assert.Equal(t, 2, rt.Reap(ctx), "busy and process sessions go once idle")
+	assert.Equal(t, int64(3), rt.Status().TotalReaped)
+}
+
+func TestReaperInterval(t *testing.T) {
+	assert.Equal(t, 30*time.Second, reaperInterval(300*time.Second))
+	assert.Equal(t, 5*time.Second, reaperInterval(5*time.Second))
+	assert.Equal(t, time.Duration(0), reaperInterval(0))
+}
+
+func TestExecSerialisedPerSession(t *testing.T) {
+	ctx := context.Background()
+	fb := newFake()
+	rt, _ := newTestRuntime(t, fb, "")
+	fb.execFn = func(ctx context.Context, _ backends.SessionInfo, _ backends.ExecRequest) (backends.ExitStatus, error) {
+		time.Sleep(20 * time.Millisecond)
+		return backends.ExitStatus{ExitCode: 3}, nil
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := spec([]string{"a", "b"}[i%2])
+			s.Cmd = "x"
+			res, err := rt.Exec(ctx, s)
+			assert.NoError(t, err)
+			assert.Equal(t, 3, *res.ExitCode)
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, 1, fb.maxPar["a"], "execs on one session never overlap")
+	assert.Equal(t, 1, fb.maxPar["b"])
+}
+
+func TestExecResult(t *testing.T) {
+	ctx := context.Background()
+	fb := newFake()
+	rt, _ := newTestRuntime(t, fb, "")
+	fb.execFn = func(ctx context.Context, _ backends.SessionInfo, req backends.ExecRequest) (backends.ExitStatus, error) {
+		_, _ = req.Stdout.Write(make([]byte, 5000))
+		return backends.ExitStatus{TimedOut: true}, nil
+	}
+	s := spec("t")
+	s.Cmd = "sleep 60"
+	s.MaxOutputBytes = 1024
+	res, err := rt.Exec(ctx, s)
+	require.NoError(t, err)
+	assert.Equal(t, backends.StatusTimedOut, res.Status)
+	assert.Nil(t, res.ExitCode)
+	assert.True(t, res.StdoutTruncated)
+	assert.Equal(t, int64(5000), res.StdoutBytes)
+	assert.Equal(t, "Command timed out after 30 seconds.", res.Stderr)
+	assert.Len(t, rt.ListSessions(), 1, "a timeout keeps the session")
+
+	s.Cmd = ""
+	_, err = rt.Exec(ctx, s)
+	require.ErrorIs(t, err, backends.ErrValidation)
+}
+
+func TestDeleteStopsProcesses(t *testing.T) {
+	ctx := context.Background()
+	fb := newFake()
+	rt, _ := newTestRuntime(t, fb, "")
+	_, err := rt.EnsureSession(ctx, spec("d"))
+	require.NoError(t, err)
+	_, err = rt.StartProcess(ctx, "d", backends.ProcessSpec{Command: "cat", Env: map[string]string{"SECRET": "x"}})
+	require.NoError(t, err)
+	info, err := rt.Process("d", "")
+	require.NoError(t, err)
+	assert.Equal(t, ProcessRunning, info.Status)
+	assert.Equal(t, []string{"SECRET"}, info.EnvKeys)
+	require.NoError(t, rt.DeleteSession(ctx, "d"))
+	_, err = rt.Process("d", "")
+	require.ErrorIs(t, err, backends.ErrSessionNotFound)
+	require.ErrorIs(t, rt.DeleteSession(ctx, "d"), backends.ErrSessionNotFound)
+}
+
+func TestConfigMergeAtomic(t *testing.T) {
+	cfg := DefaultConfig()
+	next, err := cfg.Merge([]byte(`{"limits":{"max_sessions":5},"local":{"allowed_mount_roots":"/a, /b"}}`))
+	require.NoError(t, err)
+	assert.Equal(t, 5, next.Limits.MaxSessions)
+	assert.Equal(t, 64, next.Limits.MaxManagedProcesses, "merge keeps keys not named")
+	assert.Equal(t, StringList{"/a", "/b"}, next.Local.AllowedMountRoots)
+
+	tests := []struct{ name, patch, field string }{
+		{"out of range", `{"limits":{"max_sessions":5001}}`, "limits.max_sessions"},
+		{"wrong type", `{"limits":{"max_sessions":"x"}}`, "limits.max_sessions"},
+		{"unknown key", `{"limits":{"nope":1}}`, "nope"},
+		{"bad backend", `{"backend":"vm"}`, "backend"},
+		{"valid and invalid together", `{"limits":{"max_sessions":1,"session_ttl_sec":-1}}`, "limits.session_ttl_sec"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := next.Merge([]byte(tc.patch))
+			require.ErrorIs(t, err, backends.ErrValidation)
+			var be *backends.Error
+			require.True(t, errors.As(err, &be))
+			assert.Equal(t, tc.field, be.Details["field"])
+			assert.Equal(t, next, got, "an invalid patch changes nothing")
+		})
+	}
+}

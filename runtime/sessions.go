@@ -1,0 +1,333 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+// session is one entry of the table. info is guarded by Runtime.mu; op
+// serialises execs, process starts/stops and destruction on the session.
+type session struct {
+	info        backends.SessionInfo
+	op          sync.Mutex
+	activeExecs int
+	deleting    bool
+	deleted     chan struct{}
+	procs       map[string]*managedProcess
+}
+
+func newSession(info backends.SessionInfo) *session {
+	return &session{info: info, deleted: make(chan struct{}), procs: map[string]*managedProcess{}}
+}
+
+// compatibility lists, in the reference's order, the fields a reused
+// session must match.
+func compatibility(info backends.SessionInfo, spec backends.Spec) (field string, existing, requested any) {
+	checks := []struct {
+		name string
+		a, b any
+	}{
+		{"network", info.Network, spec.Network},
+		{"image", info.Image, spec.Image},
+		{"host_path", info.HostPath, spec.HostPath},
+		{"host_path_mode", info.HostPathMode, spec.HostPathMode},
+		{"mount_path", info.MountPath, spec.MountPath},
+		{"persistent", info.Persistent, spec.Persistent},
+		{"cpus", info.CPUs, spec.CPUs},
+		{"memory_mb", info.MemoryMB, spec.MemoryMB},
+		{"pids_limit", info.PidsLimit, spec.PidsLimit},
+		{"read_only_rootfs", info.ReadOnlyRootfs, spec.ReadOnlyRootfs},
+		{"workspace_quota_mb", info.WorkspaceQuotaMB, spec.WorkspaceQuotaMB},
+	}
+	for _, c := range checks {
+		if c.a != c.b {
+			return c.name, printable(c.a), printable(c.b)
+		}
+	}
+	return "", nil, nil
+}
+
+func printable(v any) any {
+	if s, ok := v.(string); ok && s == "" {
+		return "None"
+	}
+	if f, ok := v.(float64); ok {
+		return fmt.Sprintf("%.1f", f)
+	}
+	return v
+}
+
+// sameMounts compares extra-mount sets, ignoring order and duplicates.
+func sameMounts(a, b []backends.MountSpec) bool {
+	key := func(ms []backends.MountSpec) []string {
+		var out []string
+		for _, m := range ms {
+			if m.Mode != backends.MountNone {
+				out = append(out, m.HostPath+"\x00"+m.MountPath+"\x00"+string(m.Mode))
+			}
+		}
+		sort.Strings(out)
+		return slices.Compact(out)
+	}
+	return slices.Equal(key(a), key(b))
+}
+
+// prepareSpec resolves host paths against the allow-list and fills the
+// backend's default image.
+func (r *Runtime) prepareSpec(b backends.Backend, spec backends.Spec) (backends.Spec, error) {
+	roots := r.Config().resolvedRoots()
+	if spec.HostPath != "" && spec.HostPathMode != backends.MountNone {
+		p, err := backends.ResolveHostPath("host_path", spec.HostPath, roots)
+		if err != nil {
+			return spec, err
+		}
+		spec.HostPath = p
+	}
+	mounts := make([]backends.MountSpec, 0, len(spec.ExtraMounts))
+	for i, m := range spec.ExtraMounts {
+		if m.Mode == backends.MountNone {
+			continue
+		}
+		p, err := backends.ResolveHostPath(fmt.Sprintf("extra_mounts[%d].host_path", i), m.HostPath, roots)
+		if err != nil {
+			return spec, err
+		}
+		m.HostPath = p
+		mounts = append(mounts, m)
+	}
+	spec.ExtraMounts = mounts
+	if spec.Image == "" {
+		spec.Image = b.DefaultImage()
+	}
+	return spec, nil
+}
+
+// EnsureSession returns the session for spec.SessionID, creating it when
+// missing, recreating it when its extra mounts changed or its sandbox died,
+// and refusing with BoxSessionConflictError when it exists with another
+// spec.
+func (r *Runtime) EnsureSession(ctx context.Context, spec backends.Spec) (backends.SessionInfo, error) {
+	s, err := r.acquire(ctx, spec, false)
+	if err != nil {
+		return backends.SessionInfo{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return s.info, nil
+}
+
+// acquire is EnsureSession; with forExec the session is marked as running
+// an exec before the per-id lock is released, so the reaper cannot take it.
+func (r *Runtime) acquire(ctx context.Context, spec backends.Spec, forExec bool) (*session, error) {
+	b, err := r.currentBackend(ctx)
+	if err != nil {
+		return nil, err
+	}
+	spec, err = r.prepareSpec(b, spec)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		unlock := r.idLocks.Lock(spec.SessionID)
+		s, wait, err := r.acquireLocked(ctx, b, spec, forExec)
+		unlock()
+		if wait == nil {
+			return s, err
+		}
+		// The id is being deleted: wait for that, then start over.
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec backends.Spec, forExec bool) (*session, chan struct{}, error) {
+	r.mu.Lock()
+	if r.shuttingDown {
+		r.mu.Unlock()
+		return nil, nil, backends.RuntimeUnavailable("Box runtime is shutting down")
+	}
+	s := r.sessions[spec.SessionID]
+	if s != nil && s.deleting {
+		r.mu.Unlock()
+		return nil, s.deleted, nil
+	}
+	if s != nil {
+		if field, existing, requested := compatibility(s.info, spec); field != "" {
+			r.mu.Unlock()
+			return nil, nil, backends.SessionConflict(spec.SessionID, field, existing, requested)
+		}
+		info := s.info
+		r.mu.Unlock()
+		reason := ""
+		if !sameMounts(info.ExtraMounts, spec.ExtraMounts) {
+			reason = "extra mounts changed"
+		} else if !b.Alive(ctx, info) {
+			reason = "sandbox is gone"
+		}
+		if reason == "" {
+			r.mu.Lock()
+			s.info.LastUsedAt = r.clock.Now()
+			r.counters.TotalReused++
+			if forExec {
+				s.activeExecs++
+			}
+			r.mu.Unlock()
+			return s, nil, nil
+		}
+		r.log.Info().Str("session_id", spec.SessionID).Str("reason", reason).Msg("recreating session")
+		if err := r.destroy(ctx, s, "recreate"); err != nil {
+			return nil, nil, err
+		}
+		r.mu.Lock()
+		r.counters.TotalRecreated++
+	}
+	// r.mu is held here.
+	limit := r.cfg.Limits.MaxSessions
+	if len(r.sessions)+r.creating+r.closing >= limit {
+		r.mu.Unlock()
+		return nil, nil, backends.CapacityExceeded("max_sessions", limit, "Box session capacity reached (%d)", limit)
+	}
+	r.creating++
+	r.mu.Unlock()
+
+	// Creation outlives the request: a host that gives up must not leave a
+	// half-made sandbox behind.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	info, err := b.StartSession(cctx, spec)
+	cancel()
+
+	r.mu.Lock()
+	r.creating--
+	if err != nil {
+		r.mu.Unlock()
+		return nil, nil, err
+	}
+	if r.shuttingDown {
+		r.mu.Unlock()
+		_ = b.StopSession(context.WithoutCancel(ctx), info)
+		return nil, nil, backends.RuntimeUnavailable("Box runtime is shutting down")
+	}
+	now := r.clock.Now()
+	info.SessionID = spec.SessionID
+	info.CreatedAt, info.LastUsedAt = now, now
+	s = newSession(info)
+	if forExec {
+		s.activeExecs++
+	}
+	r.sessions[spec.SessionID] = s
+	r.counters.TotalCreated++
+	r.mu.Unlock()
+	r.log.Info().Str("session_id", spec.SessionID).Str("backend", info.BackendName).
+		Str("backend_session_id", info.BackendSessionID).Msg("session created")
+	return s, nil, nil
+}
+
+// SessionDetails is box_get_session's result: the session plus its managed
+// processes.
+type SessionDetails struct {
+	backends.SessionInfo
+	ManagedProcesses map[string]ProcessInfo `json:"managed_processes,omitempty"`
+	ManagedProcess   *ProcessInfo           `json:"managed_process,omitempty"`
+}
+
+// GetSession returns one session.
+func (r *Runtime) GetSession(id string) (SessionDetails, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.sessions[id]
+	if !ok {
+		return SessionDetails{}, backends.SessionNotFound(id)
+	}
+	d := SessionDetails{SessionInfo: s.info}
+	if len(s.procs) > 0 {
+		d.ManagedProcesses = map[string]ProcessInfo{}
+		for pid, p := range s.procs {
+			d.ManagedProcesses[pid] = p.info()
+		}
+		if p, ok := d.ManagedProcesses[DefaultProcessID]; ok {
+			d.ManagedProcess = &p
+		}
+	}
+	return d, nil
+}
+
+// ListSessions returns every session, oldest first.
+func (r *Runtime) ListSessions() []backends.SessionInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]backends.SessionInfo, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		out = append(out, s.info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out
+}
+
+// DeleteSession stops the session's processes and destroys its sandbox,
+// waiting for a running exec to finish first.
+func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
+	unlock := r.idLocks.Lock(id)
+	defer unlock()
+	r.mu.Lock()
+	s, ok := r.sessions[id]
+	r.mu.Unlock()
+	if !ok {
+		return backends.SessionNotFound(id)
+	}
+	return r.destroy(ctx, s, "delete")
+}
+
+// destroy removes s from the table and its sandbox from the backend.
+func (r *Runtime) destroy(ctx context.Context, s *session, reason string) error {
+	r.mu.Lock()
+	if s.deleting {
+		r.mu.Unlock()
+		select {
+		case <-s.deleted:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.deleting = true
+	r.closing++
+	b := r.backend
+	r.mu.Unlock()
+
+	ctx = context.WithoutCancel(ctx)
+	s.op.Lock() // waits for a running exec or process start
+	r.stopSessionProcesses(ctx, s)
+	r.mu.Lock()
+	info := s.info
+	r.mu.Unlock()
+	var err error
+	if b != nil {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err = b.StopSession(sctx, info)
+		cancel()
+	}
+	s.op.Unlock()
+
+	r.mu.Lock()
+	r.closing--
+	if r.sessions[s.info.SessionID] == s {
+		delete(r.sessions, s.info.SessionID)
+	}
+	r.counters.TotalCleaned++
+	r.mu.Unlock()
+	close(s.deleted)
+	r.log.Info().Str("session_id", s.info.SessionID).Str("reason", reason).Err(err).Msg("session destroyed")
+	if err != nil {
+		return backends.Failure("destroy session %s: %v", s.info.SessionID, err).Wrap(err)
+	}
+	return nil
+}

@@ -1,0 +1,37 @@
+# shellcheck shell=bash
+# Shared helpers for boxrt's scripts. Source it; it changes nothing by itself.
+
+export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
+
+log() { printf '[%s] %s\n' "$(basename "$0")" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+is_root() { [[ $(id -u) == 0 ]]; }
+
+# need_pkgs installs the Debian packages that are missing (root only).
+need_pkgs() {
+	local missing=()
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+	done
+	((${#missing[@]} == 0)) && return 0
+	is_root || die "missing packages: ${missing[*]} (run as root, or: sudo apt-get install -y ${missing[*]})"
+	log "installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# ensure_dockerd starts dockerd when no engine answers, and waits for it.
+ensure_dockerd() {
+	docker info >/dev/null 2>&1 && return 0
+	is_root || die "no Docker engine answers and we are not root: start dockerd or set DOCKER_HOST"
+	log "starting dockerd (log: /var/log/boxrt-dockerd.log)"
+	nohup dockerd >/var/log/boxrt-dockerd.log 2>&1 &
+	for _ in $(seq 1 60); do
+		docker info >/dev/null 2>&1 && return 0
+		sleep 0.5
+	done
+	tail -20 /var/log/boxrt-dockerd.log >&2 || true
+	die "dockerd did not come up in 30 s"
+}

@@ -183,8 +183,10 @@ func (b *bridge) run() {
 	readDone := make(chan error, 1)
 	go func() { readDone <- b.readLoop(ctx) }()
 	why := b.writeLoop(ctx, readDone)
-	cancel()
+	// Close before cancelling: cancelling a pending read makes the websocket
+	// library drop the connection without the close frame and its reason.
 	_ = b.c.Close(why.code, why.reason)
+	cancel()
 	b.log.Info().Int("code", int(why.code)).Str("reason", why.reason).Msg("relay closed")
 	b.h.observe(Event{Kind: "close", SessionID: b.sessionID, ProcessID: b.processID})
 }

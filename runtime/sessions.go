@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -237,6 +238,31 @@ type SessionDetails struct {
 	backends.SessionInfo
 	ManagedProcesses map[string]ProcessInfo `json:"managed_processes,omitempty"`
 	ManagedProcess   *ProcessInfo           `json:"managed_process,omitempty"`
+}
+
+// MarshalJSON flattens the session info and adds the process fields; the
+// embedded SessionInfo's own MarshalJSON would otherwise drop them.
+func (d SessionDetails) MarshalJSON() ([]byte, error) {
+	raw, err := json.Marshal(d.SessionInfo)
+	if err != nil {
+		return nil, err
+	}
+	if d.ManagedProcesses == nil {
+		return raw, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	if m["managed_processes"], err = json.Marshal(d.ManagedProcesses); err != nil {
+		return nil, err
+	}
+	if d.ManagedProcess != nil {
+		if m["managed_process"], err = json.Marshal(d.ManagedProcess); err != nil {
+			return nil, err
+		}
+	}
+	return json.Marshal(m)
 }
 
 // GetSession returns one session.

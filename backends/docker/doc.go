@@ -1,0 +1,22 @@
+// Package docker is the Docker Engine backend: one long-lived, hardened
+// container per session, commands and managed processes run in it as execs.
+//
+// It owns everything boxrt does to an engine — image lookup (and a pull
+// attempt), container and workspace-volume lifecycle, the labels that let a
+// restarted boxrt re-adopt its own containers, exec streaming, and killing a
+// command's process tree inside a container. Nothing else in boxrt talks to
+// Docker.
+//
+// It speaks the Engine API through github.com/docker/docker/client rather than
+// running the docker CLI (as the reference runtime does) because the API gives
+// typed errors instead of scraped stderr, streams exec output as it arrives
+// without a client process per command, lets a timed-out exec be cancelled
+// without losing the session, needs no docker binary on the boxrt host, and
+// works unchanged against a remote engine or Podman's Docker-compatible socket
+// via DOCKER_HOST.
+//
+// Killing inside the container is done with small POSIX sh scripts that use
+// only shell builtins (read, kill, test) to walk /proc, so they work in a
+// busybox-only image, on kernels without /proc/<pid>/task/*/children, and
+// while a fork bomb holds every pid the container's pids limit allows.
+package docker

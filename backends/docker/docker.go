@@ -1,0 +1,209 @@
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/versions"
+	"github.com/docker/docker/client"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+// Name is the backend's wire name.
+const Name = "docker"
+
+// DefaultImage is the image a session gets when neither the spec nor the
+// Config names one.
+const DefaultImage = "boxrt-sandbox:latest"
+
+// DefaultTmpSizeMB is the size of the /tmp tmpfs of a read-only-rootfs
+// session when Config.TmpSizeMB is zero.
+const DefaultTmpSizeMB = 64
+
+// minAPIVersion is the oldest Engine API this backend works with: mount
+// objects with volume labels (1.30) and exec environment/working dirs.
+const minAPIVersion = "1.30"
+
+const probeTimeout = 5 * time.Second
+
+// Config configures the Docker backend.
+type Config struct {
+	// InstanceID is the stable id of this boxrt installation; containers are
+	// labelled boxrt.instance=<InstanceID> and Adopt only ever looks at those.
+	InstanceID string
+	// DefaultImage is used when Spec.Image is empty; default
+	// "boxrt-sandbox:latest".
+	DefaultImage string
+	// User is "" or "auto" (the image's configured USER, root when it sets
+	// none) or an explicit "uid[:gid]" (names are accepted too).
+	User string
+	// CPULimitEnabled applies Spec.CPUs as a NanoCPUs limit. Off by default,
+	// as the reference's docker.cpu_limit_enabled.
+	CPULimitEnabled bool
+	// TmpSizeMB is the size of the /tmp tmpfs given to read-only-rootfs
+	// sessions; default 64.
+	TmpSizeMB int
+}
+
+// Backend runs sessions as Docker containers. It is safe for concurrent use.
+type Backend struct {
+	cli          *client.Client
+	instance     string
+	defaultImage string
+	user         string // explicit user, "" for the image's
+	cpuLimit     bool
+	tmpSizeMB    int
+}
+
+var _ backends.Backend = (*Backend)(nil)
+
+var userPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?$`)
+
+// New builds a backend from cfg and the DOCKER_HOST/DOCKER_* environment. It
+// does no I/O: an unreachable engine shows up in Probe, not here.
+func New(cfg Config) (*Backend, error) {
+	if strings.TrimSpace(cfg.InstanceID) == "" {
+		return nil, backends.Validation("instance_id", "docker backend: instance id must not be empty")
+	}
+	user := strings.TrimSpace(cfg.User)
+	if user == "auto" {
+		user = ""
+	}
+	if user != "" && !userPattern.MatchString(user) {
+		return nil, backends.Validation("docker.user", "docker backend: user must be \"auto\" or \"uid[:gid]\", got %q", cfg.User)
+	}
+	if cfg.TmpSizeMB < 0 {
+		return nil, backends.Validation("docker.tmp_size_mb", "docker backend: tmp size must not be negative, got %d", cfg.TmpSizeMB)
+	}
+	img := strings.TrimSpace(cfg.DefaultImage)
+	if img == "" {
+		img = DefaultImage
+	}
+	tmp := cfg.TmpSizeMB
+	if tmp == 0 {
+		tmp = DefaultTmpSizeMB
+	}
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, backends.BackendUnavailable("docker backend: invalid Docker client settings (DOCKER_HOST, DOCKER_CERT_PATH, DOCKER_API_VERSION): %v", err).Wrap(err)
+	}
+	return &Backend{
+		cli:          cli,
+		instance:     cfg.InstanceID,
+		defaultImage: img,
+		user:         user,
+		cpuLimit:     cfg.CPULimitEnabled,
+		tmpSizeMB:    tmp,
+	}, nil
+}
+
+// Close releases the client's connections. Sessions keep running.
+func (b *Backend) Close() error { return b.cli.Close() }
+
+// Name implements backends.Backend.
+func (b *Backend) Name() string { return Name }
+
+// DefaultImage implements backends.Backend.
+func (b *Backend) DefaultImage() string { return b.defaultImage }
+
+// Describe implements backends.Backend.
+func (b *Backend) Describe() backends.Description {
+	d := backends.Description{
+		EnforcedLimits: []string{"memory", "pids"},
+		Isolation:      "container (runc)",
+		Notes: []string{
+			"workspace_quota_mb is not enforced",
+			"per-process memory_mb of managed processes is not enforced; the session's memory limit applies",
+		},
+	}
+	if b.cpuLimit {
+		d.EnforcedLimits = append(d.EnforcedLimits, "cpus")
+	} else {
+		d.Notes = append(d.Notes, "cpu limit disabled (docker cpu_limit_enabled=false)")
+	}
+	return d
+}
+
+// Probe implements backends.Backend: a Ping bounded by a short timeout.
+func (b *Backend) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	ping, err := b.cli.Ping(ctx)
+	if err != nil {
+		return b.unavailable(err)
+	}
+	if ping.APIVersion != "" && versions.LessThan(ping.APIVersion, minAPIVersion) {
+		return backends.BackendUnavailable("Docker engine at %s speaks API %s; boxrt needs at least %s (upgrade docker.io)",
+			b.cli.DaemonHost(), ping.APIVersion, minAPIVersion)
+	}
+	return nil
+}
+
+func (b *Backend) unavailable(err error) *backends.Error {
+	return backends.BackendUnavailable("Docker engine not reachable at %s: %v. To fix: install Docker (apt-get install docker.io), "+
+		"start the daemon (systemctl start docker, or run dockerd), make sure this user may use the socket "+
+		"(root or the docker group), or set DOCKER_HOST to a running engine",
+		b.cli.DaemonHost(), err).Wrap(err)
+}
+
+// apiError turns an Engine API failure into a typed error: a connection
+// failure means the backend is gone, anything else is a BoxError naming what
+// was being done. The cause stays reachable for errors.Is (context errors in
+// particular).
+func (b *Backend) apiError(what string, err error) *backends.Error {
+	if client.IsErrConnectionFailed(err) {
+		return b.unavailable(err)
+	}
+	return backends.Failure("docker backend error: %s: %v", what, err).Wrap(err)
+}
+
+// sessionError is apiError for calls on a session's container: a missing
+// container means the session is gone.
+func (b *Backend) sessionError(info backends.SessionInfo, what string, err error) *backends.Error {
+	if cerrdefs.IsNotFound(err) {
+		return backends.SessionNotFound(info.SessionID).Wrap(err)
+	}
+	return b.apiError(what, err)
+}
+
+func randomHex(n int) string {
+	buf := make([]byte, n/2)
+	if _, err := rand.Read(buf); err != nil {
+		// crypto/rand does not fail on Linux; a constant would risk name clashes.
+		panic(err)
+	}
+	return hex.EncodeToString(buf)
+}
+
+// envList renders env in a stable order so identical requests produce
+// identical exec configs.
+func envList(env map[string]string) []string {
+	if len(env) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// cleanupContext is for work that must happen even when the caller's
+// context is already done (removing a half-created container, killing a
+// timed-out command).
+func cleanupContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

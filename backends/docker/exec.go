@@ -1,0 +1,329 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+const (
+	// killGrace is how long a kill may take before the next, blunter step.
+	killGrace = 5 * time.Second
+	// helperTimeout bounds the bookkeeping calls made after a command ended
+	// or while killing it, which run on a context detached from the caller's.
+	helperTimeout = 15 * time.Second
+	// helperAttempts: a helper exec needs a free pid in the container, which
+	// a runaway command may hold for a moment.
+	helperAttempts = 5
+)
+
+// killRequest is what Exec writes to the watcher's stdin; any line (or EOF)
+// triggers the kill.
+var killRequest = []byte("kill\n")
+
+// Exec implements backends.Backend. Output is demultiplexed into req.Stdout
+// and req.Stderr as it arrives. On req.Timeout or ctx cancellation the
+// command's whole process tree is killed inside the container and the
+// container, with its files, stays.
+func (b *Backend) Exec(ctx context.Context, info backends.SessionInfo, req backends.ExecRequest) (backends.ExitStatus, error) {
+	if err := ctx.Err(); err != nil {
+		return backends.ExitStatus{}, err
+	}
+	workdir := req.Workdir
+	if workdir == "" {
+		workdir = info.MountPath
+	}
+	if workdir == "" {
+		workdir = "/"
+	}
+	pidFile := "/tmp/.boxrt-exec-" + randomHex(16) + ".pid"
+	created, err := b.cli.ContainerExecCreate(ctx, info.BackendSessionID, container.ExecOptions{
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		Env:          envList(req.Env),
+		// The wrapper creates and enters the real workdir; the engine would
+		// refuse a working directory that does not exist yet.
+		WorkingDir: "/",
+		Cmd:        []string{"sh", "-c", execScript, "boxrt-exec", workdir, req.Cmd, pidFile},
+	})
+	if err != nil {
+		return backends.ExitStatus{}, b.sessionError(info, "creating exec in "+info.BackendSessionID, err)
+	}
+	// Attach is the start: the engine runs the exec when the hijacked
+	// stream is set up, so there is no separate ContainerExecStart.
+	hj, err := b.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return backends.ExitStatus{}, b.sessionError(info, "starting exec in "+info.BackendSessionID, err)
+	}
+	s := newStream(&hj, orDiscard(req.Stdout), orDiscard(req.Stderr))
+	defer s.close()
+
+	var expired <-chan time.Time
+	if req.Timeout > 0 {
+		t := time.NewTimer(req.Timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+
+	var cancelled error
+	select {
+	case <-s.done:
+	case <-expired:
+	case <-ctx.Done():
+		cancelled = ctx.Err()
+	}
+	if !isDone(s.done) {
+		// Timed out or cancelled while still running (a command that ended
+		// at the same instant counts as completed).
+		b.killExec(ctx, info, created.ID, pidFile, s, true)
+		return backends.ExitStatus{TimedOut: true}, cancelled
+	}
+	if s.err != nil {
+		// Either the caller's writer failed or the engine connection broke;
+		// in both cases nobody would see the rest, so stop it.
+		b.killExec(ctx, info, created.ID, pidFile, s, false)
+		if werr := s.writeErr(); werr != nil {
+			return backends.ExitStatus{}, backends.Failure("writing command output: %v", werr).Wrap(werr)
+		}
+		return backends.ExitStatus{}, b.apiError("reading command output", s.err)
+	}
+	ictx, cancel := cleanupContext(ctx, helperTimeout)
+	defer cancel()
+	code, err := b.execExitCode(ictx, created.ID)
+	if err != nil {
+		return backends.ExitStatus{}, b.sessionError(info, "reading exit code", err)
+	}
+	return backends.ExitStatus{ExitCode: code}, nil
+}
+
+// killExec kills a running exec's process tree. The in-container watcher is
+// asked first: it needs no new process, so it works under an exhausted pids
+// limit. Then a second exec kills whatever is left of the session recorded
+// in the pid file. That is a no-op when the watcher did its job (it deletes
+// the pid file last), and the only way left when the watcher itself was
+// killed by the command; the exec ending is no proof, since the engine
+// closes the stream two seconds after the wrapper exits whoever still holds
+// it.
+func (b *Backend) killExec(ctx context.Context, info backends.SessionInfo, execID, pidFile string, s *stream, streamLive bool) {
+	ctx, cancel := cleanupContext(ctx, 3*killGrace)
+	defer cancel()
+	_ = s.hj.Conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	_, _ = s.hj.Conn.Write(killRequest)
+	ended := b.waitExecEnd(ctx, execID, s, streamLive)
+	_ = b.signalSession(ctx, info.BackendSessionID, pidFile, "KILL", true)
+	if !ended {
+		b.waitExecEnd(ctx, execID, s, streamLive)
+	}
+}
+
+// waitExecEnd waits up to killGrace for an exec to end. While its output
+// stream is being read, the stream's end is the better signal: it closes
+// only once every process holding the output is gone. Otherwise the exec's
+// main process exiting has to do.
+func (b *Backend) waitExecEnd(ctx context.Context, execID string, s *stream, streamLive bool) bool {
+	deadline := time.NewTimer(killGrace)
+	defer deadline.Stop()
+	if streamLive {
+		select {
+		case <-s.done:
+			return true
+		case <-deadline.C:
+		case <-ctx.Done():
+		}
+		return false
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if ins, err := b.cli.ContainerExecInspect(ctx, execID); err != nil || !ins.Running {
+			return true
+		}
+		select {
+		case <-deadline.C:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// execExitCode waits for the engine to record the exit of an exec whose
+// stream has ended; the two are not ordered on every engine version.
+func (b *Backend) execExitCode(ctx context.Context, execID string) (int, error) {
+	delay := 5 * time.Millisecond
+	for {
+		ins, err := b.cli.ContainerExecInspect(ctx, execID)
+		if err != nil {
+			return -1, err
+		}
+		if !ins.Running {
+			return ins.ExitCode, nil
+		}
+		if err := sleepCtx(ctx, delay); err != nil {
+			return -1, err
+		}
+		delay = min(2*delay, 200*time.Millisecond)
+	}
+}
+
+// signalSession sends sig to the process session recorded in pidFile inside
+// the container, retrying while the container has no pid to spare.
+func (b *Backend) signalSession(ctx context.Context, containerName, pidFile, sig string, cleanup bool) error {
+	cmd := []string{"sh", "-c", signalScript, "boxrt-signal", pidFile, sig}
+	if cleanup {
+		cmd = append(cmd, "cleanup")
+	}
+	var err error
+	for i := 0; i < helperAttempts; i++ {
+		if err = b.runHelper(ctx, containerName, cmd); err == nil || ctx.Err() != nil {
+			break
+		}
+		if sleepCtx(ctx, time.Duration(i+1)*100*time.Millisecond) != nil {
+			break
+		}
+	}
+	if err != nil {
+		return b.apiError("signalling processes in "+containerName, err)
+	}
+	return nil
+}
+
+// runHelper runs a short boxrt-owned command in the container and waits for
+// it, returning its output in the error when it fails.
+func (b *Backend) runHelper(ctx context.Context, containerName string, cmd []string) error {
+	created, err := b.cli.ContainerExecCreate(ctx, containerName, container.ExecOptions{
+		AttachStdout: true,
+		AttachStderr: true,
+		WorkingDir:   "/",
+		Cmd:          cmd,
+	})
+	if err != nil {
+		return err
+	}
+	hj, err := b.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return err
+	}
+	out := &limitedBuffer{max: 4096}
+	s := newStream(&hj, out, out)
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+	}
+	s.close()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	code, err := b.execExitCode(ctx, created.ID)
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("helper exited with code %d: %s", code, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// stream demultiplexes a hijacked exec connection into two writers on its
+// own goroutine. close ends it and waits for the goroutine, so an Exec never
+// returns with a reader still running.
+type stream struct {
+	hj     *types.HijackedResponse
+	done   chan struct{}
+	err    error // valid after done
+	stdout *trackingWriter
+	stderr *trackingWriter
+}
+
+func newStream(hj *types.HijackedResponse, stdout, stderr io.Writer) *stream {
+	s := &stream{
+		hj:     hj,
+		done:   make(chan struct{}),
+		stdout: &trackingWriter{w: stdout},
+		stderr: &trackingWriter{w: stderr},
+	}
+	go func() {
+		defer close(s.done)
+		_, s.err = stdcopy.StdCopy(s.stdout, s.stderr, hj.Reader)
+	}()
+	return s
+}
+
+func (s *stream) close() {
+	s.hj.Close()
+	<-s.done
+}
+
+// writeErr is the error of the caller's writer, if that is what stopped the
+// stream. Valid after done.
+func (s *stream) writeErr() error {
+	if s.stdout.err != nil {
+		return s.stdout.err
+	}
+	return s.stderr.err
+}
+
+// trackingWriter remembers its first write error, to tell a failing
+// destination from a failing engine connection after StdCopy returns.
+type trackingWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (t *trackingWriter) Write(p []byte) (int, error) {
+	n, err := t.w.Write(p)
+	if err != nil && t.err == nil {
+		t.err = err
+	}
+	return n, err
+}
+
+// limitedBuffer keeps the first max bytes written to it and discards the
+// rest, so a misbehaving helper cannot grow memory.
+type limitedBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if room := l.max - len(l.buf); room > 0 {
+		l.buf = append(l.buf, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (l *limitedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.buf)
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,411 @@
+package docker_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/docker"
+)
+
+func TestExec(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := startSession(t, b)
+
+	tests := []struct {
+		name       string
+		req        backends.ExecRequest
+		wantOut    string
+		wantErr    string
+		wantCode   int
+		outIsExact bool
+	}{
+		{name: "echo", req: backends.ExecRequest{Cmd: "echo hello"}, wantOut: "hello\n", outIsExact: true},
+		{name: "stderr and exit code", req: backends.ExecRequest{Cmd: "echo oops >&2; exit 3"}, wantErr: "oops\n", wantCode: 3},
+		{name: "env", req: backends.ExecRequest{Cmd: `echo "$GREETING $OTHER"`, Env: map[string]string{"GREETING": "hi there", "OTHER": "x=y"}}, wantOut: "hi there x=y\n", outIsExact: true},
+		{name: "workdir is created", req: backends.ExecRequest{Cmd: "pwd", Workdir: "/workspace/a/b c"}, wantOut: "/workspace/a/b c\n", outIsExact: true},
+		{name: "default workdir is the mount path", req: backends.ExecRequest{Cmd: "pwd"}, wantOut: "/workspace\n", outIsExact: true},
+		{name: "quotes are not reinterpreted", req: backends.ExecRequest{Cmd: `printf '%s|' "it's" 'a "b"' '$HOME' "\$1"`}, wantOut: `it's|a "b"|$HOME|$1|`, outIsExact: true},
+		{name: "positional parameters are not leaked", req: backends.ExecRequest{Cmd: `echo "[$#][$1]"`}, wantOut: "[0][]\n", outIsExact: true},
+		{name: "stdin is empty", req: backends.ExecRequest{Cmd: "cat; echo end"}, wantOut: "end\n", outIsExact: true},
+		{name: "runs as the image user", req: backends.ExecRequest{Cmd: "id -u; id -g"}, wantOut: "1000\n1000\n", outIsExact: true},
+		{name: "workdir not creatable", req: backends.ExecRequest{Cmd: "echo never", Workdir: "/proc/nope"}, wantErr: "mkdir", wantCode: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.req.Timeout = 30 * time.Second
+			r := runCtx(context.Background(), t, b, info, tc.req)
+			if r.err != nil || r.status.TimedOut {
+				t.Fatalf("status %+v err %v", r.status, r.err)
+			}
+			if r.status.ExitCode != tc.wantCode {
+				t.Errorf("exit code %d, want %d (stderr %q)", r.status.ExitCode, tc.wantCode, r.stderr)
+			}
+			if tc.outIsExact && r.stdout != tc.wantOut {
+				t.Errorf("stdout %q, want %q", r.stdout, tc.wantOut)
+			}
+			if !strings.Contains(r.stderr, tc.wantErr) {
+				t.Errorf("stderr %q, want it to contain %q", r.stderr, tc.wantErr)
+			}
+			if tc.wantCode != 0 && strings.Contains(r.stdout, "never") {
+				t.Errorf("command ran although its workdir failed: %q", r.stdout)
+			}
+		})
+	}
+	left, err := processesLeft(b, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(left, ".boxrt-exec-") {
+		t.Errorf("pid files left behind: %s", left)
+	}
+}
+
+// processesLeft lists boxrt's pid files in /tmp other than the one of the
+// exec doing the listing (whose wrapper is the shell's parent).
+func processesLeft(b *docker.Backend, info backends.SessionInfo) (string, error) {
+	var out strings.Builder
+	_, err := b.Exec(context.Background(), info, backends.ExecRequest{
+		Cmd:     `for f in /tmp/.boxrt-*; do [ -e "$f" ] && [ "$(cat "$f")" != "$PPID" ] && echo "$f"; done; true`,
+		Stdout:  &out,
+		Timeout: 10 * time.Second,
+	})
+	return out.String(), err
+}
+
+func TestExecFilesPersistAcrossExecs(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := startSession(t, b)
+	mustRun(t, b, info, "echo persisted > /workspace/note.txt && mkdir -p /workspace/d && echo tmp > /tmp/t")
+	if got := mustRun(t, b, info, "cat /workspace/note.txt /tmp/t; ls -d /workspace/d"); got != "persisted\ntmp\n/workspace/d\n" {
+		t.Fatalf("second exec saw %q", got)
+	}
+}
+
+func TestExecTimeoutKillsTreeAndKeepsSession(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := startSession(t, b)
+	mustRun(t, b, info, "echo before > /workspace/before.txt")
+
+	tests := []struct {
+		name, cmd, marker string
+	}{
+		{"single command", "sleep 61", "sleep 61"},
+		{"background tree", "sleep 62 & (sleep 63 & sleep 64) & echo started; sleep 65", "sleep 6"},
+		{"ignores SIGTERM", `trap "" TERM; sleep 66 & wait`, "sleep 66"},
+		{"escaped to init", "(sleep 67 &) ; sleep 68", "sleep 6"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, b, info, tc.cmd, 2*time.Second)
+			if r.err != nil {
+				t.Fatalf("Exec: %v", r.err)
+			}
+			if !r.status.TimedOut {
+				t.Fatalf("status %+v, want timed out", r.status)
+			}
+			t.Logf("timed out after %v", r.elapsed)
+			if r.elapsed < 2*time.Second || r.elapsed > 3500*time.Millisecond {
+				t.Errorf("Exec returned after %v, want about 2s", r.elapsed)
+			}
+			waitNoProcesses(t, b, info, tc.marker)
+			if got := mustRun(t, b, info, "cat /workspace/before.txt"); got != "before\n" {
+				t.Fatalf("after the timeout the session lost its files: %q", got)
+			}
+		})
+	}
+	if !b.Alive(context.Background(), info) {
+		t.Fatal("session died")
+	}
+}
+
+func TestExecContextCancelKillsCommand(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := startSession(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	r := runCtx(ctx, t, b, info, backends.ExecRequest{Cmd: "echo started; sleep 71"})
+	if r.err != context.DeadlineExceeded {
+		t.Fatalf("err %v, want context.DeadlineExceeded", r.err)
+	}
+	if !r.status.TimedOut {
+		t.Errorf("status %+v, want TimedOut", r.status)
+	}
+	if r.stdout != "started\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+	if r.elapsed > 2500*time.Millisecond {
+		t.Errorf("took %v", r.elapsed)
+	}
+	waitNoProcesses(t, b, info, "sleep 71")
+
+	// An already cancelled context runs nothing.
+	r = runCtx(ctx, t, b, info, backends.ExecRequest{Cmd: "touch /workspace/should-not-exist"})
+	if r.err == nil {
+		t.Fatal("exec with a cancelled context succeeded")
+	}
+	if got := mustRun(t, b, info, "ls /workspace"); strings.Contains(got, "should-not-exist") {
+		t.Fatal("command ran despite the cancelled context")
+	}
+}
+
+// countingWriter counts bytes and records when the first byte arrived.
+type countingWriter struct {
+	n     atomic.Int64
+	first chan struct{}
+	once  sync.Once
+}
+
+func newCountingWriter() *countingWriter { return &countingWriter{first: make(chan struct{})} }
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.n.Add(int64(len(p)))
+	c.once.Do(func() { close(c.first) })
+	return len(p), nil
+}
+
+func TestExecStreamsLargeOutput(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := startSession(t, b)
+	const size = 5 << 20
+	out, errOut := newCountingWriter(), newCountingWriter()
+	st, err := b.Exec(context.Background(), info, backends.ExecRequest{
+		Cmd:     fmt.Sprintf("head -c %d /dev/zero; head -c %d /dev/urandom >&2", size, size/5),
+		Timeout: time.Minute,
+		Stdout:  out,
+		Stderr:  errOut,
+	})
+	if err != nil || st.TimedOut || st.ExitCode != 0 {
+		t.Fatalf("status %+v err %v", st, err)
+	}
+	if got := out.n.Load(); got != size {
+		t.Errorf("stdout bytes %d, want %d", got, size)
+	}
+	if got := errOut.n.Load(); got != size/5 {
+		t.Errorf("stderr bytes %d, want %d", got, size/5)
+	}
+}
+
+func TestExecStreamsAsOutputArrives(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := startSession(t, b)
+	out := newCountingWriter()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := b.Exec(context.Background(), info, backends.ExecRequest{
+			Cmd: "echo first; sleep 3; echo second", Timeout: 30 * time.Second, Stdout: out,
+		})
+		done <- err
+	}()
+	select {
+	case <-out.first:
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("first output arrived after %v", d)
+		}
+	case err := <-done:
+		t.Fatalf("exec ended (%v) before any output was streamed", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no output within 10s")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if out.n.Load() != int64(len("first\nsecond\n")) {
+		t.Errorf("got %d bytes", out.n.Load())
+	}
+}
+
+// failingWriter fails after the first write: Exec must stop the command and
+// report it rather than run it blind.
+type failingWriter struct{ writes atomic.Int32 }
+
+func (f *failingWriter) Write(p []byte) (int, error) {
+	if f.writes.Add(1) > 1 {
+		return 0, io.ErrShortWrite
+	}
+	return len(p), nil
+}
+
+func TestExecWriterFailureStopsCommand(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := startSession(t, b)
+	_, err := b.Exec(context.Background(), info, backends.ExecRequest{
+		Cmd:     "while :; do echo tick; sleep 0.1; done & sleep 72",
+		Timeout: 30 * time.Second,
+		Stdout:  &failingWriter{},
+	})
+	if err == nil || !isKind(err, backends.ErrBox) {
+		t.Fatalf("err %v, want a BoxError", err)
+	}
+	waitNoProcesses(t, b, info, "sleep 72")
+}
+
+func TestExecMemoryLimitKillsHog(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := startSession(t, b, func(s *backends.Spec) { s.MemoryMB = 64 })
+	// A 200 MB shell variable cannot fit in 64 MiB without swap.
+	r := run(t, b, info, `x=$(head -c 209715200 /dev/zero | tr '\0' a); echo survived ${#x}`, time.Minute)
+	if r.err != nil || r.status.TimedOut {
+		t.Fatalf("status %+v err %v", r.status, r.err)
+	}
+	if r.status.ExitCode != 137 || strings.Contains(r.stdout, "survived") {
+		t.Fatalf("memory hog not OOM-killed: exit %d stdout %q stderr %q", r.status.ExitCode, r.stdout, r.stderr)
+	}
+	if got := mustRun(t, b, info, "echo still here"); got != "still here\n" {
+		t.Fatalf("session unusable after OOM: %q", got)
+	}
+}
+
+func TestExecForkBombIsContainedAndKilled(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, func(c *docker.Config) { c.CPULimitEnabled = true })
+	info := startSession(t, b, func(s *backends.Spec) {
+		s.PidsLimit = 64
+		s.CPUs = 0.5
+	})
+	mustRun(t, b, info, "echo before > /workspace/f")
+	// exec keeps the foreground alive without needing a pid of its own.
+	r := run(t, b, info, "bomb() { bomb | bomb & }; bomb; exec sleep 73", 3*time.Second)
+	if r.err != nil || !r.status.TimedOut {
+		t.Fatalf("status %+v err %v", r.status, r.err)
+	}
+	t.Logf("fork bomb killed; Exec returned after %v", r.elapsed)
+	if r.elapsed > 5*time.Second {
+		t.Errorf("killing the fork bomb took %v", r.elapsed)
+	}
+	if got := mustRun(t, b, info, "cat /workspace/f"); got != "before\n" {
+		t.Fatalf("after the fork bomb: %q", got)
+	}
+	waitNoProcesses(t, b, info, "sleep 73")
+	out := mustRun(t, b, info, "ps -o pid | wc -l")
+	if n, _ := strconv.Atoi(strings.TrimSpace(out)); n > 10 {
+		t.Errorf("%d processes left after killing the fork bomb", n)
+	}
+}
+
+func TestExecReadOnlyRootfs(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	ro := startSession(t, b)
+	rw := startSession(t, b, func(s *backends.Spec) { s.ReadOnlyRootfs = false; s.SessionID += "-rw" })
+
+	tests := []struct {
+		name   string
+		info   backends.SessionInfo
+		path   string
+		writes bool
+	}{
+		{"ro: /etc", ro, "/etc/x", false},
+		{"ro: /", ro, "/x", false},
+		{"ro: home", ro, "/home/sandbox/x", false},
+		{"ro: /var/tmp", ro, "/var/tmp/x", false},
+		{"ro: workspace", ro, "/workspace/x", true},
+		{"ro: tmp", ro, "/tmp/x", true},
+		{"rw: home", rw, "/home/sandbox/x", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, b, tc.info, "echo data > "+tc.path, 30*time.Second)
+			if r.err != nil || r.status.TimedOut {
+				t.Fatalf("status %+v err %v", r.status, r.err)
+			}
+			if wrote := r.status.ExitCode == 0; wrote != tc.writes {
+				t.Fatalf("write to %s: exit %d (stderr %q), want success=%v", tc.path, r.status.ExitCode, r.stderr, tc.writes)
+			}
+		})
+	}
+	mounts := mustRun(t, b, ro, "grep ' /tmp ' /proc/mounts")
+	if !strings.Contains(mounts, "tmpfs") || !strings.Contains(mounts, "size=65536k") {
+		t.Errorf("/tmp is not a 64 MiB tmpfs: %q", mounts)
+	}
+}
+
+// bridgeGateway is the host's address on the default bridge network: the
+// IPAM gateway when the engine reports one, else the first address of the
+// bridge's subnet (what dockerd assigns to docker0 by default).
+func bridgeGateway(t *testing.T, cli *client.Client) string {
+	t.Helper()
+	bridge, err := cli.NetworkInspect(context.Background(), "bridge", network.InspectOptions{})
+	if err != nil || len(bridge.IPAM.Config) == 0 {
+		t.Fatalf("cannot inspect the docker bridge network: %v %+v", err, bridge.IPAM)
+	}
+	cfg := bridge.IPAM.Config[0]
+	if cfg.Gateway != "" {
+		return cfg.Gateway
+	}
+	prefix, err := netip.ParsePrefix(cfg.Subnet)
+	if err != nil {
+		t.Fatalf("bridge subnet %q: %v", cfg.Subnet, err)
+	}
+	return prefix.Masked().Addr().Next().String()
+}
+
+// TestExecNetwork listens on the host and connects from a session: refused
+// (no route at all) with network off, answered with network on.
+func TestExecNetwork(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	cli := rawClient(t)
+	gateway := bridgeGateway(t, cli)
+
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("hello from host\n"))
+			_ = c.Close()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	cmd := fmt.Sprintf("nc -w 3 %s %d </dev/null", gateway, port)
+
+	off := startSession(t, b)
+	on := startSession(t, b, func(s *backends.Spec) { s.Network = backends.NetworkOn; s.SessionID += "-on" })
+
+	r := run(t, b, off, cmd, 30*time.Second)
+	if r.err != nil || r.status.TimedOut {
+		t.Fatalf("status %+v err %v", r.status, r.err)
+	}
+	if r.status.ExitCode == 0 || strings.Contains(r.stdout, "hello") {
+		t.Errorf("network off: connection to %s:%d succeeded: %q", gateway, port, r.stdout)
+	}
+	if ifaces := mustRun(t, b, off, "ls /sys/class/net"); strings.TrimSpace(ifaces) != "lo" {
+		t.Errorf("network off: interfaces %q, want only lo", ifaces)
+	}
+
+	r = run(t, b, on, cmd, 30*time.Second)
+	if r.err != nil || r.status.ExitCode != 0 || !strings.Contains(r.stdout, "hello from host") {
+		t.Errorf("network on (control): status %+v err %v stdout %q stderr %q", r.status, r.err, r.stdout, r.stderr)
+	}
+}

@@ -1,0 +1,80 @@
+package docker
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+func TestContainerName(t *testing.T) {
+	valid := regexp.MustCompile(`^boxrt-[a-z0-9_.-]{1,32}-[0-9a-f]{8}$`)
+	tests := []struct{ id, wantStem string }{
+		{"simple", "simple"},
+		{"User/Chat 42", "user-chat-42"},
+		{"--x--", "x"},
+		{"!!!", "session"},
+		{"日本語", "session"},
+		{strings.Repeat("a", 40), strings.Repeat("a", 32)},
+		{"a.b_c-d", "a.b_c-d"},
+	}
+	for _, tc := range tests {
+		got := containerName(tc.id)
+		if !valid.MatchString(got) {
+			t.Errorf("containerName(%q) = %q: not a valid name", tc.id, got)
+		}
+		if stem := strings.TrimPrefix(got[:len(got)-9], "boxrt-"); stem != tc.wantStem {
+			t.Errorf("containerName(%q) stem %q, want %q", tc.id, stem, tc.wantStem)
+		}
+	}
+	if a, b := containerName("x"), containerName("x"); a == b {
+		t.Error("two sessions with the same id got the same container name")
+	}
+}
+
+func TestSignalExitCode(t *testing.T) {
+	for in, want := range map[int]int{0: 0, 1: 1, 127: 127, 128: 128, 130: -2, 137: -9, 143: -15, 192: -64, 193: 193, 255: 255} {
+		if got := signalExitCode(in); got != want {
+			t.Errorf("signalExitCode(%d) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+func TestLabelsRoundTrip(t *testing.T) {
+	b := &Backend{instance: "inst"}
+	spec := backends.DefaultSpec()
+	spec.SessionID = "s 1"
+	spec.Image = "img:1"
+	spec.HostPath = "/srv/x"
+	spec.ExtraMounts = []backends.MountSpec{{HostPath: "/a", MountPath: "/b", Mode: backends.MountRO}}
+	spec.Persistent = true
+	spec.CPUs = 1.5
+	spec.WorkspaceQuotaMB = 9
+	info := backends.SessionFromSpec(Name, "boxrt-s-1-00000000", spec)
+	info.CreatedAt = time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC)
+	labels, err := b.labels(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if labels[LabelInstance] != "inst" || labels[LabelManaged] != "true" || labels[LabelSession] != "s 1" {
+		t.Fatalf("labels %v", labels)
+	}
+	got, err := infoFromLabels(info.BackendSessionID, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.CreatedAt.Equal(info.CreatedAt) || time.Since(got.LastUsedAt) > time.Minute {
+		t.Errorf("times: %v %v", got.CreatedAt, got.LastUsedAt)
+	}
+	got.CreatedAt, got.LastUsedAt, info.LastUsedAt = info.CreatedAt, time.Time{}, time.Time{}
+	gj, _ := got.MarshalJSON()
+	wj, _ := info.MarshalJSON()
+	if string(gj) != string(wj) {
+		t.Errorf("round trip:\n got %s\nwant %s", gj, wj)
+	}
+	if _, err := infoFromLabels("c", map[string]string{LabelSpec: "{"}); err == nil {
+		t.Error("bad spec label accepted")
+	}
+}

@@ -1,0 +1,261 @@
+package docker_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
+	"go.uber.org/goleak"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/docker"
+)
+
+// testImage is built by scripts/build-test-image: static busybox, USER
+// 1000:1000, /workspace owned by 1000.
+const testImage = "boxrt-test:busybox"
+
+// setupErr is why the engine or the test image is unusable; every
+// integration test fails with it rather than skipping.
+var setupErr error
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Fprintln(os.Stderr, "\n!!! -short: SKIPPING every Docker Engine integration test in backends/docker !!!")
+	} else {
+		setupErr = setup()
+		if setupErr != nil {
+			fmt.Fprintf(os.Stderr, "\n!!! backends/docker: Docker Engine integration tests cannot run: %v !!!\n\n", setupErr)
+		}
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// setup checks the engine and builds the test image when it is missing.
+func setup() error {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := cli.Ping(ctx); err != nil {
+		return fmt.Errorf("engine not reachable at %s (start dockerd or set DOCKER_HOST): %w", cli.DaemonHost(), err)
+	}
+	if _, err := cli.ImageInspect(ctx, testImage); err == nil {
+		return nil
+	}
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "build-test-image")
+	cmd := exec.CommandContext(ctx, script)
+	cmd.Env = append(os.Environ(), "BOXRT_TEST_IMAGE="+testImage)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s failed: %v\n%s", script, err, out)
+	}
+	if _, err := cli.ImageInspect(ctx, testImage); err != nil {
+		return fmt.Errorf("%s ran but %s is still missing: %w", script, testImage, err)
+	}
+	return nil
+}
+
+func needEngine(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("!!! SKIPPED: needs a Docker Engine (-short) !!!")
+	}
+	if setupErr != nil {
+		t.Fatalf("Docker Engine integration test cannot run: %v", setupErr)
+	}
+}
+
+// rawClient is a plain Engine API client for checking what the backend did.
+func rawClient(t *testing.T) *client.Client {
+	t.Helper()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+func instanceID() string {
+	return fmt.Sprintf("boxrt-test-%d-%d", os.Getpid(), time.Now().UnixNano())
+}
+
+// newBackend returns a backend with its own instance id; everything created
+// under that id is removed when the test ends, whatever the test did.
+func newBackend(t *testing.T, mutate ...func(*docker.Config)) *docker.Backend {
+	t.Helper()
+	needEngine(t)
+	cfg := docker.Config{InstanceID: instanceID(), DefaultImage: testImage}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	b, err := docker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := rawClient(t)
+	t.Cleanup(func() {
+		_ = b.Close()
+		removeInstance(t, cli, cfg.InstanceID)
+	})
+	return b
+}
+
+func removeInstance(t *testing.T, cli *client.Client, instance string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f := filters.NewArgs(filters.Arg("label", docker.LabelInstance+"="+instance))
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Errorf("cleanup: listing containers: %v", err)
+		return
+	}
+	for _, c := range list {
+		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
+			t.Errorf("cleanup: removing %v: %v", c.Names, err)
+		}
+	}
+	vols, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		t.Errorf("cleanup: listing volumes: %v", err)
+		return
+	}
+	for _, v := range vols.Volumes {
+		if err := cli.VolumeRemove(ctx, v.Name, true); err != nil {
+			t.Errorf("cleanup: removing volume %s: %v", v.Name, err)
+		}
+	}
+}
+
+func testSpec(t *testing.T) backends.Spec {
+	s := backends.DefaultSpec()
+	s.SessionID = "t/" + t.Name()
+	s.Image = testImage
+	s.MemoryMB = 256
+	return s
+}
+
+// startSession starts a session from the default test spec as changed by
+// mutate and stops it when the test ends.
+func startSession(t *testing.T, b *docker.Backend, mutate ...func(*backends.Spec)) backends.SessionInfo {
+	t.Helper()
+	spec := testSpec(t)
+	for _, m := range mutate {
+		m(&spec)
+	}
+	if err := spec.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	info, err := b.StartSession(ctx, spec)
+	if err != nil {
+		t.Fatalf("StartSession: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := b.StopSession(ctx, info); err != nil {
+			t.Errorf("StopSession: %v", err)
+		}
+	})
+	return info
+}
+
+type result struct {
+	stdout, stderr string
+	status         backends.ExitStatus
+	err            error
+	elapsed        time.Duration
+}
+
+// syncBuffer is a bytes.Buffer safe to read while an exec writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+func run(t *testing.T, b *docker.Backend, info backends.SessionInfo, cmd string, timeout time.Duration) result {
+	t.Helper()
+	return runCtx(context.Background(), t, b, info, backends.ExecRequest{Cmd: cmd, Timeout: timeout})
+}
+
+func runCtx(ctx context.Context, t *testing.T, b *docker.Backend, info backends.SessionInfo, req backends.ExecRequest) result {
+	t.Helper()
+	var out, errOut syncBuffer
+	req.Stdout, req.Stderr = &out, &errOut
+	start := time.Now()
+	st, err := b.Exec(ctx, info, req)
+	return result{stdout: out.String(), stderr: errOut.String(), status: st, err: err, elapsed: time.Since(start)}
+}
+
+// mustRun runs cmd and fails the test unless it completes with exit code 0.
+func mustRun(t *testing.T, b *docker.Backend, info backends.SessionInfo, cmd string) string {
+	t.Helper()
+	r := run(t, b, info, cmd, 30*time.Second)
+	if r.err != nil || r.status.TimedOut || r.status.ExitCode != 0 {
+		t.Fatalf("exec %q: status %+v err %v\nstdout: %s\nstderr: %s", cmd, r.status, r.err, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// processesMatching lists the command lines of processes in the session
+// (other than the listing itself) that contain substr.
+func processesMatching(t *testing.T, b *docker.Backend, info backends.SessionInfo, substr string) []string {
+	t.Helper()
+	var out []string
+	for _, line := range strings.Split(mustRun(t, b, info, "ps -o args"), "\n") {
+		if strings.Contains(line, substr) && !strings.Contains(line, "ps -o args") {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return out
+}
+
+// waitNoProcesses polls until no process matches substr; killed processes
+// can take a moment to be reaped by the container's init.
+func waitNoProcesses(t *testing.T, b *docker.Backend, info backends.SessionInfo, substr string) {
+	t.Helper()
+	var left []string
+	for i := 0; i < 20; i++ {
+		if left = processesMatching(t, b, info, substr); len(left) == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("processes matching %q still running: %q", substr, left)
+}
+
+func isKind(err, kind error) bool { return errors.Is(err, kind) }

@@ -1,0 +1,191 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+// StartProcess implements backends.Backend: a managed process is an exec
+// with stdin attached and no TTY, so its stdout is a clean byte stream.
+//
+// Callers must keep reading both Stdout and Stderr until EOF: they are fed
+// by one demultiplexing goroutine through unbuffered pipes, so an unread
+// stream stalls the other and Wait.
+func (b *Backend) StartProcess(ctx context.Context, info backends.SessionInfo, spec backends.ProcessSpec) (backends.Process, error) {
+	if strings.TrimSpace(spec.Command) == "" {
+		return nil, backends.Validation("command", "command must not be empty")
+	}
+	cwd := spec.Cwd
+	if cwd == "" {
+		cwd = info.MountPath
+	}
+	if cwd == "" {
+		cwd = "/"
+	}
+	pidFile := "/tmp/.boxrt-proc-" + randomHex(16) + ".pid"
+	cmd := append([]string{"sh", "-c", procScript, "boxrt-proc", cwd, pidFile, spec.Command}, spec.Args...)
+	created, err := b.cli.ContainerExecCreate(ctx, info.BackendSessionID, container.ExecOptions{
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		Env:          envList(spec.Env),
+		WorkingDir:   "/",
+		Cmd:          cmd,
+	})
+	if err != nil {
+		return nil, b.sessionError(info, "creating managed process in "+info.BackendSessionID, err)
+	}
+	hj, err := b.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return nil, b.sessionError(info, "starting managed process in "+info.BackendSessionID, err)
+	}
+	outR, outW := io.Pipe()
+	errR, errW := io.Pipe()
+	p := &process{
+		b:         b,
+		container: info.BackendSessionID,
+		execID:    created.ID,
+		pidFile:   pidFile,
+		hj:        hj,
+		stdin:     &processStdin{conn: hj.Conn},
+		stdout:    outR,
+		stderr:    errR,
+		done:      make(chan struct{}),
+	}
+	go p.run(outW, errW)
+	return p, nil
+}
+
+type process struct {
+	b         *Backend
+	container string
+	execID    string
+	pidFile   string
+	hj        types.HijackedResponse
+	stdin     *processStdin
+	stdout    *io.PipeReader
+	stderr    *io.PipeReader
+
+	done chan struct{}
+	code int   // valid after done
+	err  error // valid after done
+}
+
+func (p *process) Stdin() io.WriteCloser { return p.stdin }
+func (p *process) Stdout() io.Reader     { return p.stdout }
+func (p *process) Stderr() io.Reader     { return p.stderr }
+
+// Wait returns the exit code. The engine reports a process killed by signal
+// n as 128+n, like a shell; Wait turns 129..192 back into -n so a killed
+// process reads as the reference (and os/exec) report it. A process that
+// really exits with such a code is indistinguishable and reads as killed.
+func (p *process) Wait() (int, error) {
+	<-p.done
+	return p.code, p.err
+}
+
+// Signal delivers sig to every process of the managed process's tree inside
+// the container. Signalling a process that has already exited is a no-op.
+func (p *process) Signal(sig syscall.Signal) error {
+	name, ok := signalNames[sig]
+	if !ok {
+		return backends.Validation("signal", "unsupported signal %d", int(sig))
+	}
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), helperTimeout)
+	defer cancel()
+	return p.b.signalSession(ctx, p.container, p.pidFile, name, false)
+}
+
+func (p *process) run(outW, errW *io.PipeWriter) {
+	defer close(p.done)
+	s := newStream(&p.hj, outW, errW)
+	<-s.done
+	// Readers get EOF (or the stream's error) as soon as output ends, not
+	// after the bookkeeping below.
+	outW.CloseWithError(s.err)
+	errW.CloseWithError(s.err)
+	p.stdin.markDone()
+	s.close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), helperTimeout)
+	defer cancel()
+	if s.err != nil {
+		// The output can no longer be delivered (a reader went away or the
+		// engine connection broke): do not leave the process running blind.
+		_ = p.b.signalSession(ctx, p.container, p.pidFile, "KILL", false)
+	}
+	code, err := p.b.execExitCode(ctx, p.execID)
+	// Whatever the process left running in its session dies with it, and
+	// its pid file goes.
+	_ = p.b.signalSession(ctx, p.container, p.pidFile, "KILL", true)
+	if err != nil {
+		p.code, p.err = -1, p.b.apiError("reading managed process exit code", err)
+		return
+	}
+	p.code = signalExitCode(code)
+}
+
+func signalExitCode(code int) int {
+	if code > 128 && code <= 128+64 {
+		return -(code - 128)
+	}
+	return code
+}
+
+// processStdin writes to the exec's stdin. Close half-closes the engine
+// connection, which the engine turns into EOF on the process's stdin while
+// its output keeps flowing.
+type processStdin struct {
+	conn   net.Conn
+	closed atomic.Bool
+	ended  atomic.Bool
+	once   sync.Once
+	err    error
+}
+
+func (w *processStdin) Write(b []byte) (int, error) {
+	if w.closed.Load() || w.ended.Load() {
+		return 0, io.ErrClosedPipe
+	}
+	n, err := w.conn.Write(b)
+	if err != nil && w.ended.Load() {
+		err = io.ErrClosedPipe
+	}
+	return n, err
+}
+
+func (w *processStdin) Close() error {
+	w.once.Do(func() {
+		w.closed.Store(true)
+		if w.ended.Load() {
+			return
+		}
+		cw, ok := w.conn.(interface{ CloseWrite() error })
+		if !ok {
+			w.err = backends.Failure("the Docker engine connection cannot be half-closed; stdin EOF cannot be delivered")
+			return
+		}
+		if err := cw.CloseWrite(); err != nil && !errors.Is(err, net.ErrClosed) && !w.ended.Load() {
+			w.err = err
+		}
+	})
+	return w.err
+}
+
+func (w *processStdin) markDone() { w.ended.Store(true) }

@@ -1,0 +1,547 @@
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+// Labels on every container and workspace volume boxrt creates.
+const (
+	LabelManaged   = "boxrt.managed"
+	LabelInstance  = "boxrt.instance"
+	LabelSession   = "boxrt.session"
+	LabelSpec      = "boxrt.spec"
+	LabelCreated   = "boxrt.created"
+	LabelContainer = "boxrt.container" // on volumes: the owning container
+)
+
+// containerPrefix starts every container name; volumePrefix every workspace
+// volume name (followed by the container name).
+const (
+	containerPrefix = "boxrt-"
+	volumePrefix    = "boxrt-ws-"
+)
+
+// staleAfter protects objects another goroutine may be creating right now
+// from Adopt's garbage collection.
+const staleAfter = 2 * time.Minute
+
+const cleanupTimeout = 30 * time.Second
+
+// specLabel is the boxrt.spec label: what Adopt needs to rebuild a
+// SessionInfo without any state outside the engine.
+type specLabel struct {
+	Image            string               `json:"image"`
+	Network          backends.NetworkMode `json:"network"`
+	HostPath         string               `json:"host_path"`
+	HostPathMode     backends.MountMode   `json:"host_path_mode"`
+	MountPath        string               `json:"mount_path"`
+	ExtraMounts      []backends.MountSpec `json:"extra_mounts"`
+	Persistent       bool                 `json:"persistent"`
+	CPUs             float64              `json:"cpus"`
+	MemoryMB         int                  `json:"memory_mb"`
+	PidsLimit        int                  `json:"pids_limit"`
+	ReadOnlyRootfs   bool                 `json:"read_only_rootfs"`
+	WorkspaceQuotaMB int                  `json:"workspace_quota_mb"`
+}
+
+var unsafeNameChars = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
+
+// containerName follows the reference's scheme (sanitised id, at most 32
+// characters, random suffix) so names stay readable in `docker ps` and two
+// sessions whose ids sanitise alike never clash.
+func containerName(sessionID string) string {
+	s := strings.ToLower(strings.Trim(unsafeNameChars.ReplaceAllString(sessionID, "-"), "-"))
+	if len(s) > 32 {
+		s = s[:32]
+	}
+	if s == "" {
+		s = "session"
+	}
+	return containerPrefix + s + "-" + randomHex(8)
+}
+
+func volumeName(container string) string { return volumePrefix + container }
+
+// StartSession implements backends.Backend: it creates and starts the
+// session's container.
+func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backends.SessionInfo, error) {
+	if spec.SessionID == "" {
+		return backends.SessionInfo{}, backends.Validation("session_id", "session_id must not be empty")
+	}
+	if spec.MountPath == "" {
+		spec.MountPath = backends.DefaultMountPath
+	}
+	if spec.Image == "" {
+		spec.Image = b.defaultImage
+	}
+	img, err := b.ensureImage(ctx, spec.Image)
+	if err != nil {
+		return backends.SessionInfo{}, err
+	}
+	owner := b.containerOwner(img)
+
+	name := containerName(spec.SessionID)
+	info := backends.SessionFromSpec(Name, name, spec)
+	info.CreatedAt = time.Now().UTC()
+	info.LastUsedAt = info.CreatedAt
+
+	mounts, err := b.mounts(spec, name, owner)
+	if err != nil {
+		return backends.SessionInfo{}, err
+	}
+	labels, err := b.labels(info)
+	if err != nil {
+		return backends.SessionInfo{}, err
+	}
+
+	cfg := &container.Config{
+		Image:  spec.Image,
+		User:   b.user,
+		Labels: labels,
+		// Overriding the entrypoint (not just the command) keeps an image's
+		// own ENTRYPOINT from swallowing the keep-alive loop.
+		Entrypoint: []string{"sh", "-c", keepAlive},
+	}
+	init := true
+	pids := int64(spec.PidsLimit)
+	hc := &container.HostConfig{
+		Init:           &init,
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		ReadonlyRootfs: spec.ReadOnlyRootfs,
+		Mounts:         mounts,
+		Resources: container.Resources{
+			Memory:     int64(spec.MemoryMB) << 20,
+			MemorySwap: int64(spec.MemoryMB) << 20, // equal to Memory: no swap
+			PidsLimit:  &pids,
+		},
+	}
+	if spec.PidsLimit <= 0 {
+		hc.PidsLimit = nil
+	}
+	if spec.MemoryMB <= 0 {
+		hc.Memory, hc.MemorySwap = 0, 0
+	}
+	if b.cpuLimit && spec.CPUs > 0 {
+		hc.NanoCPUs = int64(spec.CPUs * 1e9)
+	}
+	if spec.Network != backends.NetworkOn {
+		hc.NetworkMode = "none"
+	}
+	if spec.ReadOnlyRootfs {
+		// The rootfs is read-only; /tmp is where tools (and boxrt's own pid
+		// files) expect to write.
+		hc.Tmpfs = map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", b.tmpSizeMB)}
+	}
+
+	if _, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name); err != nil {
+		if !cerrdefs.IsConflict(err) {
+			// The engine may have created the workspace volume before
+			// failing; a name conflict, though, means the name is not ours.
+			b.removeSession(ctx, name)
+		}
+		return backends.SessionInfo{}, b.apiError("creating container for session "+spec.SessionID, err)
+	}
+	if err := b.cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
+		b.removeSession(ctx, name)
+		return backends.SessionInfo{}, b.apiError("starting container for session "+spec.SessionID, err)
+	}
+	return info, nil
+}
+
+// labels renders the container labels that Adopt reads back.
+func (b *Backend) labels(info backends.SessionInfo) (map[string]string, error) {
+	raw, err := json.Marshal(specLabel{
+		Image:            info.Image,
+		Network:          info.Network,
+		HostPath:         info.HostPath,
+		HostPathMode:     info.HostPathMode,
+		MountPath:        info.MountPath,
+		ExtraMounts:      info.ExtraMounts,
+		Persistent:       info.Persistent,
+		CPUs:             info.CPUs,
+		MemoryMB:         info.MemoryMB,
+		PidsLimit:        info.PidsLimit,
+		ReadOnlyRootfs:   info.ReadOnlyRootfs,
+		WorkspaceQuotaMB: info.WorkspaceQuotaMB,
+	})
+	if err != nil {
+		return nil, backends.Failure("docker backend error: encoding session labels: %v", err).Wrap(err)
+	}
+	return map[string]string{
+		LabelManaged:  "true",
+		LabelInstance: b.instance,
+		LabelSession:  info.SessionID,
+		LabelSpec:     string(raw),
+		LabelCreated:  info.CreatedAt.Format(time.RFC3339Nano),
+	}, nil
+}
+
+// infoFromLabels is the inverse of labels.
+func infoFromLabels(name string, labels map[string]string) (backends.SessionInfo, error) {
+	var s specLabel
+	if err := json.Unmarshal([]byte(labels[LabelSpec]), &s); err != nil {
+		return backends.SessionInfo{}, fmt.Errorf("container %s: bad %s label: %w", name, LabelSpec, err)
+	}
+	id := labels[LabelSession]
+	if id == "" {
+		return backends.SessionInfo{}, fmt.Errorf("container %s: no %s label", name, LabelSession)
+	}
+	created, err := time.Parse(time.RFC3339Nano, labels[LabelCreated])
+	if err != nil {
+		return backends.SessionInfo{}, fmt.Errorf("container %s: bad %s label: %w", name, LabelCreated, err)
+	}
+	return backends.SessionInfo{
+		SessionID:        id,
+		BackendName:      Name,
+		BackendSessionID: name,
+		Image:            s.Image,
+		Network:          s.Network,
+		HostPath:         s.HostPath,
+		HostPathMode:     s.HostPathMode,
+		MountPath:        s.MountPath,
+		ExtraMounts:      s.ExtraMounts,
+		Persistent:       s.Persistent,
+		CPUs:             s.CPUs,
+		MemoryMB:         s.MemoryMB,
+		PidsLimit:        s.PidsLimit,
+		ReadOnlyRootfs:   s.ReadOnlyRootfs,
+		WorkspaceQuotaMB: s.WorkspaceQuotaMB,
+		CreatedAt:        created,
+		LastUsedAt:       time.Now().UTC(),
+	}, nil
+}
+
+// owner is the numeric uid/gid the sandbox runs as, when known; used to hand
+// a workspace directory boxrt just created over to the sandbox user.
+type owner struct {
+	uid, gid int
+	known    bool
+}
+
+// containerOwner resolves the user the container will run as: the explicit
+// Config.User, else the image's USER. Only numeric users can be resolved
+// without reading the image's /etc/passwd.
+func (b *Backend) containerOwner(img image.InspectResponse) owner {
+	u := b.user
+	if u == "" && img.Config != nil {
+		u = img.Config.User
+	}
+	uidS, gidS, hasGID := strings.Cut(u, ":")
+	uid, err := strconv.Atoi(uidS)
+	if err != nil || uid <= 0 {
+		return owner{}
+	}
+	o := owner{uid: uid, gid: -1, known: true}
+	if hasGID {
+		if gid, err := strconv.Atoi(gidS); err == nil {
+			o.gid = gid
+		}
+	}
+	return o
+}
+
+// mounts builds the workspace mount (host bind or named volume) and the
+// extra binds. The runtime has already checked host paths against the
+// allow-list.
+func (b *Backend) mounts(spec backends.Spec, name string, o owner) ([]mount.Mount, error) {
+	var out []mount.Mount
+	if spec.HostPath != "" && spec.HostPathMode != backends.MountNone {
+		m, err := bindMount("host_path", spec.HostPath, spec.MountPath, spec.HostPathMode, o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	} else {
+		// A named volume rather than a container-layer directory: it
+		// survives a boxrt restart, works with a read-only rootfs and with
+		// remote engines, and inherits the image's ownership of the mount
+		// path so a non-root sandbox user can write to it.
+		out = append(out, mount.Mount{
+			Type:   mount.TypeVolume,
+			Source: volumeName(name),
+			Target: spec.MountPath,
+			VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{
+				LabelManaged:   "true",
+				LabelInstance:  b.instance,
+				LabelSession:   spec.SessionID,
+				LabelContainer: name,
+			}},
+		})
+	}
+	for i, em := range spec.ActiveExtraMounts() {
+		m, err := bindMount(fmt.Sprintf("extra_mounts[%d].host_path", i), em.HostPath, em.MountPath, em.Mode, o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// bindMount prepares one host bind. A missing rw directory is created (and
+// given to the sandbox user, since a root-owned 0755 directory would be
+// read-only to it); a missing ro one is an error, as binding an empty
+// directory read-only is never what the caller meant.
+func bindMount(field, host, target string, mode backends.MountMode, o owner) (mount.Mount, error) {
+	if _, err := os.Stat(host); err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			return mount.Mount{}, backends.Failure("cannot use host path %s: %v", host, err).Wrap(err)
+		}
+		if mode != backends.MountRW {
+			return mount.Mount{}, backends.Validation(field, "%s %s does not exist (read-only mounts are not created)", field, host).With("path", host)
+		}
+		if err := backends.EnsureDir(host); err != nil {
+			return mount.Mount{}, err
+		}
+		if o.known && os.Geteuid() == 0 {
+			if err := os.Chown(host, o.uid, o.gid); err != nil {
+				return mount.Mount{}, backends.Failure("cannot hand %s to uid %d: %v", host, o.uid, err).Wrap(err)
+			}
+		}
+	}
+	return mount.Mount{
+		Type:     mount.TypeBind,
+		Source:   host,
+		Target:   target,
+		ReadOnly: mode == backends.MountRO,
+	}, nil
+}
+
+// ensureImage returns the image's metadata, pulling it when the engine does
+// not have it. No registry may be reachable, so a failed pull ends in an
+// error that says how to provide the image instead.
+func (b *Backend) ensureImage(ctx context.Context, ref string) (image.InspectResponse, error) {
+	img, err := b.cli.ImageInspect(ctx, ref)
+	if err == nil {
+		return img, nil
+	}
+	if !cerrdefs.IsNotFound(err) {
+		return image.InspectResponse{}, b.apiError("inspecting image "+ref, err)
+	}
+	pullErr := b.pull(ctx, ref)
+	if pullErr == nil {
+		if img, err = b.cli.ImageInspect(ctx, ref); err == nil {
+			return img, nil
+		}
+		pullErr = err
+	}
+	if isContextErr(pullErr) {
+		return image.InspectResponse{}, backends.Failure("docker backend error: pulling image %s: %v", ref, pullErr).Wrap(pullErr)
+	}
+	hint := "build it locally or load it with `docker load -i <archive>`"
+	if ref == DefaultImage || ref == b.defaultImage {
+		hint = "build it with scripts/build-image, or load it with `docker load -i <archive>`"
+	}
+	return image.InspectResponse{}, backends.Failure(
+		"image %s is not available on the Docker engine and could not be pulled (%v); %s, then retry",
+		ref, pullErr, hint).With("image", ref).Wrap(pullErr)
+}
+
+// pull runs an image pull to completion. Pull failures arrive inside the
+// progress stream, not as the call's error.
+func (b *Backend) pull(ctx context.Context, ref string) error {
+	rc, err := b.cli.ImagePull(ctx, ref, image.PullOptions{})
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	dec := json.NewDecoder(rc)
+	for {
+		var msg struct {
+			Error       string `json:"error"`
+			ErrorDetail struct {
+				Message string `json:"message"`
+			} `json:"errorDetail"`
+		}
+		if err := dec.Decode(&msg); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if msg.ErrorDetail.Message != "" {
+			return errors.New(msg.ErrorDetail.Message)
+		}
+		if msg.Error != "" {
+			return errors.New(msg.Error)
+		}
+	}
+}
+
+// Alive implements backends.Backend.
+func (b *Backend) Alive(ctx context.Context, info backends.SessionInfo) bool {
+	c, err := b.cli.ContainerInspect(ctx, info.BackendSessionID)
+	return err == nil && c.State != nil && c.State.Running
+}
+
+// StopSession implements backends.Backend: the container and its workspace
+// volume are removed; a session that is already gone is not an error.
+func (b *Backend) StopSession(ctx context.Context, info backends.SessionInfo) error {
+	name := info.BackendSessionID
+	if name == "" {
+		return backends.Validation("backend_session_id", "session %s has no container name", info.SessionID)
+	}
+	c, err := b.cli.ContainerInspect(ctx, name)
+	switch {
+	case err == nil:
+		if c.Config == nil || c.Config.Labels[LabelInstance] != b.instance {
+			return backends.Failure("docker backend error: refusing to remove container %s: it does not belong to this boxrt instance", name)
+		}
+	case !cerrdefs.IsNotFound(err):
+		return b.apiError("inspecting container "+name, err)
+	}
+	if err := b.removeContainer(ctx, name); err != nil {
+		return err
+	}
+	return b.removeVolume(ctx, volumeName(name))
+}
+
+func (b *Backend) removeContainer(ctx context.Context, name string) error {
+	err := b.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err == nil || cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress") {
+		// Another caller is removing it; wait for it to be gone so the
+		// volume can be removed after it.
+		for i := 0; i < 100; i++ {
+			if _, ierr := b.cli.ContainerInspect(ctx, name); cerrdefs.IsNotFound(ierr) {
+				return nil
+			}
+			if sleepCtx(ctx, 100*time.Millisecond) != nil {
+				break
+			}
+		}
+	}
+	return b.apiError("removing container "+name, err)
+}
+
+func (b *Backend) removeVolume(ctx context.Context, name string) error {
+	var err error
+	for i := 0; i < 10; i++ {
+		err = b.cli.VolumeRemove(ctx, name, true)
+		if err == nil || cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		// "volume is in use" right after the container's removal clears
+		// once the engine has released the mount.
+		if !cerrdefs.IsConflict(err) || sleepCtx(ctx, 100*time.Millisecond) != nil {
+			break
+		}
+	}
+	return b.apiError("removing volume "+name, err)
+}
+
+// removeSession is best-effort cleanup after a failed start.
+func (b *Backend) removeSession(ctx context.Context, name string) {
+	ctx, cancel := cleanupContext(ctx, cleanupTimeout)
+	defer cancel()
+	if b.removeContainer(ctx, name) == nil {
+		_ = b.removeVolume(ctx, volumeName(name))
+	}
+}
+
+// Adopt implements backends.Backend. Running containers of this instance are
+// returned; stopped ones are restarted when persistent (a host reboot must
+// not lose a persistent workspace) and removed otherwise, as the reference's
+// --rm would have. Orphaned workspace volumes of this instance are removed.
+// Containers with unreadable labels are left alone.
+func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
+	list, err := b.cli.ContainerList(ctx, container.ListOptions{
+		All: true,
+		Filters: filters.NewArgs(
+			filters.Arg("label", LabelManaged+"=true"),
+			filters.Arg("label", LabelInstance+"="+b.instance),
+		),
+	})
+	if err != nil {
+		return nil, b.apiError("listing containers", err)
+	}
+	var out []backends.SessionInfo
+	keep := map[string]bool{}
+	for _, c := range list {
+		if c.Labels[LabelInstance] != b.instance || c.Labels[LabelManaged] != "true" || len(c.Names) == 0 {
+			continue
+		}
+		name := strings.TrimPrefix(c.Names[0], "/")
+		keep[name] = true
+		info, infoErr := infoFromLabels(name, c.Labels)
+		switch c.State {
+		case container.StateRunning:
+			if infoErr == nil {
+				out = append(out, info)
+			}
+		case container.StateExited, container.StateDead, container.StateCreated:
+			if infoErr != nil || (c.State == container.StateCreated && time.Since(info.CreatedAt) < staleAfter) {
+				continue
+			}
+			if info.Persistent {
+				if b.cli.ContainerStart(ctx, name, container.StartOptions{}) == nil {
+					out = append(out, info)
+				}
+				continue
+			}
+			if b.removeContainer(ctx, name) == nil {
+				delete(keep, name)
+				_ = b.removeVolume(ctx, volumeName(name))
+			}
+		}
+	}
+	b.collectVolumes(ctx, keep)
+	return out, nil
+}
+
+// collectVolumes removes this instance's workspace volumes whose container
+// is gone (a StopSession that failed half-way, a crash). A volume still in
+// use is refused by the engine, which covers a session being created
+// concurrently.
+func (b *Backend) collectVolumes(ctx context.Context, keep map[string]bool) {
+	vols, err := b.cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(
+		filters.Arg("label", LabelManaged+"=true"),
+		filters.Arg("label", LabelInstance+"="+b.instance),
+	)})
+	if err != nil {
+		return
+	}
+	for _, v := range vols.Volumes {
+		if v == nil || v.Labels[LabelInstance] != b.instance || keep[v.Labels[LabelContainer]] ||
+			!strings.HasPrefix(v.Name, volumePrefix) {
+			continue
+		}
+		if created, err := time.Parse(time.RFC3339, v.CreatedAt); err == nil && time.Since(created) < staleAfter {
+			continue
+		}
+		_ = b.cli.VolumeRemove(ctx, v.Name, false)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

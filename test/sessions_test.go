@@ -1,0 +1,317 @@
+package test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// ExecResult mirrors box_exec's result.
+type ExecResult struct {
+	SessionID       string `json:"session_id"`
+	BackendName     string `json:"backend_name"`
+	Status          string `json:"status"`
+	ExitCode        *int   `json:"exit_code"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	DurationMS      int64  `json:"duration_ms"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StdoutBytes     int64  `json:"stdout_bytes"`
+}
+
+func execIn(t *testing.T, p *Proc, params map[string]any) ExecResult {
+	t.Helper()
+	var res ExecResult
+	p.MustCall("box_exec", params, &res)
+	return res
+}
+
+func backendProc(t *testing.T, backend, extra string) *Proc {
+	t.Helper()
+	cfg := "{" + backendConfigs[backend]
+	if extra != "" {
+		cfg += "," + extra
+	}
+	return Start(t, Options{Stdio: true, Config: cfg + "}"})
+}
+
+// hostListener accepts TCP connections on an address a sandbox with
+// network would reach: all interfaces (the docker bridge gateway included).
+func hostListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "0.0.0.0:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("hello\n"))
+			c.Close()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// hostIP is an address of this machine other sandboxes can route to.
+func hostIP(t *testing.T, backend string) string {
+	if backend == "bwrap" {
+		return "127.0.0.1"
+	}
+	out, err := exec.Command("docker", "network", "inspect", "bridge", "-f", "{{(index .IPAM.Config 0).Gateway}}").Output()
+	require.NoError(t, err)
+	return strings.TrimSpace(string(out))
+}
+
+func TestExecSemantics(t *testing.T) {
+	eachBackend(t, func(t *testing.T, backend string) {
+		p := backendProc(t, backend, "")
+		sid := "exec-" + backend
+		t.Cleanup(func() { p.Call("box_delete_session", map[string]any{"session_id": sid}, time.Minute) })
+
+		t.Run("echo", func(t *testing.T) {
+			r := execIn(t, p, map[string]any{"session_id": sid, "cmd": "echo hello; echo oops >&2; exit 4"})
+			assert.Equal(t, "completed", r.Status)
+			assert.Equal(t, 4, *r.ExitCode)
+			assert.Equal(t, "hello\n", r.Stdout, "output is not stripped")
+			assert.Equal(t, backend, r.BackendName)
+		})
+		t.Run("files persist across execs", func(t *testing.T) {
+			execIn(t, p, map[string]any{"session_id": sid, "cmd": "echo kept > /workspace/f.txt"})
+			r := execIn(t, p, map[string]any{"session_id": sid, "cmd": "cat f.txt"})
+			assert.Equal(t, "kept\n", r.Stdout)
+		})
+		t.Run("timeout kills the tree and keeps the session", func(t *testing.T) {
+			start := time.Now()
+			r := execIn(t, p, map[string]any{"session_id": sid, "cmd": "sleep 61 & sleep 62; echo never", "timeout_sec": 2})
+			assert.Equal(t, "timed_out", r.Status)
+			assert.Nil(t, r.ExitCode)
+			assert.Less(t, time.Since(start), 5*time.Second)
+			r = execIn(t, p, map[string]any{"session_id": sid, "cmd": "cat f.txt; ps 2>/dev/null | grep -c 'sleep 6[12]' || true"})
+			assert.Equal(t, "kept\n0\n", r.Stdout, "the session survives, its files too, and no sleep is left")
+		})
+		t.Run("5 MiB of output is bounded with head and tail", func(t *testing.T) {
+			r := execIn(t, p, map[string]any{"session_id": sid, "cmd": "echo FIRST; head -c 5242880 /dev/zero | tr '\\0' x; echo; echo LAST"})
+			assert.True(t, r.StdoutTruncated)
+			assert.Equal(t, int64(5242880+len("FIRST\n")+1+len("LAST\n")), r.StdoutBytes)
+			assert.True(t, strings.HasPrefix(r.Stdout, "FIRST\nxxx"))
+			assert.True(t, strings.HasSuffix(r.Stdout, "xxx\nLAST\n"))
+			assert.Contains(t, r.Stdout, "bytes omitted")
+			assert.LessOrEqual(t, len(r.Stdout), 1<<20+200)
+		})
+		t.Run("writes outside workspace and tmp fail", func(t *testing.T) {
+			r := execIn(t, p, map[string]any{"session_id": sid, "cmd": "touch /etc/x 2>/dev/null && echo etc; touch /usr/x 2>/dev/null && echo usr; touch /tmp/x && echo tmp; touch /workspace/x && echo ws"})
+			assert.Equal(t, "tmp\nws\n", r.Stdout)
+		})
+		t.Run("network off", func(t *testing.T) {
+			addr := hostListener(t)
+			_, port, _ := net.SplitHostPort(addr)
+			cmd := fmt.Sprintf("busybox nc -w 2 %s %s </dev/null >/dev/null && echo connected || echo refused", hostIP(t, backend), port)
+			r := execIn(t, p, map[string]any{"session_id": sid, "cmd": cmd})
+			assert.Equal(t, "refused\n", r.Stdout)
+			r = execIn(t, p, map[string]any{"session_id": sid + "-net", "network": "on", "cmd": cmd})
+			assert.Equal(t, "connected\n", r.Stdout, "the same probe works with network on")
+			p.MustCall("box_delete_session", map[string]any{"session_id": sid + "-net"}, nil)
+		})
+		t.Run("memory hog is killed at the limit", func(t *testing.T) {
+			r := execIn(t, p, map[string]any{"session_id": sid + "-mem", "memory_mb": 64, "timeout_sec": 60,
+				"cmd": "x=$(head -c 209715200 /dev/zero | tr '\\0' x); echo survived ${#x}"})
+			assert.NotEqual(t, "survived 209715200\n", r.Stdout, "%+v", r)
+			r = execIn(t, p, map[string]any{"session_id": sid + "-mem", "memory_mb": 64, "cmd": "x=$(head -c 1048576 /dev/zero | tr '\\0' x); echo ${#x}"})
+			assert.Equal(t, "1048576\n", r.Stdout, "small allocations work and the session is usable")
+			p.MustCall("box_delete_session", map[string]any{"session_id": sid + "-mem"}, nil)
+		})
+		t.Run("fork bomb is capped by pids", func(t *testing.T) {
+			peak := 0
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				p.Call("box_exec", map[string]any{"session_id": sid + "-pids", "pids_limit": 32, "timeout_sec": 4,
+					"cmd": "bomb() { bomb | bomb & }; bomb; sleep 6"}, time.Minute)
+			}()
+			for {
+				select {
+				case <-done:
+					t.Logf("peak processes in the sandbox: %d", peak)
+					assert.Greater(t, peak, 2, "the bomb ran")
+					// +2: bwrap's own init and monitor live in the sandbox's cgroup too.
+					assert.LessOrEqual(t, peak, 32+2, "no pid namespace ever held more than pids_limit processes")
+					p.MustCall("box_delete_session", map[string]any{"session_id": sid + "-pids"}, nil)
+					return
+				case <-time.After(20 * time.Millisecond):
+					peak = max(peak, largestSandboxPidNS(t))
+				}
+			}
+		})
+	})
+}
+
+func TestSessionMethods(t *testing.T) {
+	eachBackend(t, func(t *testing.T, backend string) {
+		p := backendProc(t, backend, `"limits":{"session_ttl_sec":300}`)
+		var info map[string]any
+		p.MustCall("box_create_session", map[string]any{"session_id": "m1", "memory_mb": 128}, &info)
+		assert.Equal(t, "m1", info["session_id"])
+		assert.Equal(t, backend, info["backend_name"])
+		assert.Nil(t, info["host_path"])
+		assert.NotEmpty(t, info["backend_session_id"])
+
+		var list struct {
+			Sessions []map[string]any `json:"sessions"`
+		}
+		p.MustCall("box_get_sessions", map[string]any{}, &list)
+		require.Len(t, list.Sessions, 1)
+
+		r := p.Call("box_exec", map[string]any{"session_id": "m1", "cmd": "true"}, time.Minute)
+		require.NotNil(t, r.Error)
+		assert.Equal(t, "memory_mb", r.Error.Data["field"], "the default memory differs from the session's")
+		assert.Contains(t, r.Error.Message, "memory_mb=128")
+
+		var del map[string]string
+		p.MustCall("box_delete_session", map[string]any{"session_id": "m1"}, &del)
+		assert.Equal(t, "m1", del["deleted"])
+		if backend == "docker" {
+			assert.Empty(t, managedContainers(t, info["backend_session_id"].(string)), "delete removes the container")
+		} else {
+			_, err := os.Stat(filepath.Join(p.State, "bwrap"))
+			require.NoError(t, err)
+			entries, _ := filepath.Glob(filepath.Join(p.State, "bwrap", "*", "m1-*"))
+			assert.Empty(t, entries, "delete removes the session directory")
+		}
+	})
+}
+
+func TestTTLReaping(t *testing.T) {
+	eachBackend(t, func(t *testing.T, backend string) {
+		p := backendProc(t, backend, `"limits":{"session_ttl_sec":1}`)
+		p.MustCall("box_create_session", map[string]any{"session_id": "short"}, nil)
+		p.MustCall("box_create_session", map[string]any{"session_id": "keep", "persistent": true}, nil)
+		require.Eventually(t, func() bool {
+			return p.Call("box_get_session", map[string]any{"session_id": "short"}, time.Minute).Error != nil
+		}, 15*time.Second, 200*time.Millisecond)
+		require.Nil(t, p.Call("box_get_session", map[string]any{"session_id": "keep"}, time.Minute).Error, "persistent sessions are spared")
+		var st map[string]any
+		p.MustCall("box_status", map[string]any{}, &st)
+		assert.Equal(t, float64(1), st["total_reaped"])
+		p.MustCall("box_delete_session", map[string]any{"session_id": "keep"}, nil)
+	})
+}
+
+func TestHostPathPolicy(t *testing.T) {
+	root := t.TempDir()
+	outside := t.TempDir()
+	require.NoError(t, os.Symlink(outside, filepath.Join(root, "escape")))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "ok"), 0o755))
+	p := backendProc(t, "bwrap", fmt.Sprintf(`"local":{"allowed_mount_roots":[%q]}`, root))
+	tests := []struct {
+		name   string
+		params map[string]any
+		ok     bool
+	}{
+		{"inside the allow-list", map[string]any{"host_path": filepath.Join(root, "ok")}, true},
+		{"outside the allow-list", map[string]any{"host_path": outside}, false},
+		{"symlink escaping the allow-list", map[string]any{"host_path": filepath.Join(root, "escape")}, false},
+		{"dot-dot escape", map[string]any{"host_path": root + "/ok/../../" + filepath.Base(outside)}, false},
+		{"system directory", map[string]any{"host_path": "/etc"}, false},
+		{"root", map[string]any{"host_path": "/"}, false},
+		{"docker socket", map[string]any{"host_path": "/var/run/docker.sock"}, false},
+		{"extra mount outside", map[string]any{"extra_mounts": []map[string]any{{"host_path": outside, "mount_path": "/data", "mode": "ro"}}}, false},
+		{"extra mount symlink escape", map[string]any{"extra_mounts": []map[string]any{{"host_path": filepath.Join(root, "escape"), "mount_path": "/data"}}}, false},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.params["session_id"] = fmt.Sprintf("hp%d", i)
+			tc.params["cmd"] = "ls /workspace"
+			r := p.Call("box_exec", tc.params, time.Minute)
+			if tc.ok {
+				require.Nil(t, r.Error)
+				return
+			}
+			require.NotNil(t, r.Error)
+			assert.Equal(t, "BoxValidationError", r.Error.Type())
+			assert.NotEmpty(t, r.Error.Data["field"])
+			assert.Contains(t, r.Error.Message, "host_path")
+		})
+	}
+}
+
+// largestSandboxPidNS returns the process count of the most populated pid
+// namespace other than the host's: during a fork bomb, the sandbox's.
+func largestSandboxPidNS(t *testing.T) int {
+	host, err := os.Readlink("/proc/self/ns/pid")
+	require.NoError(t, err)
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	counts := map[string]int{}
+	for _, e := range entries {
+		if c := e.Name()[0]; c < '0' || c > '9' {
+			continue
+		}
+		if ns, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err == nil && ns != host {
+			counts[ns]++
+		}
+	}
+	best := 0
+	for _, n := range counts {
+		best = max(best, n)
+	}
+	return best
+}
+
+// managedContainers lists containers (any state) with the given name
+// filter that carry boxrt's label.
+func managedContainers(t *testing.T, nameOrLabel string) []string {
+	t.Helper()
+	args := []string{"ps", "-a", "-q", "--filter", "label=boxrt.managed=true"}
+	if strings.Contains(nameOrLabel, "=") {
+		args = append(args, "--filter", "label="+nameOrLabel)
+	} else if nameOrLabel != "" {
+		args = append(args, "--filter", "name="+nameOrLabel)
+	}
+	out, err := exec.Command("docker", args...).Output()
+	require.NoError(t, err)
+	return strings.Fields(string(out))
+}
+
+func TestDockerReadoption(t *testing.T) {
+	state := t.TempDir()
+	cfg := "{" + backendConfigs["docker"] + "}"
+	p := Start(t, Options{Stdio: true, Config: cfg, StateDir: state})
+	var st struct {
+		InstanceID string `json:"instance_id"`
+	}
+	p.MustCall("box_status", map[string]any{}, &st)
+	execIn(t, p, map[string]any{"session_id": "adopt", "cmd": "echo survived > /workspace/mark"})
+	p.Kill() // kill -9: no cleanup runs
+
+	p2 := Start(t, Options{Stdio: true, Config: cfg, StateDir: state})
+	var info map[string]any
+	p2.MustCall("box_get_session", map[string]any{"session_id": "adopt"}, &info)
+	r := execIn(t, p2, map[string]any{"session_id": "adopt", "cmd": "cat /workspace/mark"})
+	assert.Equal(t, "survived\n", r.Stdout)
+
+	// Another installation's containers are left alone.
+	other := Start(t, Options{Stdio: true, Config: cfg})
+	var otherList struct {
+		Sessions []json.RawMessage `json:"sessions"`
+	}
+	other.MustCall("box_get_sessions", map[string]any{}, &otherList)
+	assert.Empty(t, otherList.Sessions)
+	other.Stop()
+	assert.NotEmpty(t, managedContainers(t, "boxrt.instance="+st.InstanceID))
+
+	p2.MustCall("box_shutdown", map[string]any{}, nil)
+	assert.Empty(t, managedContainers(t, "boxrt.instance="+st.InstanceID), "box_shutdown leaves no container behind")
+	require.Nil(t, p2.Call("__ping", map[string]any{}, time.Minute).Error, "box_shutdown keeps the runtime serving")
+}

@@ -70,16 +70,16 @@ func (e *WireError) Type() string {
 
 // Proc is a running boxrt.
 type Proc struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan []byte
-	stderr *syncBuffer
-	Addr   string // HTTP listener, host:port
-	State  string
-	done   chan struct{}
-	mu     sync.Mutex
-	nextID int
+	t       *testing.T
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	lines   chan []byte
+	stderr  *syncBuffer
+	Addr    string // HTTP listener, host:port
+	State   string
+	done    chan struct{}
+	mu      sync.Mutex
+	nextID  int
 	waiters map[string]chan Response
 	readErr error
 }

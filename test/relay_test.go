@@ -350,7 +350,9 @@ func pgrep(pattern string) int {
 // message per text frame.
 type wsTransport struct{ c *websocket.Conn }
 
-func (t *wsTransport) Connect(context.Context) (mcp.Connection, error) { return &wsConnection{c: t.c}, nil }
+func (t *wsTransport) Connect(context.Context) (mcp.Connection, error) {
+	return &wsConnection{c: t.c}, nil
+}
 
 type wsConnection struct {
 	c    *websocket.Conn

@@ -57,6 +57,8 @@ Protocol reference: docs/protocol.md`,
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			serveCommand(),
+			callCommand(),
+			doctorCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version",

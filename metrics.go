@@ -21,9 +21,12 @@ type metrics struct {
 	relayBytes   *prometheus.CounterVec
 	replayDrops  prometheus.Counter
 	relayAttachs prometheus.Counter
+	execDuration *prometheus.HistogramVec
 }
 
-func newMetrics(rt *runtime.Runtime, methods []string) *metrics {
+// newMetrics creates the collectors; register adds the runtime's and the
+// method names once they exist.
+func newMetrics() *metrics {
 	m := &metrics{
 		reg:   prometheus.NewRegistry(),
 		known: map[string]bool{},
@@ -46,14 +49,29 @@ func newMetrics(rt *runtime.Runtime, methods []string) *metrics {
 		relayAttachs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "boxrt_relay_attaches_total", Help: "Relay attaches.",
 		}),
+		execDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "boxrt_exec_duration_seconds", Help: "box_exec duration, by backend and status (completed, timed_out, error).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"backend", "status"}),
 	}
+	m.reg.MustRegister(m.rpcRequests, m.rpcDuration, m.relayEvents, m.relayBytes, m.replayDrops, m.relayAttachs,
+		m.execDuration, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) register(rt *runtime.Runtime, methods []string) {
 	for _, name := range methods {
 		m.known[name] = true
 	}
-	m.reg.MustRegister(m.rpcRequests, m.rpcDuration, m.relayEvents, m.relayBytes, m.replayDrops, m.relayAttachs,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&statusCollector{rt: rt})
-	return m
+	m.reg.MustRegister(&statusCollector{rt: rt})
+}
+
+func (m *metrics) exec(ev runtime.ExecEvent) {
+	status := ev.Status
+	if ev.ErrType != "" {
+		status = "error"
+	}
+	m.execDuration.WithLabelValues(ev.Backend, status).Observe(ev.Duration.Seconds())
 }
 
 func (m *metrics) observe(call rpc.Call) {
@@ -94,13 +112,15 @@ var (
 	descSessTotal = prometheus.NewDesc("boxrt_sessions_total", "Session lifecycle events, by event.", []string{"backend", "event"}, nil)
 	descExecs     = prometheus.NewDesc("boxrt_execs_total", "Commands run.", nil, nil)
 	descTimeouts  = prometheus.NewDesc("boxrt_exec_timeouts_total", "Commands killed at their timeout.", nil, nil)
+	descTruncated = prometheus.NewDesc("boxrt_exec_truncated_outputs_total", "Execs whose stdout or stderr exceeded the cap.", nil, nil)
+	descProcTotal = prometheus.NewDesc("boxrt_managed_processes_total", "Managed-process events, by event (started, exited, replaced).", []string{"event"}, nil)
 	descHealth    = prometheus.NewDesc("boxrt_backend_available", "1 when the selected backend answered its last probe.", []string{"backend"}, nil)
 	descProbe     = prometheus.NewDesc("boxrt_backend_probe_seconds", "Latency of the last backend probe.", []string{"backend"}, nil)
 	descProbeFail = prometheus.NewDesc("boxrt_backend_probe_failures_total", "Failed backend probes.", nil, nil)
 )
 
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSessions, descProcesses, descSessTotal, descExecs, descTimeouts, descHealth, descProbe, descProbeFail} {
+	for _, d := range []*prometheus.Desc{descSessions, descProcesses, descSessTotal, descExecs, descTimeouts, descTruncated, descProcTotal, descHealth, descProbe, descProbeFail} {
 		ch <- d
 	}
 }
@@ -126,6 +146,10 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descSessTotal, st.TotalCleaned, backend, "destroyed")
 	counter(descExecs, st.TotalExecs)
 	counter(descTimeouts, st.TotalTimeouts)
+	counter(descTruncated, st.TotalTruncated)
+	counter(descProcTotal, st.ProcessesStarted, "started")
+	counter(descProcTotal, st.ProcessesExited, "exited")
+	counter(descProcTotal, st.ProcessesReplaced, "replaced")
 	available := 0.0
 	if st.Backend.Available {
 		available = 1

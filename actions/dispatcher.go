@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sort"
+	"time"
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/rpc"
@@ -27,6 +28,7 @@ type Dispatcher struct {
 	rt      *runtime.Runtime
 	server  Server
 	methods map[string]method
+	errors  errorRing
 }
 
 // New returns a Dispatcher with every method that works registered.
@@ -70,13 +72,22 @@ func (d *Dispatcher) Methods() []string {
 	return out
 }
 
-// Handle implements rpc.Handler.
+// Handle implements rpc.Handler. Failures are also kept in the ring of
+// recent errors box_status reports.
 func (d *Dispatcher) Handle(ctx context.Context, req *rpc.Request) (any, error) {
-	m, ok := d.methods[req.Method]
-	if !ok {
-		return nil, &rpc.MethodNotFoundError{Method: req.Method}
+	var res any
+	var err error
+	if m, ok := d.methods[req.Method]; ok {
+		res, err = m(ctx, req)
+	} else {
+		err = &rpc.MethodNotFoundError{Method: req.Method}
 	}
-	return m(ctx, req)
+	if err != nil {
+		e := rpc.Encode(EncodeError, err)
+		d.errors.add(RecentError{Time: time.Now().UTC(), Method: req.Method, Type: e.Type, Code: e.Code,
+			Message: truncateText(e.Message, 500), SessionID: sessionIDOf(req.Params)})
+	}
+	return res, err
 }
 
 // noParams checks that params is empty.

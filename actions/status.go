@@ -9,8 +9,9 @@ import (
 
 type statusResult struct {
 	runtime.Status
-	Version  string  `json:"version"`
-	RelayURL *string `json:"relay_url"`
+	Version      string        `json:"version"`
+	RelayURL     *string       `json:"relay_url"`
+	RecentErrors []RecentError `json:"recent_errors"`
 }
 
 // status is the dashboard view: backend, counts, counters, limits, uptime.
@@ -18,5 +19,6 @@ func (d *Dispatcher) status(_ context.Context, req *rpc.Request) (any, error) {
 	if err := noParams(req.Params); err != nil {
 		return nil, err
 	}
-	return statusResult{Status: d.rt.Status(), Version: d.server.Version, RelayURL: d.relayURL()}, nil
+	return statusResult{Status: d.rt.Status(), Version: d.server.Version, RelayURL: d.relayURL(),
+		RecentErrors: d.errors.newestFirst()}, nil
 }

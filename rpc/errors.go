@@ -75,8 +75,9 @@ func invalidRequest(format string, args ...any) *Error {
 	return protocolError(CodeInvalidRequest, "InvalidRequest", format, args...)
 }
 
-// encode applies the standard mappings the transport owns, then enc.
-func encode(enc ErrorEncoder, err error) *Error {
+// Encode applies the standard mappings the transport owns (method not
+// found, an *Error as is), then enc.
+func Encode(enc ErrorEncoder, err error) *Error {
 	var nf *MethodNotFoundError
 	var we *Error
 	switch {

@@ -12,13 +12,13 @@ const MaxMessageBytes = 16 << 20
 
 // envelope is a JSON-RPC 2.0 request as it arrives, before id remapping.
 type envelope struct {
-	JSONRPC *string          `json:"jsonrpc"`
-	Method  *string          `json:"method"`
-	Params  json.RawMessage  `json:"params"`
-	ID      json.RawMessage  `json:"id"`
-	Meta    json.RawMessage  `json:"meta"`
-	Result  json.RawMessage  `json:"result"`
-	Error   json.RawMessage  `json:"error"`
+	JSONRPC *string         `json:"jsonrpc"`
+	Method  *string         `json:"method"`
+	Params  json.RawMessage `json:"params"`
+	ID      json.RawMessage `json:"id"`
+	Meta    json.RawMessage `json:"meta"`
+	Result  json.RawMessage `json:"result"`
+	Error   json.RawMessage `json:"error"`
 }
 
 // frameKind says what a decoded frame is.

@@ -251,7 +251,7 @@ func (a *adapter) reply(ctx context.Context, conn *jsonrpc2.Conn, r *jsonrpc2.Re
 	call := Call{Method: req.Method, ID: req.ID, Transport: a.transport}
 	var sendErr error
 	if err != nil {
-		call.Err = encode(a.server.encoder, err)
+		call.Err = Encode(a.server.encoder, err)
 		sendErr = conn.ReplyWithError(ctx, r.ID, call.Err.jsonrpc())
 	} else {
 		if result == nil {

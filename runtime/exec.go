@@ -2,16 +2,64 @@ package runtime
 
 import (
 	"context"
+	"errors"
+	"sort"
 	"strconv"
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
 )
 
+// ExecEvent describes a finished exec, for metrics.
+type ExecEvent struct {
+	SessionID string
+	Backend   string
+	Duration  time.Duration
+	Status    string // completed, timed_out, or "" when it failed
+	Truncated bool
+	ErrType   string
+}
+
 // Exec runs spec.Cmd in the session spec.SessionID (created or reused as
 // EnsureSession does). A timeout kills the command's process tree and keeps
 // the session; its files and state survive.
 func (r *Runtime) Exec(ctx context.Context, spec backends.Spec) (backends.ExecResult, error) {
+	start := time.Now()
+	res, err := r.exec(ctx, spec)
+	ev := ExecEvent{SessionID: spec.SessionID, Backend: res.BackendName, Duration: time.Since(start), Status: res.Status,
+		Truncated: res.StdoutTruncated || res.StderrTruncated}
+	log := r.log.Info()
+	if err != nil {
+		ev.ErrType = ErrorType(err)
+		log = r.log.Warn().Str("error_type", ev.ErrType).Str("error", preview(err.Error(), 300))
+	} else if res.ExitCode != nil {
+		log = log.Int("exit_code", *res.ExitCode)
+	}
+	envKeys := make([]string, 0, len(spec.Env))
+	for k := range spec.Env {
+		envKeys = append(envKeys, k)
+	}
+	sort.Strings(envKeys)
+	log.Str("session_id", spec.SessionID).Str("backend", res.BackendName).Str("cmd", preview(spec.Cmd, 200)).
+		Strs("env_keys", envKeys).Float64("duration_ms", float64(ev.Duration.Microseconds())/1000).
+		Str("status", res.Status).Int64("stdout_bytes", res.StdoutBytes).Int64("stderr_bytes", res.StderrBytes).
+		Bool("truncated", ev.Truncated).Msg("exec")
+	if r.execObserver != nil {
+		r.execObserver(ev)
+	}
+	return res, err
+}
+
+// ErrorType is the wire type name of err ("BoxError" for untyped errors).
+func ErrorType(err error) string {
+	var be *backends.Error
+	if errors.As(err, &be) {
+		return be.Type()
+	}
+	return backends.ErrBox.Error()
+}
+
+func (r *Runtime) exec(ctx context.Context, spec backends.Spec) (backends.ExecResult, error) {
 	if spec.Cmd == "" {
 		return backends.ExecResult{}, backends.Validation("cmd", "cmd must not be empty")
 	}
@@ -63,6 +111,11 @@ func (r *Runtime) Exec(ctx context.Context, spec backends.Spec) (backends.ExecRe
 		StderrTruncated: stderr.Truncated(),
 		StdoutBytes:     stdout.total,
 		StderrBytes:     stderr.total,
+	}
+	if res.StdoutTruncated || res.StderrTruncated {
+		r.mu.Lock()
+		r.counters.TotalTruncated++
+		r.mu.Unlock()
 	}
 	if status.TimedOut {
 		res.Status = backends.StatusTimedOut

@@ -152,6 +152,9 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 	defer s.op.Unlock()
 	if old := r.takeProcess(s, spec.ProcessID); old != nil {
 		r.terminate(ctx, old)
+		r.mu.Lock()
+		r.counters.ProcessesReplaced++
+		r.mu.Unlock()
 	}
 	r.mu.Lock()
 	if s.deleting {
@@ -193,6 +196,7 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 	r.mu.Lock()
 	s.procs[spec.ProcessID] = p
 	s.info.LastUsedAt = r.clock.Now()
+	r.counters.ProcessesStarted++
 	r.mu.Unlock()
 	r.log.Info().Str("session_id", sessionID).Str("process_id", spec.ProcessID).
 		Str("command", preview(spec.Command, 200)).Strs("env_keys", p.info().EnvKeys).Msg("managed process started")
@@ -208,6 +212,9 @@ func (r *Runtime) watch(p *managedProcess, drained *sync.WaitGroup) {
 	p.exitedAt, p.exitCode = now, &code
 	p.mu.Unlock()
 	close(p.done)
+	r.mu.Lock()
+	r.counters.ProcessesExited++
+	r.mu.Unlock()
 	r.Touch(p.sessionID)
 	r.log.Info().Str("session_id", p.sessionID).Str("process_id", p.spec.ProcessID).Int("exit_code", code).
 		AnErr("wait_error", err).Msg("managed process exited")

@@ -49,6 +49,8 @@ type Runtime struct {
 	stopBG context.CancelFunc
 	// reaperKick restarts the reaper loop when the TTL changes.
 	reaperKick chan struct{}
+
+	execObserver func(ExecEvent)
 }
 
 // Health is the cached outcome of the last backend probe.
@@ -69,6 +71,10 @@ type Counters struct {
 	TotalRecreated      int64 `json:"total_recreated"`
 	TotalExecs          int64 `json:"total_execs"`
 	TotalTimeouts       int64 `json:"total_timeouts"`
+	TotalTruncated      int64 `json:"total_truncated_outputs"`
+	ProcessesStarted    int64 `json:"total_processes_started"`
+	ProcessesExited     int64 `json:"total_processes_exited"`
+	ProcessesReplaced   int64 `json:"total_processes_replaced"`
 	HealthCheckFailures int64 `json:"health_check_failures"`
 }
 
@@ -80,6 +86,9 @@ func WithClock(c Clock) Option { return func(r *Runtime) { r.clock = c } }
 
 // WithLogger sets the logger.
 func WithLogger(l zerolog.Logger) Option { return func(r *Runtime) { r.log = l } }
+
+// WithExecObserver is called after every exec, for metrics.
+func WithExecObserver(f func(ExecEvent)) Option { return func(r *Runtime) { r.execObserver = f } }
 
 // WithProbeInterval sets how often backend health is refreshed.
 func WithProbeInterval(d time.Duration) Option { return func(r *Runtime) { r.probeEvery = d } }
@@ -219,12 +228,12 @@ func (r *Runtime) selectBackend(ctx context.Context) {
 				r.backend = b
 				r.health = Health{Name: name, Available: true, CheckedAt: r.clock.Now(), Latency: time.Since(start)}
 				r.mu.Unlock()
-				closeBackend(old)
+				CloseBackend(old)
 				r.log.Info().Str("backend", name).Str("instance_id", r.instanceID).Msg("backend selected")
 				r.adopt(ctx, b)
 				return
 			}
-			closeBackend(b)
+			CloseBackend(b)
 		}
 		errs = append(errs, fmt.Sprintf("%s: %v", name, err))
 	}
@@ -235,7 +244,9 @@ func (r *Runtime) selectBackend(ctx context.Context) {
 	r.log.Warn().Strs("tried", candidates(cfg.Backend)).Str("error", strings.Join(errs, "; ")).Msg("no usable backend")
 }
 
-func closeBackend(b backends.Backend) {
+// CloseBackend releases a backend that holds resources (a client
+// connection); others need nothing.
+func CloseBackend(b backends.Backend) {
 	if c, ok := b.(interface{ Close() error }); ok && b != nil {
 		_ = c.Close()
 	}
@@ -400,7 +411,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Lock()
 	b := r.backend
 	r.mu.Unlock()
-	closeBackend(b)
+	CloseBackend(b)
 	return err
 }
 

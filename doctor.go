@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime"
+	"github.com/docker/docker/client"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+)
+
+func doctorCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "doctor",
+		Usage: "check every backend and say what works, what is missing and how to fix it",
+		Description: `Probes the Docker engine (socket, permissions, version, cgroups, images)
+and bubblewrap (binary, a real sandbox run, which limits cgroups can
+enforce), checks the state directory, and says which backend "auto" would
+pick. Exit status 0 when at least one backend works, 1 otherwise.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Usage: "configuration file (JSON or YAML), as for serve"},
+			&cli.StringFlag{Name: "state-dir", Value: defaultStateDir(), Usage: "state directory, as for serve"},
+			&cli.BoolFlag{Name: "json", Usage: "print the checks as JSON"},
+		},
+		Action: runDoctor,
+	}
+}
+
+// check is one line of the doctor's report.
+type check struct {
+	Backend string `json:"backend,omitempty"`
+	Status  string `json:"status"` // ok, warn, fail
+	What    string `json:"what"`
+	Fix     string `json:"fix,omitempty"`
+}
+
+type doctorReport struct {
+	Version string   `json:"version"`
+	Checks  []check  `json:"checks"`
+	Usable  []string `json:"usable_backends"`
+	Auto    string   `json:"auto_selects"`
+}
+
+func runDoctor(c *cli.Context) error {
+	cfg, err := loadConfig(c.String("config"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.Context, time.Minute)
+	defer cancel()
+	rep := doctorReport{Version: buildVersion()}
+	add := func(ch check) { rep.Checks = append(rep.Checks, ch) }
+
+	stateDir := c.String("state-dir")
+	if err := os.MkdirAll(stateDir, 0o700); err != nil || unix.Access(stateDir, unix.W_OK) != nil {
+		add(check{Status: "fail", What: fmt.Sprintf("state dir %s is not writable", stateDir), Fix: "pass --state-dir DIR or set BOXRT_STATE_DIR to a writable directory"})
+	} else {
+		add(check{Status: "ok", What: fmt.Sprintf("state dir %s is writable", stateDir)})
+	}
+
+	for _, name := range runtime.BackendOrder {
+		var checks []check
+		switch name {
+		case "docker":
+			checks = doctorDocker(ctx, cfg)
+		case "bwrap":
+			checks = doctorBwrap(ctx, cfg, stateDir)
+		}
+		usable := true
+		for _, ch := range checks {
+			ch.Backend = name
+			add(ch)
+			if ch.Status == "fail" {
+				usable = false
+			}
+		}
+		if usable {
+			rep.Usable = append(rep.Usable, name)
+		}
+	}
+	for _, name := range candidatesFor(cfg.Backend) {
+		if contains(rep.Usable, name) {
+			rep.Auto = name
+			break
+		}
+	}
+
+	out := c.App.Writer
+	if c.Bool("json") {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(rep)
+	} else {
+		printDoctor(out, rep, cfg.Backend)
+	}
+	if len(rep.Usable) == 0 {
+		return &exitError{code: 1}
+	}
+	return nil
+}
+
+func printDoctor(w io.Writer, rep doctorReport, choice string) {
+	fmt.Fprintf(w, "boxrt doctor (version %s)\n\n", rep.Version)
+	for _, ch := range rep.Checks {
+		prefix := ""
+		if ch.Backend != "" {
+			prefix = ch.Backend + ": "
+		}
+		fmt.Fprintf(w, "[%-4s] %s%s\n", ch.Status, prefix, ch.What)
+		if ch.Fix != "" {
+			fmt.Fprintf(w, "       fix: %s\n", ch.Fix)
+		}
+	}
+	fmt.Fprintln(w)
+	if rep.Auto == "" {
+		fmt.Fprintf(w, "no usable backend for backend=%q: boxrt would answer BoxBackendUnavailableError\n", orAuto(choice))
+		return
+	}
+	fmt.Fprintf(w, "backend=%q selects: %s\n", orAuto(choice), rep.Auto)
+}
+
+func orAuto(s string) string {
+	if s == "" {
+		return "auto"
+	}
+	return s
+}
+
+func candidatesFor(choice string) []string {
+	switch choice {
+	case "", "auto", "local":
+		return runtime.BackendOrder
+	}
+	return []string{choice}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func doctorDocker(ctx context.Context, cfg runtime.Config) []check {
+	var out []check
+	host := os.Getenv("DOCKER_HOST")
+	if host == "" {
+		host = client.DefaultDockerHost
+	}
+	if sock, ok := strings.CutPrefix(host, "unix://"); ok {
+		switch _, err := os.Stat(sock); {
+		case err != nil:
+			return append(out, check{Status: "fail", What: fmt.Sprintf("no engine socket at %s", sock),
+				Fix: "apt-get install docker.io, then start the engine (systemctl start docker, or dockerd &); or set DOCKER_HOST (Podman: unix:///run/podman/podman.sock)"})
+		case unix.Access(sock, unix.R_OK|unix.W_OK) != nil:
+			return append(out, check{Status: "fail", What: fmt.Sprintf("no permission on %s", sock),
+				Fix: "run boxrt as root or add its user to the docker group (usermod -aG docker USER)"})
+		}
+	}
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return append(out, check{Status: "fail", What: fmt.Sprintf("bad DOCKER_HOST %q: %v", host, err), Fix: "fix DOCKER_HOST"})
+	}
+	defer cli.Close()
+	b, err := newBackend("docker", cfg, "doctor", os.TempDir())
+	if err == nil {
+		err = b.Probe(ctx)
+		runtime.CloseBackend(b)
+	}
+	if err != nil {
+		return append(out, check{Status: "fail", What: fmt.Sprintf("engine at %s does not answer: %v", host, err),
+			Fix: "start dockerd (systemctl start docker, or dockerd &) and check DOCKER_HOST"})
+	}
+	info, err := cli.Info(ctx)
+	if err != nil {
+		return append(out, check{Status: "fail", What: fmt.Sprintf("engine info failed: %v", err)})
+	}
+	out = append(out, check{Status: "ok", What: fmt.Sprintf("engine %s answers at %s (cgroup v%s, %s driver, %s storage)",
+		info.ServerVersion, host, info.CgroupVersion, info.CgroupDriver, info.Driver)})
+	if !info.MemoryLimit || !info.PidsLimit {
+		out = append(out, check{Status: "warn", What: "the engine cannot enforce memory or pids limits on this kernel",
+			Fix: "enable the memory and pids cgroup controllers"})
+	}
+	img := cfg.Docker.Image
+	if _, err := cli.ImageInspect(ctx, img); err != nil {
+		return append(out, check{Status: "warn", What: fmt.Sprintf("default image %s is missing; sessions without an image will fail", img),
+			Fix: "scripts/build-image (builds it from a debootstrap rootfs), or docker load / docker import one and set docker.image"})
+	}
+	return append(out, check{Status: "ok", What: fmt.Sprintf("default image %s is present", img)})
+}
+
+func doctorBwrap(ctx context.Context, cfg runtime.Config, stateDir string) []check {
+	path, err := exec.LookPath("bwrap")
+	if err != nil {
+		return []check{{Status: "fail", What: "bubblewrap is not installed", Fix: "apt-get install bubblewrap"}}
+	}
+	version, _ := exec.CommandContext(ctx, path, "--version").Output()
+	dir, err := os.MkdirTemp("", "boxrt-doctor-")
+	if err != nil {
+		return []check{{Status: "fail", What: err.Error()}}
+	}
+	defer os.RemoveAll(dir)
+	b, err := newBackend("bwrap", cfg, "doctor", filepath.Join(dir, "state"))
+	if err == nil {
+		err = b.Probe(ctx)
+		defer runtime.CloseBackend(b)
+	}
+	if err != nil {
+		return []check{{Status: "fail", What: fmt.Sprintf("%s cannot run a sandbox: %v", strings.TrimSpace(string(version)), err),
+			Fix: "run as root, or allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1)"}}
+	}
+	desc := b.Describe()
+	out := []check{{Status: "ok", What: fmt.Sprintf("%s at %s runs sandboxes", strings.TrimSpace(string(version)), path)}}
+	missing := missingLimits(desc)
+	if len(missing) == 0 {
+		out = append(out, check{Status: "ok", What: "cgroups enforce memory, pids and cpus limits"})
+	} else {
+		out = append(out, check{Status: "warn", What: fmt.Sprintf("limits not enforced here: %s", strings.Join(missing, ", ")),
+			Fix: "run boxrt as root with cgroup v2 (or v1 memory/pids/cpu controllers) mounted and delegated"})
+	}
+	return out
+}
+
+func missingLimits(d backends.Description) []string {
+	var missing []string
+	for _, l := range []string{"memory", "pids", "cpus"} {
+		if !contains(d.EnforcedLimits, l) {
+			missing = append(missing, l)
+		}
+	}
+	return missing
+}

@@ -77,7 +77,7 @@ func (r *Runtime) exec(ctx context.Context, spec backends.Spec) (backends.ExecRe
 	s.op.Lock()
 	defer s.op.Unlock()
 	r.mu.Lock()
-	deleting, info, b := s.deleting, s.info, r.backend
+	deleting, info, b := s.deleting, s.sandboxInfo(), r.backend
 	limit := r.cfg.Limits.MaxOutputBytes
 	r.counters.TotalExecs++
 	r.mu.Unlock()

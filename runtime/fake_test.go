@@ -23,15 +23,20 @@ type fakeBackend struct {
 	execFn   func(ctx context.Context, info backends.SessionInfo, req backends.ExecRequest) (backends.ExitStatus, error)
 	inFlight map[string]int
 	maxPar   map[string]int
+	live     bool
+	specs    []backends.Spec
+	execInfo []backends.SessionInfo
 }
 
 func newFake() *fakeBackend {
 	return &fakeBackend{dead: map[string]bool{}, inFlight: map[string]int{}, maxPar: map[string]int{}}
 }
 
-func (f *fakeBackend) Name() string                                          { return "fake" }
-func (f *fakeBackend) Probe(context.Context) error                           { return nil }
-func (f *fakeBackend) Describe() backends.Description                        { return backends.Description{Isolation: "none"} }
+func (f *fakeBackend) Name() string                { return "fake" }
+func (f *fakeBackend) Probe(context.Context) error { return nil }
+func (f *fakeBackend) Describe() backends.Description {
+	return backends.Description{Isolation: "none", SkillsLive: f.live}
+}
 func (f *fakeBackend) DefaultImage() string                                  { return "fake:latest" }
 func (f *fakeBackend) Adopt(context.Context) ([]backends.SessionInfo, error) { return f.adopt, nil }
 
@@ -39,6 +44,7 @@ func (f *fakeBackend) StartSession(_ context.Context, spec backends.Spec) (backe
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.started++
+	f.specs = append(f.specs, spec)
 	return backends.SessionFromSpec("fake", fmt.Sprintf("box-%d", f.started), spec), nil
 }
 
@@ -51,6 +57,7 @@ func (f *fakeBackend) Alive(_ context.Context, info backends.SessionInfo) bool {
 func (f *fakeBackend) Exec(ctx context.Context, info backends.SessionInfo, req backends.ExecRequest) (backends.ExitStatus, error) {
 	f.mu.Lock()
 	f.inFlight[info.SessionID]++
+	f.execInfo = append(f.execInfo, info)
 	if f.inFlight[info.SessionID] > f.maxPar[info.SessionID] {
 		f.maxPar[info.SessionID] = f.inFlight[info.SessionID]
 	}

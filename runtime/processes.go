@@ -170,7 +170,7 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 		r.mu.Unlock()
 		return ProcessInfo{}, backends.CapacityExceeded("max_managed_processes", limit, "Box managed process capacity reached (%d)", limit)
 	}
-	info := s.info
+	info := s.sandboxInfo()
 	lines, bytes := r.cfg.Limits.RelayReplayLines, r.cfg.Limits.RelayReplayBytes
 	r.mu.Unlock()
 

@@ -51,6 +51,7 @@ type Runtime struct {
 	reaperKick chan struct{}
 
 	execObserver func(ExecEvent)
+	skills       SkillResolver
 }
 
 // Health is the cached outcome of the last backend probe.
@@ -273,7 +274,11 @@ func (r *Runtime) adopt(ctx context.Context, b backends.Backend) {
 		if info.CreatedAt.IsZero() {
 			info.CreatedAt = now
 		}
-		r.sessions[info.SessionID] = newSession(info)
+		var skills []backends.MountSpec
+		info.ExtraMounts, skills = splitSkillMounts(info)
+		s := newSession(info)
+		s.skills = skills
+		r.sessions[info.SessionID] = s
 		r.log.Info().Str("session_id", info.SessionID).Str("backend_session_id", info.BackendSessionID).Msg("re-adopted session")
 	}
 }

@@ -278,3 +278,70 @@ func TestConfigMergeAtomic(t *testing.T) {
 		})
 	}
 }
+
+type fakeSkills map[string]string
+
+func (f fakeSkills) PackageRoot(_ context.Context, name string) (string, error) {
+	if root, ok := f[name]; ok {
+		return root, nil
+	}
+	return "", backends.Validation("skill_name", "skill %s not found", name)
+}
+
+func TestSkillMounts(t *testing.T) {
+	ctx := context.Background()
+	store := fakeSkills{"alpha": "/store/alpha", "beta": "/store/beta"}
+	alpha := backends.MountSpec{HostPath: "/store/alpha", MountPath: "/workspace/.skills/alpha", Mode: backends.MountRO}
+	betaRW := backends.MountSpec{HostPath: "/store/beta", MountPath: "/workspace/.skills/beta", Mode: backends.MountRW}
+	run := func(rt *Runtime, skillName string, skills ...backends.SkillMount) error {
+		s := spec("sk")
+		s.Cmd = "ls"
+		s.SkillName = skillName
+		s.Skills = skills
+		_, err := rt.Exec(ctx, s)
+		return err
+	}
+
+	t.Run("backend that cannot add mounts recreates once per new skill", func(t *testing.T) {
+		fb := newFake()
+		rt, _ := newTestRuntime(t, fb, "")
+		rt.SetSkillResolver(store)
+		require.NoError(t, run(rt, "alpha"))
+		require.Len(t, fb.specs, 1)
+		assert.Equal(t, []backends.MountSpec{alpha}, fb.specs[0].ExtraMounts, "skill_name mounts read-only")
+		require.NoError(t, run(rt, ""))
+		require.NoError(t, run(rt, "alpha"))
+		assert.Len(t, fb.specs, 1, "no new skill, no new sandbox")
+		require.NoError(t, run(rt, "", backends.SkillMount{Name: "beta", Mode: backends.MountRW}))
+		require.Len(t, fb.specs, 2)
+		assert.Equal(t, []backends.MountSpec{alpha, betaRW}, fb.specs[1].ExtraMounts, "recreated with the union")
+		info, err := rt.GetSession("sk")
+		require.NoError(t, err)
+		assert.Empty(t, info.ExtraMounts, "skill mounts are not the caller's extra mounts")
+	})
+	t.Run("live backend gets mounts per exec without recreating", func(t *testing.T) {
+		fb := newFake()
+		fb.live = true
+		rt, _ := newTestRuntime(t, fb, "")
+		rt.SetSkillResolver(store)
+		require.NoError(t, run(rt, "alpha"))
+		require.NoError(t, run(rt, "", backends.SkillMount{Name: "beta", Mode: backends.MountRW}))
+		require.NoError(t, run(rt, ""))
+		assert.Len(t, fb.specs, 1)
+		assert.Empty(t, fb.specs[0].ExtraMounts)
+		require.Len(t, fb.execInfo, 3)
+		assert.Equal(t, []backends.MountSpec{alpha}, fb.execInfo[0].ExtraMounts)
+		assert.Equal(t, []backends.MountSpec{alpha, betaRW}, fb.execInfo[1].ExtraMounts)
+		assert.Equal(t, []backends.MountSpec{alpha, betaRW}, fb.execInfo[2].ExtraMounts, "skills stay with the session")
+	})
+	t.Run("unknown skill is a validation error", func(t *testing.T) {
+		fb := newFake()
+		rt, _ := newTestRuntime(t, fb, "")
+		rt.SetSkillResolver(store)
+		require.ErrorIs(t, run(rt, "gamma"), backends.ErrValidation)
+	})
+	t.Run("no store", func(t *testing.T) {
+		rt, _ := newTestRuntime(t, newFake(), "")
+		require.ErrorIs(t, run(rt, "alpha"), backends.ErrValidation)
+	})
+}

@@ -21,6 +21,10 @@ type session struct {
 	deleting    bool
 	deleted     chan struct{}
 	procs       map[string]*managedProcess
+	// skills are the skill mounts the session has accumulated; they are
+	// kept apart from info.ExtraMounts so they never count as a change of
+	// the caller's extra mounts.
+	skills []backends.MountSpec
 }
 
 func newSession(info backends.SessionInfo) *session {
@@ -134,9 +138,13 @@ func (r *Runtime) acquire(ctx context.Context, spec backends.Spec, forExec bool)
 	if err != nil {
 		return nil, err
 	}
+	skills, err := r.resolveSkills(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
 	for {
 		unlock := r.idLocks.Lock(spec.SessionID)
-		s, wait, err := r.acquireLocked(ctx, b, spec, forExec)
+		s, wait, err := r.acquireLocked(ctx, b, spec, skills, forExec)
 		unlock()
 		if wait == nil {
 			return s, err
@@ -150,7 +158,8 @@ func (r *Runtime) acquire(ctx context.Context, spec backends.Spec, forExec bool)
 	}
 }
 
-func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec backends.Spec, forExec bool) (*session, chan struct{}, error) {
+func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec backends.Spec, skills []backends.MountSpec, forExec bool) (*session, chan struct{}, error) {
+	live := b.Describe().SkillsLive
 	r.mu.Lock()
 	if r.shuttingDown {
 		r.mu.Unlock()
@@ -167,15 +176,20 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec ba
 			return nil, nil, backends.SessionConflict(spec.SessionID, field, existing, requested)
 		}
 		info := s.info
+		have := s.skills
 		r.mu.Unlock()
 		reason := ""
 		if !sameMounts(info.ExtraMounts, spec.ExtraMounts) {
 			reason = "extra mounts changed"
+		} else if !live && !containsMounts(have, skills) {
+			reason = "skills added (this backend cannot add mounts to a running sandbox)"
 		} else if !b.Alive(ctx, info) {
 			reason = "sandbox is gone"
 		}
+		skills = unionMounts(have, skills)
 		if reason == "" {
 			r.mu.Lock()
+			s.skills = skills
 			s.info.LastUsedAt = r.clock.Now()
 			r.counters.TotalReused++
 			if forExec {
@@ -203,7 +217,11 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec ba
 	// Creation outlives the request: a host that gives up must not leave a
 	// half-made sandbox behind.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-	info, err := b.StartSession(cctx, spec)
+	startSpec := spec
+	if !live {
+		startSpec.ExtraMounts = append(slices.Clone(spec.ExtraMounts), skills...)
+	}
+	info, err := b.StartSession(cctx, startSpec)
 	cancel()
 
 	r.mu.Lock()
@@ -220,7 +238,9 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec ba
 	now := r.clock.Now()
 	info.SessionID = spec.SessionID
 	info.CreatedAt, info.LastUsedAt = now, now
+	info.ExtraMounts = spec.ActiveExtraMounts()
 	s = newSession(info)
+	s.skills = skills
 	if forExec {
 		s.activeExecs++
 	}

@@ -1,0 +1,105 @@
+package runtime
+
+import (
+	"context"
+	"path"
+	"slices"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+// SkillResolver maps a skill name to its package directory on this host.
+// The skill store implements it.
+type SkillResolver interface {
+	PackageRoot(ctx context.Context, name string) (string, error)
+}
+
+// SetSkillResolver plugs in the skill store; until then specs naming skills
+// are refused. Call it before Start.
+func (r *Runtime) SetSkillResolver(sr SkillResolver) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.skills = sr
+}
+
+// resolveSkills turns spec.SkillName (read-only, the reference's field) and
+// spec.Skills into mounts at <mount_path>/.skills/<name>.
+func (r *Runtime) resolveSkills(ctx context.Context, spec backends.Spec) ([]backends.MountSpec, error) {
+	wanted := slices.Clone(spec.Skills)
+	if spec.SkillName != "" {
+		wanted = append([]backends.SkillMount{{Name: spec.SkillName, Mode: backends.MountRO}}, wanted...)
+	}
+	if len(wanted) == 0 {
+		return nil, nil
+	}
+	r.mu.Lock()
+	sr := r.skills
+	r.mu.Unlock()
+	if sr == nil {
+		return nil, backends.Validation("skills", "this runtime has no skill store")
+	}
+	var out []backends.MountSpec
+	seen := map[string]bool{}
+	for _, w := range wanted {
+		if seen[w.Name] {
+			continue
+		}
+		seen[w.Name] = true
+		root, err := sr.PackageRoot(ctx, w.Name)
+		if err != nil {
+			return nil, err
+		}
+		mode := w.Mode
+		if mode == "" {
+			mode = backends.MountRO
+		}
+		out = append(out, backends.MountSpec{HostPath: root, MountPath: path.Join(spec.MountPath, backends.SkillsMountDir, w.Name), Mode: mode})
+	}
+	return out, nil
+}
+
+// sandboxInfo is the session as backends see it: the caller's extra mounts
+// plus the skill mounts. Runtime.mu is held.
+func (s *session) sandboxInfo() backends.SessionInfo {
+	info := s.info
+	if len(s.skills) > 0 {
+		info.ExtraMounts = append(slices.Clone(info.ExtraMounts), s.skills...)
+	}
+	return info
+}
+
+// containsMounts reports whether every mount of want is in have (same
+// target, source and mode).
+func containsMounts(have, want []backends.MountSpec) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// unionMounts adds the mounts of more whose target is not in base yet.
+func unionMounts(base, more []backends.MountSpec) []backends.MountSpec {
+	out := slices.Clone(base)
+	for _, m := range more {
+		if !slices.ContainsFunc(out, func(b backends.MountSpec) bool { return b.MountPath == m.MountPath }) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// splitSkillMounts separates adopted skill mounts (under
+// <mount_path>/.skills/) from the caller's extra mounts.
+func splitSkillMounts(info backends.SessionInfo) (user, skills []backends.MountSpec) {
+	prefix := path.Join(info.MountPath, backends.SkillsMountDir) + "/"
+	for _, m := range info.ExtraMounts {
+		if len(m.MountPath) > len(prefix) && m.MountPath[:len(prefix)] == prefix {
+			skills = append(skills, m)
+		} else {
+			user = append(user, m)
+		}
+	}
+	return user, skills
+}

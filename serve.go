@@ -100,15 +100,11 @@ func loadToken(file string, stdio bool) (string, bool, error) {
 		if err != nil {
 			return "", false, &exitError{code: 2, msg: fmt.Sprintf("--token-file: %v", err)}
 		}
-		tok := strings.TrimSpace(string(b))
-		if tok == "" {
-			return "", false, &exitError{code: 2, msg: fmt.Sprintf("--token-file %s is empty", file)}
-		}
-		return tok, false, nil
+		return checkToken("--token-file "+file, strings.TrimSpace(string(b)))
 	}
 	for _, env := range []string{"BOXRT_CONTROL_TOKEN", "LANGBOT_BOX_CONTROL_TOKEN"} {
 		if tok := strings.TrimSpace(os.Getenv(env)); tok != "" {
-			return tok, false, nil
+			return checkToken(env, tok)
 		}
 	}
 	if !stdio {
@@ -119,6 +115,16 @@ func loadToken(file string, stdio bool) (string, bool, error) {
 		return "", false, err
 	}
 	return base64.RawURLEncoding.EncodeToString(buf), true, nil
+}
+
+// minTokenLen is the reference's rule for control tokens.
+const minTokenLen = 32
+
+func checkToken(from, tok string) (string, bool, error) {
+	if len(tok) < minTokenLen || strings.ContainsAny(tok, " \t\r\n") {
+		return "", false, &exitError{code: 2, msg: fmt.Sprintf("%s: the control token must be at least %d characters without whitespace (e.g. openssl rand -base64 48)", from, minTokenLen)}
+	}
+	return tok, false, nil
 }
 
 func loadConfig(file string) (runtime.Config, error) {
@@ -146,9 +152,12 @@ func loadConfig(file string) (runtime.Config, error) {
 		}
 	}
 	for _, p := range patches {
-		next, err := cfg.Merge(p.patch)
+		next, ignored, err := cfg.Merge(p.patch)
 		if err != nil {
 			return cfg, &exitError{code: 2, msg: fmt.Sprintf("%s: %v", p.from, err)}
+		}
+		if len(ignored) > 0 {
+			fmt.Fprintf(os.Stderr, "boxrt: %s: ignoring keys boxrt does not use: %s\n", p.from, strings.Join(ignored, ", "))
 		}
 		cfg = next
 	}
@@ -199,7 +208,10 @@ func runServe(c *cli.Context) error {
 		relayURL.Store("http://" + ln.Addr().String())
 	}
 
-	rt, err := runtime.New(cfg, newBackend, c.String("state-dir"), runtime.WithLogger(log.With().Str("component", "runtime").Logger()))
+	metrics := newMetrics()
+	rt, err := runtime.New(cfg, newBackend, c.String("state-dir"),
+		runtime.WithLogger(log.With().Str("component", "runtime").Logger()),
+		runtime.WithExecObserver(metrics.exec))
 	if err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}
@@ -212,7 +224,11 @@ func runServe(c *cli.Context) error {
 		RelayURL:   func() string { return relayURL.Load().(string) },
 		RelayToken: map[bool]string{true: token}[generated],
 	})
-	metrics := newMetrics(rt, dispatcher.Methods())
+	skillStore := actions.NewSkillStore(rt)
+	defer skillStore.Close()
+	actions.RegisterSkills(dispatcher, skillStore)
+	rt.SetSkillResolver(skillStore)
+	metrics.register(rt, dispatcher.Methods())
 	rpcLog := log.With().Str("component", "rpc").Logger()
 	server := rpc.NewServer(dispatcher,
 		rpc.WithErrorEncoder(actions.EncodeError),

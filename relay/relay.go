@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -109,6 +110,10 @@ func (h *Handler) untrack(c *websocket.Conn) {
 	delete(h.sockets, c)
 }
 
+func writeError(w http.ResponseWriter, err error) {
+	rpc.WriteHTTPError(w, httpStatus(err), runtime.ErrorType(err), err.Error())
+}
+
 func httpStatus(err error) int {
 	switch {
 	case errors.Is(err, backends.ErrSessionNotFound), errors.Is(err, backends.ErrProcessNotFound):
@@ -125,14 +130,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if processID == "" {
 		processID = runtime.DefaultProcessID
 	}
+	if err := h.rt.CheckAttach(sessionID, processID); err != nil {
+		writeError(w, err)
+		return
+	}
+	// Attaching takes the process over from the current attacher: only do
+	// it for a real WebSocket upgrade.
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		rpc.WriteHTTPError(w, http.StatusUpgradeRequired, "UpgradeRequired", "this route only serves WebSocket upgrades")
+		return
+	}
 	att, proc, err := h.rt.Attach(sessionID, processID)
 	if err != nil {
-		typ := backends.ErrBox.Error()
-		var be *backends.Error
-		if errors.As(err, &be) {
-			typ = be.Type()
-		}
-		rpc.WriteHTTPError(w, httpStatus(err), typ, err.Error())
+		writeError(w, err)
 		return
 	}
 	w.Header().Set(HeaderReplayLines, strconv.Itoa(len(att.Backlog)))

@@ -106,7 +106,7 @@ func NewServer(h Handler, opts ...Option) *Server {
 // r reaches EOF or ctx ends.
 func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) {
 	fc := newLineConn(r, w, MaxMessageBytes, nil)
-	s.serve(ctx, newServerStream(fc, s.log), TransportStdio)
+	s.serve(ctx, newServerStream(fc, s.log, s.encoder), TransportStdio)
 }
 
 // ServeHTTP upgrades to a WebSocket and serves one JSON-RPC connection on
@@ -126,7 +126,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go Keepalive(ctx, c, s.pingInterval, s.pingTimeout, s.log)
-	s.serve(ctx, newServerStream(&wsConn{ctx: ctx, c: c}, s.log), TransportWebSocket)
+	s.serve(ctx, newServerStream(&wsConn{ctx: ctx, c: c}, s.log, s.encoder), TransportWebSocket)
 }
 
 // Keepalive pings c every interval until ctx ends; a peer that does not
@@ -203,8 +203,20 @@ func (s *Server) serve(ctx context.Context, stream *serverStream, transport stri
 	// reference; sessions and managed processes do not depend on it.
 	cancel()
 	_ = conn.Close()
-	a.wg.Wait()
+	// Handlers see their context cancelled and their replies refused; one
+	// stuck writing to a peer that stopped reading must not hold shutdown.
+	done := make(chan struct{})
+	go func() { a.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(handlerDrainTimeout):
+		s.log.Warn().Msg("request handlers still running after the connection ended; not waiting for them")
+	}
 }
+
+// handlerDrainTimeout bounds how long a closed connection waits for its
+// in-flight handlers.
+const handlerDrainTimeout = 3 * time.Second
 
 // adapter bridges jsonrpc2 to Handler: one goroutine per request, bounded.
 type adapter struct {

@@ -3,6 +3,7 @@ package rpc
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -26,8 +27,9 @@ var errFrameTooLarge = errors.New("message exceeds the size limit")
 // JSON-RPC 2.0 allows strings, any number and null. Each request gets an
 // internal id and the caller's original id is written back verbatim.
 type serverStream struct {
-	fc  frameConn
-	log zerolog.Logger
+	fc      frameConn
+	log     zerolog.Logger
+	encoder ErrorEncoder
 
 	wmu sync.Mutex // serialises writes from jsonrpc2 and from ReadObject
 
@@ -36,8 +38,8 @@ type serverStream struct {
 	ids  map[uint64]json.RawMessage
 }
 
-func newServerStream(fc frameConn, log zerolog.Logger) *serverStream {
-	return &serverStream{fc: fc, log: log, ids: map[uint64]json.RawMessage{}}
+func newServerStream(fc frameConn, log zerolog.Logger, enc ErrorEncoder) *serverStream {
+	return &serverStream{fc: fc, log: log, encoder: enc, ids: map[uint64]json.RawMessage{}}
 }
 
 type internalRequest struct {
@@ -136,7 +138,7 @@ func (s *serverStream) WriteObject(obj any) error {
 	}
 	if len(raw) > MaxMessageBytes {
 		s.log.Error().Int("bytes", len(raw)).Msg("response exceeds the message limit; sending an error instead")
-		e := protocolError(CodeInternalError, "BoxError", "%s (%d bytes, limit %d)", ErrResponseTooLarge, len(raw), MaxMessageBytes)
+		e := Encode(s.encoder, fmt.Errorf("%w (%d bytes, limit %d)", ErrResponseTooLarge, len(raw), MaxMessageBytes))
 		if raw, err = json.Marshal(wireResponse{JSONRPC: "2.0", ID: out.ID, Error: e.jsonrpc()}); err != nil {
 			return err
 		}

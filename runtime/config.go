@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"strings"
 
 	"github.com/boxrt/boxrt/backends"
@@ -38,6 +40,14 @@ type Limits struct {
 	MaxOutputBytes               int `json:"max_output_bytes"`
 	RelayReplayLines             int `json:"relay_replay_lines"`
 	RelayReplayBytes             int `json:"relay_replay_bytes"`
+	// Skill ZIP upload limits (reference §8.5, fixed there, configurable
+	// here): archive size, entry count, per-entry and total uncompressed
+	// bytes, and the uncompressed/compressed ratio.
+	MaxSkillZipBytes      int `json:"max_skill_zip_bytes"`
+	MaxSkillZipEntries    int `json:"max_skill_zip_entries"`
+	MaxSkillZipEntryBytes int `json:"max_skill_zip_entry_bytes"`
+	MaxSkillZipTotalBytes int `json:"max_skill_zip_total_bytes"`
+	MaxSkillZipRatio      int `json:"max_skill_zip_ratio"`
 }
 
 // Local holds host paths.
@@ -72,6 +82,11 @@ func DefaultConfig() Config {
 			MaxOutputBytes:               backends.DefaultMaxOutputBytes,
 			RelayReplayLines:             4096,
 			RelayReplayBytes:             4 << 20,
+			MaxSkillZipBytes:             20 << 20,
+			MaxSkillZipEntries:           512,
+			MaxSkillZipEntryBytes:        16 << 20,
+			MaxSkillZipTotalBytes:        64 << 20,
+			MaxSkillZipRatio:             100,
 		},
 		Local:  Local{SkillsRoot: "skills"},
 		Docker: Docker{CPULimitEnabled: true, Image: "boxrt-sandbox:latest", User: "auto"},
@@ -96,6 +111,11 @@ func (l *Limits) ranges() []limitRange {
 		{"max_output_bytes", &l.MaxOutputBytes, backends.MinMaxOutputBytes, backends.MaxMaxOutputBytes},
 		{"relay_replay_lines", &l.RelayReplayLines, 0, 1 << 20},
 		{"relay_replay_bytes", &l.RelayReplayBytes, 0, 256 << 20},
+		{"max_skill_zip_bytes", &l.MaxSkillZipBytes, 1, 100 << 20},
+		{"max_skill_zip_entries", &l.MaxSkillZipEntries, 1, 65535},
+		{"max_skill_zip_entry_bytes", &l.MaxSkillZipEntryBytes, 1, 1 << 30},
+		{"max_skill_zip_total_bytes", &l.MaxSkillZipTotalBytes, 1, 1 << 30},
+		{"max_skill_zip_ratio", &l.MaxSkillZipRatio, 1, 10000},
 	}
 }
 
@@ -123,44 +143,81 @@ func (c *Config) Validate() error {
 }
 
 // Merge returns c with patch (a JSON object) merged in key by key: nested
-// objects are merged, everything else replaced. The result is validated;
-// on any error c is unchanged and a BoxValidationError names the key.
-func (c Config) Merge(patch json.RawMessage) (Config, error) {
+// objects are merged, a null section changes nothing, everything else is
+// replaced. Keys boxrt does not know (a LangBot host sends its whole box
+// section: enabled, admission, profiles, …) are ignored and returned, so a
+// host config never fails for a key that belongs to the host. The result is
+// validated; on any error c is unchanged and a BoxValidationError names the
+// key.
+func (c Config) Merge(patch json.RawMessage) (Config, []string, error) {
 	trimmed := bytes.TrimSpace(patch)
 	if len(trimmed) == 0 || string(trimmed) == "null" {
-		return c, nil
+		return c, nil, nil
 	}
 	if trimmed[0] != '{' {
-		return c, backends.Validation("config", "config must be a JSON object")
+		return c, nil, backends.Validation("config", "config must be a JSON object")
 	}
 	var over map[string]any
 	if err := json.Unmarshal(trimmed, &over); err != nil {
-		return c, backends.Validation("config", "config is not valid JSON: %v", err)
+		return c, nil, backends.Validation("config", "config is not valid JSON: %v", err)
 	}
+	ignored := pruneUnknown(over, reflect.TypeOf(c), "")
 	baseRaw, err := json.Marshal(c)
 	if err != nil {
-		return c, err
+		return c, nil, err
 	}
 	var base map[string]any
 	if err := json.Unmarshal(baseRaw, &base); err != nil {
-		return c, err
+		return c, nil, err
 	}
 	merged, err := json.Marshal(mergeMaps(base, over))
 	if err != nil {
-		return c, err
+		return c, nil, err
 	}
 	var next Config
 	if err := backends.DecodeParams(merged, &next); err != nil {
-		return c, err
+		return c, nil, err
 	}
 	if err := next.Validate(); err != nil {
-		return c, err
+		return c, nil, err
 	}
-	return next, nil
+	return next, ignored, nil
+}
+
+// pruneUnknown deletes the keys of m that t (a struct) has no JSON field
+// for, recursing into struct-typed fields, and returns their dotted paths.
+func pruneUnknown(m map[string]any, t reflect.Type, prefix string) []string {
+	fields := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			fields[name] = f.Type
+		}
+	}
+	var ignored []string
+	for k, v := range m {
+		ft, ok := fields[k]
+		if !ok {
+			ignored = append(ignored, prefix+k)
+			delete(m, k)
+			continue
+		}
+		if sub, ok := v.(map[string]any); ok && ft.Kind() == reflect.Struct {
+			ignored = append(ignored, pruneUnknown(sub, ft, prefix+k+".")...)
+		}
+	}
+	sort.Strings(ignored)
+	return ignored
 }
 
 func mergeMaps(base, over map[string]any) map[string]any {
 	for k, v := range over {
+		if v == nil {
+			if _, isSection := base[k].(map[string]any); isSection {
+				continue
+			}
+		}
 		if sub, ok := v.(map[string]any); ok {
 			if cur, ok := base[k].(map[string]any); ok {
 				base[k] = mergeMaps(cur, sub)

@@ -158,7 +158,7 @@ func newTestRuntime(t *testing.T, fb *fakeBackend, patch string) (*Runtime, *fak
 	cfg := DefaultConfig()
 	if patch != "" {
 		var err error
-		cfg, err = cfg.Merge([]byte(patch))
+		cfg, _, err = cfg.Merge([]byte(patch))
 		require.NoError(t, err)
 	}
 	factory := func(string, Config, string, string) (backends.Backend, error) { return fb, nil }

@@ -303,17 +303,33 @@ func (r *Runtime) StopProcess(ctx context.Context, sessionID, processID string) 
 	return nil
 }
 
-// Attach attaches a relay to a managed process's stdout. It fails with
+// CheckAttach reports whether Attach would succeed, without taking the
+// process over: BoxSessionNotFoundError, BoxManagedProcessNotFoundError, or
 // BoxManagedProcessConflictError when the process has exited and has
 // nothing left to deliver.
-func (r *Runtime) Attach(sessionID, processID string) (*Attachment, *ProcessHandle, error) {
+func (r *Runtime) CheckAttach(sessionID, processID string) error {
+	_, err := r.attachable(sessionID, processID)
+	return err
+}
+
+func (r *Runtime) attachable(sessionID, processID string) (*managedProcess, error) {
 	p, err := r.lookupProcess(sessionID, processID)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if !p.running() && p.stdout.pending() == 0 {
-		return nil, nil, backends.ProcessConflict(sessionID, p.spec.ProcessID,
+		return nil, backends.ProcessConflict(sessionID, p.spec.ProcessID,
 			"managed process %s in session %s is not running", p.spec.ProcessID, sessionID)
+	}
+	return p, nil
+}
+
+// Attach attaches a relay to a managed process's stdout, taking over from
+// the current attacher.
+func (r *Runtime) Attach(sessionID, processID string) (*Attachment, *ProcessHandle, error) {
+	p, err := r.attachable(sessionID, processID)
+	if err != nil {
+		return nil, nil, err
 	}
 	r.Touch(sessionID)
 	return p.stdout.attach(), &ProcessHandle{p: p}, nil

@@ -177,12 +177,16 @@ func (r *Runtime) Config() Config {
 // ApplyConfig merges patch into the configuration atomically. When no
 // session exists and the backend section changed, the backend is selected
 // again (the reference does the same).
-func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage) error {
+// It returns the keys it ignored because boxrt does not know them.
+func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage) ([]string, error) {
 	r.mu.Lock()
-	next, err := r.cfg.Merge(patch)
+	next, ignored, err := r.cfg.Merge(patch)
 	if err != nil {
 		r.mu.Unlock()
-		return err
+		return nil, err
+	}
+	if len(ignored) > 0 {
+		r.log.Info().Strs("ignored_keys", ignored).Msg("box_init: ignored config keys boxrt does not use")
 	}
 	prev := r.cfg
 	r.cfg = next
@@ -199,7 +203,7 @@ func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage) error 
 	if reselect {
 		r.selectBackend(ctx)
 	}
-	return nil
+	return ignored, nil
 }
 
 // candidates returns the backend names to try for a config value.

@@ -254,8 +254,9 @@ func TestDeleteStopsProcesses(t *testing.T) {
 
 func TestConfigMergeAtomic(t *testing.T) {
 	cfg := DefaultConfig()
-	next, err := cfg.Merge([]byte(`{"limits":{"max_sessions":5},"local":{"allowed_mount_roots":"/a, /b"}}`))
+	next, ignored, err := cfg.Merge([]byte(`{"limits":{"max_sessions":5},"local":{"allowed_mount_roots":"/a, /b","profile":"x"},"enabled":true,"admission":{"required":false}}`))
 	require.NoError(t, err)
+	assert.Equal(t, []string{"admission", "enabled", "local.profile"}, ignored, "host-only keys are ignored and reported")
 	assert.Equal(t, 5, next.Limits.MaxSessions)
 	assert.Equal(t, 64, next.Limits.MaxManagedProcesses, "merge keeps keys not named")
 	assert.Equal(t, StringList{"/a", "/b"}, next.Local.AllowedMountRoots)
@@ -263,13 +264,13 @@ func TestConfigMergeAtomic(t *testing.T) {
 	tests := []struct{ name, patch, field string }{
 		{"out of range", `{"limits":{"max_sessions":5001}}`, "limits.max_sessions"},
 		{"wrong type", `{"limits":{"max_sessions":"x"}}`, "limits.max_sessions"},
-		{"unknown key", `{"limits":{"nope":1}}`, "nope"},
+		{"null section then bad value", `{"limits":null,"docker":{"user":"a b"}}`, "docker.user"},
 		{"bad backend", `{"backend":"vm"}`, "backend"},
 		{"valid and invalid together", `{"limits":{"max_sessions":1,"session_ttl_sec":-1}}`, "limits.session_ttl_sec"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := next.Merge([]byte(tc.patch))
+			got, _, err := next.Merge([]byte(tc.patch))
 			require.ErrorIs(t, err, backends.ErrValidation)
 			var be *backends.Error
 			require.True(t, errors.As(err, &be))

@@ -62,6 +62,12 @@ func printable(v any) any {
 	if s, ok := v.(string); ok && s == "" {
 		return "None"
 	}
+	if b, ok := v.(bool); ok { // the reference prints Python booleans
+		if b {
+			return "True"
+		}
+		return "False"
+	}
 	if f, ok := v.(float64); ok {
 		return fmt.Sprintf("%.1f", f)
 	}
@@ -181,12 +187,14 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec ba
 		reason := ""
 		if !sameMounts(info.ExtraMounts, spec.ExtraMounts) {
 			reason = "extra mounts changed"
-		} else if !live && !containsMounts(have, skills) {
-			reason = "skills added (this backend cannot add mounts to a running sandbox)"
-		} else if !b.Alive(ctx, info) {
+		}
+		skills = mergeMounts(have, skills)
+		if reason == "" && !live && !slices.Equal(have, skills) {
+			reason = "skills changed (this backend cannot change mounts of a running sandbox)"
+		}
+		if reason == "" && !b.Alive(ctx, info) {
 			reason = "sandbox is gone"
 		}
-		skills = unionMounts(have, skills)
 		if reason == "" {
 			r.mu.Lock()
 			s.skills = skills

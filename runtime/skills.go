@@ -68,23 +68,16 @@ func (s *session) sandboxInfo() backends.SessionInfo {
 	return info
 }
 
-// containsMounts reports whether every mount of want is in have (same
-// target, source and mode).
-func containsMounts(have, want []backends.MountSpec) bool {
-	for _, w := range want {
-		if !slices.Contains(have, w) {
-			return false
-		}
-	}
-	return true
-}
-
-// unionMounts adds the mounts of more whose target is not in base yet.
-func unionMounts(base, more []backends.MountSpec) []backends.MountSpec {
+// mergeMounts adds the mounts of more to base; a mount for a target base
+// already has replaces it (a skill asked for with another mode).
+func mergeMounts(base, more []backends.MountSpec) []backends.MountSpec {
 	out := slices.Clone(base)
 	for _, m := range more {
-		if !slices.ContainsFunc(out, func(b backends.MountSpec) bool { return b.MountPath == m.MountPath }) {
+		i := slices.IndexFunc(out, func(b backends.MountSpec) bool { return b.MountPath == m.MountPath })
+		if i < 0 {
 			out = append(out, m)
+		} else {
+			out[i] = m
 		}
 	}
 	return out

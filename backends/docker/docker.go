@@ -45,8 +45,9 @@ type Config struct {
 	// User is "" or "auto" (the image's configured USER, root when it sets
 	// none) or an explicit "uid[:gid]" (names are accepted too).
 	User string
-	// CPULimitEnabled applies Spec.CPUs as a NanoCPUs limit. Off by default,
-	// as the reference's docker.cpu_limit_enabled.
+	// CPULimitEnabled applies Spec.CPUs as a NanoCPUs limit (the reference's
+	// docker.cpu_limit_enabled; boxrt's configuration turns it on by
+	// default).
 	CPULimitEnabled bool
 	// TmpSizeMB is the size of the /tmp tmpfs given to read-only-rootfs
 	// sessions; default 64.
@@ -122,6 +123,7 @@ func (b *Backend) Describe() backends.Description {
 		Notes: []string{
 			"workspace_quota_mb is not enforced",
 			"per-process memory_mb of managed processes is not enforced; the session's memory limit applies",
+			"a container's mounts are fixed at creation: naming a skill the session does not have yet recreates it (its /workspace volume starts empty unless host_path is set)",
 		},
 	}
 	if b.cpuLimit {

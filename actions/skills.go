@@ -1,0 +1,120 @@
+package actions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime"
+	"github.com/boxrt/boxrt/runtime/skills"
+)
+
+// skillMethod is the shape Dispatcher.Register takes.
+type skillMethod = func(ctx context.Context, params json.RawMessage, transport string) (any, error)
+
+// RegisterSkills adds the skill store methods and __file_chunk.
+func RegisterSkills(d *Dispatcher, store *skills.Store) {
+	for name, fn := range map[string]skillMethod{
+		"box_list_skills":          listSkills(store),
+		"box_get_skill":            getSkill(store),
+		"box_create_skill":         createSkill(store),
+		"box_update_skill":         updateSkill(store),
+		"box_delete_skill":         deleteSkill(store),
+		"box_scan_skill_directory": scanSkillDirectory(store),
+		"box_list_skill_files":     listSkillFiles(store),
+		"box_read_skill_file":      readSkillFile(store),
+		"box_write_skill_file":     writeSkillFile(store),
+		"box_preview_skill_zip":    previewSkillZip(store),
+		"box_install_skill_zip":    installSkillZip(store),
+		"__file_chunk":             fileChunk(store),
+	} {
+		d.Register(name, fn)
+	}
+}
+
+// NewSkillStore builds the store on the runtime's live configuration: the
+// root (local.host_root + local.skills_root) and the limits are read on
+// every call, so box_init changes apply at once. Close it on shutdown.
+func NewSkillStore(rt *runtime.Runtime, opts ...skills.Option) *skills.Store {
+	return skills.New(
+		func() string {
+			cfg := rt.Config()
+			return skills.ResolveRoot(cfg.Local.HostRoot, cfg.Local.SkillsRoot)
+		},
+		func() skills.Limits { return SkillLimits(rt.Config().Limits) },
+		opts...)
+}
+
+// SkillLimits maps the runtime limits onto the store's.
+func SkillLimits(l runtime.Limits) skills.Limits {
+	return skills.Limits{
+		MaxUploadBytes:   int64(l.MaxRPCFileBytes),
+		MaxZipBytes:      int64(l.MaxSkillZipBytes),
+		MaxZipEntries:    l.MaxSkillZipEntries,
+		MaxZipEntryBytes: int64(l.MaxSkillZipEntryBytes),
+		MaxZipTotalBytes: int64(l.MaxSkillZipTotalBytes),
+		MaxZipRatio:      int64(l.MaxSkillZipRatio),
+	}
+}
+
+// skillErr makes sure every failure leaves as a typed error: the store
+// already returns *backends.Error values, anything else becomes a BoxError.
+// Cancellation passes through for the wire layer to report.
+func skillErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var be *backends.Error
+	if errors.As(err, &be) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return backends.Failure("%v", err).Wrap(err)
+}
+
+// skillInput is the writable part of a skill in create/update params.
+// The read-only fields of a Skill object are accepted and ignored, so a
+// host can send back an object it got from box_get_skill; anything else is
+// an unknown field.
+type skillInput struct {
+	Name         *string `json:"name"`
+	DisplayName  *string `json:"display_name"`
+	Description  *string `json:"description"`
+	Instructions *string `json:"instructions"`
+	PackageRoot  *string `json:"package_root"`
+
+	EntryFile     json.RawMessage `json:"entry_file,omitempty"`
+	PythonProject json.RawMessage `json:"python_project,omitempty"`
+	CreatedAt     json.RawMessage `json:"created_at,omitempty"`
+	UpdatedAt     json.RawMessage `json:"updated_at,omitempty"`
+	SourcePath    json.RawMessage `json:"source_path,omitempty"`
+}
+
+func (in *skillInput) store() skills.Input {
+	return skills.Input{Name: in.Name, DisplayName: in.DisplayName, Description: in.Description,
+		Instructions: in.Instructions, PackageRoot: in.PackageRoot}
+}
+
+// zipParams are the fields preview and install share.
+type zipParams struct {
+	FileKey      string `json:"file_key"`
+	ZipBase64    string `json:"zip_base64"`
+	Filename     string `json:"filename"`
+	SourceSubdir string `json:"source_subdir"`
+	TargetSuffix string `json:"target_suffix"`
+}
+
+func defaultZipParams() zipParams {
+	return zipParams{Filename: "skill.zip", TargetSuffix: "upload"}
+}
+
+// source checks that exactly one of file_key and zip_base64 is given.
+func (p *zipParams) source() (skills.ZipSource, error) {
+	switch {
+	case p.FileKey != "" && p.ZipBase64 != "":
+		return skills.ZipSource{}, backends.Validation("zip_base64", "give either file_key or zip_base64, not both")
+	case p.FileKey == "" && p.ZipBase64 == "":
+		return skills.ZipSource{}, backends.Validation("file_key", "file_key (from __file_chunk) or zip_base64 is required")
+	}
+	return skills.ZipSource{FileKey: p.FileKey, Base64: p.ZipBase64}, nil
+}

@@ -1,0 +1,439 @@
+package bwrap
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+// BackendName is the wire name of this backend.
+const BackendName = "bwrap"
+
+// Config configures a Backend.
+type Config struct {
+	// InstanceID is the stable id of this boxrt installation. Sessions and
+	// cgroups are kept per instance id, and Adopt only ever returns (and
+	// only ever cleans up after) this id. It must be 1-64 characters of
+	// [A-Za-z0-9_.-] not starting with a dot.
+	InstanceID string
+	// StateDir holds sessions in <StateDir>/bwrap/<InstanceID>/<session dir>.
+	StateDir string
+	// BwrapPath is the bubblewrap binary; empty means "bwrap" from PATH.
+	BwrapPath string
+}
+
+// Backend runs sessions as bubblewrap sandboxes. It is safe for concurrent
+// use.
+type Backend struct {
+	cfg      Config
+	bwrap    string
+	bwrapErr error
+	sh       string
+	root     string // <StateDir>/bwrap/<InstanceID>
+	cg       *cgroupManager
+	userns   atomic.Bool
+	// token makes this Backend's cgroup leaf names unique even for sessions
+	// adopted from an earlier boxrt process (whose leaves may linger).
+	token string
+	seq   atomic.Uint64
+
+	mu       sync.Mutex
+	sessions map[string]*sessionRuns // by session directory name
+}
+
+// sessionRuns tracks the bwrap processes of one session, so StopSession can
+// kill them and no new one starts while it does.
+type sessionRuns struct {
+	runs     map[*run]struct{}
+	stopping bool
+}
+
+var _ backends.Backend = (*Backend)(nil)
+
+// New validates cfg and prepares the backend. It starts no sandbox; it
+// reads a few /proc and cgroupfs files and tries boxrt's parent cgroup
+// (kept, empty, on cgroup v2; removed again on v1) so Describe can report
+// the enforced limits without I/O.
+func New(cfg Config) (*Backend, error) {
+	if !instanceIDRe.MatchString(cfg.InstanceID) {
+		return nil, backends.Validation("instance_id",
+			"bwrap: instance id %q must be 1-64 characters of [A-Za-z0-9_.-] not starting with a dot", cfg.InstanceID)
+	}
+	if strings.TrimSpace(cfg.StateDir) == "" {
+		return nil, backends.Validation("state_dir", "bwrap: state directory must be set")
+	}
+	stateDir, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, backends.Validation("state_dir", "bwrap: state directory %q: %v", cfg.StateDir, err).Wrap(err)
+	}
+	cfg.StateDir = stateDir
+	b := &Backend{
+		cfg:      cfg,
+		root:     filepath.Join(stateDir, "bwrap", cfg.InstanceID),
+		sessions: map[string]*sessionRuns{},
+		token:    randomHex(4),
+	}
+	name := cfg.BwrapPath
+	if name == "" {
+		name = "bwrap"
+	}
+	if b.bwrap, b.bwrapErr = exec.LookPath(name); b.bwrapErr == nil {
+		b.bwrap, _ = filepath.Abs(b.bwrap)
+	}
+	if b.sh, err = exec.LookPath("/bin/sh"); err != nil {
+		b.sh = "/bin/sh"
+	}
+	// A user namespace of our own is what lets --disable-userns work; a
+	// kernel with user namespaces switched off (even for root) cannot give
+	// us one. Probe refines this by trying.
+	b.userns.Store(exists("/proc/self/ns/user") && strings.TrimSpace(readString("/proc/sys/user/max_user_namespaces")) != "0")
+	b.cg = detectCgroups(cfg.InstanceID)
+	return b, nil
+}
+
+func readString(path string) string {
+	data, _ := os.ReadFile(path)
+	return string(data)
+}
+
+// Name implements backends.Backend.
+func (b *Backend) Name() string { return BackendName }
+
+// DefaultImage implements backends.Backend: the host's system directories.
+func (b *Backend) DefaultImage() string { return HostImage }
+
+// Describe implements backends.Backend.
+func (b *Backend) Describe() backends.Description {
+	notes := slices.Clone(b.cg.notes)
+	if slices.Contains(b.cg.controllers, "memory") && !b.cg.swapLimited {
+		notes = append(notes, "swap accounting is off: the memory limit does not cap swap use")
+	}
+	notes = append(notes,
+		"each exec and managed process is a fresh bwrap sandbox (new user, pid, net, ipc, uts, mount and cgroup namespaces, no capabilities); no daemon",
+		"read_only_rootfs is always in effect: the root is the host's system directories (or the image rootfs) bound read-only; only the workspace, rw mounts, /tmp and /home are writable",
+		"/tmp and /home are per-session directories on the host disk, not tmpfs",
+		"commands run as uid 0 without capabilities; when boxrt runs as root that is the host's uid 0 (files they create on host paths are root-owned; /proc/sys and similar are bound read-only for that reason)",
+		"workspace_quota_mb is not enforced",
+	)
+	return backends.Description{
+		EnforcedLimits: b.cg.enforcedLimits(),
+		Isolation:      "namespaces (bubblewrap)",
+		SkillsLive:     true,
+		Notes:          notes,
+	}
+}
+
+// unavailable is the error for a missing bwrap binary.
+func (b *Backend) unavailable() error {
+	return backends.BackendUnavailable(
+		"bubblewrap is not installed (%v); install it with: apt-get install bubblewrap", b.bwrapErr).Wrap(b.bwrapErr)
+}
+
+// Probe implements backends.Backend: bwrap exists, the state directory is
+// writable and a trivial sandbox runs.
+func (b *Backend) Probe(ctx context.Context) error {
+	if b.bwrapErr != nil {
+		return b.unavailable()
+	}
+	if err := os.MkdirAll(b.root, 0o700); err != nil {
+		return backends.BackendUnavailable("bwrap state directory %s cannot be created: %v", b.root, err).Wrap(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	l := layout{userns: true, workdir: "/"}
+	out, err := b.dryRun(ctx, l)
+	if err == nil {
+		b.userns.Store(true)
+		return nil
+	}
+	if ctx.Err() == nil {
+		// Root on a kernel without user namespaces can still sandbox, only
+		// without --disable-userns.
+		l.userns = false
+		if _, err2 := b.dryRun(ctx, l); err2 == nil {
+			b.userns.Store(false)
+			return nil
+		}
+	}
+	hint := "check that the kernel allows namespaces"
+	if os.Geteuid() != 0 {
+		hint = "boxrt is not root, so bwrap needs unprivileged user namespaces: enable them " +
+			"(sysctl -w kernel.unprivileged_userns_clone=1 on Debian, user.max_user_namespaces > 0, " +
+			"and on Ubuntu 24.04+ kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for bwrap), or run boxrt as root"
+	}
+	return backends.BackendUnavailable("bubblewrap (%s) cannot start a sandbox: %s; %s", b.bwrap, oneLine(out, err), hint).Wrap(err)
+}
+
+// dryRun runs `/bin/sh -c true` in a sandbox with the given layout, without
+// cgroups, and returns bwrap's output on failure.
+func (b *Backend) dryRun(ctx context.Context, l layout) (string, error) {
+	args, err := bwrapArgs(l)
+	if err != nil {
+		return "", err
+	}
+	f, err := argsFile(args)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	cmd := exec.CommandContext(ctx, b.bwrap, "--args", "3", "/bin/sh", "-c", "true")
+	cmd.Env = []string{}
+	cmd.ExtraFiles = []*os.File{f}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = time.Second
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	err = cmd.Run()
+	return out.String(), err
+}
+
+func oneLine(out string, err error) string {
+	s := strings.Join(strings.Fields(out), " ")
+	if len(s) > 300 {
+		s = s[:297] + "..."
+	}
+	if s == "" && err != nil {
+		s = err.Error()
+	} else if err != nil {
+		s += " (" + err.Error() + ")"
+	}
+	return s
+}
+
+// StartSession implements backends.Backend: it creates the session's state
+// directory and checks with a dry run that bwrap can build its sandbox, so
+// a bad mount or image fails here rather than on every exec.
+func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backends.SessionInfo, error) {
+	spec = cloneSpec(spec)
+	if err := spec.Normalize(); err != nil {
+		return backends.SessionInfo{}, err
+	}
+	if _, err := resolveImage(spec.Image, true); err != nil {
+		return backends.SessionInfo{}, err
+	}
+	if b.bwrapErr != nil {
+		return backends.SessionInfo{}, b.unavailable()
+	}
+	if _, err := checkMountPath("mount_path", spec.MountPath); err != nil {
+		return backends.SessionInfo{}, err
+	}
+	// Host directories are created like `docker run -v` does, for ro mounts
+	// too: bwrap cannot bind a missing source.
+	if spec.HostPath != "" && spec.HostPathMode != backends.MountNone {
+		if err := backends.EnsureDir(spec.HostPath); err != nil {
+			return backends.SessionInfo{}, err
+		}
+	}
+	for i, m := range spec.ActiveExtraMounts() {
+		if _, err := checkMountPath(fmt.Sprintf("extra_mounts[%d].mount_path", i), m.MountPath); err != nil {
+			return backends.SessionInfo{}, err
+		}
+		if err := backends.EnsureDir(m.HostPath); err != nil {
+			return backends.SessionInfo{}, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return backends.SessionInfo{}, err
+	}
+	if err := os.MkdirAll(b.root, 0o700); err != nil {
+		return backends.SessionInfo{}, backends.Failure("bwrap: cannot create state directory %s: %v", b.root, err).Wrap(err)
+	}
+	var name, dir string
+	for attempt := 0; ; attempt++ {
+		name = newSessionDirName(spec.SessionID)
+		dir = filepath.Join(b.root, name)
+		err := os.Mkdir(dir, 0o700)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) || attempt == 5 {
+			return backends.SessionInfo{}, backends.Failure("bwrap: cannot create session directory %s: %v", dir, err).Wrap(err)
+		}
+	}
+	info := backends.SessionFromSpec(BackendName, name, spec)
+	if err := b.populate(dir, info); err != nil {
+		_ = removeTree(dir)
+		return backends.SessionInfo{}, backends.Failure("bwrap: cannot prepare session directory %s: %v", dir, err).Wrap(err)
+	}
+	l, err := b.layoutFor(dir, info, "/", nil)
+	if err == nil {
+		var out string
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		out, err = b.dryRun(dctx, l)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			err = backends.Failure("bwrap cannot build the sandbox of session %s: %s", spec.SessionID, oneLine(out, err)).Wrap(err)
+		}
+	}
+	if err != nil {
+		_ = removeTree(dir)
+		if ctx.Err() != nil {
+			return backends.SessionInfo{}, ctx.Err()
+		}
+		return backends.SessionInfo{}, err
+	}
+	return info, nil
+}
+
+func (b *Backend) populate(dir string, info backends.SessionInfo) error {
+	for _, d := range []string{workspaceDir, tmpDir, homeDir} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	// Sticky and world-writable like any /tmp; the session directory itself
+	// (0700) keeps other host users out.
+	if err := os.Chmod(filepath.Join(dir, tmpDir), 0o1777); err != nil {
+		return err
+	}
+	saved := info
+	saved.CreatedAt = time.Now().UTC()
+	return writeState(dir, stateFile{Format: stateFormat, InstanceID: b.cfg.InstanceID, Session: saved})
+}
+
+func cloneSpec(s backends.Spec) backends.Spec {
+	s.ExtraMounts = slices.Clone(s.ExtraMounts)
+	s.Skills = slices.Clone(s.Skills)
+	if s.Env != nil {
+		env := make(map[string]string, len(s.Env))
+		for k, v := range s.Env {
+			env[k] = v
+		}
+		s.Env = env
+	}
+	return s
+}
+
+// sessionDir maps a SessionInfo to its state directory, refusing ids that
+// are not of our making (they are joined to a path).
+func (b *Backend) sessionDir(info backends.SessionInfo) (string, bool) {
+	if !sessionDirRe.MatchString(info.BackendSessionID) {
+		return "", false
+	}
+	return filepath.Join(b.root, info.BackendSessionID), true
+}
+
+func (b *Backend) lookup(info backends.SessionInfo) (string, error) {
+	dir, ok := b.sessionDir(info)
+	if !ok {
+		return "", backends.SessionNotFound(info.SessionID)
+	}
+	if _, err := os.Stat(filepath.Join(dir, sessionFile)); err != nil {
+		return "", backends.SessionNotFound(info.SessionID)
+	}
+	return dir, nil
+}
+
+// Alive implements backends.Backend: a bwrap session is alive while its
+// state directory exists (there is no long-running sandbox process).
+func (b *Backend) Alive(_ context.Context, info backends.SessionInfo) bool {
+	_, err := b.lookup(info)
+	return err == nil
+}
+
+// StopSession implements backends.Backend: kill what still runs for the
+// session, remove its cgroups and its state directory. Idempotent.
+func (b *Backend) StopSession(ctx context.Context, info backends.SessionInfo) error {
+	dir, ok := b.sessionDir(info)
+	if !ok {
+		return nil // not an id of ours: nothing of ours to stop
+	}
+	key := info.BackendSessionID
+	b.mu.Lock()
+	sr := b.sessions[key]
+	if sr == nil {
+		sr = &sessionRuns{runs: map[*run]struct{}{}}
+		b.sessions[key] = sr
+	}
+	sr.stopping = true
+	runs := make([]*run, 0, len(sr.runs))
+	for r := range sr.runs {
+		runs = append(runs, r)
+	}
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		if cur := b.sessions[key]; cur == sr && len(sr.runs) == 0 {
+			delete(b.sessions, key)
+		}
+		b.mu.Unlock()
+	}()
+
+	for _, r := range runs {
+		r.markStopped()
+		r.kill()
+	}
+	for _, r := range runs {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// Leaves of processes this Backend does not track (left by an earlier
+	// boxrt process of the same installation).
+	for _, leaf := range b.cg.leaves(b.cfg.InstanceID) {
+		if strings.HasPrefix(leaf, key+".") {
+			b.cg.existing(b.cfg.InstanceID, leaf).remove()
+		}
+	}
+	if err := removeTree(dir); err != nil {
+		return backends.Failure("bwrap: cannot remove session directory %s: %v", dir, err).Wrap(err)
+	}
+	return nil
+}
+
+// Adopt implements backends.Backend: every session.json under our own
+// instance directory, and nothing else. It also removes cgroups an earlier
+// boxrt process of this installation left behind (their processes died
+// with it through --die-with-parent; anything still inside is killed).
+func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
+	entries, err := os.ReadDir(b.root)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, backends.Failure("bwrap: cannot read %s: %v", b.root, err).Wrap(err)
+	}
+	out := []backends.SessionInfo{}
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if !e.IsDir() || !sessionDirRe.MatchString(e.Name()) {
+			continue
+		}
+		dir := filepath.Join(b.root, e.Name())
+		st, err := readState(dir)
+		if err != nil || st.InstanceID != b.cfg.InstanceID ||
+			st.Session.BackendName != BackendName || st.Session.BackendSessionID != e.Name() {
+			continue
+		}
+		info := st.Session
+		if fi, err := os.Stat(filepath.Join(dir, sessionFile)); err == nil {
+			info.LastUsedAt = fi.ModTime().UTC()
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, c backends.SessionInfo) int { return a.CreatedAt.Compare(c.CreatedAt) })
+
+	// Leaves carry the token of the Backend that made them; any other
+	// token is a previous boxrt process of this installation.
+	for _, leaf := range b.cg.leaves(b.cfg.InstanceID) {
+		if !strings.Contains(leaf, "."+b.token+".") {
+			b.cg.existing(b.cfg.InstanceID, leaf).remove()
+		}
+	}
+	return out, nil
+}

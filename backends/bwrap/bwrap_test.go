@@ -1,0 +1,827 @@
+package bwrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+func TestDescribeAndProbe(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	if b.Name() != "bwrap" || b.DefaultImage() != "host" {
+		t.Fatalf("Name/DefaultImage = %q/%q", b.Name(), b.DefaultImage())
+	}
+	d := b.Describe()
+	if d.Isolation != "namespaces (bubblewrap)" || !d.SkillsLive {
+		t.Fatalf("Describe = %+v", d)
+	}
+	t.Logf("enforced limits: %v; notes: %q", d.EnforcedLimits, d.Notes)
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED the enforced-limit check: not root, cgroups are not ours to write")
+	}
+	for limit, ctrl := range controllerOf {
+		if machineHasController(ctrl) && !slices.Contains(d.EnforcedLimits, limit) {
+			t.Errorf("this machine has the %s controller but Describe says %s is not enforced: %v", ctrl, limit, d.EnforcedLimits)
+		}
+	}
+}
+
+func TestProbeMissingBwrap(t *testing.T) {
+	t.Parallel()
+	b, err := New(Config{InstanceID: "x", StateDir: t.TempDir(), BwrapPath: "/nonexistent/bwrap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Probe(context.Background())
+	if !errors.Is(err, backends.ErrBackendUnavailable) || !strings.Contains(err.Error(), "apt-get install bubblewrap") {
+		t.Fatalf("Probe with a missing bwrap = %v; want BackendUnavailable naming the fix", err)
+	}
+	_, err = b.StartSession(context.Background(), func() backends.Spec { s := backends.DefaultSpec(); s.SessionID = "s"; return s }())
+	if !errors.Is(err, backends.ErrBackendUnavailable) {
+		t.Fatalf("StartSession with a missing bwrap = %v", err)
+	}
+}
+
+func TestExecBasics(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, nil)
+	cases := []struct {
+		name       string
+		req        backends.ExecRequest
+		wantCode   int
+		wantStdout string
+		wantStderr string
+	}{
+		{"echo", backends.ExecRequest{Cmd: "echo hello"}, 0, "hello\n", ""},
+		{"exit code", backends.ExecRequest{Cmd: "exit 3"}, 3, "", ""},
+		{"stderr", backends.ExecRequest{Cmd: "echo oops >&2; exit 1"}, 1, "", "oops\n"},
+		{"default workdir", backends.ExecRequest{Cmd: "pwd"}, 0, "/workspace\n", ""},
+		{"workdir created", backends.ExecRequest{Cmd: "pwd", Workdir: "/workspace/a/b"}, 0, "/workspace/a/b\n", ""},
+		{"workdir in tmp", backends.ExecRequest{Cmd: "pwd", Workdir: "/tmp/x"}, 0, "/tmp/x\n", ""},
+		{"request env", backends.ExecRequest{Cmd: `printf '%s|%s' "$FOO" "$HOME"`, Env: map[string]string{"FOO": "a b=c"}}, 0, "a b=c|/home", ""},
+		{"signal exit", backends.ExecRequest{Cmd: "kill -9 $$"}, 137, "", ""},
+		{"pid namespace", backends.ExecRequest{Cmd: "echo $$"}, 0, "2\n", ""},
+		{"hostname", backends.ExecRequest{Cmd: "cat /proc/sys/kernel/hostname"}, 0, "boxrt\n", ""},
+		{"no capabilities", backends.ExecRequest{Cmd: "grep CapEff /proc/self/status"}, 0, "CapEff:\t0000000000000000\n", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := execIn(t, b, info, tc.req)
+			if r.err != nil || r.status.TimedOut {
+				t.Fatalf("err=%v status=%+v stderr=%q", r.err, r.status, r.stderr)
+			}
+			if r.status.ExitCode != tc.wantCode || r.stdout != tc.wantStdout || r.stderr != tc.wantStderr {
+				t.Fatalf("got code=%d stdout=%q stderr=%q; want code=%d stdout=%q stderr=%q",
+					r.status.ExitCode, r.stdout, r.stderr, tc.wantCode, tc.wantStdout, tc.wantStderr)
+			}
+		})
+	}
+}
+
+func TestExecValidation(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, nil)
+	cases := []struct {
+		name string
+		info backends.SessionInfo
+		req  backends.ExecRequest
+		want error
+	}{
+		{"empty cmd", info, backends.ExecRequest{Cmd: "  "}, backends.ErrValidation},
+		{"bad env", info, backends.ExecRequest{Cmd: "true", Env: map[string]string{"A=B": "x"}}, backends.ErrValidation},
+		{"relative workdir", info, backends.ExecRequest{Cmd: "true", Workdir: "rel"}, backends.ErrValidation},
+		{"unknown session", func() backends.SessionInfo { i := info; i.BackendSessionID = "nope-00000000"; return i }(), backends.ExecRequest{Cmd: "true"}, backends.ErrSessionNotFound},
+		{"path traversal id", func() backends.SessionInfo { i := info; i.BackendSessionID = "../../etc"; return i }(), backends.ExecRequest{Cmd: "true"}, backends.ErrSessionNotFound},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := b.Exec(context.Background(), tc.info, tc.req)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Exec = %v; want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestHostEnvNotVisible(t *testing.T) {
+	t.Setenv("BOXRT_HOST_SECRET", "do-not-leak")
+	b := newBackend(t)
+	info := newSession(t, b, nil)
+	out := mustRun(t, b, info, "env")
+	if strings.Contains(out, "BOXRT_HOST_SECRET") || strings.Contains(out, "do-not-leak") {
+		t.Fatalf("host environment leaked into the sandbox:\n%s", out)
+	}
+	for _, want := range []string{"PATH=" + defaultPath, "HOME=/home"} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("sandbox env lacks %s:\n%s", want, out)
+		}
+	}
+}
+
+func TestFilesPersistAcrossExecs(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, nil)
+	mustRun(t, b, info, "echo persisted > /workspace/f.txt && echo tmp > /tmp/t && echo home > ~/h")
+	if got := mustRun(t, b, info, "cat /workspace/f.txt /tmp/t /home/h"); got != "persisted\ntmp\nhome\n" {
+		t.Fatalf("second exec read %q", got)
+	}
+	// and the file is where the session's state says it is
+	data, err := os.ReadFile(filepath.Join(b.root, info.BackendSessionID, "workspace", "f.txt"))
+	if err != nil || string(data) != "persisted\n" {
+		t.Fatalf("host side of the workspace: %q, %v", data, err)
+	}
+}
+
+func TestTimeoutKillsTreeKeepsSession(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, nil)
+	mustRun(t, b, info, "echo before > /workspace/before")
+	marker := mark("60.0417")
+	r := execIn(t, b, info, backends.ExecRequest{
+		Cmd:     "echo started; sleep " + marker + " & sleep " + marker + "; echo never",
+		Timeout: 2 * time.Second,
+	})
+	if r.err != nil || !r.status.TimedOut {
+		t.Fatalf("want TimedOut, got err=%v status=%+v", r.err, r.status)
+	}
+	if r.elapsed > 3500*time.Millisecond {
+		t.Fatalf("timeout of 2s took %v to return", r.elapsed)
+	}
+	if r.stdout != "started\n" {
+		t.Fatalf("output before the timeout was lost: %q", r.stdout)
+	}
+	assertNoHostProcs(t, "sleep "+marker)
+	if got := mustRun(t, b, info, "cat /workspace/before && echo after"); got != "before\nafter\n" {
+		t.Fatalf("session after timeout: %q", got)
+	}
+}
+
+func TestContextCancelKillsTree(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, nil)
+	marker := mark("60.0419")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	r := runCtx(ctx, t, b, info, backends.ExecRequest{Cmd: "sleep " + marker})
+	if !errors.Is(r.err, context.DeadlineExceeded) {
+		t.Fatalf("want ctx.Err(), got err=%v status=%+v", r.err, r.status)
+	}
+	if r.elapsed > 2*time.Second {
+		t.Fatalf("cancellation took %v", r.elapsed)
+	}
+	assertNoHostProcs(t, "sleep "+marker)
+	mustRun(t, b, info, "true")
+}
+
+func TestNetwork(t *testing.T) {
+	t.Parallel()
+	requireBwrap(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	defer wg.Wait()
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	b := newBackend(t)
+	cases := []struct {
+		network backends.NetworkMode
+		wantOK  bool
+	}{
+		{backends.NetworkOff, false},
+		{backends.NetworkOn, true},
+	}
+	for _, tc := range cases {
+		t.Run(string(tc.network), func(t *testing.T) {
+			info := newSession(t, b, func(s *backends.Spec) { s.Network = tc.network })
+			r := execIn(t, b, info, backends.ExecRequest{
+				Cmd:     fmt.Sprintf("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d' && echo connected", port),
+				Timeout: 10 * time.Second,
+			})
+			if r.err != nil || r.status.TimedOut {
+				t.Fatalf("err=%v status=%+v", r.err, r.status)
+			}
+			ok := r.status.ExitCode == 0 && r.stdout == "connected\n"
+			if ok != tc.wantOK {
+				t.Fatalf("network=%s: connect to the host's 127.0.0.1:%d ok=%v, want %v (code=%d stdout=%q stderr=%q)",
+					tc.network, port, ok, tc.wantOK, r.status.ExitCode, r.stdout, r.stderr)
+			}
+		})
+	}
+}
+
+func TestMemoryLimit(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	if !slices.Contains(b.Describe().EnforcedLimits, limitMemory) {
+		if machineHasController("memory") && os.Geteuid() == 0 {
+			t.Fatalf("this machine has the memory controller but Describe says memory is not enforced: %+v", b.Describe())
+		}
+		t.Skip("SKIPPED: no usable memory cgroup controller here, the limit is (correctly) reported as not enforced")
+	}
+	info := newSession(t, b, func(s *backends.Spec) { s.MemoryMB = 64 })
+	// tail must hold the whole newline-free stream in memory.
+	r := execIn(t, b, info, backends.ExecRequest{Cmd: "head -c 300000000 /dev/zero | tail | wc -c"})
+	if r.err != nil || r.status.TimedOut {
+		t.Fatalf("err=%v status=%+v", r.err, r.status)
+	}
+	if !strings.Contains(r.stderr, "memory limit (64 MiB) killed") || strings.TrimSpace(r.stdout) != "0" {
+		t.Fatalf("300 MB hog under a 64 MiB limit: code=%d stdout=%q stderr=%q", r.status.ExitCode, r.stdout, r.stderr)
+	}
+	r = execIn(t, b, info, backends.ExecRequest{Cmd: "head -c 300000000 /dev/zero | tail"})
+	if r.status.ExitCode != 137 {
+		t.Fatalf("hog exit code = %d, want 137 (SIGKILL by the OOM killer); stderr=%q", r.status.ExitCode, r.stderr)
+	}
+	// below the limit is fine, and the session survives
+	if got := mustRun(t, b, info, "head -c 16000000 /dev/zero | tail | wc -c"); strings.TrimSpace(got) != "16000000" {
+		t.Fatalf("16 MB under a 64 MiB limit: %q", got)
+	}
+}
+
+func TestForkBombCapped(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	pidsEnforced := slices.Contains(b.Describe().EnforcedLimits, limitPids)
+	if !pidsEnforced {
+		if machineHasController("pids") && os.Geteuid() == 0 {
+			t.Fatalf("this machine has the pids controller but Describe says pids is not enforced")
+		}
+		t.Skip("SKIPPED: the pids limit is not enforced here, and an uncapped fork bomb would hurt the host")
+	}
+	info := newSession(t, b, func(s *backends.Spec) { s.PidsLimit = 32 })
+	// dash refuses ":" as a function name, so the classic bomb runs in
+	// bash; the sleep keeps the sandbox (and the bomb) alive until the
+	// timeout kills it.
+	bomb := ":(){ :|:& };: # " + mark("") // the comment tells our bomb from another test run's
+	done := make(chan execResult, 1)
+	go func() {
+		done <- execIn(t, b, info, backends.ExecRequest{Cmd: "bash -c '" + bomb + "'; sleep 30.0467", Timeout: 3 * time.Second})
+	}()
+	// Every process of the sandbox carries the bomb in its command line
+	// (bwrap, its init, sh, the bash copies): sample how many exist.
+	peak := 0
+	var r execResult
+sample:
+	for {
+		select {
+		case r = <-done:
+			break sample
+		default:
+		}
+		peak = max(peak, len(hostProcsWith(bomb)))
+		time.Sleep(50 * time.Millisecond)
+	}
+	if r.err != nil || !r.status.TimedOut {
+		t.Fatalf("fork bomb exec: err=%v status=%+v", r.err, r.status)
+	}
+	if r.elapsed > 5*time.Second {
+		t.Fatalf("fork bomb with a 3s timeout took %v", r.elapsed)
+	}
+	t.Logf("peak sandbox processes seen: %d", peak)
+	if peak > 32+pidsOverhead {
+		t.Fatalf("saw %d sandbox processes under a pids limit of 32 (+%d for bwrap)", peak, pidsOverhead)
+	}
+	if !strings.Contains(r.stderr, "process limit (32) refused") {
+		t.Fatalf("the pids limit was never hit? stderr tail=%q", tail(r.stderr, 300))
+	}
+	assertNoHostProcs(t, bomb)
+	if got := mustRun(t, b, info, "echo alive"); got != "alive\n" {
+		t.Fatalf("session after fork bomb: %q", got)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func TestWritesConfined(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	extra := t.TempDir()
+	roDir := t.TempDir()
+	info := newSession(t, b, func(s *backends.Spec) {
+		s.ExtraMounts = []backends.MountSpec{
+			{HostPath: extra, MountPath: "/data", Mode: backends.MountRW},
+			{HostPath: roDir, MountPath: "/workspace/ref", Mode: backends.MountRO},
+		}
+	})
+	cases := []struct {
+		path   string
+		wantOK bool
+	}{
+		{"/workspace/ok", true},
+		{"/tmp/ok", true},
+		{"/home/ok", true},
+		{"/data/ok", true},
+		{"/workspace/ref/no", false},
+		{"/no", false},
+		{"/usr/no", false},
+		{"/usr/local/no", false},
+		{"/etc/no", false},
+		{"/bin/no", false},
+		{"/var/no", false},
+		{"/proc/sys/kernel/hostname", false},
+		{"/proc/sys/vm/drop_caches", false}, // a global sysctl: must never be writable
+	}
+	for _, tc := range cases {
+		t.Run(tc.path, func(t *testing.T) {
+			r := execIn(t, b, info, backends.ExecRequest{Cmd: "echo 1 > " + tc.path})
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if ok := r.status.ExitCode == 0; ok != tc.wantOK {
+				t.Fatalf("write to %s ok=%v, want %v (stderr=%q)", tc.path, ok, tc.wantOK, r.stderr)
+			}
+		})
+	}
+	if data, err := os.ReadFile(filepath.Join(extra, "ok")); err != nil || string(data) != "1\n" {
+		t.Fatalf("rw extra mount did not reach the host: %q %v", data, err)
+	}
+	if _, err := os.Stat(filepath.Join(roDir, "no")); err == nil {
+		t.Fatal("ro extra mount was written")
+	}
+}
+
+// TestMountsChangePerExec: mounts come from the SessionInfo of each call,
+// so a skill added to a running session is visible at the next exec
+// (Describe's SkillsLive).
+func TestMountsChangePerExec(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, nil)
+	skill := t.TempDir()
+	if err := os.WriteFile(filepath.Join(skill, "SKILL.md"), []byte("# demo\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := execIn(t, b, info, backends.ExecRequest{Cmd: "cat /workspace/.skills/demo/SKILL.md"})
+	if r.status.ExitCode == 0 {
+		t.Fatal("skill visible before it was mounted")
+	}
+	withSkill := info
+	withSkill.ExtraMounts = append(slices.Clone(info.ExtraMounts),
+		backends.MountSpec{HostPath: skill, MountPath: "/workspace/.skills/demo", Mode: backends.MountRO})
+	if got := mustRun(t, b, withSkill, "cat /workspace/.skills/demo/SKILL.md"); got != "# demo\n" {
+		t.Fatalf("skill content %q", got)
+	}
+}
+
+func TestHostPathWorkspace(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	host := filepath.Join(t.TempDir(), "proj") // created by StartSession
+	info := newSession(t, b, func(s *backends.Spec) { s.HostPath = host; s.MountPath = "/src" })
+	mustRun(t, b, info, "mkdir -p deep && echo hi > deep/f")
+	if data, err := os.ReadFile(filepath.Join(host, "deep", "f")); err != nil || string(data) != "hi\n" {
+		t.Fatalf("host_path rw: %q %v", data, err)
+	}
+	ro := newSession(t, b, func(s *backends.Spec) {
+		s.SessionID = "ro"
+		s.HostPath = host
+		s.HostPathMode = backends.MountRO
+	})
+	if got := mustRun(t, b, ro, "cat /workspace/deep/f; touch /workspace/x 2>/dev/null || echo refused"); got != "hi\nrefused\n" {
+		t.Fatalf("host_path ro: %q", got)
+	}
+}
+
+func TestLargeOutputStreams(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, nil)
+	const size = 5 << 20
+	out, errb := &syncBuffer{}, &syncBuffer{}
+	st, err := b.Exec(context.Background(), info, backends.ExecRequest{
+		Cmd:     fmt.Sprintf("head -c %d /dev/urandom; head -c 1000 /dev/zero >&2", size),
+		Timeout: 30 * time.Second, Stdout: out, Stderr: errb,
+	})
+	if err != nil || st.ExitCode != 0 {
+		t.Fatalf("err=%v status=%+v", err, st)
+	}
+	if out.Len() != size || errb.Len() != 1000 {
+		t.Fatalf("stdout %d bytes (want %d), stderr %d bytes (want 1000)", out.Len(), size, errb.Len())
+	}
+
+	// Streaming: the first line arrives while the command still runs.
+	out = newBuf()
+	start := time.Now()
+	st, err = b.Exec(context.Background(), info, backends.ExecRequest{
+		Cmd: "echo first; sleep 2; echo second", Timeout: 10 * time.Second, Stdout: out,
+	})
+	if err != nil || st.ExitCode != 0 || out.String() != "first\nsecond\n" {
+		t.Fatalf("err=%v status=%+v out=%q", err, st, out.String())
+	}
+	if d := out.first.Sub(start); d > 1500*time.Millisecond {
+		t.Fatalf("first output reached the writer after %v: not streamed", d)
+	}
+}
+
+func TestConcurrentExecs(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	s1 := newSession(t, b, nil)
+	s2 := newSession(t, b, func(s *backends.Spec) { s.SessionID = "other" })
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := range 16 {
+		info := s1
+		if i%2 == 1 {
+			info = s2
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := newBuf()
+			st, err := b.Exec(context.Background(), info, backends.ExecRequest{
+				Cmd: fmt.Sprintf("echo %d > /workspace/f%d && cat /workspace/f%d", i, i, i), Timeout: 30 * time.Second, Stdout: out,
+			})
+			if err != nil || st.ExitCode != 0 || out.String() != fmt.Sprintf("%d\n", i) {
+				errs <- fmt.Errorf("exec %d: err=%v status=%+v out=%q", i, err, st, out.String())
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestStopSession(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	spec := backends.DefaultSpec()
+	spec.SessionID = "stop me"
+	info, err := b.StartSession(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(b.root, info.BackendSessionID)
+	if !b.Alive(context.Background(), info) {
+		t.Fatal("new session not alive")
+	}
+	mustRun(t, b, info, "echo x > /workspace/f")
+
+	// A command still running is killed by StopSession.
+	marker := mark("60.0423")
+	done := make(chan execResult, 1)
+	go func() { done <- execIn(t, b, info, backends.ExecRequest{Cmd: "sleep " + marker}) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(hostProcsWith("sleep "+marker)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := b.StopSession(context.Background(), info); err != nil {
+		t.Fatalf("StopSession: %v", err)
+	}
+	select {
+	case r := <-done:
+		if r.err == nil {
+			t.Fatalf("exec killed by StopSession returned no error: %+v", r.status)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("exec did not return after StopSession")
+	}
+	assertNoHostProcs(t, "sleep "+marker)
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("state dir still there after StopSession: %v", err)
+	}
+	if b.Alive(context.Background(), info) {
+		t.Fatal("stopped session still alive")
+	}
+	if _, err := b.Exec(context.Background(), info, backends.ExecRequest{Cmd: "true"}); !errors.Is(err, backends.ErrSessionNotFound) {
+		t.Fatalf("exec on a stopped session = %v, want SessionNotFound", err)
+	}
+	if err := b.StopSession(context.Background(), info); err != nil {
+		t.Fatalf("second StopSession: %v", err)
+	}
+}
+
+func TestAdopt(t *testing.T) {
+	t.Parallel()
+	requireBwrap(t)
+	state := t.TempDir()
+	ours := testInstanceID(t)
+	b1 := newBackendAt(t, state, ours)
+	other := newBackendAt(t, state, testInstanceID(t))
+
+	mk := func(b *Backend, id string, mutate func(*backends.Spec)) backends.SessionInfo {
+		spec := backends.DefaultSpec()
+		spec.SessionID = id
+		if mutate != nil {
+			mutate(&spec)
+		}
+		info, err := b.StartSession(context.Background(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info
+	}
+	a := mk(b1, "a", nil)
+	bb := mk(b1, "b", func(s *backends.Spec) {
+		s.Network = backends.NetworkOn
+		s.MemoryMB = 128
+		s.Persistent = true
+		s.ExtraMounts = []backends.MountSpec{{HostPath: t.TempDir(), MountPath: "/data", Mode: backends.MountRO}}
+	})
+	foreign := mk(other, "c", nil)
+	defer func() {
+		for _, i := range []backends.SessionInfo{a, bb} {
+			_ = b1.StopSession(context.Background(), i)
+		}
+		_ = other.StopSession(context.Background(), foreign)
+	}()
+	mustRun(t, b1, bb, "echo kept > /workspace/k")
+	// junk in our directory is ignored
+	if err := os.MkdirAll(filepath.Join(b1.root, "junk-00000000"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(b1.root, "junk-00000000", sessionFile), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// A restarted boxrt of the same installation.
+	restarted := newBackendAt(t, state, ours)
+	got, err := restarted.Adopt(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("Adopt returned %d sessions, want our 2: %+v", len(got), got)
+	}
+	for i, want := range []backends.SessionInfo{a, bb} {
+		g := got[i]
+		if g.CreatedAt.IsZero() || g.LastUsedAt.IsZero() {
+			t.Errorf("adopted %s lacks times: %+v", g.SessionID, g)
+		}
+		g.CreatedAt, g.LastUsedAt = time.Time{}, time.Time{}
+		if fmt.Sprintf("%+v", g) != fmt.Sprintf("%+v", want) {
+			t.Errorf("adopted session differs:\n got %+v\nwant %+v", g, want)
+		}
+	}
+	if got := mustRun(t, restarted, got[1], "cat /workspace/k"); got != "kept\n" {
+		t.Fatalf("exec in adopted session: %q", got)
+	}
+	if got, _ := other.Adopt(context.Background()); len(got) != 1 || got[0].SessionID != "c" {
+		t.Fatalf("other installation adopted %+v", got)
+	}
+}
+
+func TestStartSessionValidation(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	noShell := t.TempDir()
+	cases := []struct {
+		name   string
+		mutate func(*backends.Spec)
+	}{
+		{"docker image name", func(s *backends.Spec) { s.Image = "python:3.12-slim" }},
+		{"missing dir", func(s *backends.Spec) { s.Image = "/nonexistent/rootfs" }},
+		{"host root", func(s *backends.Spec) { s.Image = "/" }},
+		{"rootfs without sh", func(s *backends.Spec) { s.Image = noShell }},
+		{"mount over proc", func(s *backends.Spec) { s.MountPath = "/proc/x"; s.Workdir = "/proc/x" }},
+		{"mount at root", func(s *backends.Spec) {
+			s.ExtraMounts = []backends.MountSpec{{HostPath: t.TempDir(), MountPath: "/", Mode: backends.MountRO}}
+		}},
+		{"empty session id", func(s *backends.Spec) { s.SessionID = "" }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := backends.DefaultSpec()
+			spec.SessionID = "v"
+			tc.mutate(&spec)
+			_, err := b.StartSession(context.Background(), spec)
+			if !errors.Is(err, backends.ErrValidation) {
+				t.Fatalf("StartSession = %v, want a BoxValidationError", err)
+			}
+		})
+	}
+	if err := func() error {
+		spec := backends.DefaultSpec()
+		spec.SessionID = "v"
+		spec.Image = "ubuntu"
+		_, err := b.StartSession(context.Background(), spec)
+		return err
+	}(); err == nil || !strings.Contains(err.Error(), "bwrap images are rootfs directories") {
+		t.Fatalf("image error does not explain bwrap images: %v", err)
+	}
+	entries, _ := os.ReadDir(b.root)
+	if len(entries) != 0 {
+		t.Fatalf("failed StartSession left state behind: %v", entries)
+	}
+}
+
+// busyboxRootfs makes a tiny rootfs from the static busybox.
+func busyboxRootfs(t *testing.T) string {
+	t.Helper()
+	src := "/bin/busybox"
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatalf("a static busybox is needed for the rootfs test (apt-get install busybox-static): %v", err)
+	}
+	root := t.TempDir()
+	for _, d := range []string{"bin", "etc", "workspace"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, applet := range []string{"sh", "echo", "cat", "ls", "touch", "mkdir", "pwd", "env", "id"} {
+		if err := os.Symlink("busybox", filepath.Join(root, "bin", applet)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc", "os-release"), []byte("ID=boxrt-test\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func TestRootfsImage(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	rootfs := busyboxRootfs(t)
+	info := newSession(t, b, func(s *backends.Spec) { s.Image = rootfs })
+	if info.Image != rootfs {
+		t.Fatalf("session image = %q", info.Image)
+	}
+	got := mustRun(t, b, info, "cat /etc/os-release; echo hi > /workspace/f; cat /workspace/f; pwd; ls /usr 2>/dev/null || echo no-usr; touch /bin/x 2>/dev/null || echo ro")
+	if got != "ID=boxrt-test\nhi\n/workspace\nno-usr\nro\n" {
+		t.Fatalf("rootfs exec output %q", got)
+	}
+	// The image directory itself was not written to.
+	if entries, _ := os.ReadDir(filepath.Join(rootfs, "workspace")); len(entries) != 0 {
+		t.Fatalf("the image was modified: %v", entries)
+	}
+}
+
+func TestManagedProcessCat(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, nil)
+	p, err := b.StartProcess(context.Background(), info, backends.ProcessSpec{ProcessID: "default", Command: "cat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(p.Stdin(), "hello mcp\n"); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, err := io.ReadAtLeast(p.Stdout(), buf, len("hello mcp\n"))
+	if err != nil || string(buf[:n]) != "hello mcp\n" {
+		t.Fatalf("round trip: %q %v", buf[:n], err)
+	}
+	if err := p.Stdin().Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, err := waitWithin(t, p, 5*time.Second)
+	if err != nil || code != 0 {
+		t.Fatalf("cat after stdin EOF: code=%d err=%v", code, err)
+	}
+	if rest, err := io.ReadAll(p.Stdout()); err != nil || len(rest) != 0 {
+		t.Fatalf("stdout after exit: %q %v", rest, err)
+	}
+	if rest, err := io.ReadAll(p.Stderr()); err != nil || len(rest) != 0 {
+		t.Fatalf("stderr: %q %v", rest, err)
+	}
+}
+
+func waitWithin(t *testing.T, p backends.Process, d time.Duration) (int, error) {
+	t.Helper()
+	type res struct {
+		code int
+		err  error
+	}
+	ch := make(chan res, 1)
+	go func() { c, err := p.Wait(); ch <- res{c, err} }()
+	select {
+	case r := <-ch:
+		return r.code, r.err
+	case <-time.After(d):
+		_ = p.Signal(syscall.SIGKILL)
+		r := <-ch
+		t.Fatalf("process did not exit within %v (killed: code %d)", d, r.code)
+		return 0, nil
+	}
+}
+
+func TestManagedProcessSignalKillsTree(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, nil)
+	marker := mark("100.0431")
+	cases := []struct {
+		name      string
+		sig       syscall.Signal
+		immediate bool // signal right after start, before the command may exist
+	}{
+		{"SIGTERM", syscall.SIGTERM, false},
+		{"SIGKILL", syscall.SIGKILL, false},
+		{"SIGTERM at once", syscall.SIGTERM, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := b.StartProcess(context.Background(), info, backends.ProcessSpec{
+				Command: "sh", Args: []string{"-c", "sleep " + marker + " & sleep " + marker},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// bwrap's and sh's command lines hold the marker too: wait for
+			// the two sleeps themselves.
+			sleeps := func() int {
+				n := 0
+				for _, p := range hostProcsWith("sleep " + marker) {
+					if _, cmd, _ := strings.Cut(p, ": "); strings.HasPrefix(cmd, "sleep ") {
+						n++
+					}
+				}
+				return n
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for !tc.immediate && sleeps() < 2 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if n := sleeps(); n < 2 && !tc.immediate {
+				t.Fatalf("expected the two sleeps to run, found %d", n)
+			}
+			if err := p.Signal(tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			code, err := waitWithin(t, p, 5*time.Second)
+			if err != nil || code != -int(tc.sig) {
+				t.Fatalf("Wait after %v = %d, %v; want %d", tc.sig, code, err, -int(tc.sig))
+			}
+			assertNoHostProcs(t, "sleep "+marker)
+			_, _ = io.ReadAll(p.Stdout())
+			_, _ = io.ReadAll(p.Stderr())
+			_ = p.Stdin().Close()
+		})
+	}
+}
+
+func TestManagedProcessEnvCwdAndStop(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, nil)
+	p, err := b.StartProcess(context.Background(), info, backends.ProcessSpec{
+		Command: "sh", Args: []string{"-c", `echo "$TOKEN $(pwd)"; echo to-stderr >&2; exec sleep ` + mark("60.0437")},
+		Env: map[string]string{"TOKEN": "t0k"}, Cwd: "/workspace/srv", MemoryMB: 64,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, 64)
+	n, err := io.ReadAtLeast(p.Stdout(), line, len("t0k /workspace/srv\n"))
+	if err != nil || string(line[:n]) != "t0k /workspace/srv\n" {
+		t.Fatalf("stdout %q %v", line[:n], err)
+	}
+	n, err = io.ReadAtLeast(p.Stderr(), line, len("to-stderr\n"))
+	if err != nil || string(line[:n]) != "to-stderr\n" {
+		t.Fatalf("stderr %q %v", line[:n], err)
+	}
+	// StopSession takes managed processes down too.
+	if err := b.StopSession(context.Background(), info); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := waitWithin(t, p, 5*time.Second); err != nil || code != -9 {
+		t.Fatalf("Wait after StopSession = %d, %v", code, err)
+	}
+	assertNoHostProcs(t, "sleep "+mark("60.0437"))
+	_ = p.Stdin().Close()
+	_, _ = io.ReadAll(p.Stdout())
+	_, _ = io.ReadAll(p.Stderr())
+}

@@ -1,0 +1,283 @@
+package bwrap
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+// requireRoot skips loudly: cgroupfs is only ours to write as root.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: needs root to manage cgroups")
+	}
+}
+
+// sandboxPids finds the host pids whose command line holds marker, waiting
+// up to 5s for want of them.
+func sandboxPids(t *testing.T, marker string, want int) []string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var pids []string
+		for _, p := range hostProcsWith(marker) {
+			pid, _, _ := strings.Cut(p, ":")
+			pids = append(pids, pid)
+		}
+		if len(pids) >= want || time.Now().After(deadline) {
+			return pids
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestCgroupPlacement checks that every process of a sandbox — bwrap
+// itself included — is in the exec's leaf in every hierarchy we use.
+func TestCgroupPlacement(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	b := newBackend(t)
+	if b.cg.version == cgroupNone {
+		t.Fatalf("running as root but no cgroup interface was found usable: %q", b.cg.notes)
+	}
+	info := newSession(t, b, nil)
+	marker := mark("30.0451")
+	done := make(chan execResult, 1)
+	go func() {
+		done <- execIn(t, b, info, backends.ExecRequest{Cmd: "sleep " + marker, Timeout: 20 * time.Second})
+	}()
+	// The outer bwrap, its init, the shell and sleep all carry the marker in
+	// their command lines (dash may exec sleep directly: at least three).
+	pids := sandboxPids(t, marker, 3)
+	if len(pids) < 3 {
+		t.Fatalf("sandbox processes not found: %v", pids)
+	}
+	leafPrefix := "/" + cgroupParentName + "/" + b.cfg.InstanceID + "/" + info.BackendSessionID + "."
+	for _, pid := range pids {
+		data, err := os.ReadFile("/proc/" + pid + "/cgroup")
+		if err != nil {
+			continue // exited meanwhile
+		}
+		for _, c := range b.cg.controllers {
+			found := false
+			for _, line := range strings.Split(string(data), "\n") {
+				parts := strings.SplitN(line, ":", 3)
+				if len(parts) != 3 {
+					continue
+				}
+				ctrls := strings.Split(parts[1], ",")
+				if (b.cg.version == cgroupV2 && parts[1] == "") || (b.cg.version == cgroupV1 && slices.Contains(ctrls, c)) {
+					found = strings.Contains(parts[2], leafPrefix)
+				}
+			}
+			if !found {
+				t.Errorf("pid %s is not in its %s leaf %s…:\n%s", pid, c, leafPrefix, data)
+			}
+		}
+	}
+	// limits were written
+	leaves := b.cg.leaves(b.cfg.InstanceID)
+	if len(leaves) != 1 {
+		t.Fatalf("want one leaf while the exec runs, got %v", leaves)
+	}
+	// The session defaults: 512 MiB, 128 pids (+2 for bwrap), 1 cpu.
+	want := map[cgroupVersion]map[string][2]string{
+		cgroupV1: {"memory": {"memory.limit_in_bytes", "536870912"}, "pids": {"pids.max", "130"}, "cpu": {"cpu.cfs_quota_us", "100000"}},
+		cgroupV2: {"memory": {"memory.max", "536870912"}, "pids": {"pids.max", "130"}, "cpu": {"cpu.max", "100000 100000"}},
+	}[b.cg.version]
+	for _, base := range b.cg.bases {
+		dir := filepath.Join(base.dir, cgroupParentName, b.cfg.InstanceID, leaves[0])
+		for _, c := range base.controllers {
+			w := want[c]
+			if got := strings.TrimSpace(readString(filepath.Join(dir, w[0]))); got != w[1] {
+				t.Errorf("%s: %s = %q, want %q", dir, w[0], got, w[1])
+			}
+		}
+	}
+	if err := b.StopSession(context.Background(), info); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	assertNoHostProcs(t, "sleep "+marker)
+}
+
+// unifiedMount finds a cgroup2 mount other than the one detectCgroups
+// chose, e.g. the controller-less /sys/fs/cgroup/unified of a hybrid host.
+func unifiedMount(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		var st unix.Statfs_t
+		if unix.Statfs(p, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			return p
+		}
+	}
+	return ""
+}
+
+// TestCgroupV2Mechanics drives the cgroup v2 code path (CLONE_INTO_CGROUP
+// placement, cgroup.kill, leaf removal) on whatever v2 hierarchy exists
+// here, even one without controllers (then no limit is enforced, which is
+// what Describe must say).
+func TestCgroupV2Mechanics(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	mount := unifiedMount(t)
+	if mount == "" {
+		t.Skip("SKIPPED: no cgroup2 hierarchy mounted on this machine")
+	}
+	b := newBackend(t)
+	b.cg = setupV2(mount, b.cfg.InstanceID)
+	if b.cg.version != cgroupV2 {
+		t.Fatalf("setupV2(%s) failed: %q", mount, b.cg.notes)
+	}
+	t.Cleanup(func() {
+		// v2 parents are kept by design; a test's are not (rmdir only
+		// removes them when empty, so a real installation's stay).
+		_ = syscall.Rmdir(filepath.Join(mount, cgroupParentName, b.cfg.InstanceID))
+		_ = syscall.Rmdir(filepath.Join(mount, cgroupParentName))
+	})
+	t.Logf("v2 at %s, controllers %v, enforced %v, cgroup.kill %v", mount, b.cg.controllers, b.Describe().EnforcedLimits, b.cg.v2Kill)
+	if len(b.cg.controllers) == 0 && len(b.Describe().EnforcedLimits) != 0 {
+		t.Fatalf("no controllers but Describe claims %v", b.Describe().EnforcedLimits)
+	}
+	info := newSession(t, b, nil)
+	for _, cloneInto := range []bool{true, false} {
+		t.Run(fmt.Sprintf("cloneInto=%v", cloneInto), func(t *testing.T) {
+			// false: the join script, as on kernels without CLONE_INTO_CGROUP
+			b.cg.noCloneInto.Store(!cloneInto)
+			if got := mustRun(t, b, info, "echo v2"); got != "v2\n" {
+				t.Fatalf("exec: %q", got)
+			}
+			marker := mark("60.0457")
+			done := make(chan execResult, 1)
+			go func() {
+				done <- execIn(t, b, info, backends.ExecRequest{Cmd: "sleep " + marker + " & sleep " + marker, Timeout: 1500 * time.Millisecond})
+			}()
+			pids := sandboxPids(t, marker, 4)
+			if len(pids) < 3 {
+				t.Fatalf("sandbox processes not found: %v", pids)
+			}
+			leaf := "/" + cgroupParentName + "/" + b.cfg.InstanceID + "/" + info.BackendSessionID + "."
+			for _, pid := range pids {
+				data, _ := os.ReadFile("/proc/" + pid + "/cgroup")
+				if !strings.Contains(string(data), "0::"+leaf) && len(data) > 0 {
+					t.Errorf("pid %s not placed into its v2 leaf:\n%s", pid, data)
+				}
+			}
+			r := <-done
+			if r.err != nil || !r.status.TimedOut {
+				t.Fatalf("want a timeout: %+v %v", r.status, r.err)
+			}
+			assertNoHostProcs(t, "sleep "+marker)
+
+			p, err := b.StartProcess(context.Background(), info, backends.ProcessSpec{Command: "sh", Args: []string{"-c", "sleep " + marker + " & sleep " + marker}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sandboxPids(t, marker, 4)
+			if err := p.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if code, err := waitWithin(t, p, 5*time.Second); err != nil || code != -15 {
+				t.Fatalf("Wait = %d, %v", code, err)
+			}
+			assertNoHostProcs(t, "sleep "+marker)
+			_ = p.Stdin().Close()
+			_, _ = io.ReadAll(p.Stdout())
+			_, _ = io.ReadAll(p.Stderr())
+		})
+	}
+}
+
+// TestAdoptRemovesStaleCgroups: leaves of an earlier boxrt process of the
+// same installation are cleaned up; our own live ones are not.
+func TestAdoptRemovesStaleCgroups(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	b := newBackend(t)
+	if b.cg.version == cgroupNone {
+		t.Skip("SKIPPED: no usable cgroups here")
+	}
+	info := newSession(t, b, nil)
+	stale := info.BackendSessionID + ".deadbeef.x1"
+	for _, base := range b.cg.bases {
+		if _, err := b.cg.mkLeaf(base, b.cfg.InstanceID, stale); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marker := mark("60.0461")
+	done := make(chan execResult, 1)
+	go func() {
+		done <- execIn(t, b, info, backends.ExecRequest{Cmd: "sleep " + marker, Timeout: 20 * time.Second})
+	}()
+	sandboxPids(t, marker, 3)
+	if _, err := b.Adopt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	leaves := b.cg.leaves(b.cfg.InstanceID)
+	if len(leaves) != 1 || leaves[0] == stale {
+		t.Fatalf("after Adopt leaves = %v; want only the running exec's", leaves)
+	}
+	if got := hostProcsWith("sleep " + marker); len(got) == 0 {
+		t.Fatal("Adopt killed a live exec of its own Backend")
+	}
+	if err := b.StopSession(context.Background(), info); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+}
+
+// TestProcessMemoryOverride: ProcessSpec.MemoryMB > 0 replaces the
+// session's memory limit for that managed process only.
+func TestProcessMemoryOverride(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	b := newBackend(t)
+	if !slices.Contains(b.cg.controllers, "memory") {
+		t.Skip("SKIPPED: no usable memory controller here")
+	}
+	info := newSession(t, b, nil) // 512 MiB
+	marker := mark("60.0471")
+	p, err := b.StartProcess(context.Background(), info, backends.ProcessSpec{Command: "sleep", Args: []string{marker}, MemoryMB: 96})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = p.Signal(syscall.SIGKILL)
+		_, _ = p.Wait()
+		_ = p.Stdin().Close()
+		_, _ = io.ReadAll(p.Stdout())
+		_, _ = io.ReadAll(p.Stderr())
+	}()
+	sandboxPids(t, marker, 3)
+	var memBase cgroupBase
+	for _, base := range b.cg.bases {
+		if slices.Contains(base.controllers, "memory") {
+			memBase = base
+		}
+	}
+	leaves := b.cg.leaves(b.cfg.InstanceID)
+	if len(leaves) != 1 || !strings.Contains(leaves[0], ".p") {
+		t.Fatalf("want the process's leaf, got %v", leaves)
+	}
+	file := "memory.limit_in_bytes"
+	if b.cg.version == cgroupV2 {
+		file = "memory.max"
+	}
+	got := strings.TrimSpace(readString(filepath.Join(memBase.dir, cgroupParentName, b.cfg.InstanceID, leaves[0], file)))
+	if got != "100663296" {
+		t.Fatalf("managed process memory limit %s = %q, want 96 MiB", file, got)
+	}
+}

@@ -1,0 +1,52 @@
+// Package bwrap is the bubblewrap backend: daemonless sandboxes built from
+// Linux namespaces, the embedded default on a machine without a container
+// engine.
+//
+// A session is only a state directory,
+// <StateDir>/bwrap/<InstanceID>/<sanitised id>-<8 hex>/, holding
+// workspace/, tmp/, home/ and session.json (the spec-derived SessionInfo,
+// from which Adopt rebuilds sessions after a restart). Nothing runs between
+// commands.
+//
+// Every exec and every managed process is a fresh bwrap process:
+//
+//   - --unshare-all (user, pid, net, ipc, uts, cgroup namespaces) plus
+//     --disable-userns when a user namespace of our own is available;
+//     --share-net only when the session's network is on;
+//   - --die-with-parent and --new-session, --cap-drop ALL, --clearenv with
+//     a fixed PATH, HOME=/home and the request's env;
+//   - the host's /usr, /bin, /sbin, /lib* and a short list of /etc
+//     essentials read-only (resolv.conf only with network), or, when the
+//     image is an absolute path to a directory, that rootfs read-only;
+//   - a new /proc and /dev, the session's tmp at /tmp and home at /home,
+//     the workspace at mount_path (the session's own or the host path with
+//     its mode) and the extra mounts with their modes;
+//   - the root remounted read-only: read_only_rootfs always holds;
+//   - /proc/sys, /proc/sysrq-trigger and friends bound read-only and
+//     /proc/kcore, /proc/keys… masked, as runc does: the sandbox's uid 0 is
+//     the host's root when boxrt runs as root, and the kernel lets global
+//     root write many /proc files on file mode alone.
+//
+// bwrap's options travel through --args on a memfd, so env values never
+// appear on a host command line.
+//
+// Limits use a cgroup per exec / managed process,
+// <hierarchy>/boxrt/<InstanceID>/<session dir>.<backend token>.<x|p><n>
+// (v1: inside boxrt's own cgroup of each hierarchy when writable):
+// cgroup v2 (memory.max, memory.swap.max=0, pids.max, cpu.max) when the
+// unified hierarchy has the controllers, else cgroup v1 (memory and memsw,
+// pids.max, CFS quota), else none (Describe then reports no enforced
+// limits). Placement is race-free: on v2 bwrap is cloned directly into its
+// cgroup (CLONE_INTO_CGROUP); on v1 a shell joins the cgroups and then
+// execs bwrap.
+//
+// Killing (timeout, cancellation, StopSession, Signal(SIGKILL)) ends the
+// pid namespace's init, whose death takes every process of the sandbox: v2
+// cgroup.kill first where available, then bwrap is stopped, its init
+// SIGKILLed directly and bwrap killed, then the cgroup is swept and
+// removed. Without cgroups the pid namespace alone still guarantees that
+// nothing survives. A timeout only ends the command: the session directory
+// stays. Signal with any other signal reaches every process of the
+// sandbox except bwrap and its init, so a managed process can shut down
+// gracefully.
+package bwrap

@@ -1,0 +1,229 @@
+package bwrap
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// requireBwrap skips loudly under -short and fails (never skips) when
+// bubblewrap is missing: CI machines must have it.
+func requireBwrap(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("SKIPPED under -short: this test runs real bubblewrap sandboxes")
+	}
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Fatalf("bubblewrap is required for this test and is missing (apt-get install bubblewrap): %v", err)
+	}
+}
+
+var instanceSeq struct {
+	sync.Mutex
+	n int
+}
+
+func testInstanceID(t *testing.T) string {
+	instanceSeq.Lock()
+	defer instanceSeq.Unlock()
+	instanceSeq.n++
+	return "test-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(instanceSeq.n)
+}
+
+// newBackend makes a probed Backend with its own instance id and state dir,
+// and checks at cleanup that it left no cgroup behind.
+func newBackend(t *testing.T) *Backend {
+	t.Helper()
+	requireBwrap(t)
+	return newBackendAt(t, t.TempDir(), testInstanceID(t))
+}
+
+func newBackendAt(t *testing.T, stateDir, instance string) *Backend {
+	t.Helper()
+	b, err := New(Config{InstanceID: instance, StateDir: stateDir})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := b.Probe(context.Background()); err != nil {
+		t.Fatalf("Probe: %v", err)
+	}
+	t.Cleanup(func() {
+		if leaves := b.cg.leaves(instance); len(leaves) > 0 {
+			t.Errorf("cgroups left behind for instance %s: %v", instance, leaves)
+		}
+	})
+	return b
+}
+
+// newSession starts a session from the reference defaults, adjusted by
+// mutate, and stops it at cleanup.
+func newSession(t *testing.T, b *Backend, mutate func(*backends.Spec)) backends.SessionInfo {
+	t.Helper()
+	spec := backends.DefaultSpec()
+	spec.SessionID = t.Name()
+	if mutate != nil {
+		mutate(&spec)
+	}
+	info, err := b.StartSession(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("StartSession: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.StopSession(context.Background(), info); err != nil {
+			t.Errorf("StopSession: %v", err)
+		}
+	})
+	return info
+}
+
+// syncBuffer is a goroutine-safe writer that also counts bytes and records
+// when the first byte arrived.
+type syncBuffer struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	n     int64
+	first time.Time
+	keep  bool
+}
+
+func newBuf() *syncBuffer { return &syncBuffer{keep: true} }
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == 0 && len(p) > 0 {
+		s.first = time.Now()
+	}
+	s.n += int64(len(p))
+	if s.keep {
+		s.buf.Write(p)
+	}
+	return len(p), nil
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+func (s *syncBuffer) Len() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+type execResult struct {
+	stdout, stderr string
+	status         backends.ExitStatus
+	err            error
+	elapsed        time.Duration
+}
+
+func execIn(t *testing.T, b *Backend, info backends.SessionInfo, req backends.ExecRequest) execResult {
+	t.Helper()
+	return runCtx(context.Background(), t, b, info, req)
+}
+
+func runCtx(ctx context.Context, t *testing.T, b *Backend, info backends.SessionInfo, req backends.ExecRequest) execResult {
+	t.Helper()
+	out, errb := newBuf(), newBuf()
+	req.Stdout, req.Stderr = out, errb
+	if req.Timeout == 0 {
+		req.Timeout = 30 * time.Second
+	}
+	start := time.Now()
+	st, err := b.Exec(ctx, info, req)
+	return execResult{stdout: out.String(), stderr: errb.String(), status: st, err: err, elapsed: time.Since(start)}
+}
+
+// mustRun runs cmd and fails the test unless it exits 0.
+func mustRun(t *testing.T, b *Backend, info backends.SessionInfo, cmd string) string {
+	t.Helper()
+	r := execIn(t, b, info, backends.ExecRequest{Cmd: cmd})
+	if r.err != nil || r.status.TimedOut || r.status.ExitCode != 0 {
+		t.Fatalf("exec %q: err=%v status=%+v stdout=%q stderr=%q", cmd, r.err, r.status, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// mark makes a process-marker unique to this test binary run: sleep
+// durations like 60.0417<pid> (still valid numbers), so concurrent test runs
+// on one machine (CI running packages in parallel, a developer's run next
+// to CI's) never mistake each other's processes for leftovers.
+// The pid is zero-padded to a fixed width so no marker is a prefix of
+// another.
+func mark(base string) string { return fmt.Sprintf("%s%07d", base, os.Getpid()) }
+
+// hostProcsWith lists host processes whose command line contains marker.
+func hostProcsWith(marker string) []string {
+	entries, _ := os.ReadDir("/proc")
+	var out []string
+	self := strconv.Itoa(os.Getpid())
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil || e.Name() == self {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		cmd := strings.ReplaceAll(string(data), "\x00", " ")
+		if strings.Contains(cmd, marker) {
+			out = append(out, e.Name()+": "+cmd)
+		}
+	}
+	return out
+}
+
+// assertNoHostProcs fails unless no process with marker exists (allowing a
+// moment for the kernel to finish tearing a namespace down).
+func assertNoHostProcs(t *testing.T, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		left := hostProcsWith(marker)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes left on the host with %q: %v", marker, left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// machineHasController reports whether this machine offers the cgroup
+// controller at all (v1 hierarchy mounted, or listed by the v2 root).
+func machineHasController(name string) bool {
+	if data, err := os.ReadFile("/proc/cgroups"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 4 && f[0] == name && f[1] != "0" && f[3] == "1" {
+				return true
+			}
+		}
+	}
+	for _, c := range readWords("/sys/fs/cgroup/cgroup.controllers") {
+		if c == name {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,765 @@
+package bwrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+// cgroupJoinScript places a v1 sandbox in its cgroups race-free: the shell
+// writes its own pid into each cgroup.procs and only then execs bwrap, so
+// bwrap and everything it forks is born inside the cgroups — no window in
+// which a process of the sandbox runs outside them, and nothing to chase
+// afterwards. "ok" on fd 3 tells boxrt the joins succeeded (the exit status
+// alone could not be told apart from the command's). Arguments: the number
+// of cgroup.procs files, the files, then bwrap's argv.
+const cgroupJoinScript = `n=$1; shift
+while [ "$n" -gt 0 ]; do
+	echo $$ 2>/dev/null >"$1" || exit 125
+	shift; n=$((n-1))
+done
+echo ok >&3
+exec 3>&-
+exec "$@"`
+
+// waitDelay bounds how long Wait lingers for output pipes after bwrap has
+// exited. Nothing of the sandbox can hold them then (the pid namespace died
+// with bwrap), so this only matters if that guarantee were broken.
+const waitDelay = 10 * time.Second
+
+// launch is one bwrap process to start.
+type launch struct {
+	sessionID string
+	key       string // session directory name
+	dir       string
+	layout    layout
+	argv      []string // the command inside the sandbox
+	lim       limits
+	kind      string // "x" exec, "p" managed process (in the cgroup name)
+	stdin     *os.File
+	stdout    io.Writer
+	stderr    io.Writer
+}
+
+// run is one started bwrap process and its cgroup.
+type run struct {
+	b    *Backend
+	key  string
+	leaf string
+	cg   *cgroup
+	done chan struct{} // closed once bwrap is reaped and the cgroup removed
+
+	mu            sync.Mutex
+	cmd           *exec.Cmd // set once started
+	killRequested bool
+	stopped       bool // killed by StopSession
+	lastSignal    syscall.Signal
+
+	// Written before done is closed, read after.
+	state    *os.ProcessState
+	waitErr  error
+	oomKills int64
+	pidsHits int64
+}
+
+// argsFile puts bwrap's options on an anonymous memory file for --args, so
+// they never appear on a command line.
+func argsFile(args []string) (*os.File, error) {
+	var f *os.File
+	if fd, err := unix.MemfdCreate("boxrt-bwrap-args", unix.MFD_CLOEXEC); err == nil {
+		f = os.NewFile(uintptr(fd), "boxrt-bwrap-args")
+	} else {
+		// Kernels without memfd: an unlinked temporary file does the same.
+		if f, err = os.CreateTemp("", "boxrt-bwrap-args-*"); err != nil {
+			return nil, backends.Failure("bwrap: cannot create argument file: %v", err).Wrap(err)
+		}
+		_ = os.Remove(f.Name())
+	}
+	var sb strings.Builder
+	for _, a := range args {
+		sb.WriteString(a)
+		sb.WriteByte(0)
+	}
+	if _, err := f.WriteString(sb.String()); err != nil {
+		f.Close()
+		return nil, backends.Failure("bwrap: cannot write argument file: %v", err).Wrap(err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, backends.Failure("bwrap: cannot rewind argument file: %v", err).Wrap(err)
+	}
+	return f, nil
+}
+
+// register adds r to its session, refusing when the session is being
+// stopped or its directory is gone. StopSession removes the directory while
+// still marked stopping, so a run either is refused here or is seen (and
+// killed) by StopSession.
+func (b *Backend) register(r *run, sessionID, dir string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sr := b.sessions[r.key]
+	if sr != nil && sr.stopping {
+		return backends.SessionNotFound(sessionID)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return backends.SessionNotFound(sessionID)
+	}
+	if sr == nil {
+		sr = &sessionRuns{runs: map[*run]struct{}{}}
+		b.sessions[r.key] = sr
+	}
+	sr.runs[r] = struct{}{}
+	return nil
+}
+
+func (b *Backend) unregister(r *run) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sr := b.sessions[r.key]
+	if sr == nil {
+		return
+	}
+	delete(sr.runs, r)
+	if len(sr.runs) == 0 && !sr.stopping {
+		delete(b.sessions, r.key)
+	}
+}
+
+// start builds and starts one sandbox.
+//
+// Cgroup placement is race-free on both interfaces: on v2 the process is
+// cloned straight into its cgroup (clone3 CLONE_INTO_CGROUP through
+// SysProcAttr.UseCgroupFD); on v1 a shell joins the cgroups and then execs
+// bwrap (cgroupJoinScript). Either way the first instruction of bwrap
+// already runs under the limits.
+func (b *Backend) start(l launch) (*run, error) {
+	if b.bwrapErr != nil {
+		return nil, b.unavailable()
+	}
+	args, err := bwrapArgs(l.layout)
+	if err != nil {
+		return nil, err
+	}
+	r := &run{b: b, key: l.key, done: make(chan struct{})}
+	r.leaf = fmt.Sprintf("%s.%s.%s%d", l.key, b.token, l.kind, b.seq.Add(1))
+	if err := b.register(r, l.sessionID, l.dir); err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			// Never started: nothing to wait for. Closing done keeps a
+			// StopSession that already saw this run from waiting forever.
+			b.unregister(r)
+			close(r.done)
+		}
+	}()
+	prepareWorkdir(l.layout)
+	touch(l.dir)
+
+	af, err := argsFile(args)
+	if err != nil {
+		return nil, err
+	}
+	defer af.Close()
+
+	cg, err := b.cg.create(b.cfg.InstanceID, r.leaf, l.lim)
+	if err != nil {
+		return nil, backends.Failure("bwrap: cannot create the sandbox cgroup: %v", err).Wrap(err)
+	}
+	r.cg = cg
+
+	cmd, statusR, err := b.startPlaced(r, l, af, cg)
+	if err != nil {
+		cg.remove()
+		return nil, err
+	}
+	if statusR != nil {
+		joined := joinedCgroups(statusR)
+		statusR.Close()
+		if !joined {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			cg.remove()
+			return nil, backends.Failure("bwrap: could not place the sandbox into its cgroups (%v)", cg.procsFiles())
+		}
+	}
+	r.mu.Lock()
+	killNow := r.killRequested
+	r.mu.Unlock()
+	started = true
+	go r.wait()
+	if killNow {
+		r.kill()
+	}
+	return r, nil
+}
+
+// startPlaced starts bwrap in its cgroup: cloned into it on v2, through
+// the join script on v1 — and on v2 kernels whose clone3 lacks
+// CLONE_INTO_CGROUP (before 5.7), where the script works the same way.
+// statusR, when not nil, carries the script's verdict.
+func (b *Backend) startPlaced(r *run, l launch, af *os.File, cg *cgroup) (*exec.Cmd, *os.File, error) {
+	cloneInto := cg != nil && b.cg.version == cgroupV2 && !b.cg.noCloneInto.Load()
+	cmd, statusR, err := b.startCmd(r, l, af, cg, cloneInto)
+	if err != nil && cloneInto && (errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EINVAL) ||
+		errors.Is(err, syscall.E2BIG) || errors.Is(err, syscall.EOPNOTSUPP)) {
+		b.cg.noCloneInto.Store(true)
+		cmd, statusR, err = b.startCmd(r, l, af, cg, false)
+	}
+	return cmd, statusR, err
+}
+
+func (b *Backend) startCmd(r *run, l launch, af *os.File, cg *cgroup, cloneInto bool) (*exec.Cmd, *os.File, error) {
+	if _, err := af.Seek(0, io.SeekStart); err != nil {
+		return nil, nil, backends.Failure("bwrap: rewind argument file: %v", err).Wrap(err)
+	}
+	cmd := &exec.Cmd{
+		Env:       []string{}, // not nil: nil would hand bwrap our environment
+		Stdout:    l.stdout,
+		Stderr:    l.stderr,
+		WaitDelay: waitDelay,
+		SysProcAttr: &syscall.SysProcAttr{
+			// Own process group: a terminal's ^C to boxrt's group does not
+			// reach sandboxes.
+			Setpgid: true,
+			// If boxrt dies, bwrap dies, and --die-with-parent takes the
+			// sandbox with it.
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	if l.stdin != nil {
+		cmd.Stdin = l.stdin
+	}
+	var statusR, statusW *os.File
+	switch {
+	case cloneInto:
+		fd, err := unix.Open(cg.dirs[0], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, nil, backends.Failure("bwrap: cannot open cgroup %s: %v", cg.dirs[0], err).Wrap(err)
+		}
+		defer unix.Close(fd)
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = fd
+		cmd.Path = b.bwrap
+		cmd.Args = append([]string{b.bwrap, "--args", "3"}, l.argv...)
+		cmd.ExtraFiles = []*os.File{af}
+	case cg != nil:
+		var err error
+		if statusR, statusW, err = os.Pipe(); err != nil {
+			return nil, nil, backends.Failure("bwrap: pipe: %v", err).Wrap(err)
+		}
+		// The child has its own copy after Start; ours must go so that EOF
+		// on statusR comes from the child.
+		defer statusW.Close()
+		procs := cg.procsFiles()
+		cmd.Path = b.sh
+		cmd.Args = append([]string{b.sh, "-c", cgroupJoinScript, "boxrt-cgroup-join", strconv.Itoa(len(procs))}, procs...)
+		cmd.Args = append(cmd.Args, b.bwrap, "--args", "4")
+		cmd.Args = append(cmd.Args, l.argv...)
+		cmd.ExtraFiles = []*os.File{statusW, af}
+	default:
+		cmd.Path = b.bwrap
+		cmd.Args = append([]string{b.bwrap, "--args", "3"}, l.argv...)
+		cmd.ExtraFiles = []*os.File{af}
+	}
+	r.mu.Lock()
+	err := cmd.Start()
+	if err == nil {
+		r.cmd = cmd
+	}
+	r.mu.Unlock()
+	if err != nil {
+		if statusR != nil {
+			statusR.Close()
+		}
+		return nil, nil, backends.Failure("bwrap: cannot start %s: %v", cmd.Path, err).Wrap(err)
+	}
+	return cmd, statusR, nil
+}
+
+// joinedCgroups reads the join script's status until EOF.
+func joinedCgroups(f *os.File) bool {
+	_ = f.SetReadDeadline(time.Now().Add(10 * time.Second))
+	data, err := io.ReadAll(f)
+	return err == nil && strings.TrimSpace(string(data)) == "ok"
+}
+
+// wait reaps bwrap, then clears the cgroup, then unregisters the run.
+// Once bwrap is gone its pid namespace is too: its init died through
+// --die-with-parent (or with the command), and a pid namespace dies with
+// its init. The cgroup kill in remove is the second line of defence.
+func (r *run) wait() {
+	err := r.cmd.Wait()
+	r.state = r.cmd.ProcessState
+	r.waitErr = err
+	r.oomKills = r.cg.oomKills()
+	r.pidsHits = r.cg.pidsLimitHits()
+	r.cg.remove()
+	r.b.unregister(r)
+	close(r.done)
+}
+
+// kill SIGKILLs the whole sandbox.
+//
+// The pid namespace is what makes this reliable: when its init dies, the
+// kernel kills every process in it, fork bombs included, without racing
+// their forks. Normally bwrap's death reaches init through --die-with-parent,
+// but a bwrap killed right after cloning init, before init armed that,
+// would orphan a live sandbox. So bwrap is first stopped (it can no longer
+// clone), its init child — if any — is SIGKILLed directly (a signal from an
+// ancestor namespace that init cannot ignore), and only then bwrap dies.
+// With a cgroup, cgroup.kill (v2) comes first and a sweep (v1) last.
+func (r *run) kill() {
+	r.mu.Lock()
+	r.killRequested = true
+	cmd := r.cmd
+	r.mu.Unlock()
+	if cmd == nil {
+		return // start kills it as soon as it exists
+	}
+	if r.cg != nil && r.cg.m.v2Kill {
+		r.cg.killAll()
+	}
+	killInit(cmd.Process)
+	_ = cmd.Process.Kill() // os.Process signals through a pidfd: never a recycled pid
+	r.cg.killAll()
+}
+
+// killInit stops bwrap and SIGKILLs the children it has (its namespace
+// init). It is a no-op once bwrap is reaped.
+func killInit(p *os.Process) {
+	if p.Signal(syscall.SIGSTOP) != nil {
+		return
+	}
+	// SIGSTOP takes effect when bwrap next leaves the kernel: wait for it
+	// (a clone in progress completes first, and its child is then listed).
+	for deadline := time.Now().Add(250 * time.Millisecond); time.Now().Before(deadline); {
+		if st := procState(p.Pid); st == 0 || strings.ContainsRune("TtZX", st) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	kids := children(p.Pid)
+	// Checked after listing: while bwrap is not reaped, pids of its children
+	// cannot have been recycled into strangers.
+	if p.Signal(syscall.Signal(0)) != nil {
+		return
+	}
+	for _, k := range kids {
+		_ = syscall.Kill(k, syscall.SIGKILL)
+	}
+}
+
+// procState is the state letter of /proc/<pid>/stat (0 when unreadable).
+func procState(pid int) rune {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 || i+2 >= len(data) {
+		return 0
+	}
+	return rune(data[i+2])
+}
+
+func (r *run) markStopped() {
+	r.mu.Lock()
+	r.stopped = true
+	r.mu.Unlock()
+}
+
+func (r *run) wasStopped() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopped
+}
+
+// signal delivers a non-SIGKILL signal to every process inside the sandbox
+// but not to bwrap (which would die on most signals and, through
+// --die-with-parent, turn a polite SIGTERM into a SIGKILL of the tree) nor
+// to the namespace's init (the kernel drops signals to a pid-namespace init
+// that has no handler). When the command exits, init exits and the
+// namespace goes.
+func (r *run) signal(sig syscall.Signal) error {
+	if sig == syscall.SIGKILL {
+		r.kill()
+		return nil
+	}
+	r.mu.Lock()
+	cmd := r.cmd
+	if cmd != nil {
+		r.lastSignal = sig
+	}
+	r.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	outer := cmd.Process.Pid
+	// Right after start the command may not exist yet (bwrap still builds
+	// the sandbox): wait for it rather than lose the signal.
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		var pids []int
+		if r.cg != nil {
+			pids = r.cg.pids()
+		} else {
+			pids = descendants(outer)
+		}
+		// Checked after listing: while bwrap is alive (or an unreaped
+		// zombie) its descendants' pids cannot have been recycled.
+		if cmd.Process.Signal(syscall.Signal(0)) != nil {
+			return nil // already gone
+		}
+		pids = slices.DeleteFunc(pids, func(p int) bool { return p == outer || ppidOf(p) == outer })
+		if len(pids) > 0 {
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, sig)
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The command never appeared (bwrap stuck in setup). A terminating
+	// signal still ends the process as asked: init is killed first (see
+	// kill) so nothing is orphaned, then bwrap gets the signal itself and
+	// Wait reports it. Other signals have no receiver yet and are dropped.
+	switch sig {
+	case syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT:
+		killInit(cmd.Process)
+		err := cmd.Process.Signal(sig)
+		_ = cmd.Process.Signal(syscall.SIGCONT) // the pending signal acts on resume
+		if err != nil && !errors.Is(err, os.ErrProcessDone) {
+			return backends.Failure("bwrap: signal %v: %v", sig, err).Wrap(err)
+		}
+	}
+	return nil
+}
+
+// ppidOf reads a process's parent pid from /proc (-1 when gone).
+func ppidOf(pid int) int {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return -1
+	}
+	return parseStatPPID(string(data))
+}
+
+// parseStatPPID extracts the ppid from /proc/<pid>/stat: "pid (comm) state
+// ppid …", where comm may itself contain spaces and parentheses.
+func parseStatPPID(stat string) int {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(stat[i+1:])
+	if len(f) < 2 {
+		return -1
+	}
+	pp, err := strconv.Atoi(f[1])
+	if err != nil {
+		return -1
+	}
+	return pp
+}
+
+// children lists the direct children of pid from /proc.
+func children(pid int) []int {
+	var out []int
+	forEachProc(func(p, ppid int) {
+		if ppid == pid {
+			out = append(out, p)
+		}
+	})
+	return out
+}
+
+// forEachProc calls fn with every process's pid and parent pid.
+func forEachProc(fn func(pid, ppid int)) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if pp := parseStatPPID(string(data)); pp >= 0 {
+			fn(p, pp)
+		}
+	}
+}
+
+// descendants lists the transitive children of pid from /proc (used to
+// find the sandbox's processes when there is no cgroup).
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	forEachProc(func(p, pp int) { children[pp] = append(children[pp], p) })
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			if !slices.Contains(out, c) {
+				out = append(out, c)
+				queue = append(queue, c)
+			}
+		}
+	}
+	return out
+}
+
+// limitsOf is the cgroup limits of a session (memoryMB overrides when > 0).
+func limitsOf(info backends.SessionInfo, memoryMB int) limits {
+	lim := limits{memoryMB: info.MemoryMB, pids: info.PidsLimit, cpus: info.CPUs}
+	if memoryMB > 0 {
+		lim.memoryMB = memoryMB
+	}
+	return lim
+}
+
+// Exec implements backends.Backend. Output streams into req.Stdout and
+// req.Stderr as it arrives. On timeout (ExitStatus.TimedOut) or ctx
+// cancellation (ctx.Err()) the whole sandbox is killed; the session's files
+// are untouched.
+func (b *Backend) Exec(ctx context.Context, info backends.SessionInfo, req backends.ExecRequest) (backends.ExitStatus, error) {
+	if err := ctx.Err(); err != nil {
+		return backends.ExitStatus{}, err
+	}
+	if strings.TrimSpace(req.Cmd) == "" {
+		return backends.ExitStatus{}, backends.Validation("cmd", "cmd must not be empty")
+	}
+	if strings.ContainsRune(req.Cmd, 0) {
+		return backends.ExitStatus{}, backends.Validation("cmd", "cmd must not contain NUL bytes")
+	}
+	dir, err := b.lookup(info)
+	if err != nil {
+		return backends.ExitStatus{}, err
+	}
+	l, err := b.layoutFor(dir, info, req.Workdir, req.Env)
+	if err != nil {
+		return backends.ExitStatus{}, err
+	}
+	r, err := b.start(launch{
+		sessionID: info.SessionID,
+		key:       info.BackendSessionID,
+		dir:       dir,
+		layout:    l,
+		// -l as the reference does (sh -lc): a profile in the image or in
+		// /home/.profile applies.
+		argv:   []string{"/bin/sh", "-lc", req.Cmd},
+		lim:    limitsOf(info, 0),
+		kind:   "x",
+		stdout: req.Stdout,
+		stderr: req.Stderr,
+	})
+	if err != nil {
+		return backends.ExitStatus{}, err
+	}
+	var timeout <-chan time.Time
+	if req.Timeout > 0 {
+		t := time.NewTimer(req.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	timedOut, canceled := false, false
+	select {
+	case <-r.done:
+	case <-timeout:
+		select {
+		case <-r.done: // finished in the same instant: a completion
+		default:
+			timedOut = true
+			r.kill()
+		}
+	case <-ctx.Done():
+		canceled = true
+		r.kill()
+	}
+	<-r.done
+	switch {
+	case r.wasStopped():
+		return backends.ExitStatus{}, backends.Failure("session %s was stopped while the command was running", info.SessionID)
+	case canceled:
+		return backends.ExitStatus{}, ctx.Err()
+	}
+	if req.Stderr != nil {
+		// Say why, in the stream the caller (often an LLM) reads: a bare
+		// exit status 137 or a timeout explains nothing.
+		if r.oomKills > 0 {
+			fmt.Fprintf(req.Stderr, "\nboxrt: the memory limit (%d MiB) killed %d process(es)\n", limitsOf(info, 0).memoryMB, r.oomKills)
+		}
+		if r.pidsHits > 0 {
+			fmt.Fprintf(req.Stderr, "\nboxrt: the process limit (%d) refused %d fork(s)\n", info.PidsLimit, r.pidsHits)
+		}
+	}
+	if timedOut {
+		return backends.ExitStatus{TimedOut: true}, nil
+	}
+	if r.state == nil {
+		return backends.ExitStatus{}, backends.Failure("bwrap: %v", r.waitErr).Wrap(r.waitErr)
+	}
+	code := r.state.ExitCode()
+	if ws, ok := r.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		code = 128 + int(ws.Signal()) // shell convention, as bwrap reports its child's
+	}
+	return backends.ExitStatus{ExitCode: code}, nil
+}
+
+// StartProcess implements backends.Backend: a managed process in a fresh
+// sandbox of the session (with the session's mounts, network and limits;
+// spec.MemoryMB > 0 overrides the memory limit), with real pipes.
+func (b *Backend) StartProcess(ctx context.Context, info backends.SessionInfo, spec backends.ProcessSpec) (backends.Process, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(spec.Command) == "" {
+		return nil, backends.Validation("command", "command must not be empty")
+	}
+	for i, a := range append([]string{spec.Command}, spec.Args...) {
+		if strings.ContainsRune(a, 0) {
+			return nil, backends.Validation("args", "argument %d contains a NUL byte", i)
+		}
+	}
+	if spec.MemoryMB != 0 && spec.MemoryMB < backends.MinMemoryMB {
+		return nil, backends.Validation("memory_mb", "memory_mb must be 0 or at least %d, got %d", backends.MinMemoryMB, spec.MemoryMB)
+	}
+	dir, err := b.lookup(info)
+	if err != nil {
+		return nil, err
+	}
+	l, err := b.layoutFor(dir, info, strings.TrimSpace(spec.Cwd), spec.Env)
+	if err != nil {
+		return nil, err
+	}
+	var files []*os.File
+	closeAll := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	pipe := func() (*os.File, *os.File, error) {
+		rd, wr, err := os.Pipe()
+		if err == nil {
+			files = append(files, rd, wr)
+		}
+		return rd, wr, err
+	}
+	inR, inW, err1 := pipe()
+	outR, outW, err2 := pipe()
+	errR, errW, err3 := pipe()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		closeAll()
+		return nil, backends.Failure("bwrap: pipe: %v", err).Wrap(err)
+	}
+	// exec "$0" "$@": the shell resolves the command on PATH (and reads a
+	// profile, like the reference's sh -lc) and then becomes it, so signals
+	// reach the server itself.
+	argv := append([]string{"/bin/sh", "-lc", `exec "$0" "$@"`, spec.Command}, spec.Args...)
+	r, err := b.start(launch{
+		sessionID: info.SessionID,
+		key:       info.BackendSessionID,
+		dir:       dir,
+		layout:    l,
+		argv:      argv,
+		lim:       limitsOf(info, spec.MemoryMB),
+		kind:      "p",
+		stdin:     inR,
+		stdout:    outW,
+		stderr:    errW,
+	})
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	// The child holds its ends now; ours would keep EOF from ever coming.
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	return &process{r: r, stdin: inW, stdout: &eofCloser{f: outR}, stderr: &eofCloser{f: errR}}, nil
+}
+
+// process is a managed process (backends.Process).
+type process struct {
+	r      *run
+	stdin  *os.File
+	stdout io.Reader
+	stderr io.Reader
+}
+
+func (p *process) Stdin() io.WriteCloser { return p.stdin }
+func (p *process) Stdout() io.Reader     { return p.stdout }
+func (p *process) Stderr() io.Reader     { return p.stderr }
+
+// Wait returns the exit code: the command's status as bwrap relays it, or
+// the negative signal number when the process was killed by a signal —
+// either bwrap itself (SIGKILL through Signal or StopSession) or the
+// command by a signal sent with Signal (bwrap reports that as 128+n).
+func (p *process) Wait() (int, error) {
+	r := p.r
+	<-r.done
+	if r.state == nil {
+		return -1, backends.Failure("bwrap: %v", r.waitErr).Wrap(r.waitErr)
+	}
+	if ws, ok := r.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return -int(ws.Signal()), nil
+	}
+	code := r.state.ExitCode()
+	r.mu.Lock()
+	last := r.lastSignal
+	r.mu.Unlock()
+	if last != 0 && code == 128+int(last) {
+		return -int(last), nil
+	}
+	return code, nil
+}
+
+// Signal sends sig to the whole process tree (SIGKILL: the whole sandbox).
+func (p *process) Signal(sig syscall.Signal) error { return p.r.signal(sig) }
+
+// eofCloser closes its pipe once it has been read to the end, so a
+// consumer that drains the stream does not leak the descriptor (Process
+// hands out readers, not ReadClosers). Wait does not close it: output
+// still buffered in the pipe stays readable after the process exits.
+type eofCloser struct {
+	f   *os.File
+	mu  sync.Mutex
+	err error
+}
+
+func (e *eofCloser) Read(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.f.Read(p)
+	if err != nil {
+		e.err = err
+		e.f.Close()
+	}
+	return n, err
+}

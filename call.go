@@ -1,0 +1,380 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/boxrt/boxrt/reconnect"
+	"github.com/urfave/cli/v2"
+)
+
+// callConnectTimeout bounds reaching the runtime, separately from the call:
+// a debugging command should say "cannot connect" in seconds, not after a
+// two-minute --timeout meant for a long box_exec.
+const callConnectTimeout = 10 * time.Second
+
+func callCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "call",
+		Usage:     "send one JSON-RPC request to a runtime and print the answer",
+		ArgsUsage: "METHOD [PARAMS_JSON|-]",
+		Description: `Sends one request, the way a host would, and prints the result as indented
+JSON on stdout (exit status 0). A failure is printed on stdout as
+  {"error": {"code", "type", "message", "retryable", "data"}}
+with exit status 1, so scripts can read error.type (BoxSessionNotFoundError,
+…). Usage errors exit with 2. PARAMS_JSON is a JSON object or array (default
+{}); "-" reads it from stdin. Flags may come before or after the arguments.
+
+Reach a running runtime with --url (ws, wss, http or https; the path
+defaults to /rpc/ws). The control token comes from --token-file, else
+BOXRT_CONTROL_TOKEN (or LANGBOT_BOX_CONTROL_TOKEN), and is sent only as
+"Authorization: Bearer …". Or start a private runtime with --spawn: this
+executable runs "serve --stdio --listen ''" (or --spawn-cmd) for the one
+call and is shut down afterwards. Its log is shown only if the call fails,
+or always with --verbose.
+
+Examples:
+  boxrt call __ping --url ws://127.0.0.1:5410
+  boxrt call box_get_backend_info --url https://box.internal:5410 --token-file /run/secrets/boxrt
+  boxrt call box_exec '{"session_id":"s1","cmd":"uname -a"}' --spawn
+  echo '{"session_id":"s1"}' | boxrt call box_get_session - --url ws://127.0.0.1:5410
+  boxrt call box_get_sessions --spawn-cmd 'boxrt serve --stdio --listen "" --config /etc/boxrt.yaml'
+  boxrt call box_get_session '{"session_id":"nope"}' --url ws://127.0.0.1:5410 | jq -r .error.type`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "url", Usage: "runtime URL to dial, e.g. ws://127.0.0.1:5410"},
+			&cli.StringFlag{Name: "token-file", Usage: "read the control token from this file (default: $BOXRT_CONTROL_TOKEN)"},
+			&cli.BoolFlag{Name: "spawn", Usage: "spawn a runtime for this call: this executable with serve --stdio --listen ''"},
+			&cli.StringFlag{Name: "spawn-cmd", Usage: "command line to spawn instead (implies --spawn); quotes work as in a shell"},
+			&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "give up on the call after this long (reaching the runtime: at most 10s of it)"},
+			&cli.BoolFlag{Name: "verbose", Usage: "with --spawn, show the runtime's log on stderr as it runs"},
+		},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return &exitError{code: 2, msg: "call: " + err.Error() + " (see boxrt call --help)"}
+		},
+		Action: runCall,
+	}
+}
+
+type callArgs struct {
+	method   string
+	params   json.RawMessage
+	url      string
+	token    string
+	spawnCmd []string // nil: dial
+	timeout  time.Duration
+	verbose  bool
+}
+
+func usageErr(format string, args ...any) error {
+	return &exitError{code: 2, msg: "call: " + fmt.Sprintf(format, args...) + " (see boxrt call --help)"}
+}
+
+// parseCallArgs reads the arguments and the flags, including flags that
+// follow them ("boxrt call __ping --url …"): urfave/cli stops parsing flags
+// at the first argument, so the rest is parsed again here with the same
+// flag definitions.
+func parseCallArgs(c *cli.Context, stdin io.Reader) (*callArgs, error) {
+	set := flag.NewFlagSet("call", flag.ContinueOnError)
+	set.SetOutput(io.Discard)
+	for _, f := range c.Command.Flags {
+		if err := f.Apply(set); err != nil {
+			return nil, err
+		}
+	}
+	var pos []string
+	rest := c.Args().Slice()
+	for len(rest) > 0 {
+		if err := set.Parse(rest); err != nil {
+			return nil, usageErr("%v", err)
+		}
+		if set.NArg() == 0 {
+			break
+		}
+		pos = append(pos, set.Arg(0))
+		rest = set.Args()[1:]
+	}
+	late := map[string]bool{}
+	set.Visit(func(f *flag.Flag) { late[f.Name] = true })
+	str := func(name string) string {
+		if late[name] {
+			return set.Lookup(name).Value.String()
+		}
+		return c.String(name)
+	}
+	boolean := func(name string) bool {
+		if late[name] {
+			return set.Lookup(name).Value.String() == "true"
+		}
+		return c.Bool(name)
+	}
+
+	a := &callArgs{url: str("url"), verbose: boolean("verbose"), timeout: c.Duration("timeout")}
+	if late["timeout"] {
+		d, err := time.ParseDuration(set.Lookup("timeout").Value.String())
+		if err != nil {
+			return nil, usageErr("--timeout: %v", err)
+		}
+		a.timeout = d
+	}
+	if a.timeout <= 0 {
+		return nil, usageErr("--timeout must be positive")
+	}
+	switch len(pos) {
+	case 0:
+		return nil, usageErr("missing METHOD")
+	case 1, 2:
+	default:
+		return nil, usageErr("too many arguments: %q (quote PARAMS_JSON as one argument)", pos[2:])
+	}
+	a.method = pos[0]
+	a.params = json.RawMessage("{}")
+	if len(pos) == 2 {
+		raw := []byte(pos[1])
+		if pos[1] == "-" {
+			b, err := io.ReadAll(io.LimitReader(stdin, reconnect.MaxMessageBytes+1))
+			if err != nil {
+				return nil, usageErr("reading PARAMS_JSON from stdin: %v", err)
+			}
+			raw = b
+		}
+		raw = bytes.TrimSpace(raw)
+		if !json.Valid(raw) {
+			return nil, usageErr("PARAMS_JSON is not valid JSON: %.80q", raw)
+		}
+		if len(raw) == 0 || (raw[0] != '{' && raw[0] != '[') {
+			return nil, usageErr("PARAMS_JSON must be a JSON object or array (JSON-RPC params), got %.40s", raw)
+		}
+		a.params = raw
+	}
+
+	spawn := boolean("spawn")
+	if sc := str("spawn-cmd"); sc != "" {
+		words, err := splitCommandLine(sc)
+		if err != nil {
+			return nil, usageErr("--spawn-cmd: %v", err)
+		}
+		if len(words) == 0 {
+			return nil, usageErr("--spawn-cmd is empty")
+		}
+		a.spawnCmd = words
+	} else if spawn {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("cannot find this executable to spawn: %w", err)
+		}
+		a.spawnCmd = []string{self, "serve", "--stdio", "--listen", ""}
+	}
+	switch {
+	case a.spawnCmd != nil && a.url != "":
+		return nil, usageErr("use either --url or --spawn, not both")
+	case a.spawnCmd == nil && a.url == "":
+		return nil, usageErr("say where the runtime is: --url URL, or --spawn")
+	}
+	if tf := str("token-file"); tf != "" {
+		b, err := os.ReadFile(tf)
+		if err != nil {
+			return nil, usageErr("--token-file: %v", err)
+		}
+		a.token = strings.TrimSpace(string(b))
+		if a.token == "" {
+			return nil, usageErr("--token-file %s is empty", tf)
+		}
+	} else {
+		for _, env := range []string{"BOXRT_CONTROL_TOKEN", "LANGBOT_BOX_CONTROL_TOKEN"} {
+			if tok := strings.TrimSpace(os.Getenv(env)); tok != "" {
+				a.token = tok
+				break
+			}
+		}
+	}
+	return a, nil
+}
+
+func runCall(c *cli.Context) error {
+	a, err := parseCallArgs(c, os.Stdin)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.Context, a.timeout)
+	defer cancel()
+
+	// Fail fast on the first connection failure: a typo in --url should
+	// not sit through the reconnect backoff.
+	connectCtx, cancelConnect := context.WithCancelCause(ctx)
+	defer cancelConnect(nil)
+	timer := time.AfterFunc(callConnectTimeout, func() {
+		cancelConnect(fmt.Errorf("no connection within %v", callConnectTimeout))
+	})
+	defer timer.Stop()
+	opts := []reconnect.Option{
+		reconnect.WithOnStateChange(func(s reconnect.State, _ error) {
+			if s == reconnect.StateConnectFailed {
+				cancelConnect(errors.New("gave up after the first failed attempt"))
+			}
+		}),
+	}
+
+	var client *reconnect.Client
+	childLog := &cappedBuffer{max: 256 << 10}
+	if a.spawnCmd != nil {
+		var stderr io.Writer = childLog
+		if a.verbose {
+			stderr = c.App.ErrWriter
+		}
+		opts = append(opts, reconnect.WithCommand(a.spawnCmd[0], a.spawnCmd[1:]...), reconnect.WithStderr(stderr))
+		client, err = reconnect.Spawn(connectCtx, opts...)
+	} else {
+		opts = append(opts, reconnect.WithToken(a.token))
+		client, err = reconnect.Dial(connectCtx, a.url, opts...)
+	}
+	var result json.RawMessage
+	if err == nil {
+		err = client.Call(ctx, a.method, a.params, &result)
+		// Close before printing: in spawn mode it waits for the child's
+		// shutdown, whose log belongs before our verdict.
+		_ = client.Close()
+	}
+	if err != nil {
+		if a.spawnCmd != nil && !a.verbose && childLog.Len() > 0 {
+			fmt.Fprintf(c.App.ErrWriter, "boxrt call: the spawned runtime's log:\n%s\n", childLog.String())
+		}
+		writeIndented(c.App.Writer, callErrorJSON(err, a.timeout))
+		return &exitError{code: 1}
+	}
+	writeIndented(c.App.Writer, result)
+	return nil
+}
+
+// callErrorJSON renders err as {"error":{…}}: a typed *reconnect.Error as
+// is; anything else (a timed-out call) as the BoxRuntimeUnavailableError a
+// host would treat it as.
+func callErrorJSON(err error, timeout time.Duration) []byte {
+	type wireError struct {
+		Code      int64           `json:"code"`
+		Type      string          `json:"type"`
+		Message   string          `json:"message"`
+		Retryable bool            `json:"retryable"`
+		Data      json.RawMessage `json:"data"`
+	}
+	var out wireError
+	var e *reconnect.Error
+	if errors.As(err, &e) {
+		out = wireError{Code: e.Code, Type: e.Type, Message: e.Error(), Retryable: e.Retryable, Data: e.Data}
+	} else {
+		msg := err.Error()
+		if errors.Is(err, context.DeadlineExceeded) {
+			msg = fmt.Sprintf("no answer within --timeout %v: %v", timeout, err)
+		}
+		out = wireError{Code: reconnect.CodeRuntimeUnavailable, Type: "BoxRuntimeUnavailableError",
+			Message: "BoxRuntimeUnavailableError: " + msg, Retryable: true}
+	}
+	if len(out.Data) == 0 {
+		out.Data = json.RawMessage("null")
+	}
+	b, _ := json.Marshal(map[string]wireError{"error": out})
+	return b
+}
+
+func writeIndented(w io.Writer, raw []byte) {
+	if len(raw) == 0 {
+		raw = []byte("null")
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		buf.Reset()
+		buf.Write(raw)
+	}
+	buf.WriteByte('\n')
+	_, _ = w.Write(buf.Bytes())
+}
+
+// splitCommandLine splits s into words as a POSIX shell would for simple
+// cases: whitespace separates, '…' is literal, "…" honours \" and \\, and
+// a backslash outside quotes escapes the next character. No expansion.
+func splitCommandLine(s string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	inWord := false
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case ch == ' ' || ch == '\t' || ch == '\n':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		case ch == '\'':
+			end := strings.IndexByte(s[i+1:], '\'')
+			if end < 0 {
+				return nil, errors.New("unterminated single quote")
+			}
+			cur.WriteString(s[i+1 : i+1+end])
+			i += end + 1
+			inWord = true
+		case ch == '"':
+			i++
+			for ; i < len(s) && s[i] != '"'; i++ {
+				if s[i] == '\\' && i+1 < len(s) && (s[i+1] == '"' || s[i+1] == '\\') {
+					i++
+				}
+				cur.WriteByte(s[i])
+			}
+			if i >= len(s) {
+				return nil, errors.New("unterminated double quote")
+			}
+			inWord = true
+		case ch == '\\':
+			if i+1 < len(s) {
+				i++
+				cur.WriteByte(s[i])
+			}
+			inWord = true
+		default:
+			cur.WriteByte(ch)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}
+
+// cappedBuffer keeps the last max bytes of a child's log.
+type cappedBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+	max int
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if over := len(b.buf) - b.max; over > 0 {
+		b.buf = append(b.buf[:0], b.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (b *cappedBuffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.buf)
+}
+
+func (b *cappedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.TrimRight(string(b.buf), "\n")
+}

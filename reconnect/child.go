@@ -1,0 +1,194 @@
+package reconnect
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// child is a spawned runtime process.
+type child struct {
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when Wait returned
+	err    error         // Wait's result; read after exited
+
+	stderrR    *os.File
+	stderrDone chan struct{}
+	tail       *tailBuffer
+}
+
+// startChild starts the command with three os.Pipe pairs. Using *os.File
+// for all three streams keeps os/exec from adding copy goroutines, so Wait
+// returns the moment the process exits — even when a grandchild inherited
+// and still holds one of the pipes — and the exit is noticed at once.
+func startChild(o *options) (ch *child, stdin, stdout *os.File, err error) {
+	var files []*os.File
+	closeAll := func() {
+		for _, f := range files {
+			_ = f.Close()
+		}
+	}
+	pipe := func() (*os.File, *os.File) {
+		if err != nil {
+			return nil, nil
+		}
+		var r, w *os.File
+		r, w, err = os.Pipe()
+		files = append(files, r, w)
+		return r, w
+	}
+	inR, inW := pipe()
+	outR, outW := pipe()
+	errR, errW := pipe()
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+
+	cmd := exec.Command(o.command[0], o.command[1:]...)
+	cmd.Env = o.env
+	cmd.Dir = o.dir
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	if err := cmd.Start(); err != nil {
+		closeAll()
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			return nil, nil, nil, permanent(fmt.Errorf("cannot start %s: %w", o.command[0], err))
+		}
+		return nil, nil, nil, fmt.Errorf("cannot start %s: %w", o.command[0], err)
+	}
+	// The child has its copies; ours would keep the pipes open after it
+	// exits and hide the EOF.
+	_ = inR.Close()
+	_ = outW.Close()
+	_ = errW.Close()
+
+	ch = &child{cmd: cmd, exited: make(chan struct{}), stderrR: errR, stderrDone: make(chan struct{}), tail: &tailBuffer{max: 2048}}
+	go func() {
+		ch.err = cmd.Wait()
+		close(ch.exited)
+	}()
+	go ch.copyStderr(o.stderr)
+	return ch, inW, outR, nil
+}
+
+// copyStderr forwards the child's stderr and keeps a tail for error
+// messages. It keeps draining when w fails: a child blocked on a full
+// stderr pipe would look like a hung runtime.
+func (ch *child) copyStderr(w io.Writer) {
+	defer close(ch.stderrDone)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := ch.stderrR.Read(buf)
+		if n > 0 {
+			_, _ = ch.tail.Write(buf[:n])
+			if w != nil {
+				if _, werr := w.Write(buf[:n]); werr != nil {
+					w = nil
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (ch *child) pid() int { return ch.cmd.Process.Pid }
+
+func (ch *child) hasExited() bool {
+	select {
+	case <-ch.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+func (ch *child) waitExit(d time.Duration) bool {
+	if d <= 0 {
+		return ch.hasExited()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch.exited:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// stop ends the child and reaps it. The caller has already closed its
+// stdin. graceful gives boxrt its stdin-EOF shutdown first (Close); a link
+// declared dead goes straight to SIGTERM, then SIGKILL.
+func (ch *child) stop(graceful bool, timeout time.Duration) {
+	if !(graceful && ch.waitExit(timeout)) && !ch.hasExited() {
+		if err := ch.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			_ = ch.cmd.Process.Kill() // Windows has no SIGTERM
+		}
+		if !ch.waitExit(timeout) {
+			_ = ch.cmd.Process.Kill()
+			<-ch.exited
+		}
+	}
+	// A sandboxed grandchild may still hold stderr; give the copier a
+	// moment for the last lines, then cut it off so no goroutine remains.
+	t := time.NewTimer(500 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ch.stderrDone:
+	case <-t.C:
+	}
+	_ = ch.stderrR.Close()
+	<-ch.stderrDone
+}
+
+// exitDescription says how the child ended, and during what; with the
+// end of its stderr when asked (for connect failures, where the log
+// explains the exit).
+func (ch *child) exitDescription(during string, withTail bool) string {
+	s := fmt.Sprintf("boxrt (pid %d) exited", ch.pid())
+	if during != "" {
+		s += " during " + during
+	}
+	if ch.err != nil {
+		s += ": " + ch.err.Error()
+	} else {
+		s += " with status 0"
+	}
+	if withTail {
+		if t := ch.tail.String(); t != "" {
+			s += " (its stderr ended with: " + t + ")"
+		}
+	}
+	return s
+}
+
+// tailBuffer keeps the last max bytes written.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(trimLine(t.buf))
+}

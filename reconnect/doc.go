@@ -1,0 +1,34 @@
+// Package reconnect is the Go client a host embeds to drive boxrt: it
+// spawns `boxrt serve --stdio` (Spawn) or dials a runtime's /rpc/ws (Dial),
+// speaks JSON-RPC 2.0 to it, and keeps the link alive.
+//
+// What it does for the host, per DESIGN.md "Heartbeat and reconnect":
+//
+//   - Heartbeat: __ping every 20 s with a 15 s timeout; 3 unanswered pings
+//     in a row declare the link dead (WithHeartbeat). A child that exits or
+//     a socket that closes is noticed at once, without waiting for pings.
+//   - Reconnect: a dead link is replaced — in spawn mode the child is
+//     stopped, reaped and respawned — with exponential backoff between
+//     failed attempts: 3 s doubling to 60 s, each wait jittered by ±20 %
+//     (WithBackoff, WithJitter; the exact rule is on Client).
+//   - Handshake: every new link gets __ping and then the OnConnect hook
+//     (typically box_init with the host's config) before calls that queued
+//     during the outage are released, so the runtime never sees a tenant
+//     call before its configuration (LangBot's issue #4).
+//   - Failure semantics: calls in flight when the link dies fail at once
+//     with a retryable BoxRuntimeUnavailableError; calls made while it is
+//     down wait until it is back or their context ends. Nothing is retried
+//     behind the caller's back, because box_exec is not idempotent.
+//   - Errors: boxrt's wire errors come back as *Error, matched with
+//     errors.Is against ErrSessionNotFound, ErrValidation, … and unpacked
+//     with errors.As.
+//
+// Close stops the heartbeat and any reconnect and ends the child or socket;
+// when it returns nothing of the Client is left running.
+//
+// The package imports nothing else from boxrt, so embedding it does not pull
+// in the runtime or its Docker client. The wire framing is its own: one
+// JSON object per line on stdio, one message per text frame on WebSocket
+// (github.com/coder/websocket), messages up to 16 MiB, with
+// github.com/sourcegraph/jsonrpc2 doing the request bookkeeping.
+package reconnect

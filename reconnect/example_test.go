@@ -1,0 +1,175 @@
+package reconnect_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/boxrt/boxrt/reconnect"
+	"github.com/coder/websocket"
+)
+
+// A host that spawns boxrt as its child, replays its configuration on every
+// (re)connect, and retries a call only when the error says it may.
+func ExampleSpawn() {
+	hostConfig := map[string]any{"backend": "auto", "limits": map[string]any{"max_sessions": 64}}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := reconnect.Spawn(ctx,
+		reconnect.WithCommand("boxrt", "serve", "--stdio", "--listen", "127.0.0.1:0"),
+		reconnect.WithStderr(os.Stderr), // boxrt's JSON logs
+		reconnect.WithOnConnect(func(ctx context.Context, c reconnect.Caller) error {
+			// Runs before any queued call reaches the new child.
+			return c.Call(ctx, "box_init", hostConfig, nil)
+		}),
+		reconnect.WithOnStateChange(func(s reconnect.State, err error) {
+			log.Printf("box runtime: %s %v", s, err)
+		}),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	var res struct {
+		ExitCode int    `json:"exit_code"`
+		Stdout   string `json:"stdout"`
+	}
+	params := map[string]any{"session_id": "chat-42", "cmd": "python3 -c 'print(6*7)'", "timeout_sec": 60}
+	for attempt := 1; ; attempt++ {
+		callCtx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		err = c.Call(callCtx, "box_exec", params, &res)
+		cancel()
+		var e *reconnect.Error
+		// A lost link is retryable, but the command may already have run:
+		// retry only what is safe to run twice.
+		if err == nil || !errors.As(err, &e) || !e.Retryable || attempt == 3 {
+			break
+		}
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(res.Stdout)
+}
+
+// Dialing a runtime that runs as its own service (boxrt serve --listen).
+// The token travels only in the Authorization header.
+func ExampleDial() {
+	url, stop := startFakeRuntime("example-token")
+	defer stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := reconnect.Dial(ctx, url, // "http://127.0.0.1:5410" → ws://127.0.0.1:5410/rpc/ws
+		reconnect.WithToken("example-token"),
+		reconnect.WithHeartbeat(20*time.Second, 15*time.Second, 3),
+		reconnect.WithBackoff(3*time.Second, time.Minute),
+		reconnect.WithOnConnect(func(ctx context.Context, c reconnect.Caller) error {
+			return c.Call(ctx, "box_init", map[string]any{"backend": "docker"}, nil)
+		}),
+	)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer c.Close()
+
+	var res struct {
+		ExitCode int    `json:"exit_code"`
+		Stdout   string `json:"stdout"`
+	}
+	if err := c.Call(ctx, "box_exec", map[string]any{"session_id": "s1", "cmd": "echo hi"}, &res); err != nil {
+		fmt.Println("box_exec:", err)
+		return
+	}
+	fmt.Printf("exit %d: %s", res.ExitCode, res.Stdout)
+	// Output: exit 0: hi
+}
+
+// boxrt's wire errors come back as *reconnect.Error and match the
+// sentinels with errors.Is.
+func ExampleError() {
+	url, stop := startFakeRuntime("")
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := reconnect.Dial(ctx, url)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer c.Close()
+
+	err = c.Call(ctx, "box_get_session", map[string]any{"session_id": "gone"}, nil)
+	switch {
+	case errors.Is(err, reconnect.ErrSessionNotFound):
+		fmt.Println("no such session; create it")
+	case errors.Is(err, reconnect.ErrRuntimeUnavailable):
+		fmt.Println("runtime down; try later")
+	}
+	var e *reconnect.Error
+	if errors.As(err, &e) {
+		fmt.Println(e.Code, e.Type, e.Retryable)
+		fmt.Println(e.Message)
+	}
+	// Output:
+	// no such session; create it
+	// -32004 BoxSessionNotFoundError false
+	// BoxSessionNotFoundError: session gone not found
+}
+
+// startFakeRuntime serves a tiny stand-in for `boxrt serve` so the
+// examples run anywhere: /rpc/ws, one JSON-RPC message per text frame.
+func startFakeRuntime(token string) (url string, stop func()) {
+	var wg sync.WaitGroup
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if token != "" && r.Header.Get("Authorization") != "Bearer "+token {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		conn, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		defer wg.Done()
+		defer conn.CloseNow()
+		for {
+			_, data, err := conn.Read(context.Background())
+			if err != nil {
+				return
+			}
+			var req struct {
+				ID     json.RawMessage `json:"id"`
+				Method string          `json:"method"`
+			}
+			_ = json.Unmarshal(data, &req)
+			resp := map[string]any{"jsonrpc": "2.0", "id": req.ID}
+			switch req.Method {
+			case "__ping":
+				resp["result"] = map[string]any{}
+			case "box_init":
+				resp["result"] = map[string]any{"initialized": true}
+			case "box_exec":
+				resp["result"] = map[string]any{"exit_code": 0, "stdout": "hi\n"}
+			default:
+				resp["error"] = map[string]any{"code": -32004, "message": "BoxSessionNotFoundError: session gone not found",
+					"data": map[string]any{"type": "BoxSessionNotFoundError", "retryable": false}}
+			}
+			out, _ := json.Marshal(resp)
+			if conn.Write(context.Background(), websocket.MessageText, out) != nil {
+				return
+			}
+		}
+	}))
+	return srv.URL, func() { srv.CloseClientConnections(); srv.Close(); wg.Wait() }
+}

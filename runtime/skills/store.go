@@ -1,0 +1,580 @@
+package skills
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+// Discovery bounds (reference §9.3).
+const (
+	ListDepth           = 6
+	ScanDepth           = 2
+	MaxDiscoveryEntries = 10000
+	MaxDiscoveredSkills = 1000
+	// MaxListTextBytes caps the text box_list_skills returns in total.
+	MaxListTextBytes = 16 << 20
+)
+
+// internalPrefix marks the store's own temporary entries (staging and
+// trash directories, temp files); discovery and file listings skip them.
+const internalPrefix = ".boxrt-"
+
+// Limits are the configurable ZIP and upload limits (runtime.Limits).
+type Limits struct {
+	MaxUploadBytes   int64 // limits.max_rpc_file_bytes
+	MaxZipBytes      int64 // limits.max_skill_zip_bytes
+	MaxZipEntries    int   // limits.max_skill_zip_entries
+	MaxZipEntryBytes int64 // limits.max_skill_zip_entry_bytes
+	MaxZipTotalBytes int64 // limits.max_skill_zip_total_bytes
+	MaxZipRatio      int64 // limits.max_skill_zip_ratio
+}
+
+// DefaultLimits are the reference's values.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxUploadBytes:   20 << 20,
+		MaxZipBytes:      20 << 20,
+		MaxZipEntries:    512,
+		MaxZipEntryBytes: 16 << 20,
+		MaxZipTotalBytes: 64 << 20,
+		MaxZipRatio:      100,
+	}
+}
+
+// ResolveRoot applies the reference's root rules: host_root defaults to
+// ./data/box, skills_root to "skills", and a relative skills_root lives
+// under host_root. The result is absolute (relative to the working
+// directory when host_root is relative).
+func ResolveRoot(hostRoot, skillsRoot string) string {
+	if strings.TrimSpace(hostRoot) == "" {
+		hostRoot = "./data/box"
+	}
+	if strings.TrimSpace(skillsRoot) == "" {
+		skillsRoot = "skills"
+	}
+	hostRoot, skillsRoot = expandHome(hostRoot), expandHome(skillsRoot)
+	if !filepath.IsAbs(skillsRoot) {
+		skillsRoot = filepath.Join(hostRoot, skillsRoot)
+	}
+	if abs, err := filepath.Abs(skillsRoot); err == nil {
+		return abs
+	}
+	return filepath.Clean(skillsRoot)
+}
+
+func expandHome(p string) string {
+	if rest, ok := strings.CutPrefix(p, "~"); ok && (rest == "" || rest[0] == '/') {
+		if home, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(home, rest)
+		}
+	}
+	return p
+}
+
+// Store is the skill store. Its methods are safe for concurrent use.
+type Store struct {
+	rootFn     func() string
+	limitsFn   func() Limits
+	now        func() time.Time
+	tempParent string
+	uploadTTL  time.Duration
+
+	locks   keyedLocks
+	uploads uploads
+
+	privMu sync.Mutex
+	priv   string // private 0700 work dir (uploads, extraction); "" until needed
+	closed bool
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithTempDir sets the parent of the store's private work directory
+// (uploads and ZIP extraction); default os.TempDir().
+func WithTempDir(dir string) Option { return func(s *Store) { s.tempParent = dir } }
+
+// WithClock replaces time.Now (upload expiry in tests).
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// WithUploadTTL sets how long an untouched upload is kept (default 10 min).
+func WithUploadTTL(d time.Duration) Option { return func(s *Store) { s.uploadTTL = d } }
+
+// New returns a store. root is called on every operation, so a box_init
+// that changes local.host_root or local.skills_root takes effect at once;
+// limits likewise. A nil limits means DefaultLimits.
+func New(root func() string, limits func() Limits, opts ...Option) *Store {
+	if limits == nil {
+		limits = DefaultLimits
+	}
+	s := &Store{rootFn: root, limitsFn: limits, now: time.Now, tempParent: os.TempDir(), uploadTTL: UploadTTL}
+	for _, o := range opts {
+		o(s)
+	}
+	s.uploads.store = s
+	return s
+}
+
+// Close drops pending uploads and removes the private work directory.
+// Later upload and ZIP calls fail; the rest keeps working.
+func (s *Store) Close() error {
+	s.uploads.close()
+	s.privMu.Lock()
+	defer s.privMu.Unlock()
+	s.closed = true
+	if s.priv == "" {
+		return nil
+	}
+	err := os.RemoveAll(s.priv)
+	s.priv = ""
+	return err
+}
+
+// privateDir returns the store's private work directory, creating it 0700
+// on first use.
+func (s *Store) privateDir() (string, error) {
+	s.privMu.Lock()
+	defer s.privMu.Unlock()
+	if s.closed {
+		return "", backends.RuntimeUnavailable("skill store is closed")
+	}
+	if s.priv != "" {
+		return s.priv, nil
+	}
+	if err := os.MkdirAll(s.tempParent, 0o755); err != nil {
+		return "", backends.Failure("cannot create temp dir %s: %v", s.tempParent, err).Wrap(err)
+	}
+	dir, err := os.MkdirTemp(s.tempParent, "boxrt-skills-")
+	if err != nil {
+		return "", backends.Failure("cannot create private temp dir: %v", err).Wrap(err)
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	s.priv = dir
+	return dir, nil
+}
+
+func (s *Store) limits() Limits { return s.limitsFn() }
+
+// Root returns the store root as a real path, creating it if missing.
+func (s *Store) Root(ctx context.Context) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	p := s.rootFn()
+	if strings.TrimSpace(p) == "" {
+		return "", backends.Failure("skill store root is not configured")
+	}
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		return "", backends.Failure("cannot create skill root %s: %v", p, err).Wrap(err)
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", backends.Failure("cannot resolve skill root %s: %v", p, err).Wrap(err)
+	}
+	return real, nil
+}
+
+// List returns every valid skill under the root, newest first.
+func (s *Store) List(ctx context.Context) ([]Skill, error) {
+	root, err := s.Root(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.list(ctx, root)
+}
+
+func (s *Store) list(ctx context.Context, root string) ([]Skill, error) {
+	dirs, err := discover(ctx, root, ListDepth)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Skill, 0, len(dirs))
+	total := 0
+	for _, dir := range dirs {
+		sk, err := loadSkill(dir)
+		if err != nil {
+			continue // corrupt or invalid packages are invisible, as in the reference
+		}
+		total += len(sk.Name) + len(sk.DisplayName) + len(sk.Description) + len(sk.Instructions)
+		if total > MaxListTextBytes {
+			return nil, backends.Failure("Skill listing exceeds the configured text limit (%d bytes)", MaxListTextBytes)
+		}
+		out = append(out, sk)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].updated.Equal(out[j].updated) {
+			return out[i].updated.After(out[j].updated)
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, nil
+}
+
+// Get returns the skill called name, or nil.
+func (s *Store) Get(ctx context.Context, name string) (*Skill, error) {
+	name = strings.TrimSpace(name)
+	if name == "" {
+		return nil, backends.Validation("name", "Skill name is required")
+	}
+	all, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range all {
+		if all[i].Name == name {
+			return &all[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// find is Get that turns "missing" into a validation error.
+func (s *Store) find(ctx context.Context, name string) (Skill, error) {
+	name, err := ValidateName(name)
+	if err != nil {
+		return Skill{}, err
+	}
+	sk, err := s.Get(ctx, name)
+	if err != nil {
+		return Skill{}, err
+	}
+	if sk == nil {
+		return Skill{}, backends.Validation("name", "Skill %q not found", name)
+	}
+	return *sk, nil
+}
+
+// PackageRoot returns the host directory of the skill called name (a real
+// path inside the store root), e.g. to mount it into a session.
+func (s *Store) PackageRoot(ctx context.Context, name string) (string, error) {
+	sk, err := s.find(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	return sk.PackageRoot, nil
+}
+
+// discoverable reports whether list discovery would reach the package at
+// p (a real path strictly inside root): not too deep, no reserved
+// component, and no ancestor that is itself a skill (discovery does not
+// descend into skills).
+func discoverable(root, p string) bool {
+	parts := strings.Split(relToRoot(root, p), "/")
+	if len(parts) > ListDepth {
+		return false
+	}
+	dir := root
+	for _, part := range parts {
+		if hasEntry(dir) || strings.HasPrefix(part, internalPrefix) {
+			return false
+		}
+		dir = filepath.Join(dir, part)
+	}
+	return true
+}
+
+// relToRoot returns dir relative to root, "/"-separated.
+func relToRoot(root, dir string) string {
+	rel, err := filepath.Rel(root, dir)
+	if err != nil {
+		return dir
+	}
+	return filepath.ToSlash(rel)
+}
+
+// Create adds a skill: a new package <root>/<name>, or, with package_root,
+// an existing package inside the root adopted in place (its SKILL.md
+// values are the defaults for blank fields).
+func (s *Store) Create(ctx context.Context, in Input) (Skill, error) {
+	raw := ""
+	if in.Name != nil {
+		raw = *in.Name
+	}
+	name, err := ValidateName(raw)
+	if err != nil {
+		return Skill{}, err
+	}
+	root, err := s.Root(ctx)
+	if err != nil {
+		return Skill{}, err
+	}
+	unlockName := s.locks.lock(nameKey(name))
+	defer unlockName()
+	if existing, err := s.Get(ctx, name); err != nil {
+		return Skill{}, err
+	} else if existing != nil {
+		return Skill{}, backends.Validation("name", "Skill with name %q already exists", name)
+	}
+
+	var pkgDir, entry string
+	var defaults map[string]string
+	var defaultInstructions string
+	adopt := in.PackageRoot != nil && strings.TrimSpace(*in.PackageRoot) != ""
+	if adopt {
+		p, err := resolveHostPath(root, *in.PackageRoot, "package_root", "package_root")
+		if err != nil {
+			return Skill{}, err
+		}
+		if p == root {
+			return Skill{}, backends.Validation("package_root", "package_root must be a directory under the skill root, not the root itself")
+		}
+		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+			return Skill{}, backends.Validation("package_root", "Directory does not exist: %s", *in.PackageRoot)
+		}
+		if !hasEntry(p) {
+			return Skill{}, backends.Validation("package_root", "No SKILL.md found in %s", p)
+		}
+		if !discoverable(root, p) {
+			return Skill{}, backends.Validation("package_root", "package_root %s would not be listed: it is inside another skill, in a reserved directory, or deeper than %d levels", p, ListDepth)
+		}
+		// Adopting a package that already is a listed skill under another
+		// name would be a rename in disguise.
+		if cur, err := loadSkill(p); err == nil && cur.Name != name {
+			return Skill{}, backends.Validation("package_root", "%s already holds skill %q; renaming skills is not supported", p, cur.Name)
+		}
+		pkgDir = p
+	} else {
+		pkgDir = filepath.Join(root, name)
+	}
+	unlockPkg := s.locks.lock(pkgKey(relToRoot(root, pkgDir)))
+	defer unlockPkg()
+
+	created := false
+	if adopt {
+		pkg, err := os.OpenRoot(pkgDir)
+		if err != nil {
+			return Skill{}, backends.Validation("package_root", "Directory does not exist: %s", pkgDir).Wrap(err)
+		}
+		entry = findEntry(pkg)
+		if entry == "" {
+			pkg.Close()
+			return Skill{}, backends.Validation("package_root", "No SKILL.md found in %s", pkgDir)
+		}
+		text, err := readText(pkg, entry, filepath.Join(pkgDir, entry), "package_root")
+		pkg.Close()
+		if err != nil {
+			return Skill{}, err
+		}
+		defaults, defaultInstructions = ParseSkillMD(text)
+	} else {
+		if hasEntry(pkgDir) {
+			return Skill{}, backends.Validation("name", "Skill directory already exists: %s", pkgDir)
+		}
+		// A SKILL.md written above nested packages would hide them all
+		// (discovery does not descend into a skill).
+		if nested, err := discover(ctx, pkgDir, ListDepth); err == nil && len(nested) > 0 {
+			return Skill{}, backends.Validation("name", "Skill directory already exists and holds other skills: %s", pkgDir)
+		}
+		rootFS, err := os.OpenRoot(root)
+		if err != nil {
+			return Skill{}, backends.Failure("open skill root: %v", err).Wrap(err)
+		}
+		err = rootFS.Mkdir(name, 0o755)
+		created = err == nil
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			rootFS.Close()
+			return Skill{}, backends.Failure("create %s: %v", pkgDir, err).Wrap(err)
+		}
+		// A pre-existing <root>/<name> must be a real directory: writing
+		// through a planted symlink would leave the root.
+		fi, err := rootFS.Lstat(name)
+		rootFS.Close()
+		if err != nil || !fi.IsDir() {
+			return Skill{}, backends.Validation("name", "Skill directory %s exists and is not a directory", pkgDir)
+		}
+		entry = EntryFile
+	}
+
+	// A given value wins unless it is blank while the adopted package has
+	// one (the reference's rule), so a form with empty fields does not
+	// wipe an imported description.
+	pick := func(given *string, imported string) string {
+		if given != nil && (strings.TrimSpace(*given) != "" || imported == "") {
+			return *given
+		}
+		return imported
+	}
+	display := strings.TrimSpace(pick(in.DisplayName, defaults["display_name"]))
+	desc := strings.TrimSpace(pick(in.Description, defaults["description"]))
+	instructions := pick(in.Instructions, defaultInstructions)
+	text, err := FormatSkillMD(name, display, desc, instructions)
+	if err == nil {
+		err = s.writeEntry(pkgDir, entry, text)
+	}
+	if err == nil {
+		var sk Skill
+		if sk, err = loadSkill(pkgDir); err == nil {
+			return sk, nil
+		}
+		err = backends.Failure("Failed to create skill: %v", err).Wrap(err)
+	}
+	if created {
+		_ = os.RemoveAll(pkgDir)
+	}
+	return Skill{}, err
+}
+
+// writeEntry checks the size limit and writes an entry file atomically.
+func (s *Store) writeEntry(pkgDir, entry, text string) error {
+	if len(text) > MaxTextBytes {
+		return backends.Validation("instructions", "%s would exceed the %d-byte limit", entry, MaxTextBytes)
+	}
+	pkg, err := os.OpenRoot(pkgDir)
+	if err != nil {
+		return backends.Validation("package_root", "Skill package no longer exists: %s", pkgDir).Wrap(err)
+	}
+	defer pkg.Close()
+	return writeAtomic(pkg, entry, []byte(text), 0o644)
+}
+
+// Update rewrites a skill's display name, description and instructions;
+// fields not given keep their values. Renaming and moving are refused.
+func (s *Store) Update(ctx context.Context, name string, in Input) (Skill, error) {
+	name, err := ValidateName(name)
+	if err != nil {
+		return Skill{}, err
+	}
+	root, err := s.Root(ctx)
+	if err != nil {
+		return Skill{}, err
+	}
+	unlockName := s.locks.lock(nameKey(name))
+	defer unlockName()
+	sk, err := s.find(ctx, name)
+	if err != nil {
+		return Skill{}, err
+	}
+	if in.Name != nil && strings.TrimSpace(*in.Name) != "" && strings.TrimSpace(*in.Name) != name {
+		return Skill{}, backends.Validation("skill.name", "Renaming skills is not supported")
+	}
+	if in.PackageRoot != nil && strings.TrimSpace(*in.PackageRoot) != "" {
+		if p, err := resolveHostPath(root, *in.PackageRoot, "package_root", "package_root"); err != nil || p != sk.PackageRoot {
+			return Skill{}, backends.Validation("skill.package_root", "Updating package_root is not supported; recreate the skill to import a different package")
+		}
+	}
+	unlockPkg := s.locks.lock(pkgKey(relToRoot(root, sk.PackageRoot)))
+	defer unlockPkg()
+	// Re-read under the package lock: a file write may have changed it.
+	cur, err := loadSkill(sk.PackageRoot)
+	if err != nil || cur.Name != name {
+		return Skill{}, backends.Validation("name", "Skill %q not found", name)
+	}
+	val := func(given *string, old string) string {
+		if given != nil {
+			return *given
+		}
+		return old
+	}
+	text, err := FormatSkillMD(name,
+		strings.TrimSpace(val(in.DisplayName, cur.DisplayName)),
+		strings.TrimSpace(val(in.Description, cur.Description)),
+		val(in.Instructions, cur.Instructions))
+	if err != nil {
+		return Skill{}, err
+	}
+	if err := s.writeEntry(cur.PackageRoot, cur.EntryFile, text); err != nil {
+		return Skill{}, err
+	}
+	out, err := loadSkill(cur.PackageRoot)
+	if err != nil {
+		return Skill{}, backends.Failure("skill %q unreadable after update: %v", name, err).Wrap(err)
+	}
+	return out, nil
+}
+
+// Delete removes a skill's package directory. Only packages strictly
+// inside the root can be deleted. Unlike the reference, which removes the
+// whole top-level directory containing the package (taking sibling skills
+// of a multi-skill repository with it), only the package itself goes,
+// then any parents it leaves empty.
+func (s *Store) Delete(ctx context.Context, name string) error {
+	name, err := ValidateName(name)
+	if err != nil {
+		return err
+	}
+	root, err := s.Root(ctx)
+	if err != nil {
+		return err
+	}
+	unlockName := s.locks.lock(nameKey(name))
+	defer unlockName()
+	sk, err := s.find(ctx, name)
+	if err != nil {
+		return err
+	}
+	rel := relToRoot(root, sk.PackageRoot)
+	if rel == "." || rel == ".." || strings.HasPrefix(rel, "../") || !within(root, sk.PackageRoot) {
+		return backends.Validation("name", "Only managed skills under the Box skills root can be deleted")
+	}
+	unlockPkg := s.locks.lock(pkgKey(rel))
+	defer unlockPkg()
+	rootFS, err := os.OpenRoot(root)
+	if err != nil {
+		return backends.Failure("open skill root: %v", err).Wrap(err)
+	}
+	defer rootFS.Close()
+	// Move it out of sight first so a concurrent listing sees the skill
+	// either whole or gone, never half-deleted.
+	trash := internalPrefix + "trash-" + randHex(8)
+	if err := rootFS.Rename(rel, trash); err != nil {
+		return backends.Failure("delete skill %q: %v", name, err).Wrap(err)
+	}
+	if err := rootFS.RemoveAll(trash); err != nil {
+		return backends.Failure("skill %q removed from the store but its files could not all be deleted: %v", name, err).Wrap(err)
+	}
+	for d := path.Dir(rel); d != "." && d != "/"; d = path.Dir(d) {
+		if rootFS.Remove(d) != nil {
+			break // not empty (or gone): stop pruning
+		}
+	}
+	return nil
+}
+
+// Scan finds the single skill in dir (inside the root) or its
+// subdirectories up to depth 2, without registering anything.
+func (s *Store) Scan(ctx context.Context, dir string) (Skill, error) {
+	root, err := s.Root(ctx)
+	if err != nil {
+		return Skill{}, err
+	}
+	p, err := resolveHostPath(root, dir, "scan path", "path")
+	if err != nil {
+		return Skill{}, err
+	}
+	if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+		return Skill{}, backends.Validation("path", "Directory does not exist: %s", dir)
+	}
+	dirs, err := discover(ctx, p, ScanDepth)
+	if err != nil {
+		return Skill{}, err
+	}
+	switch len(dirs) {
+	case 0:
+		return Skill{}, backends.Validation("path", "No SKILL.md found in %s or its subdirectories (max depth: %d)", p, ScanDepth)
+	case 1:
+	default:
+		sort.Strings(dirs)
+		return Skill{}, backends.Validation("path", "Multiple skill directories found in %s. Please choose a more specific path: %s", p, strings.Join(dirs, ", "))
+	}
+	return loadSkill(dirs[0])
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

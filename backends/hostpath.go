@@ -36,10 +36,10 @@ func ResolveHostPath(field, path string, allowedRoots []string) (string, error) 
 		return "", Validation(field, "%s %s cannot be resolved: %v", field, path, err).Wrap(err)
 	}
 	if resolved == "/" || isBlocked(resolved) {
-		return "", Validation(field, "host_path %s is blocked for security", path).With("path", path)
+		return "", Validation(field, "%s %s is blocked for security", field, path).With("path", path)
 	}
 	if len(allowedRoots) == 0 {
-		return "", Validation(field, "host_path %s refused: no local.allowed_mount_roots are configured", path).With("path", path)
+		return "", Validation(field, "%s %s refused: no local.allowed_mount_roots are configured", field, path).With("path", path)
 	}
 	for _, root := range allowedRoots {
 		r, err := resolveExisting(filepath.Clean(root))
@@ -50,7 +50,7 @@ func ResolveHostPath(field, path string, allowedRoots []string) (string, error) 
 			return resolved, nil
 		}
 	}
-	return "", Validation(field, "host_path %s is outside local.allowed_mount_roots %v", path, allowedRoots).With("path", path)
+	return "", Validation(field, "%s %s is outside local.allowed_mount_roots %v", field, path, allowedRoots).With("path", path)
 }
 
 func isBlocked(p string) bool {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -115,6 +116,15 @@ func (r *Runtime) prepareSpec(b backends.Backend, spec backends.Spec) (backends.
 	spec.ExtraMounts = mounts
 	if spec.Image == "" {
 		spec.Image = b.DefaultImage()
+	}
+	// A path as the image (a bwrap rootfs directory) is a host path bound
+	// into the sandbox like any other: it must pass the same allow-list.
+	if strings.HasPrefix(spec.Image, "/") {
+		p, err := backends.ResolveHostPath("image", spec.Image, roots)
+		if err != nil {
+			return spec, err
+		}
+		spec.Image = p
 	}
 	return spec, nil
 }

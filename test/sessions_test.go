@@ -315,3 +315,13 @@ func TestDockerReadoption(t *testing.T) {
 	assert.Empty(t, managedContainers(t, "boxrt.instance="+st.InstanceID), "box_shutdown leaves no container behind")
 	require.Nil(t, p2.Call("__ping", map[string]any{}, time.Minute).Error, "box_shutdown keeps the runtime serving")
 }
+
+func TestImageDirectoryAllowList(t *testing.T) {
+	root := t.TempDir()
+	p := backendProc(t, "bwrap", fmt.Sprintf(`"local":{"allowed_mount_roots":[%q]}`, root))
+	for _, image := range []string{"/etc", "/root", t.TempDir()} {
+		r := p.Call("box_exec", map[string]any{"session_id": "img", "image": image, "cmd": "true"}, time.Minute)
+		require.NotNil(t, r.Error, image)
+		assert.Equal(t, "image", r.Error.Data["field"], image)
+	}
+}

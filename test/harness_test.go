@@ -108,6 +108,7 @@ type Options struct {
 	StateDir string
 	Stdio    bool
 	Config   string // JSON, passed as BOXRT_CONFIG
+	Addr     string // listen address; a free loopback port when empty
 }
 
 // freeAddr returns a loopback address with a free port.
@@ -126,7 +127,10 @@ func Start(t *testing.T, o Options) *Proc {
 	if o.StateDir == "" {
 		o.StateDir = t.TempDir()
 	}
-	addr := freeAddr(t)
+	addr := o.Addr
+	if addr == "" {
+		addr = freeAddr(t)
+	}
 	args := append([]string{"serve", "--listen", addr, "--state-dir", o.StateDir, "--log-level", "debug"}, o.Args...)
 	if o.Stdio {
 		args = append(args, "--stdio")

@@ -90,6 +90,14 @@ func parseCallArgs(c *cli.Context, stdin io.Reader) (*callArgs, error) {
 			return nil, err
 		}
 	}
+	// urfave/cli adds its help flag to the command's flags; define it if
+	// this version did not.
+	if set.Lookup("help") == nil {
+		set.Bool("help", false, "")
+	}
+	if set.Lookup("h") == nil {
+		set.Var(set.Lookup("help").Value, "h", "")
+	}
 	var pos []string
 	rest := c.Args().Slice()
 	for len(rest) > 0 {
@@ -101,6 +109,9 @@ func parseCallArgs(c *cli.Context, stdin io.Reader) (*callArgs, error) {
 		}
 		pos = append(pos, set.Arg(0))
 		rest = set.Args()[1:]
+	}
+	if set.Lookup("help").Value.String() == "true" {
+		return nil, errShowHelp
 	}
 	late := map[string]bool{}
 	set.Visit(func(f *flag.Flag) { late[f.Name] = true })
@@ -199,8 +210,15 @@ func parseCallArgs(c *cli.Context, stdin io.Reader) (*callArgs, error) {
 	return a, nil
 }
 
+// errShowHelp: --help came after the arguments, where urfave/cli does not
+// look for it.
+var errShowHelp = errors.New("help requested")
+
 func runCall(c *cli.Context) error {
 	a, err := parseCallArgs(c, os.Stdin)
+	if errors.Is(err, errShowHelp) {
+		return cli.ShowSubcommandHelp(c)
+	}
 	if err != nil {
 		return err
 	}

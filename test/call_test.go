@@ -193,9 +193,11 @@ func TestCallUsageErrors(t *testing.T) {
 }
 
 func TestCallHelp(t *testing.T) {
-	stdout, _, code := runCall(t, nil, "", "--help")
-	assert.Equal(t, 0, code)
-	for _, s := range []string{"METHOD [PARAMS_JSON|-]", "--url", "--spawn", "--token-file", "--timeout", "Examples:"} {
-		assert.Contains(t, stdout, s)
+	for _, args := range [][]string{{"--help"}, {"__ping", "--help"}, {"box_exec", "{}", "-h"}} {
+		stdout, _, code := runCall(t, nil, "", args...)
+		assert.Equal(t, 0, code, "%v", args)
+		for _, s := range []string{"METHOD [PARAMS_JSON|-]", "--url", "--spawn", "--token-file", "--timeout", "Examples:"} {
+			assert.Contains(t, stdout, s, "%v", args)
+		}
 	}
 }

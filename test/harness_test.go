@@ -81,7 +81,6 @@ type Proc struct {
 	mu      sync.Mutex
 	nextID  int
 	waiters map[string]chan Response
-	readErr error
 }
 
 type syncBuffer struct {

@@ -56,6 +56,7 @@ then box_init at run time), for example:
 			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "log format on stderr: json or console"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn, error"},
 			&cli.BoolFlag{Name: "metrics-public", Usage: "serve /metrics without the control token"},
+			&cli.DurationFlag{Name: "keepalive", Value: 20 * time.Second, Usage: "ping idle WebSocket peers (control and relay) this often; a peer that misses a pong for half as long is closed"},
 		},
 		Action: runServe,
 	}
@@ -230,13 +231,16 @@ func runServe(c *cli.Context) error {
 	rt.SetSkillResolver(skillStore)
 	metrics.register(rt, dispatcher.Methods())
 	rpcLog := log.With().Str("component", "rpc").Logger()
+	keepalive := c.Duration("keepalive")
 	server := rpc.NewServer(dispatcher,
+		rpc.WithKeepalive(keepalive, keepalive/2),
 		rpc.WithErrorEncoder(actions.EncodeError),
 		rpc.WithLogger(rpcLog),
 		rpc.WithObserver(func(call rpc.Call) { logCall(rpcLog, call); metrics.observe(call) }),
 	)
 	auth := rpc.NewAuthenticator(token)
-	relayHandler := relay.New(rt, relay.WithLogger(log.With().Str("component", "relay").Logger()), relay.WithObserver(metrics.relay))
+	relayHandler := relay.New(rt, relay.WithLogger(log.With().Str("component", "relay").Logger()),
+		relay.WithObserver(metrics.relay), relay.WithKeepalive(keepalive, keepalive/2))
 
 	var httpServer *http.Server
 	if ln != nil {

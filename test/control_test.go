@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -356,4 +357,43 @@ func TestHealthEndpoints(t *testing.T) {
 		assert.Equal(t, http.StatusOK, resp.StatusCode, path)
 		assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
 	}
+}
+
+// TestKeepaliveFreesDeadPeer: a client that stops answering pings is
+// detected and its connection closed by the server.
+func TestKeepaliveFreesDeadPeer(t *testing.T) {
+	const token = "keepalive-token-0123456789abcdefghijklmn"
+	p := Start(t, Options{Env: []string{"BOXRT_CONTROL_TOKEN=" + token}, Args: []string{"--keepalive", "300ms"}})
+	ws := DialWS(t, p.Addr, token)
+	require.Nil(t, ws.Call("__ping", map[string]any{}).Error)
+	// Not reading means pongs are never sent: the peer looks dead.
+	require.Eventually(t, func() bool {
+		return strings.Contains(p.Stderr(), "websocket peer did not answer a ping")
+	}, 10*time.Second, 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _, err := ws.C.Read(ctx)
+	assert.Error(t, err, "the server closed the connection")
+}
+
+func TestConfigFileYAML(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/boxrt.yaml"
+	require.NoError(t, os.WriteFile(path, []byte("backend: bwrap\nlimits:\n  max_sessions: 7\n  session_ttl_sec: 42\n"), 0o600))
+	p := Start(t, Options{Stdio: true, Args: []string{"--config", path}, Config: `{"limits":{"max_sessions":9}}`})
+	var st struct {
+		SessionTTL int `json:"session_ttl_sec"`
+		Limits     struct {
+			MaxSessions int `json:"max_sessions"`
+		} `json:"limits"`
+	}
+	p.MustCall("box_status", map[string]any{}, &st)
+	assert.Equal(t, 42, st.SessionTTL, "from the file")
+	assert.Equal(t, 9, st.Limits.MaxSessions, "BOXRT_CONFIG is applied after the file")
+
+	bad := exec.Command(binPath, "serve", "--stdio", "--listen", "", "--state-dir", t.TempDir())
+	bad.Env = append(os.Environ(), `BOXRT_CONFIG={"limits":{"max_sessions":-3}}`)
+	out, err := bad.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "limits.max_sessions must be between 0 and 5000")
 }

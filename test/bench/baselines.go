@@ -1,0 +1,183 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+)
+
+// The baselines do what boxrt does per call with nothing of boxrt around
+// it: the Docker Engine API from Go (the floor a docker backend can reach),
+// the docker CLI (what the reference Python runtime does per call) and a
+// bare bwrap spawn.
+
+// benchLabel marks the containers the harness itself starts (not boxrt's),
+// so the final cleanup finds them.
+const benchLabel = "boxrt.bench"
+
+// dockerFloor is a long-running container driven through the Engine API.
+type dockerFloor struct {
+	cli  *client.Client
+	id   string
+	name string
+}
+
+func newDockerClient() (*client.Client, error) {
+	return client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+}
+
+// startDockerFloor starts a container from image with the hardening a
+// boxrt sandbox has (no network, no capabilities, read-only rootfs with a
+// tmpfs /tmp), idling until it is removed.
+func (b *bench) startDockerFloor(ctx context.Context, cli *client.Client, name string) (*dockerFloor, error) {
+	cfg := &container.Config{
+		Image:      b.cfg.image,
+		Cmd:        []string{"sleep", "2147483647"},
+		Labels:     map[string]string{benchLabel: b.token},
+		WorkingDir: "/workspace",
+	}
+	hc := &container.HostConfig{
+		NetworkMode:    "none",
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		ReadonlyRootfs: true,
+		Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"},
+		Init:           boolPtr(true),
+	}
+	created, err := cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+	if err != nil {
+		return nil, fmt.Errorf("create floor container: %w", err)
+	}
+	f := &dockerFloor{cli: cli, id: created.ID, name: name}
+	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		f.remove()
+		return nil, fmt.Errorf("start floor container: %w", err)
+	}
+	return f, nil
+}
+
+func boolPtr(v bool) *bool { return &v }
+
+// exec runs argv in the container the way an API client must: create the
+// exec, attach (which starts it: POST /exec/{id}/start, hijacked), read
+// both streams to EOF, inspect for the exit code.
+func (f *dockerFloor) exec(ctx context.Context, argv []string) (string, error) {
+	created, err := f.cli.ContainerExecCreate(ctx, f.id, container.ExecOptions{
+		AttachStdout: true, AttachStderr: true, Cmd: argv,
+	})
+	if err != nil {
+		return "", err
+	}
+	hj, err := f.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return "", err
+	}
+	var out, errOut bytes.Buffer
+	_, err = stdcopy.StdCopy(&out, &errOut, hj.Reader)
+	hj.Close()
+	if err != nil {
+		return "", err
+	}
+	ins, err := f.cli.ContainerExecInspect(ctx, created.ID)
+	if err != nil {
+		return "", err
+	}
+	if ins.ExitCode != 0 {
+		return "", fmt.Errorf("exit code %d: %s", ins.ExitCode, strings.TrimSpace(errOut.String()))
+	}
+	return out.String(), nil
+}
+
+func (f *dockerFloor) remove() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = f.cli.ContainerRemove(ctx, f.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+}
+
+// runCmd runs a command, returning stdout; a non-zero exit is an error
+// carrying stderr.
+func runCmd(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s: %v: %s", name, err, strings.TrimSpace(errOut.String()))
+	}
+	return out.String(), nil
+}
+
+// bwrapArgv builds a bare bubblewrap command line equivalent to a boxrt
+// bwrap sandbox on the host image: fresh namespaces of every kind, host
+// system directories read-only, a private /tmp and /home, the workspace
+// bound read-write at /workspace, the root sealed read-only, a clean
+// environment. No cgroup placement, no memfd --args, no state directory:
+// the floor for "a bwrap process per exec".
+func bwrapArgv(workspace string, argv ...string) []string {
+	a := []string{"bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "bench"}
+	for _, d := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
+		fi, err := os.Lstat(d)
+		if err != nil {
+			continue
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if t, err := os.Readlink(d); err == nil {
+				a = append(a, "--symlink", t, d)
+			}
+		} else if fi.IsDir() {
+			a = append(a, "--ro-bind", d, d)
+		}
+	}
+	for _, e := range []string{"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf", "localtime", "hosts"} {
+		p := "/etc/" + e
+		if _, err := os.Stat(p); err == nil {
+			a = append(a, "--ro-bind", p, p)
+		}
+	}
+	a = append(a, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/home",
+		"--bind", workspace, "/workspace", "--remount-ro", "/", "--chdir", "/workspace", "--clearenv",
+		"--setenv", "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "--setenv", "HOME", "/home", "--")
+	return append(a, argv...)
+}
+
+func runBwrap(ctx context.Context, workspace string, argv ...string) (string, error) {
+	a := bwrapArgv(workspace, argv...)
+	return runCmd(ctx, a[0], a[1:]...)
+}
+
+// timeOps runs op n times sequentially and summarises the successful ones.
+func timeOps(ctx context.Context, m *Measure, n int, op func(i int) error) {
+	samples := make([]time.Duration, 0, n)
+	t0 := time.Now()
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		s := time.Now()
+		err := op(i)
+		d := time.Since(s)
+		if err != nil {
+			m.fail(err)
+			continue
+		}
+		samples = append(samples, d)
+	}
+	if len(samples) > 0 {
+		m.add(summarise(samples, time.Since(t0)))
+	}
+}
+
+var errUnexpectedOutput = errors.New("unexpected output")
+
+func expectOut(got, want string) error {
+	if got != want {
+		return fmt.Errorf("%w: %q, want %q", errUnexpectedOutput, truncate(got, 100), want)
+	}
+	return nil
+}

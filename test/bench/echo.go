@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// The ping baseline is a minimal JSON-RPC echo peer: the bench binary
+// re-executed with -echo-peer, so like boxrt it is a separate process
+// behind the same pipes or the same loopback WebSocket, and the same client
+// code drives both. It decodes each request's id and answers
+// {"jsonrpc":"2.0","id":ID,"result":{}} — nothing else: no method table,
+// no concurrency limit, no logging, no metrics.
+
+func echoReply(req []byte) []byte {
+	var r struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if err := json.Unmarshal(req, &r); err != nil || len(r.ID) == 0 {
+		r.ID = json.RawMessage("null")
+	}
+	out := make([]byte, 0, 48+len(r.ID))
+	out = append(out, `{"jsonrpc":"2.0","id":`...)
+	out = append(out, r.ID...)
+	out = append(out, `,"result":{}}`...)
+	return out
+}
+
+// runEchoStdio serves the echo on stdin/stdout, one line per message, one
+// write per answer (boxrt flushes each answer too).
+func runEchoStdio() error {
+	r := bufio.NewReaderSize(os.Stdin, 64<<10)
+	for {
+		line, err := r.ReadSlice('\n')
+		if len(line) > 1 {
+			out := append(echoReply(line[:len(line)-1]), '\n')
+			if _, werr := os.Stdout.Write(out); werr != nil {
+				return werr
+			}
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// runEchoWS serves the echo on ws://127.0.0.1:PORT/rpc/ws and prints the
+// address on stdout.
+func runEchoWS() error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/rpc/ws", func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		c.SetReadLimit(16 << 20)
+		defer c.CloseNow()
+		ctx := r.Context()
+		for {
+			_, msg, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			if err := c.Write(ctx, websocket.MessageText, echoReply(msg)); err != nil {
+				return
+			}
+		}
+	})
+	fmt.Println(ln.Addr().String())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return srv.Serve(ln)
+}
+
+// echoPeer is a running echo subprocess.
+type echoPeer struct {
+	cmd    *exec.Cmd
+	rpc    *rpcClient // stdio mode
+	addr   string     // ws mode
+	exited chan struct{}
+}
+
+func (b *bench) startEcho(ctx context.Context, mode string) (*echoPeer, error) {
+	cmd := exec.Command(b.selfBin, "-echo-peer", mode)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	e := &echoPeer{cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(e.exited) }()
+	switch mode {
+	case "stdio":
+		e.rpc = newRPCClient(newLineTransport(stdin, stdout))
+	case "ws":
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		if err != nil {
+			e.stop()
+			return nil, fmt.Errorf("echo peer: %v", err)
+		}
+		e.addr = strings.TrimSpace(line)
+	}
+	return e, nil
+}
+
+func (e *echoPeer) stop() {
+	if e.rpc != nil {
+		e.rpc.t.Close()
+	}
+	_ = e.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-e.exited:
+	case <-time.After(5 * time.Second):
+		_ = e.cmd.Process.Kill()
+		<-e.exited
+	}
+	if e.rpc != nil {
+		e.rpc.Close()
+	}
+}
+
+func (e *echoPeer) wsURL() string { return "ws://" + e.addr + "/rpc/ws" }

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// execResult is the part of box_exec's result the harness checks.
+type execResult struct {
+	Status   string `json:"status"`
+	ExitCode *int   `json:"exit_code"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+}
+
+// boxExec runs cmd in a session and fails unless it exited 0.
+func boxExec(ctx context.Context, c *rpcClient, sessionID, cmd string) (execResult, error) {
+	var r execResult
+	params := map[string]any{"session_id": sessionID, "cmd": cmd}
+	if err := c.CallInto(ctx, "box_exec", params, &r); err != nil {
+		return r, err
+	}
+	if r.ExitCode == nil || *r.ExitCode != 0 {
+		code := "none"
+		if r.ExitCode != nil {
+			code = fmt.Sprint(*r.ExitCode)
+		}
+		return r, fmt.Errorf("box_exec %q: status %s, exit code %s, stderr %q", cmd, r.Status, code, truncate(r.Stderr, 200))
+	}
+	return r, nil
+}
+
+func deleteSession(ctx context.Context, c *rpcClient, sessionID string) error {
+	_, err := c.Call(ctx, "box_delete_session", map[string]string{"session_id": sessionID})
+	return err
+}
+
+// backendConfig is BOXRT_CONFIG for a backend.
+func (b *bench) backendConfig(backend string, limits map[string]any) string {
+	cfg := map[string]any{"backend": backend}
+	if backend == "docker" {
+		cfg["docker"] = map[string]any{"image": b.cfg.image}
+	}
+	if limits != nil {
+		cfg["limits"] = limits
+	}
+	out, _ := json.Marshal(cfg)
+	return string(out)
+}
+
+// startBackend starts boxrt over stdio with one backend and checks that the
+// backend is really the one selected.
+func (b *bench) startBackend(ctx context.Context, name, backend string, listen bool, limits map[string]any) (*boxrtProc, error) {
+	o := boxrtOpts{Name: name, Stdio: true, Listen: listen, Config: b.backendConfig(backend, limits)}
+	if listen {
+		o.Token = b.token
+	}
+	p, err := b.startBoxrt(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	var st struct {
+		Backend struct {
+			Name      *string `json:"name"`
+			Available bool    `json:"available"`
+			Error     string  `json:"error"`
+		} `json:"backend"`
+		InstanceID string `json:"instance_id"`
+	}
+	if err := p.rpc.CallInto(ctx, "box_status", nil, &st); err != nil {
+		p.stop(10 * time.Second)
+		return nil, fmt.Errorf("box_status: %w", err)
+	}
+	b.instances[st.InstanceID] = true
+	if !st.Backend.Available || st.Backend.Name == nil || *st.Backend.Name != backend {
+		p.stop(10 * time.Second)
+		got := "none"
+		if st.Backend.Name != nil {
+			got = *st.Backend.Name
+		}
+		return nil, fmt.Errorf("backend %s not available in this boxrt build (selected: %s; %s)", backend, got, truncate(st.Backend.Error, 300))
+	}
+	return p, nil
+}
+
+func (b *bench) scenarioExec(ctx context.Context) *Scenario {
+	cfg := b.cfg
+	sc := &Scenario{Title: "Warm exec of `true`"}
+	sc.Intro = fmt.Sprintf(`One session is created and warmed (3 execs) per run, then `+"`box_exec {\"cmd\":\"true\"}`"+` is called
+sequentially over stdio: %d times per run for docker, %d for bwrap (%d for the `+"`docker exec`"+` CLI, which is slow).
+Latency is the whole call as a host sees it: request written → answer with the exit code read.
+**Baselines**, in the same run and alternating with boxrt:
+- *raw Engine API*: from Go with github.com/docker/docker/client against a container started from %s with the same hardening
+  (network none, cap-drop ALL, no-new-privileges, read-only rootfs, tmpfs /tmp): ContainerExecCreate(`+"`sh -c true`"+`) →
+  ContainerExecAttach (which is the start: POST /exec/{id}/start, hijacked) → read both streams to EOF → ContainerExecInspect.
+  This is the floor for a docker backend.
+- *docker exec CLI*: `+"`docker exec <container> sh -c true`"+` — what the reference Python runtime spawns per call.
+- *direct bwrap*: `+"`bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL --ro-bind /usr /usr … --bind <dir> /workspace --remount-ro / -- /bin/sh -c true`"+`
+  spawned from Go, no cgroup placement — the floor for the bwrap backend.`,
+		cfg.execNDocker, cfg.execNBwrap, cfg.execNCLI, "`"+cfg.image+"`")
+
+	boxDocker := newMeasure("boxrt docker")
+	raw := newMeasure("raw Engine API exec")
+	cli := newMeasure("`docker exec` CLI")
+	boxBwrap := newMeasure("boxrt bwrap")
+	direct := newMeasure("direct bwrap spawn")
+	b.warmExec["docker"], b.warmExec["bwrap"] = boxDocker, boxBwrap
+	sc.Rows = []Row{
+		{Case: "docker backend vs Engine API floor", Boxrt: boxDocker, Base: raw},
+		{Case: "docker backend vs docker CLI", Boxrt: boxDocker, Base: cli},
+		{Case: "bwrap backend vs bare bwrap", Boxrt: boxBwrap, Base: direct},
+	}
+
+	// The floor container lives for the whole scenario.
+	var floor *dockerFloor
+	dcli, err := newDockerClient()
+	if err == nil {
+		floor, err = b.startDockerFloor(ctx, dcli, fmt.Sprintf("boxrt-bench-floor-%d", os.Getpid()))
+	}
+	if err != nil {
+		raw.Unavailable = "no Docker engine: " + err.Error()
+		cli.Unavailable = raw.Unavailable
+	} else {
+		defer floor.remove()
+		// warm
+		for i := 0; i < 3; i++ {
+			_, _ = floor.exec(ctx, []string{"sh", "-c", "true"})
+		}
+	}
+	if dcli != nil {
+		defer dcli.Close()
+	}
+	ws := filepath.Join(b.workDir, "bwrap-floor")
+	_ = os.MkdirAll(ws, 0o755)
+
+	for rep := 0; rep < cfg.reps && ctx.Err() == nil; rep++ {
+		// boxrt docker
+		if boxDocker.Unavailable == "" {
+			b.measureBoxExec(ctx, boxDocker, "docker", cfg.execNDocker)
+		}
+		if floor != nil {
+			timeOps(ctx, raw, cfg.execNDocker, func(int) error {
+				_, err := floor.exec(ctx, []string{"sh", "-c", "true"})
+				return err
+			})
+			timeOps(ctx, cli, cfg.execNCLI, func(int) error {
+				_, err := runCmd(ctx, "docker", "exec", floor.id, "sh", "-c", "true")
+				return err
+			})
+		}
+		if boxBwrap.Unavailable == "" {
+			b.measureBoxExec(ctx, boxBwrap, "bwrap", cfg.execNBwrap)
+		}
+		timeOps(ctx, direct, cfg.execNBwrap, func(int) error {
+			_, err := runBwrap(ctx, ws, "/bin/sh", "-c", "true")
+			return err
+		})
+		b.logf("exec rep %d: boxrt docker %s, raw %s, cli %s, boxrt bwrap %s, bwrap %s", rep+1,
+			lastP50(boxDocker), lastP50(raw), lastP50(cli), lastP50(boxBwrap), lastP50(direct))
+	}
+
+	g1 := Goal{Text: "boxrt docker warm exec within 1.15× of the raw Engine API (p50)"}
+	g2 := Goal{Text: "boxrt docker warm exec at least 3× faster than the `docker exec` CLI (p50)"}
+	if boxDocker.ok() && raw.ok() {
+		r := ratio(float64(boxDocker.P50()), float64(raw.P50()))
+		g1.Measured = fmt.Sprintf("%s vs %s = %.2f×", fmtDur(boxDocker.P50()), fmtDur(raw.P50()), r)
+		g1.Met = boolp(r <= 1.15)
+	} else {
+		g1.Measured = "not measured"
+	}
+	if boxDocker.ok() && cli.ok() {
+		r := ratio(float64(cli.P50()), float64(boxDocker.P50()))
+		g2.Measured = fmt.Sprintf("CLI %s vs boxrt %s = %.2f× faster", fmtDur(cli.P50()), fmtDur(boxDocker.P50()), r)
+		g2.Met = boolp(r >= 3)
+		if raw.ok() {
+			g2.Measured += fmt.Sprintf("; on this machine even the raw Engine API floor is only %.2f× faster than the CLI (%s vs %s), which bounds what any API client can reach",
+				ratio(float64(cli.P50()), float64(raw.P50())), fmtDur(raw.P50()), fmtDur(cli.P50()))
+		}
+	} else {
+		g2.Measured = "not measured"
+	}
+	sc.Goals = []Goal{g1, g2}
+	return sc
+}
+
+// measureBoxExec is one run: a fresh boxrt, one warmed session, n execs.
+func (b *bench) measureBoxExec(ctx context.Context, m *Measure, backend string, n int) {
+	p, err := b.startBackend(ctx, "exec-"+backend, backend, false, nil)
+	if err != nil {
+		m.Unavailable = err.Error()
+		return
+	}
+	defer p.stop(30 * time.Second)
+	sid := fmt.Sprintf("bench-exec-%s-%d", backend, procSeq.Load())
+	for i := 0; i < 4; i++ { // creates the session, then warms it
+		if _, err := boxExec(ctx, p.rpc, sid, "true"); err != nil {
+			m.fail(err)
+			return
+		}
+	}
+	timeOps(ctx, m, n, func(int) error {
+		_, err := boxExec(ctx, p.rpc, sid, "true")
+		return err
+	})
+	if err := deleteSession(ctx, p.rpc, sid); err != nil {
+		m.fail(fmt.Errorf("delete session: %w", err))
+	}
+}

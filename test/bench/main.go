@@ -1,0 +1,300 @@
+// Command bench is boxrt's benchmark harness (make bench → scripts/bench →
+// this program). It measures and never asserts: it spawns the built boxrt
+// binary the way a host does, drives it over its wire protocols next to a
+// baseline that does the same work without boxrt, repeats every case, and
+// writes docs/benchmarks.md with both side by side.
+//
+//	go run ./test/bench -boxrt bin/boxrt -out docs/benchmarks.md
+//	go run ./test/bench -boxrt bin/boxrt -quick            # ~1 minute smoke run
+//	go run ./test/bench -boxrt bin/boxrt -only ping,relay  # a subset
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config holds every knob; -quick changes the defaults of those not set
+// explicitly.
+type config struct {
+	boxrtBin string
+	out      string
+	quick    bool
+	only     string
+	keepWork bool
+	image    string
+	reps     int
+
+	pingN        int // sequential __ping calls per run (1 caller)
+	pingConcN    int // calls per caller per run (64 callers)
+	pingCallers  int
+	execNDocker  int // warm execs per run: boxrt docker and the raw API
+	execNCLI     int // docker exec CLI per run
+	execNBwrap   int // boxrt bwrap and direct bwrap per run
+	coldNDocker  int // fresh sessions per run, docker backend
+	coldNBwrap   int // fresh sessions per run, bwrap backend
+	relayN       int // relay round trips per run
+	streamSec    float64
+	scaleDocker  int
+	scaleBwrap   int
+	scaleReps    int
+	scaleConc    int
+	reconnectN   int // respawn/restart cycles per run (passed to the hook)
+	reconnectRep int // repetitions of the reconnect scenario (0 = -reps)
+	timeoutTotal time.Duration
+	waitQuiet    time.Duration
+}
+
+func defaults(quick bool) config {
+	if quick {
+		return config{reps: 3, pingN: 2000, pingConcN: 40, pingCallers: 64, execNDocker: 15, execNCLI: 6,
+			execNBwrap: 30, coldNDocker: 2, coldNBwrap: 5, relayN: 300, streamSec: 0.5, scaleDocker: 10,
+			scaleBwrap: 50, scaleReps: 1, scaleConc: 4, reconnectN: 2, reconnectRep: 1, timeoutTotal: 10 * time.Minute}
+	}
+	return config{reps: 3, pingN: 20000, pingConcN: 500, pingCallers: 64, execNDocker: 100, execNCLI: 40,
+		execNBwrap: 300, coldNDocker: 8, coldNBwrap: 30, relayN: 3000, streamSec: 3, scaleDocker: 200,
+		scaleBwrap: 1000, scaleReps: 3, scaleConc: 4, reconnectN: 6, timeoutTotal: 40 * time.Minute}
+}
+
+func main() {
+	var echoMode string
+	fs := flag.NewFlagSet("bench", flag.ExitOnError)
+	fs.StringVar(&echoMode, "echo-peer", "", "internal: run the echo baseline peer (stdio or ws)")
+	var c config
+	fs.StringVar(&c.boxrtBin, "boxrt", "bin/boxrt", "the boxrt binary to measure")
+	fs.StringVar(&c.out, "out", "docs/benchmarks.md", "where to write the report")
+	fs.BoolVar(&c.quick, "quick", false, "smoke run: small counts, about a minute")
+	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,reconnect,scale (default all)")
+	fs.BoolVar(&c.keepWork, "keep-work", false, "keep the work directory (boxrt logs, state dirs)")
+	fs.StringVar(&c.image, "image", envOr("BOXRT_TEST_IMAGE", "boxrt-test:busybox"), "docker image for the docker cases")
+	d := defaults(false)
+	fs.IntVar(&c.reps, "reps", d.reps, "repetitions of each scenario (medians are reported)")
+	fs.IntVar(&c.pingN, "ping-n", d.pingN, "__ping calls per run with 1 caller")
+	fs.IntVar(&c.pingConcN, "ping-conc-n", d.pingConcN, "__ping calls per caller per run with many callers")
+	fs.IntVar(&c.pingCallers, "ping-callers", d.pingCallers, "concurrent __ping callers")
+	fs.IntVar(&c.execNDocker, "exec-n-docker", d.execNDocker, "warm execs per run, docker (boxrt and raw Engine API)")
+	fs.IntVar(&c.execNCLI, "exec-n-cli", d.execNCLI, "docker exec CLI calls per run")
+	fs.IntVar(&c.execNBwrap, "exec-n-bwrap", d.execNBwrap, "warm execs per run, bwrap (boxrt and direct bwrap)")
+	fs.IntVar(&c.coldNDocker, "cold-n-docker", d.coldNDocker, "fresh sessions per run, docker")
+	fs.IntVar(&c.coldNBwrap, "cold-n-bwrap", d.coldNBwrap, "fresh sessions per run, bwrap")
+	fs.IntVar(&c.relayN, "relay-n", d.relayN, "relay round trips per run")
+	fs.Float64Var(&c.streamSec, "stream-sec", d.streamSec, "seconds of streaming per run")
+	fs.IntVar(&c.scaleDocker, "scale-docker", d.scaleDocker, "docker sessions in the scale scenario")
+	fs.IntVar(&c.scaleBwrap, "scale-bwrap", d.scaleBwrap, "bwrap sessions in the scale scenario")
+	fs.IntVar(&c.scaleReps, "scale-reps", d.scaleReps, "repetitions of the scale scenario")
+	fs.IntVar(&c.scaleConc, "scale-concurrency", d.scaleConc, "concurrent box_create_session callers in the scale scenario")
+	fs.IntVar(&c.reconnectN, "reconnect-n", d.reconnectN, "respawn/restart cycles per run (reconnect hook)")
+	fs.IntVar(&c.reconnectRep, "reconnect-reps", 0, "repetitions of the reconnect scenario (default: -reps; 1 with -quick)")
+	fs.DurationVar(&c.timeoutTotal, "timeout", d.timeoutTotal, "give up on the remaining scenarios after this long")
+	fs.DurationVar(&c.waitQuiet, "wait-quiet", 0, "before starting, wait up to this long for the machine to be idle (CPU busy under 20% over 5 s)")
+	_ = fs.Parse(os.Args[1:])
+
+	switch echoMode {
+	case "":
+	case "stdio":
+		if err := runEchoStdio(); err != nil {
+			fmt.Fprintln(os.Stderr, "echo peer:", err)
+			os.Exit(1)
+		}
+		return
+	case "ws":
+		if err := runEchoWS(); err != nil {
+			fmt.Fprintln(os.Stderr, "echo peer:", err)
+			os.Exit(1)
+		}
+		return
+	default:
+		fmt.Fprintln(os.Stderr, "unknown -echo-peer mode", echoMode)
+		os.Exit(2)
+	}
+
+	if c.quick {
+		q := defaults(true)
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		apply := func(name string, dst *int, v int) {
+			if !set[name] {
+				*dst = v
+			}
+		}
+		apply("reps", &c.reps, q.reps)
+		apply("ping-n", &c.pingN, q.pingN)
+		apply("ping-conc-n", &c.pingConcN, q.pingConcN)
+		apply("exec-n-docker", &c.execNDocker, q.execNDocker)
+		apply("exec-n-cli", &c.execNCLI, q.execNCLI)
+		apply("exec-n-bwrap", &c.execNBwrap, q.execNBwrap)
+		apply("cold-n-docker", &c.coldNDocker, q.coldNDocker)
+		apply("cold-n-bwrap", &c.coldNBwrap, q.coldNBwrap)
+		apply("relay-n", &c.relayN, q.relayN)
+		apply("scale-docker", &c.scaleDocker, q.scaleDocker)
+		apply("scale-bwrap", &c.scaleBwrap, q.scaleBwrap)
+		apply("scale-reps", &c.scaleReps, q.scaleReps)
+		apply("reconnect-n", &c.reconnectN, q.reconnectN)
+		apply("reconnect-reps", &c.reconnectRep, q.reconnectRep)
+		if !set["stream-sec"] {
+			c.streamSec = q.streamSec
+		}
+		if !set["timeout"] {
+			c.timeoutTotal = q.timeoutTotal
+		}
+	}
+	c.reps = max(c.reps, 1)
+	if c.reconnectRep <= 0 {
+		c.reconnectRep = c.reps
+	}
+
+	if err := run(c); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// bench is one harness run.
+type bench struct {
+	cfg       config
+	boxrtBin  string
+	selfBin   string
+	workDir   string
+	token     string
+	start     time.Time
+	scenarios []*Scenario
+	machine   Machine
+	noise     Noise
+	cleanup   []string // notes on what the final cleanup found
+	// instances are the instance ids of the boxrt processes this run
+	// started: the final cleanup removes only their containers.
+	instances map[string]bool
+	// warmExec is scenario 2's boxrt warm exec per backend, which the
+	// scale scenario compares against.
+	warmExec map[string]*Measure
+}
+
+func (b *bench) want(name string) bool {
+	if b.cfg.only == "" {
+		return true
+	}
+	for _, s := range strings.Split(b.cfg.only, ",") {
+		if strings.TrimSpace(s) == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[bench %6.1fs] %s\n", time.Since(b.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// runScenario runs one scenario; a panic (the reconnect hook is another
+// engineer's code) is reported in that scenario's section instead of
+// losing the whole report.
+func (b *bench) runScenario(ctx context.Context, fn func(context.Context) *Scenario) (sc *Scenario) {
+	defer func() {
+		if r := recover(); r != nil {
+			b.logf("scenario panicked: %v\n%s", r, debug.Stack())
+			sc = &Scenario{Skipped: fmt.Sprintf("**Not measured: the scenario panicked:** `%v` (stack trace in the harness's stderr).", r)}
+		}
+	}()
+	return fn(ctx)
+}
+
+func run(c config) error {
+	b := &bench{cfg: c, start: time.Now(), instances: map[string]bool{}, warmExec: map[string]*Measure{}}
+	var err error
+	if b.boxrtBin, err = filepath.Abs(c.boxrtBin); err != nil {
+		return err
+	}
+	if _, err := os.Stat(b.boxrtBin); err != nil {
+		return fmt.Errorf("boxrt binary: %v (build it first: go build -o bin/boxrt .)", err)
+	}
+	if b.selfBin, err = os.Executable(); err != nil {
+		return err
+	}
+	if b.workDir, err = os.MkdirTemp("", "boxrt-bench-"); err != nil {
+		return err
+	}
+	tok := make([]byte, 16)
+	_, _ = rand.Read(tok)
+	b.token = hex.EncodeToString(tok)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, c.timeoutTotal)
+	defer cancel()
+
+	b.logf("work dir %s; boxrt %s", b.workDir, b.boxrtBin)
+	if c.waitQuiet > 0 {
+		b.noise.Waited = b.waitQuiet(ctx, c.waitQuiet)
+	}
+	b.machine = collectMachine()
+	b.noise.LoadBefore = loadAvg()
+	b.noise.StatBefore = readCPUStat()
+	b.logf("calibrating (before)")
+	b.noise.Before = calibrate(15)
+
+	type step struct {
+		name string
+		fn   func(context.Context) *Scenario
+	}
+	steps := []step{
+		{"ping", b.scenarioPing},
+		{"exec", b.scenarioExec},
+		{"session", b.scenarioSession},
+		{"relay", b.scenarioRelay},
+		{"reconnect", b.scenarioReconnect},
+		{"scale", b.scenarioScale},
+	}
+	for _, s := range steps {
+		if !b.want(s.name) {
+			continue
+		}
+		if ctx.Err() != nil {
+			b.scenarios = append(b.scenarios, &Scenario{Key: s.name, Title: s.name, Skipped: "not run: " + ctx.Err().Error()})
+			continue
+		}
+		t0 := time.Now()
+		load := loadAvg()
+		b.logf("scenario %s (load average %s)", s.name, load)
+		sc := b.runScenario(ctx, s.fn)
+		sc.Key = s.name
+		sc.LoadStart = load
+		sc.Elapsed = time.Since(t0)
+		b.scenarios = append(b.scenarios, sc)
+		b.logf("scenario %s done in %.1fs", s.name, sc.Elapsed.Seconds())
+	}
+
+	b.logf("calibrating (after)")
+	b.noise.After = calibrate(15)
+	b.noise.LoadAfter = loadAvg()
+	b.noise.StatAfter = readCPUStat()
+
+	b.finalCleanup()
+	total := time.Since(b.start)
+	if err := b.writeReport(total); err != nil {
+		return err
+	}
+	b.logf("wrote %s (total %.1fs)", c.out, total.Seconds())
+	if c.keepWork {
+		b.logf("kept work dir %s", b.workDir)
+	} else {
+		os.RemoveAll(b.workDir)
+	}
+	return nil
+}

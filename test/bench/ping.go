@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// pingRun makes callers×perCaller __ping calls over one connection, each
+// caller waiting for its answer before the next call, after a short warm-up.
+func pingRun(ctx context.Context, c *rpcClient, callers, perCaller int) (RunStats, int, error) {
+	warm := min(200, perCaller*callers)
+	for i := 0; i < warm; i++ {
+		if _, err := c.Call(ctx, "__ping", nil); err != nil {
+			return RunStats{}, 0, err
+		}
+	}
+	samples := make([][]time.Duration, callers)
+	errs := make([]int, callers)
+	var firstErr error
+	var errMu sync.Mutex
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for g := 0; g < callers; g++ {
+		samples[g] = make([]time.Duration, 0, perCaller)
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			<-start
+			for i := 0; i < perCaller; i++ {
+				t0 := time.Now()
+				_, err := c.Call(ctx, "__ping", nil)
+				d := time.Since(t0)
+				if err != nil {
+					errs[g]++
+					errMu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					errMu.Unlock()
+					if ctx.Err() != nil {
+						return
+					}
+					continue
+				}
+				samples[g] = append(samples[g], d)
+			}
+		}(g)
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	wall := time.Since(t0)
+	var all []time.Duration
+	nerr := 0
+	for g := range samples {
+		all = append(all, samples[g]...)
+		nerr += errs[g]
+	}
+	return summarise(all, wall), nerr, firstErr
+}
+
+func (b *bench) scenarioPing(ctx context.Context) *Scenario {
+	cfg := b.cfg
+	sc := &Scenario{Title: "`__ping` round trips (stdio and WebSocket)"}
+	sc.Intro = fmt.Sprintf(`Each run spawns a fresh boxrt (`+"`serve --stdio`"+` for stdio; `+"`serve --listen 127.0.0.1:0`"+` with a control token for WebSocket)
+and a fresh baseline peer, warms up with 200 calls, then makes %d sequential calls with 1 caller, or %d callers × %d calls
+sharing one connection (as a host shares its one connection). Latency is from writing the request to reading its answer.
+**Baseline:** a minimal JSON-RPC echo peer — this harness re-executed as a separate process behind the same pipes
+(one JSON object per line, one write per answer) or a loopback WebSocket (coder/websocket, one message per text frame).
+It decodes the id and answers `+"`{\"result\":{}}`"+`: no method table, no concurrency, no logging or metrics. The ratio is boxrt's protocol overhead.`,
+		cfg.pingN, cfg.pingCallers, cfg.pingConcN)
+
+	type variant struct {
+		name      string
+		ws        bool
+		callers   int
+		perCaller int
+	}
+	variants := []variant{
+		{"stdio, 1 caller", false, 1, cfg.pingN},
+		{fmt.Sprintf("stdio, %d callers", cfg.pingCallers), false, cfg.pingCallers, cfg.pingConcN},
+		{"WebSocket, 1 caller", true, 1, cfg.pingN},
+		{fmt.Sprintf("WebSocket, %d callers", cfg.pingCallers), true, cfg.pingCallers, cfg.pingConcN},
+	}
+	rows := make([]Row, len(variants))
+	for i, v := range variants {
+		tr := "stdio"
+		if v.ws {
+			tr = "ws"
+		}
+		rows[i] = Row{Case: v.name, Boxrt: newMeasure(fmt.Sprintf("boxrt %s ×%d", tr, v.callers)),
+			Base: newMeasure(fmt.Sprintf("echo peer (%s)", tr))}
+	}
+
+	for rep := 0; rep < cfg.reps && ctx.Err() == nil; rep++ {
+		for i, v := range variants {
+			// boxrt
+			func() {
+				m := rows[i].Boxrt
+				p, err := b.startBoxrt(ctx, boxrtOpts{Name: "ping", Stdio: !v.ws, Listen: v.ws, Token: map[bool]string{true: b.token}[v.ws]})
+				if err != nil {
+					m.fail(err)
+					return
+				}
+				defer p.stop(10 * time.Second)
+				c := p.rpc
+				if v.ws {
+					t, err := dialWS(ctx, p.wsURL(), b.token)
+					if err != nil {
+						m.fail(err)
+						return
+					}
+					c = newRPCClient(t)
+					defer c.Close()
+				}
+				rs, nerr, err := pingRun(ctx, c, v.callers, v.perCaller)
+				if rs.N > 0 {
+					m.add(rs)
+				}
+				for k := 0; k < nerr; k++ {
+					m.fail(err)
+				}
+				if rs.N == 0 && nerr == 0 && err != nil {
+					m.fail(err)
+				}
+			}()
+			// baseline
+			func() {
+				m := rows[i].Base
+				mode := "stdio"
+				if v.ws {
+					mode = "ws"
+				}
+				e, err := b.startEcho(ctx, mode)
+				if err != nil {
+					m.fail(err)
+					return
+				}
+				defer e.stop()
+				c := e.rpc
+				if v.ws {
+					t, err := dialWS(ctx, e.wsURL(), "")
+					if err != nil {
+						m.fail(err)
+						return
+					}
+					c = newRPCClient(t)
+					defer c.Close()
+				}
+				rs, nerr, err := pingRun(ctx, c, v.callers, v.perCaller)
+				if rs.N > 0 {
+					m.add(rs)
+				}
+				for k := 0; k < nerr; k++ {
+					m.fail(err)
+				}
+				if rs.N == 0 && nerr == 0 && err != nil {
+					m.fail(err)
+				}
+			}()
+			b.logf("ping %s rep %d: boxrt p50 %s, echo p50 %s", v.name, rep+1, lastP50(rows[i].Boxrt), lastP50(rows[i].Base))
+		}
+	}
+	sc.Rows = rows
+
+	g := Goal{Text: "`__ping` p50 under 50 µs over stdio (1 caller, client round trip included)"}
+	if m := rows[0].Boxrt; m.ok() {
+		g.Measured = fmt.Sprintf("p50 %s (echo peer %s, so boxrt adds %s)", fmtDur(m.P50()), fmtDur(rows[0].Base.P50()),
+			fmtDur(m.P50()-rows[0].Base.P50()))
+		g.Met = boolp(m.P50() < 50*time.Microsecond)
+	} else {
+		g.Measured = "not measured"
+	}
+	sc.Goals = append(sc.Goals, g)
+	return sc
+}
+
+func lastP50(m *Measure) string {
+	if len(m.Runs) == 0 {
+		return "n/a"
+	}
+	return fmtDur(m.Runs[len(m.Runs)-1].P50)
+}

@@ -1,0 +1,316 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// streamLine is what the streaming producer prints, one per line.
+const streamLine = `{"jsonrpc":"2.0"}`
+
+func (b *bench) scenarioRelay(ctx context.Context) *Scenario {
+	cfg := b.cfg
+	sc := &Scenario{Title: "Relay to a managed process (bwrap backend)"}
+	sc.Intro = fmt.Sprintf(`boxrt runs with the bwrap backend, its HTTP listener on 127.0.0.1:0 and a control token; the harness starts a
+managed process with `+"`box_start_managed_process`"+` and attaches to
+`+"`/v1/sessions/{sid}/managed-process/{pid}/ws`"+` with `+"`Authorization: Bearer …`"+`.
+- *Round trip*: %d sequential one-line JSON-RPC messages (~60 bytes) sent as text frames to a `+"`cat`"+` managed process;
+  latency is frame written → the echoed line read back as a frame.
+  **Baseline:** the same messages through a direct pipe to a local `+"`cat`"+` (write the line, read the line).
+- *Streaming*: a managed process runs `+"`yes '%s'`"+`; after 0.3 s of warm-up the harness counts the frames it
+  receives for %.1f s (one frame per line). **Baseline:** the same `+"`yes`"+` read line by line from a direct pipe.
+  The ops/s column is frames (lines) per second; latency columns do not apply.`,
+		cfg.relayN, streamLine, cfg.streamSec)
+
+	rttBox := newMeasure("boxrt relay → cat")
+	rttPipe := newMeasure("direct pipe → cat")
+	strBox := newMeasure("boxrt relay ← yes")
+	strPipe := newMeasure("direct pipe ← yes")
+	sc.Rows = []Row{
+		{Case: "round trip, one-line message", Boxrt: rttBox, Base: rttPipe},
+		{Case: "streaming producer, frames/s", Boxrt: strBox, Base: strPipe},
+	}
+
+	for rep := 0; rep < cfg.reps && ctx.Err() == nil; rep++ {
+		if rttBox.Unavailable == "" {
+			b.relayRun(ctx, rep, rttBox, strBox)
+		}
+		pipeRTT(ctx, rttPipe, cfg.relayN)
+		pipeStream(ctx, strPipe, cfg.streamSec)
+		b.logf("relay rep %d: rtt boxrt %s, pipe %s; stream boxrt %s/s, pipe %s/s", rep+1, lastP50(rttBox), lastP50(rttPipe),
+			lastOps(strBox), lastOps(strPipe))
+	}
+	if rttBox.Unavailable != "" {
+		strBox.Unavailable = rttBox.Unavailable
+	}
+	g := Goal{Text: "relay adds under 1 ms at p50 (round trip, boxrt relay minus direct pipe)"}
+	if rttBox.ok() && rttPipe.ok() {
+		added := rttBox.P50() - rttPipe.P50()
+		g.Measured = fmt.Sprintf("adds %s (%s vs %s)", fmtDur(max(added, 1)), fmtDur(rttBox.P50()), fmtDur(rttPipe.P50()))
+		g.Met = boolp(added < time.Millisecond)
+	} else {
+		g.Measured = "not measured"
+	}
+	sc.Goals = []Goal{g}
+	return sc
+}
+
+func lastOps(m *Measure) string {
+	if len(m.Runs) == 0 {
+		return "n/a"
+	}
+	return fmtOps(m.Runs[len(m.Runs)-1].Throughput)
+}
+
+// relayRun is one run against a fresh boxrt: the round trips, then the
+// streaming count.
+func (b *bench) relayRun(ctx context.Context, rep int, rtt, stream *Measure) {
+	p, err := b.startBackend(ctx, "relay", "bwrap", true, nil)
+	if err != nil {
+		rtt.Unavailable = err.Error()
+		return
+	}
+	defer p.stop(30 * time.Second)
+	sid := fmt.Sprintf("bench-relay-%d", rep)
+	if _, err := p.rpc.Call(ctx, "box_create_session", map[string]any{"session_id": sid}); err != nil {
+		rtt.fail(fmt.Errorf("box_create_session: %w", err))
+		return
+	}
+	defer deleteSession(context.Background(), p.rpc, sid)
+
+	// round trips through cat
+	func() {
+		conn, err := b.startRelayProcess(ctx, p, sid, map[string]any{"process_id": "cat", "command": "cat"})
+		if err != nil {
+			rtt.fail(err)
+			return
+		}
+		defer conn.CloseNow()
+		defer p.rpc.Call(context.Background(), "box_stop_managed_process", map[string]string{"session_id": sid, "process_id": "cat"})
+		var samples []time.Duration
+		msg := make([]byte, 0, 96)
+		for i := 0; i < 50; i++ { // warm-up
+			if _, err := relayEcho(ctx, conn, append(msg[:0], fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"bench/echo","params":{}}`, i)...)); err != nil {
+				rtt.fail(err)
+				return
+			}
+		}
+		t0 := time.Now()
+		for i := 0; i < b.cfg.relayN && ctx.Err() == nil; i++ {
+			m := append(msg[:0], `{"jsonrpc":"2.0","id":`...)
+			m = strconv.AppendInt(m, int64(i), 10)
+			m = append(m, `,"method":"bench/echo","params":{}}`...)
+			d, err := relayEcho(ctx, conn, m)
+			if err != nil {
+				rtt.fail(err) // a broken socket stays broken: end the run
+				break
+			}
+			samples = append(samples, d)
+		}
+		if len(samples) > 0 {
+			rtt.add(summarise(samples, time.Since(t0)))
+		}
+	}()
+
+	// streaming from yes
+	func() {
+		conn, err := b.startRelayProcess(ctx, p, sid, map[string]any{"process_id": "yes", "command": "yes", "args": []string{streamLine}})
+		if err != nil {
+			stream.fail(err)
+			return
+		}
+		defer conn.CloseNow()
+		defer p.rpc.Call(context.Background(), "box_stop_managed_process", map[string]string{"session_id": sid, "process_id": "yes"})
+		n, d, err := countFrames(ctx, conn, b.cfg.streamSec)
+		if err != nil {
+			stream.fail(err)
+			return
+		}
+		stream.add(RunStats{N: n, Throughput: float64(n) / d.Seconds()})
+	}()
+}
+
+// startRelayProcess starts a managed process and attaches to it.
+func (b *bench) startRelayProcess(ctx context.Context, p *boxrtProc, sid string, spec map[string]any) (*websocket.Conn, error) {
+	var info struct {
+		ProcessID string `json:"process_id"`
+	}
+	if err := p.rpc.CallInto(ctx, "box_start_managed_process", map[string]any{"session_id": sid, "spec": spec}, &info); err != nil {
+		return nil, fmt.Errorf("box_start_managed_process: %w", err)
+	}
+	pid := info.ProcessID
+	if pid == "" {
+		pid, _ = spec["process_id"].(string)
+	}
+	u := fmt.Sprintf("ws://%s/v1/sessions/%s/managed-process/%s/ws", p.addr, url.PathEscape(sid), url.PathEscape(pid))
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+b.token)
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{HTTPHeader: h})
+	if err != nil {
+		detail := ""
+		if resp != nil && resp.Body != nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 500))
+			detail = " " + string(body)
+		}
+		return nil, fmt.Errorf("relay attach %s: %v%s", u, err, detail)
+	}
+	conn.SetReadLimit(16 << 20)
+	return conn, nil
+}
+
+func relayEcho(ctx context.Context, c *websocket.Conn, msg []byte) (time.Duration, error) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if err := c.Write(rctx, websocket.MessageText, msg); err != nil {
+		return 0, err
+	}
+	_, got, err := c.Read(rctx)
+	d := time.Since(t0)
+	if err != nil {
+		return 0, err
+	}
+	if !bytes.Equal(bytes.TrimRight(got, "\n"), msg) {
+		return 0, fmt.Errorf("relay echoed %q, want %q", truncate(string(got), 100), msg)
+	}
+	return d, nil
+}
+
+// countFrames reads frames for 0.3 s of warm-up, then counts them for sec
+// seconds.
+func countFrames(ctx context.Context, c *websocket.Conn, sec float64) (int, time.Duration, error) {
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(sec*float64(time.Second))+15*time.Second)
+	defer cancel()
+	warmEnd := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(warmEnd) {
+		if _, _, err := c.Read(rctx); err != nil {
+			return 0, 0, err
+		}
+	}
+	n := 0
+	t0 := time.Now()
+	end := t0.Add(time.Duration(sec * float64(time.Second)))
+	for {
+		_, msg, err := c.Read(rctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		if n == 0 && !bytes.HasPrefix(msg, []byte(streamLine)) {
+			return 0, 0, fmt.Errorf("unexpected frame %q", truncate(string(msg), 100))
+		}
+		n++
+		if n%64 == 0 && time.Now().After(end) {
+			break
+		}
+	}
+	return n, time.Since(t0), nil
+}
+
+// pipeRTT is the baseline: the same lines through a local cat.
+func pipeRTT(ctx context.Context, m *Measure, n int) {
+	cmd := exec.CommandContext(ctx, "cat")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		m.fail(err)
+		return
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		m.fail(err)
+		return
+	}
+	if err := cmd.Start(); err != nil {
+		m.Unavailable = err.Error()
+		return
+	}
+	defer func() { stdin.Close(); _ = cmd.Wait() }()
+	r := bufio.NewReaderSize(stdout, 64<<10)
+	one := func(i int) (time.Duration, error) {
+		msg := []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"bench/echo","params":{}}`+"\n", i))
+		t0 := time.Now()
+		if _, err := stdin.Write(msg); err != nil {
+			return 0, err
+		}
+		got, err := r.ReadBytes('\n')
+		d := time.Since(t0)
+		if err != nil {
+			return 0, err
+		}
+		if !bytes.Equal(got, msg) {
+			return 0, fmt.Errorf("cat echoed %q", got)
+		}
+		return d, nil
+	}
+	for i := 0; i < 50; i++ {
+		if _, err := one(i); err != nil {
+			m.fail(err)
+			return
+		}
+	}
+	var samples []time.Duration
+	t0 := time.Now()
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		d, err := one(i)
+		if err != nil {
+			m.fail(err)
+			return
+		}
+		samples = append(samples, d)
+	}
+	m.add(summarise(samples, time.Since(t0)))
+}
+
+// pipeStream is the baseline: yes read line by line from a pipe.
+func pipeStream(ctx context.Context, m *Measure, sec float64) {
+	cmd := exec.CommandContext(ctx, "yes", streamLine)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		m.fail(err)
+		return
+	}
+	if err := cmd.Start(); err != nil {
+		m.Unavailable = err.Error()
+		return
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	r := bufio.NewReaderSize(stdout, 64<<10)
+	warmEnd := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(warmEnd) {
+		if _, err := r.ReadBytes('\n'); err != nil {
+			m.fail(err)
+			return
+		}
+	}
+	n := 0
+	t0 := time.Now()
+	end := t0.Add(time.Duration(sec * float64(time.Second)))
+	for {
+		line, err := r.ReadBytes('\n') // one allocation per line, like one frame per message
+		if err != nil {
+			m.fail(err)
+			return
+		}
+		if n == 0 && !bytes.HasPrefix(line, []byte(streamLine)) {
+			m.fail(fmt.Errorf("unexpected line %q", line))
+			return
+		}
+		n++
+		if n%64 == 0 && time.Now().After(end) {
+			break
+		}
+	}
+	d := time.Since(t0)
+	m.add(RunStats{N: n, Throughput: float64(n) / d.Seconds()})
+}

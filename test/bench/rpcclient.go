@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// rpcError is a JSON-RPC error object.
+type rpcError struct {
+	Code    int64           `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data"`
+}
+
+func (e *rpcError) Error() string { return fmt.Sprintf("rpc error %d: %s", e.Code, e.Message) }
+
+type response struct {
+	ID     json.RawMessage `json:"id"`
+	Result json.RawMessage `json:"result"`
+	Error  *rpcError       `json:"error"`
+}
+
+// transport moves whole JSON-RPC messages. The same client code drives
+// boxrt and the echo baselines, so the client's own cost is in both sides
+// of every ratio.
+type transport interface {
+	Send(ctx context.Context, msg []byte) error
+	Recv(ctx context.Context) ([]byte, error)
+	Close() error
+}
+
+// client is a multiplexing JSON-RPC 2.0 client: any number of goroutines
+// may call concurrently over one connection; a reader goroutine routes
+// responses to callers by id.
+type rpcClient struct {
+	t       transport
+	nextID  atomic.Uint64
+	sendMu  sync.Mutex
+	mu      sync.Mutex
+	pending map[uint64]chan response
+	readErr error
+	done    chan struct{}
+}
+
+func newRPCClient(t transport) *rpcClient {
+	c := &rpcClient{t: t, pending: map[uint64]chan response{}, done: make(chan struct{})}
+	go c.readLoop()
+	return c
+}
+
+func (c *rpcClient) readLoop() {
+	defer close(c.done)
+	for {
+		msg, err := c.t.Recv(context.Background())
+		if err != nil {
+			c.mu.Lock()
+			c.readErr = err
+			for id, ch := range c.pending {
+				close(ch)
+				delete(c.pending, id)
+			}
+			c.mu.Unlock()
+			return
+		}
+		var r response
+		if err := json.Unmarshal(msg, &r); err != nil {
+			continue
+		}
+		id, err := strconv.ParseUint(string(r.ID), 10, 64)
+		if err != nil {
+			continue // id null: a framing error answer; nobody waits on it
+		}
+		c.mu.Lock()
+		ch := c.pending[id]
+		delete(c.pending, id)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- r
+		}
+	}
+}
+
+// Call sends one request and waits for its response. params may be nil
+// (sent as {}), a json.RawMessage or anything json.Marshal takes.
+func (c *rpcClient) Call(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	id := c.nextID.Add(1)
+	var p []byte
+	switch v := params.(type) {
+	case nil:
+		p = []byte("{}")
+	case json.RawMessage:
+		p = v
+	default:
+		var err error
+		if p, err = json.Marshal(v); err != nil {
+			return nil, err
+		}
+	}
+	msg := make([]byte, 0, 64+len(method)+len(p))
+	msg = append(msg, `{"jsonrpc":"2.0","id":`...)
+	msg = strconv.AppendUint(msg, id, 10)
+	msg = append(msg, `,"method":`...)
+	msg = strconv.AppendQuote(msg, method)
+	msg = append(msg, `,"params":`...)
+	msg = append(msg, p...)
+	msg = append(msg, '}')
+
+	ch := make(chan response, 1)
+	c.mu.Lock()
+	if c.readErr != nil {
+		err := c.readErr
+		c.mu.Unlock()
+		return nil, fmt.Errorf("connection closed: %w", err)
+	}
+	c.pending[id] = ch
+	c.mu.Unlock()
+
+	c.sendMu.Lock()
+	err := c.t.Send(ctx, msg)
+	c.sendMu.Unlock()
+	if err != nil {
+		c.forget(id)
+		return nil, err
+	}
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return nil, fmt.Errorf("connection closed while waiting for %s: %v", method, c.err())
+		}
+		if r.Error != nil {
+			return nil, r.Error
+		}
+		return r.Result, nil
+	case <-ctx.Done():
+		c.forget(id)
+		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
+	}
+}
+
+// CallInto calls and decodes the result into out.
+func (c *rpcClient) CallInto(ctx context.Context, method string, params, out any) error {
+	res, err := c.Call(ctx, method, params)
+	if err != nil {
+		return err
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(res, out)
+}
+
+func (c *rpcClient) forget(id uint64) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+func (c *rpcClient) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.readErr
+}
+
+func (c *rpcClient) Close() error {
+	err := c.t.Close()
+	select {
+	case <-c.done:
+	case <-time.After(5 * time.Second):
+	}
+	return err
+}
+
+// lineTransport is the stdio framing: one JSON object per line.
+type lineTransport struct {
+	w io.WriteCloser
+	r *bufio.Reader
+}
+
+func newLineTransport(w io.WriteCloser, r io.Reader) *lineTransport {
+	return &lineTransport{w: w, r: bufio.NewReaderSize(r, 1<<20)}
+}
+
+func (l *lineTransport) Send(_ context.Context, msg []byte) error {
+	buf := make([]byte, len(msg)+1)
+	copy(buf, msg)
+	buf[len(msg)] = '\n'
+	_, err := l.w.Write(buf) // one write: the line reaches the peer whole
+	return err
+}
+
+func (l *lineTransport) Recv(_ context.Context) ([]byte, error) {
+	for {
+		line, err := l.r.ReadBytes('\n')
+		if len(line) > 1 {
+			return line[:len(line)-1], nil
+		}
+		if err != nil {
+			if len(line) > 0 {
+				return line, nil
+			}
+			return nil, err
+		}
+	}
+}
+
+func (l *lineTransport) Close() error { return l.w.Close() }
+
+// wsTransport is one JSON-RPC message per WebSocket text frame.
+type wsTransport struct {
+	c *websocket.Conn
+}
+
+func dialWS(ctx context.Context, url, token string) (*wsTransport, error) {
+	h := http.Header{}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h})
+	if err != nil {
+		return nil, err
+	}
+	c.SetReadLimit(64 << 20)
+	return &wsTransport{c: c}, nil
+}
+
+func (w *wsTransport) Send(ctx context.Context, msg []byte) error {
+	return w.c.Write(ctx, websocket.MessageText, msg)
+}
+
+func (w *wsTransport) Recv(ctx context.Context) ([]byte, error) {
+	typ, b, err := w.c.Read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if typ != websocket.MessageText {
+		return nil, errors.New("unexpected binary frame")
+	}
+	return b, nil
+}
+
+func (w *wsTransport) Close() error { return w.c.Close(websocket.StatusNormalClosure, "") }

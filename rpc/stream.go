@@ -1,10 +1,13 @@
 package rpc
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/sourcegraph/jsonrpc2"
@@ -42,14 +45,6 @@ func newServerStream(fc frameConn, log zerolog.Logger, enc ErrorEncoder) *server
 	return &serverStream{fc: fc, log: log, encoder: enc, ids: map[uint64]json.RawMessage{}}
 }
 
-type internalRequest struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      *uint64         `json:"id,omitempty"`
-	Method  string          `json:"method"`
-	Params  json.RawMessage `json:"params,omitempty"`
-	Meta    json.RawMessage `json:"meta,omitempty"`
-}
-
 // ReadObject implements jsonrpc2.ObjectStream.
 func (s *serverStream) ReadObject(v any) error {
 	for {
@@ -60,6 +55,9 @@ func (s *serverStream) ReadObject(v any) error {
 			continue
 		}
 		if err != nil {
+			// The peer stopped sending (stdin EOF): answer what is already
+			// in flight before jsonrpc2 closes the connection.
+			s.drain(drainTimeout)
 			return err
 		}
 		d, errID, perr := decodeFrame(frame)
@@ -71,18 +69,56 @@ func (s *serverStream) ReadObject(v any) error {
 		if d == nil || d.kind == frameResponse {
 			continue
 		}
-		req := internalRequest{JSONRPC: "2.0", Method: d.method, Params: d.params, Meta: d.meta}
+		var id *uint64
 		if d.kind == frameRequest {
-			id := s.remember(d.id)
-			req.ID = &id
+			n := s.remember(d.id)
+			id = &n
 		}
-		raw, err := json.Marshal(req)
-		if err != nil {
-			s.writeError(d.id, invalidRequest("cannot re-encode request: %v", err))
-			continue
-		}
-		return json.Unmarshal(raw, v)
+		return json.Unmarshal(internalRequest(id, d), v)
 	}
+}
+
+// drainTimeout bounds how long a connection whose peer stopped sending
+// waits for the answers still owed.
+const drainTimeout = 3 * time.Second
+
+// drain waits until every request read so far has been answered, or
+// timeout.
+func (s *serverStream) drain(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		pending := len(s.ids)
+		s.mu.Unlock()
+		if pending == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// internalRequest encodes d for jsonrpc2 with the internal id. The parts
+// were validated by decodeFrame, so they are spliced in as they are rather
+// than re-encoded.
+func internalRequest(id *uint64, d *decoded) []byte {
+	method, _ := json.Marshal(d.method)
+	b := make([]byte, 0, 64+len(method)+len(d.params)+len(d.meta))
+	b = append(b, `{"jsonrpc":"2.0"`...)
+	if id != nil {
+		b = append(b, `,"id":`...)
+		b = strconv.AppendUint(b, *id, 10)
+	}
+	b = append(b, `,"method":`...)
+	b = append(b, method...)
+	if len(d.params) > 0 {
+		b = append(b, `,"params":`...)
+		b = append(b, d.params...)
+	}
+	if len(d.meta) > 0 {
+		b = append(b, `,"meta":`...)
+		b = append(b, d.meta...)
+	}
+	return append(b, '}')
 }
 
 func (s *serverStream) remember(original json.RawMessage) uint64 {
@@ -119,6 +155,9 @@ func (s *serverStream) WriteObject(obj any) error {
 	if err != nil {
 		return err
 	}
+	if out, ok := s.rewriteResponse(raw); ok {
+		return s.writeFrame(out)
+	}
 	var resp struct {
 		ID     *uint64          `json:"id"`
 		Method *string          `json:"method"`
@@ -144,6 +183,40 @@ func (s *serverStream) WriteObject(obj any) error {
 		}
 	}
 	return s.writeFrame(raw)
+}
+
+// rewriteResponse puts the caller's id into a response as jsonrpc2 encodes
+// it — {"id":N,<result or error>,"jsonrpc":"2.0"} — without decoding it
+// again. It declines anything else (and oversized responses), leaving
+// them to the general path.
+func (s *serverStream) rewriteResponse(raw []byte) ([]byte, bool) {
+	const head, tail = `{"id":`, `,"jsonrpc":"2.0"}`
+	if len(raw) > MaxMessageBytes || !bytes.HasPrefix(raw, []byte(head)) || !bytes.HasSuffix(raw, []byte(tail)) {
+		return nil, false
+	}
+	i := len(head)
+	j := i
+	for j < len(raw) && raw[j] >= '0' && raw[j] <= '9' {
+		j++
+	}
+	if j == i || j >= len(raw) || raw[j] != ',' {
+		return nil, false
+	}
+	n, err := strconv.ParseUint(string(raw[i:j]), 10, 64)
+	if err != nil {
+		return nil, false
+	}
+	body := raw[j+1 : len(raw)-len(tail)]
+	if !bytes.HasPrefix(body, []byte(`"result":`)) && !bytes.HasPrefix(body, []byte(`"error":`)) {
+		return nil, false
+	}
+	id := s.forget(n)
+	out := make([]byte, 0, len(raw)+len(id)+8)
+	out = append(out, `{"jsonrpc":"2.0","id":`...)
+	out = append(out, id...)
+	out = append(out, ',')
+	out = append(out, body...)
+	return append(out, '}'), true
 }
 
 func (s *serverStream) writeError(id json.RawMessage, e *Error) {

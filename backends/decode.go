@@ -46,7 +46,11 @@ func decodeError(err error) error {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
 		name = strings.Trim(name, `"`)
-		return Validation(name, "unknown field %q", name).Wrap(err)
+		field := name
+		if field == "" {
+			field = "params"
+		}
+		return Validation(field, "unknown field %q", name).Wrap(err)
 	}
 	return Validation("params", "invalid params: %s", strings.TrimPrefix(msg, "json: ")).Wrap(err)
 }

@@ -1,0 +1,128 @@
+package backends
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestDecodeSpec(t *testing.T) {
+	t.Run("reference defaults", func(t *testing.T) {
+		s, err := DecodeSpec([]byte(`{"session_id":" s1 ","cmd":"  echo hi  ","skill_name":null,"host_path":null,"extra_mounts":[]}`))
+		require.NoError(t, err)
+		assert.Equal(t, "s1", s.SessionID)
+		assert.Equal(t, "echo hi", s.Cmd)
+		assert.Equal(t, "/workspace", s.Workdir)
+		assert.Equal(t, 30, s.TimeoutSec)
+		assert.Equal(t, NetworkOff, s.Network)
+		assert.Equal(t, MountRW, s.HostPathMode)
+		assert.Equal(t, 1.0, s.CPUs)
+		assert.Equal(t, 512, s.MemoryMB)
+		assert.Equal(t, 128, s.PidsLimit)
+		assert.True(t, s.ReadOnlyRootfs)
+	})
+	t.Run("workdir defaults to mount_path", func(t *testing.T) {
+		s, err := DecodeSpec([]byte(`{"session_id":"s","mount_path":"/data","workdir":""}`))
+		require.NoError(t, err)
+		assert.Equal(t, "/data", s.Workdir)
+	})
+	tests := []struct{ name, params, field string }{
+		{"missing session", `{}`, "session_id"},
+		{"array params", `[1]`, "params"},
+		{"unknown field", `{"session_id":"s","nope":1}`, "nope"},
+		{"wrong type", `{"session_id":"s","timeout_sec":"5"}`, "timeout_sec"},
+		{"float for int", `{"session_id":"s","memory_mb":5.5}`, "memory_mb"},
+		{"zero timeout", `{"session_id":"s","timeout_sec":0}`, "timeout_sec"},
+		{"network case", `{"session_id":"s","network":"ON"}`, "network"},
+		{"mode", `{"session_id":"s","host_path_mode":"x"}`, "host_path_mode"},
+		{"relative mount", `{"session_id":"s","mount_path":"w"}`, "mount_path"},
+		{"relative host path", `{"session_id":"s","host_path":"w"}`, "host_path"},
+		{"cpus", `{"session_id":"s","cpus":0}`, "cpus"},
+		{"memory", `{"session_id":"s","memory_mb":31}`, "memory_mb"},
+		{"pids", `{"session_id":"s","pids_limit":0}`, "pids_limit"},
+		{"quota", `{"session_id":"s","workspace_quota_mb":-1}`, "workspace_quota_mb"},
+		{"env value type", `{"session_id":"s","env":{"A":1}}`, "env"},
+		{"env name", `{"session_id":"s","env":{"A=B":"x"}}`, "env"},
+		{"workdir outside mount", `{"session_id":"s","host_path":"/srv/x","workdir":"/etc"}`, "workdir"},
+		{"extra mount path", `{"session_id":"s","extra_mounts":[{"host_path":"/srv","mount_path":"d"}]}`, "extra_mounts[0].mount_path"},
+		{"skill mode", `{"session_id":"s","skills":[{"name":"a","mode":"none"}]}`, "skills[0].mode"},
+		{"output cap", `{"session_id":"s","max_output_bytes":10}`, "max_output_bytes"},
+		{"nul in id", `{"session_id":"a\u0000b"}`, "session_id"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeSpec([]byte(tc.params))
+			require.ErrorIs(t, err, ErrValidation)
+			var be *Error
+			require.True(t, errors.As(err, &be))
+			assert.Equal(t, tc.field, be.Details["field"], be.Msg)
+		})
+	}
+}
+
+func TestResolveHostPath(t *testing.T) {
+	root := t.TempDir()
+	outside := t.TempDir()
+	require.NoError(t, os.Symlink(outside, filepath.Join(root, "out")))
+	require.NoError(t, os.Symlink("/etc", filepath.Join(root, "etc")))
+	tests := []struct {
+		name, path string
+		ok         bool
+	}{
+		{"root itself", root, true},
+		{"not yet existing child", filepath.Join(root, "new", "dir"), true},
+		{"symlink out", filepath.Join(root, "out"), false},
+		{"symlink to /etc", filepath.Join(root, "etc"), false},
+		{"missing child of a symlink out", filepath.Join(root, "out", "x"), false},
+		{"dot-dot", root + "/../" + filepath.Base(outside), false},
+		{"slash", "/", false},
+		{"relative", "rel", false},
+		{"docker socket", "/var/run/docker.sock", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ResolveHostPath("host_path", tc.path, []string{root})
+			if tc.ok {
+				assert.NoError(t, err)
+			} else {
+				assert.ErrorIs(t, err, ErrValidation)
+			}
+		})
+	}
+	_, err := ResolveHostPath("host_path", root, nil)
+	assert.ErrorIs(t, err, ErrValidation, "no allow-list means no host paths")
+}
+
+// FuzzDecodeSpec: any params either decode into a spec that passes its own
+// validation again, or fail with a BoxValidationError naming a field.
+func FuzzDecodeSpec(f *testing.F) {
+	for _, seed := range []string{
+		`{"session_id":"s","cmd":"echo"}`, `{}`, `[]`, `null`, `{"session_id":1}`,
+		`{"session_id":"s","extra_mounts":[{"host_path":"/a","mount_path":"/b","mode":"ro"}]}`,
+		`{"session_id":"s","env":{"A":"B"},"cpus":0.5,"network":"on"}`,
+		`{"session_id":"s","skills":[{"name":"x"}],"skill_name":"y"}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, params []byte) {
+		s, err := DecodeSpec(params)
+		if err != nil {
+			var be *Error
+			if !errors.As(err, &be) || be.Kind != ErrValidation {
+				t.Fatalf("not a validation error: %v", err)
+			}
+			if be.Details["field"] == nil || be.Details["field"] == "" {
+				t.Fatalf("validation error without a field: %v", err)
+			}
+			return
+		}
+		again := s
+		if err := again.Normalize(); err != nil {
+			t.Fatalf("a decoded spec fails its own validation: %v", err)
+		}
+	})
+}

@@ -17,6 +17,7 @@ import (
 func TestRuntimeRestartWithRelay(t *testing.T) {
 	const token = "restart-token-0123456789abcdefghijklmnop"
 	state := t.TempDir()
+	removeInstanceContainers(t, state)
 	opts := Options{StateDir: state, Env: []string{"BOXRT_CONTROL_TOKEN=" + token},
 		Config: "{" + backendConfigs["docker"] + "}"}
 	p := Start(t, opts)

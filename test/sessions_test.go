@@ -269,6 +269,26 @@ func largestSandboxPidNS(t *testing.T) int {
 	return best
 }
 
+// removeInstanceContainers deletes, when the test ends, every container and
+// workspace volume of the installation whose state dir is given, so a failing test leaves no
+// sandbox behind.
+func removeInstanceContainers(t *testing.T, stateDir string) {
+	t.Cleanup(func() {
+		id, err := os.ReadFile(filepath.Join(stateDir, "instance-id"))
+		if err != nil {
+			return
+		}
+		label := "boxrt.instance=" + strings.TrimSpace(string(id))
+		if ids := managedContainers(t, label); len(ids) > 0 {
+			_ = exec.Command("docker", append([]string{"rm", "-f", "-v"}, ids...)...).Run()
+		}
+		out, _ := exec.Command("docker", "volume", "ls", "-q", "--filter", "label="+label).Output()
+		if vols := strings.Fields(string(out)); len(vols) > 0 {
+			_ = exec.Command("docker", append([]string{"volume", "rm", "-f"}, vols...)...).Run()
+		}
+	})
+}
+
 // managedContainers lists containers (any state) with the given name
 // filter that carry boxrt's label.
 func managedContainers(t *testing.T, nameOrLabel string) []string {
@@ -286,6 +306,7 @@ func managedContainers(t *testing.T, nameOrLabel string) []string {
 
 func TestDockerReadoption(t *testing.T) {
 	state := t.TempDir()
+	removeInstanceContainers(t, state)
 	cfg := "{" + backendConfigs["docker"] + "}"
 	p := Start(t, Options{Stdio: true, Config: cfg, StateDir: state})
 	var st struct {

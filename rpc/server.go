@@ -58,6 +58,7 @@ type Server struct {
 	pingInterval time.Duration
 	pingTimeout  time.Duration
 	observe      func(Call)
+	inline       map[string]bool
 
 	mu      sync.Mutex
 	closed  bool
@@ -83,6 +84,16 @@ func WithKeepalive(interval, timeout time.Duration) Option {
 	return func(s *Server) { s.pingInterval, s.pingTimeout = interval, timeout }
 }
 
+// WithInline names methods that never block and are answered on the
+// reading goroutine, saving a goroutine handoff per call (the heartbeat).
+func WithInline(methods ...string) Option {
+	return func(s *Server) {
+		for _, m := range methods {
+			s.inline[m] = true
+		}
+	}
+}
+
 // WithObserver is called after every answered request.
 func WithObserver(f func(Call)) Option { return func(s *Server) { s.observe = f } }
 
@@ -95,6 +106,7 @@ func NewServer(h Handler, opts ...Option) *Server {
 		pingInterval: 20 * time.Second,
 		pingTimeout:  10 * time.Second,
 		sockets:      map[*websocket.Conn]struct{}{},
+		inline:       map[string]bool{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -237,6 +249,14 @@ func (a *adapter) Handle(ctx context.Context, conn *jsonrpc2.Conn, r *jsonrpc2.R
 	}
 	if !r.Notif {
 		req.ID = a.stream.peekID(r.ID.Num)
+	}
+	if a.server.inline[req.Method] {
+		start := time.Now()
+		result, err := a.server.handler.Handle(ctx, req)
+		if !r.Notif {
+			a.reply(ctx, conn, r, req, start, result, err)
+		}
+		return
 	}
 	select {
 	case a.sem <- struct{}{}:

@@ -144,3 +144,20 @@ func TestDisconnectCancelsHandlers(t *testing.T) {
 		t.Fatal("ServeStdio did not return after EOF with a request in flight")
 	}
 }
+
+// TestInlineMethodAnsweredWhenBusy: an inline method (the heartbeat) is
+// answered even while the connection is at its in-flight limit.
+func TestInlineMethodAnsweredWhenBusy(t *testing.T) {
+	h := &blockingHandler{release: make(chan struct{})}
+	c, stop := startStdio(t, h, WithMaxInFlight(1), WithInline("echo"))
+	defer stop()
+	go func() {
+		fmt.Fprint(c.w, `{"jsonrpc":"2.0","id":1,"method":"wait"}`+"\n")
+		fmt.Fprint(c.w, `{"jsonrpc":"2.0","id":2,"method":"echo","params":{"alive":true}}`+"\n")
+	}()
+	r := c.read(t)
+	assert.Equal(t, float64(2), r["id"])
+	assert.Equal(t, map[string]any{"alive": true}, r["result"])
+	close(h.release)
+	assert.Equal(t, "released", c.read(t)["result"])
+}

@@ -234,7 +234,7 @@ func runServe(c *cli.Context) error {
 	keepalive := c.Duration("keepalive")
 	server := rpc.NewServer(dispatcher,
 		rpc.WithKeepalive(keepalive, keepalive/2),
-		rpc.WithInline("__ping"),
+		rpc.WithInline("__ping", "box_health", "box_get_backend_info"),
 		rpc.WithErrorEncoder(actions.EncodeError),
 		rpc.WithLogger(rpcLog),
 		rpc.WithObserver(func(call rpc.Call) { logCall(rpcLog, call); metrics.observe(call) }),

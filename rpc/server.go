@@ -43,6 +43,7 @@ type Handler interface {
 type Call struct {
 	Method    string
 	ID        json.RawMessage
+	Params    json.RawMessage
 	Transport string
 	Duration  time.Duration
 	// Err is the encoded error, nil on success.
@@ -280,7 +281,7 @@ func (a *adapter) Handle(ctx context.Context, conn *jsonrpc2.Conn, r *jsonrpc2.R
 }
 
 func (a *adapter) reply(ctx context.Context, conn *jsonrpc2.Conn, r *jsonrpc2.Request, req *Request, start time.Time, result any, err error) {
-	call := Call{Method: req.Method, ID: req.ID, Transport: a.transport}
+	call := Call{Method: req.Method, ID: req.ID, Params: req.Params, Transport: a.transport}
 	var sendErr error
 	if err != nil {
 		call.Err = Encode(a.server.encoder, err)

@@ -63,10 +63,31 @@ func (r *Runtime) exec(ctx context.Context, spec backends.Spec) (backends.ExecRe
 	if spec.Cmd == "" {
 		return backends.ExecResult{}, backends.Validation("cmd", "cmd must not be empty")
 	}
-	s, err := r.acquire(ctx, spec, true)
-	if err != nil {
-		return backends.ExecResult{}, err
+	for attempt := 0; ; attempt++ {
+		s, err := r.acquire(ctx, spec, true)
+		if err != nil {
+			return backends.ExecResult{}, err
+		}
+		res, gone, err := r.execIn(ctx, s, spec)
+		if !gone || attempt > 0 {
+			return res, err
+		}
+		// Reuse does not probe liveness before an exec (it costs an engine
+		// round trip per call); an exec that fails on a sandbox that turns
+		// out to be gone recreates the session once and runs there.
+		r.log.Warn().Str("session_id", spec.SessionID).Err(err).Msg("sandbox is gone; recreating the session")
+		if derr := r.destroy(ctx, s, "sandbox is gone"); derr != nil {
+			return res, err
+		}
+		r.mu.Lock()
+		r.counters.TotalRecreated++
+		r.mu.Unlock()
 	}
+}
+
+// execIn runs spec.Cmd in s. gone reports a failure whose cause is that
+// the sandbox no longer exists.
+func (r *Runtime) execIn(ctx context.Context, s *session, spec backends.Spec) (_ backends.ExecResult, gone bool, _ error) {
 	defer func() {
 		r.mu.Lock()
 		s.activeExecs--
@@ -82,7 +103,7 @@ func (r *Runtime) exec(ctx context.Context, spec backends.Spec) (backends.ExecRe
 	r.counters.TotalExecs++
 	r.mu.Unlock()
 	if deleting || b == nil {
-		return backends.ExecResult{}, backends.SessionNotFound(spec.SessionID).With("reason", "being deleted")
+		return backends.ExecResult{}, false, backends.SessionNotFound(spec.SessionID).With("reason", "being deleted")
 	}
 	if spec.MaxOutputBytes > 0 {
 		limit = spec.MaxOutputBytes
@@ -98,7 +119,7 @@ func (r *Runtime) exec(ctx context.Context, spec backends.Spec) (backends.ExecRe
 		Stderr:  stderr,
 	})
 	if err != nil {
-		return backends.ExecResult{}, err
+		return backends.ExecResult{}, ctx.Err() == nil && !b.Alive(ctx, info), err
 	}
 	res := backends.ExecResult{
 		SessionID:       spec.SessionID,
@@ -129,5 +150,5 @@ func (r *Runtime) exec(ctx context.Context, spec backends.Spec) (backends.ExecRe
 		code := status.ExitCode
 		res.ExitCode = &code
 	}
-	return res, nil
+	return res, false, nil
 }

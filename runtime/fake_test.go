@@ -62,7 +62,14 @@ func (f *fakeBackend) Exec(ctx context.Context, info backends.SessionInfo, req b
 		f.maxPar[info.SessionID] = f.inFlight[info.SessionID]
 	}
 	fn := f.execFn
+	dead := f.dead[info.BackendSessionID]
 	f.mu.Unlock()
+	if dead {
+		f.mu.Lock()
+		f.inFlight[info.SessionID]--
+		f.mu.Unlock()
+		return backends.ExitStatus{}, backends.Failure("no such container %s", info.BackendSessionID)
+	}
 	defer func() {
 		f.mu.Lock()
 		f.inFlight[info.SessionID]--

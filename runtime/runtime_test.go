@@ -94,6 +94,22 @@ func TestSessionRecreated(t *testing.T) {
 		assert.NotEqual(t, a.BackendSessionID, b.BackendSessionID)
 		assert.Equal(t, int64(1), rt.Status().TotalRecreated)
 	})
+	t.Run("exec on a dead sandbox recreates and runs once more", func(t *testing.T) {
+		fb := newFake()
+		rt, _ := newTestRuntime(t, fb, "")
+		a, err := rt.EnsureSession(ctx, spec("s"))
+		require.NoError(t, err)
+		fb.mu.Lock()
+		fb.dead[a.BackendSessionID] = true
+		fb.mu.Unlock()
+		s := spec("s")
+		s.Cmd = "echo again"
+		res, err := rt.Exec(ctx, s)
+		require.NoError(t, err)
+		assert.Equal(t, "echo again", res.Stdout)
+		assert.Equal(t, 2, fb.started, "one sandbox replaced the dead one")
+		assert.Equal(t, []string{a.BackendSessionID}, fb.stopped)
+	})
 }
 
 func TestCapacity(t *testing.T) {

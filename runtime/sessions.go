@@ -202,7 +202,9 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec ba
 		if reason == "" && !live && !slices.Equal(have, skills) {
 			reason = "skills changed (this backend cannot change mounts of a running sandbox)"
 		}
-		if reason == "" && !b.Alive(ctx, info) {
+		// An exec finds a dead sandbox by failing (see Runtime.exec), so
+		// only other callers pay for a liveness probe here.
+		if reason == "" && !forExec && !b.Alive(ctx, info) {
 			reason = "sandbox is gone"
 		}
 		if reason == "" {

@@ -146,6 +146,7 @@ func TestFailingExecLogs(t *testing.T) {
 	for _, f := range []string{"request_id", "duration_ms", "error_type", "transport"} {
 		assert.Contains(t, rpcLine, f)
 	}
+	assert.Equal(t, "logs", rpcLine["session_id"])
 	assert.NotContains(t, p.Stderr(), "supersecret-value", "env values are never logged")
 }
 

@@ -346,3 +346,20 @@ func TestImageDirectoryAllowList(t *testing.T) {
 		assert.Equal(t, "image", r.Error.Data["field"], image)
 	}
 }
+
+// TestDockerSandboxGone: a container removed behind boxrt's back is
+// recreated by the next exec, which then succeeds.
+func TestDockerSandboxGone(t *testing.T) {
+	state := t.TempDir()
+	removeInstanceContainers(t, state)
+	p := Start(t, Options{Stdio: true, StateDir: state, Config: "{" + backendConfigs["docker"] + "}"})
+	var info map[string]any
+	p.MustCall("box_create_session", map[string]any{"session_id": "gone"}, &info)
+	name := info["backend_session_id"].(string)
+	require.NoError(t, exec.Command("docker", "rm", "-f", name).Run())
+	r := execIn(t, p, map[string]any{"session_id": "gone", "cmd": "echo back"})
+	assert.Equal(t, "back\n", r.Stdout)
+	p.MustCall("box_get_session", map[string]any{"session_id": "gone"}, &info)
+	assert.NotEqual(t, name, info["backend_session_id"])
+	p.MustCall("box_delete_session", map[string]any{"session_id": "gone"}, nil)
+}

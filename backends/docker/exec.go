@@ -161,7 +161,7 @@ func (b *Backend) waitExecEnd(ctx context.Context, execID string, s *stream, str
 // execExitCode waits for the engine to record the exit of an exec whose
 // stream has ended; the two are not ordered on every engine version.
 func (b *Backend) execExitCode(ctx context.Context, execID string) (int, error) {
-	delay := 5 * time.Millisecond
+	delay := time.Millisecond
 	for {
 		ins, err := b.cli.ContainerExecInspect(ctx, execID)
 		if err != nil {

@@ -87,7 +87,7 @@ exec 3<&0 </dev/null
 ) >/dev/null 2>&1 &
 bk_w=$!
 exec 3<&-
-mkdir -p "$1" && cd "$1" && sh -lc "$2"
+{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" && sh -lc "$2"
 bk_c=$?
 kill "$bk_w" 2>/dev/null
 rm -f "$3" 2>/dev/null

@@ -36,7 +36,7 @@ func requireBackend(t *testing.T, c Caller) {
 	defer cancel()
 	require.NoError(t, c.Call(ctx, "box_get_backend_info", struct{}{}, &info))
 	if !info.Available {
-		t.Skipf("boxrt has no usable backend here (%+v)", info)
+		t.Fatalf("boxrt has no usable backend here (%+v): run scripts/setup", info)
 	}
 	t.Logf("backend: %s", info.Name)
 }

@@ -64,6 +64,6 @@ func needRealBinary(t *testing.T) {
 		t.Skip("real-binary test skipped in -short mode")
 	}
 	if realBin == "" {
-		t.Skip("boxrt binary not available: " + realBinError)
+		t.Fatal("building the boxrt binary failed: " + realBinError)
 	}
 }

@@ -61,6 +61,30 @@ func pingRun(ctx context.Context, c *rpcClient, callers, perCaller int) (RunStat
 	return summarise(all, wall), nerr, firstErr
 }
 
+// measurePing makes one ping run and records it in m: over c (stdio), or
+// over a fresh WebSocket to wsURL.
+func measurePing(ctx context.Context, m *Measure, c *rpcClient, ws bool, wsURL, token string, callers, perCaller int) {
+	if ws {
+		t, err := dialWS(ctx, wsURL, token)
+		if err != nil {
+			m.fail(err)
+			return
+		}
+		c = newRPCClient(t)
+		defer c.Close()
+	}
+	rs, nerr, err := pingRun(ctx, c, callers, perCaller)
+	if rs.N > 0 {
+		m.add(rs)
+	}
+	for k := 0; k < nerr; k++ {
+		m.fail(err)
+	}
+	if rs.N == 0 && nerr == 0 && err != nil {
+		m.fail(err)
+	}
+}
+
 func (b *bench) scenarioPing(ctx context.Context) *Scenario {
 	cfg := b.cfg
 	sc := &Scenario{Title: "`__ping` round trips (stdio and WebSocket)"}
@@ -105,26 +129,7 @@ It decodes the id and answers `+"`{\"result\":{}}`"+`: no method table, no concu
 					return
 				}
 				defer p.stop(10 * time.Second)
-				c := p.rpc
-				if v.ws {
-					t, err := dialWS(ctx, p.wsURL(), b.token)
-					if err != nil {
-						m.fail(err)
-						return
-					}
-					c = newRPCClient(t)
-					defer c.Close()
-				}
-				rs, nerr, err := pingRun(ctx, c, v.callers, v.perCaller)
-				if rs.N > 0 {
-					m.add(rs)
-				}
-				for k := 0; k < nerr; k++ {
-					m.fail(err)
-				}
-				if rs.N == 0 && nerr == 0 && err != nil {
-					m.fail(err)
-				}
+				measurePing(ctx, m, p.rpc, v.ws, p.wsURL(), b.token, v.callers, v.perCaller)
 			}()
 			// baseline
 			func() {
@@ -139,26 +144,7 @@ It decodes the id and answers `+"`{\"result\":{}}`"+`: no method table, no concu
 					return
 				}
 				defer e.stop()
-				c := e.rpc
-				if v.ws {
-					t, err := dialWS(ctx, e.wsURL(), "")
-					if err != nil {
-						m.fail(err)
-						return
-					}
-					c = newRPCClient(t)
-					defer c.Close()
-				}
-				rs, nerr, err := pingRun(ctx, c, v.callers, v.perCaller)
-				if rs.N > 0 {
-					m.add(rs)
-				}
-				for k := 0; k < nerr; k++ {
-					m.fail(err)
-				}
-				if rs.N == 0 && nerr == 0 && err != nil {
-					m.fail(err)
-				}
+				measurePing(ctx, m, e.rpc, v.ws, e.wsURL(), "", v.callers, v.perCaller)
 			}()
 			b.logf("ping %s rep %d: boxrt p50 %s, echo p50 %s", v.name, rep+1, lastP50(rows[i].Boxrt), lastP50(rows[i].Base))
 		}

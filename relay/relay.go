@@ -279,7 +279,6 @@ func (b *bridge) readLoop(ctx context.Context) error {
 		if err := b.proc.Write(msg); err != nil {
 			return fmt.Errorf("%w: %v", errStdin, err)
 		}
-		b.h.rt.Touch(b.sessionID)
 		b.h.observe(Event{Kind: "in", SessionID: b.sessionID, ProcessID: b.processID, Bytes: len(msg)})
 	}
 }

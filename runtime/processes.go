@@ -50,6 +50,9 @@ type managedProcess struct {
 	stdout    *lineHub
 	stderr    *stderrPreview
 	done      chan struct{}
+	// touch marks the session used; relay traffic calls it per line, so it
+	// is throttled rather than taking the runtime lock every time.
+	touch func()
 
 	mu       sync.Mutex
 	exitedAt time.Time
@@ -178,14 +181,16 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 	if err != nil {
 		return ProcessInfo{}, err
 	}
+	touch := r.throttledTouch(sessionID)
 	p := &managedProcess{
 		sessionID: sessionID,
 		spec:      spec,
 		proc:      proc,
 		startedAt: r.clock.Now(),
-		stdout:    newLineHub(lines, bytes, func() { r.Touch(sessionID) }),
+		stdout:    newLineHub(lines, bytes, touch),
 		stderr:    newStderrPreview(4000),
 		done:      make(chan struct{}),
+		touch:     touch,
 	}
 	var drained sync.WaitGroup
 	drained.Add(2)
@@ -338,9 +343,11 @@ func (r *Runtime) Attach(sessionID, processID string) (*Attachment, *ProcessHand
 // ProcessHandle lets a relay write to a process and learn how it ended.
 type ProcessHandle struct{ p *managedProcess }
 
-// Write writes one message to the process's stdin.
+// Write writes one message to the process's stdin; it counts as session
+// activity.
 func (h *ProcessHandle) Write(b []byte) error {
 	_, err := h.p.proc.Stdin().Write(b)
+	h.p.touch()
 	return err
 }
 

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
@@ -85,5 +86,23 @@ func (r *Runtime) Touch(sessionID string) {
 	defer r.mu.Unlock()
 	if s, ok := r.sessions[sessionID]; ok {
 		s.info.LastUsedAt = r.clock.Now()
+	}
+}
+
+// touchEvery bounds how often per-line relay traffic refreshes a session's
+// last use; the TTL is counted in seconds anyway.
+const touchEvery = time.Second
+
+// throttledTouch returns a Touch for sessionID that does the work at most
+// once per touchEvery.
+func (r *Runtime) throttledTouch(sessionID string) func() {
+	var last atomic.Int64
+	return func() {
+		now := r.clock.Now().UnixNano()
+		prev := last.Load()
+		if now-prev < int64(touchEvery) || !last.CompareAndSwap(prev, now) {
+			return
+		}
+		r.Touch(sessionID)
 	}
 }

@@ -13,8 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/boxrt/boxrt/reconnect"
 	"github.com/urfave/cli/v2"
+
+	"github.com/boxrt/boxrt/reconnect"
 )
 
 // callConnectTimeout bounds reaching the runtime, separately from the call:
@@ -292,7 +293,7 @@ func callErrorJSON(err error, timeout time.Duration) []byte {
 		if errors.Is(err, context.DeadlineExceeded) {
 			msg = fmt.Sprintf("no answer within --timeout %v: %v", timeout, err)
 		}
-		out = wireError{Code: reconnect.CodeRuntimeUnavailable, Type: "BoxRuntimeUnavailableError",
+		out = wireError{Code: reconnect.ErrRuntimeUnavailable.Code, Type: reconnect.ErrRuntimeUnavailable.Type,
 			Message: "BoxRuntimeUnavailableError: " + msg, Retryable: true}
 	}
 	if len(out.Data) == 0 {

@@ -4,48 +4,28 @@ import (
 	"context"
 	"errors"
 
-	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/rpc"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
-// errorKind is one row of the wire error table (docs/protocol.md).
-type errorKind struct {
-	sentinel  error
-	code      int64
-	retryable bool
-}
-
-var errorTable = []errorKind{
-	{backends.ErrValidation, -32602, false},
-	{backends.ErrBackendUnavailable, -32001, true},
-	{backends.ErrRuntimeUnavailable, -32002, true},
-	{backends.ErrSessionConflict, -32003, false},
-	{backends.ErrSessionNotFound, -32004, false},
-	{backends.ErrProcessConflict, -32005, false},
-	{backends.ErrProcessNotFound, -32006, false},
-	{backends.ErrCapacityExceeded, -32007, true},
-	{backends.ErrBox, -32000, false},
-}
-
-// EncodeError maps a Go error to its wire form. Typed *backends.Error values
-// keep their details; anything else is a BoxError.
+// EncodeError maps a Go error to its wire form using boxerr's table. Typed
+// *boxerr.Error values keep their details; anything else is a BoxError.
 func EncodeError(err error) *rpc.Error {
 	if errors.Is(err, rpc.ErrBusy) {
-		return &rpc.Error{Code: -32002, Type: backends.ErrRuntimeUnavailable.Error(), Retryable: true,
-			Message: "Runtime connection is busy (max 128 concurrent requests)"}
+		return wireError(boxerr.ErrRuntimeUnavailable, "Runtime connection is busy (max 128 concurrent requests)", nil)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return &rpc.Error{Code: -32002, Type: backends.ErrRuntimeUnavailable.Error(), Retryable: true,
-			Message: "request cancelled: " + err.Error()}
+		return wireError(boxerr.ErrRuntimeUnavailable, "request cancelled: "+err.Error(), nil)
 	}
-	var be *backends.Error
+	var be *boxerr.Error
 	if errors.As(err, &be) {
-		for _, k := range errorTable {
-			if be.Kind == k.sentinel {
-				return &rpc.Error{Code: k.code, Type: be.Type(), Message: be.Msg,
-					Retryable: k.retryable || be.Retryable, Details: be.Details}
-			}
-		}
+		e := wireError(be.Kind, be.Msg, be.Details)
+		e.Retryable = be.IsRetryable()
+		return e
 	}
-	return &rpc.Error{Code: -32000, Type: backends.ErrBox.Error(), Message: err.Error()}
+	return wireError(boxerr.ErrBox, err.Error(), nil)
+}
+
+func wireError(k *boxerr.Kind, msg string, details map[string]any) *rpc.Error {
+	return &rpc.Error{Code: k.Code, Type: k.Type, Message: msg, Retryable: k.Retryable, Details: details}
 }

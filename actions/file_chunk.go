@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 	"github.com/boxrt/boxrt/runtime/skills"
 )
 
@@ -28,7 +29,7 @@ func fileChunk(store *skills.Store) skillMethod {
 			return nil, err
 		}
 		if p.ChunkIndex == nil || p.ChunkAmount == nil {
-			return nil, backends.Validation("chunk_index", "Invalid file chunk position: chunk_index and chunk_amount are required")
+			return nil, boxerr.Validation("chunk_index", "Invalid file chunk position: chunk_index and chunk_amount are required")
 		}
 		err := store.PutChunk(skills.Chunk{FileKey: p.FileKey, FileLength: p.FileLength, ChunkBase64: p.ChunkBase64,
 			ChunkIndex: *p.ChunkIndex, ChunkAmount: *p.ChunkAmount, ChunkSize: p.ChunkSize})

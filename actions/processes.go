@@ -6,6 +6,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/rpc"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 type startProcessParams struct {
@@ -21,10 +22,10 @@ func (d *Dispatcher) startProcess(ctx context.Context, req *rpc.Request) (any, e
 	}
 	p.SessionID = strings.TrimSpace(p.SessionID)
 	if p.SessionID == "" {
-		return nil, backends.Validation("session_id", "session_id is required")
+		return nil, boxerr.Validation("session_id", "session_id is required")
 	}
 	if p.Spec == nil {
-		return nil, backends.Validation("spec", "spec is required")
+		return nil, boxerr.Validation("spec", "spec is required")
 	}
 	return d.rt.StartProcess(ctx, p.SessionID, *p.Spec)
 }
@@ -41,7 +42,7 @@ func decodeProcessRef(raw []byte) (processRef, error) {
 	}
 	ref.SessionID = strings.TrimSpace(ref.SessionID)
 	if ref.SessionID == "" {
-		return ref, backends.Validation("session_id", "session_id is required")
+		return ref, boxerr.Validation("session_id", "session_id is required")
 	}
 	return ref, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/rpc"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // createSession creates or reuses a session; cmd is ignored.
@@ -28,7 +29,7 @@ func decodeSessionRef(raw []byte) (string, error) {
 	}
 	id := strings.TrimSpace(ref.SessionID)
 	if id == "" {
-		return "", backends.Validation("session_id", "session_id is required")
+		return "", boxerr.Validation("session_id", "session_id is required")
 	}
 	return id, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 	"github.com/boxrt/boxrt/runtime/skills"
 )
 
@@ -21,7 +22,7 @@ func createSkill(store *skills.Store) skillMethod {
 			return nil, err
 		}
 		if p.Skill == nil {
-			return nil, backends.Validation("skill", "skill is required")
+			return nil, boxerr.Validation("skill", "skill is required")
 		}
 		sk, err := store.Create(ctx, p.Skill.store())
 		if err != nil {

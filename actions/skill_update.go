@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 	"github.com/boxrt/boxrt/runtime/skills"
 )
 
@@ -22,7 +23,7 @@ func updateSkill(store *skills.Store) skillMethod {
 			return nil, err
 		}
 		if p.Skill == nil {
-			return nil, backends.Validation("skill", "skill is required")
+			return nil, boxerr.Validation("skill", "skill is required")
 		}
 		sk, err := store.Update(ctx, p.Name, p.Skill.store())
 		if err != nil {

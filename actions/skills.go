@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 
-	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 	"github.com/boxrt/boxrt/runtime/skills"
 )
 
@@ -59,17 +59,17 @@ func SkillLimits(l runtime.Limits) skills.Limits {
 }
 
 // skillErr makes sure every failure leaves as a typed error: the store
-// already returns *backends.Error values, anything else becomes a BoxError.
+// already returns *boxerr.Error values, anything else becomes a BoxError.
 // Cancellation passes through for the wire layer to report.
 func skillErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	var be *backends.Error
+	var be *boxerr.Error
 	if errors.As(err, &be) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return backends.Failure("%v", err).Wrap(err)
+	return boxerr.Failure("%v", err).Wrap(err)
 }
 
 // skillInput is the writable part of a skill in create/update params.
@@ -112,9 +112,9 @@ func defaultZipParams() zipParams {
 func (p *zipParams) source() (skills.ZipSource, error) {
 	switch {
 	case p.FileKey != "" && p.ZipBase64 != "":
-		return skills.ZipSource{}, backends.Validation("zip_base64", "give either file_key or zip_base64, not both")
+		return skills.ZipSource{}, boxerr.Validation("zip_base64", "give either file_key or zip_base64, not both")
 	case p.FileKey == "" && p.ZipBase64 == "":
-		return skills.ZipSource{}, backends.Validation("file_key", "file_key (from __file_chunk) or zip_base64 is required")
+		return skills.ZipSource{}, boxerr.Validation("file_key", "file_key (from __file_chunk) or zip_base64 is required")
 	}
 	return skills.ZipSource{FileKey: p.FileKey, Base64: p.ZipBase64}, nil
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"strings"
+
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // DecodeParams decodes a JSON-RPC params object into v strictly: params must
@@ -17,7 +19,7 @@ func DecodeParams(raw json.RawMessage, v any) error {
 		trimmed = []byte("{}")
 	}
 	if trimmed[0] != '{' {
-		return Validation("params", "params must be a JSON object")
+		return boxerr.Validation("params", "params must be a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.DisallowUnknownFields()
@@ -25,7 +27,7 @@ func DecodeParams(raw json.RawMessage, v any) error {
 		return decodeError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return Validation("params", "params must be a single JSON object")
+		return boxerr.Validation("params", "params must be a single JSON object")
 	}
 	return nil
 }
@@ -39,9 +41,9 @@ func decodeError(err error) error {
 		if field == "" {
 			field = "params"
 		}
-		return Validation(field, "%s must be %s, got JSON %s", field, jsonKind(typeErr.Type.Kind().String()), typeErr.Value).Wrap(err)
+		return boxerr.Validation(field, "%s must be %s, got JSON %s", field, jsonKind(typeErr.Type.Kind().String()), typeErr.Value).Wrap(err)
 	case errors.As(err, &syntaxErr):
-		return Validation("params", "params are not valid JSON: %v", err).Wrap(err)
+		return boxerr.Validation("params", "params are not valid JSON: %v", err).Wrap(err)
 	}
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
@@ -50,9 +52,9 @@ func decodeError(err error) error {
 		if field == "" {
 			field = "params"
 		}
-		return Validation(field, "unknown field %q", name).Wrap(err)
+		return boxerr.Validation(field, "unknown field %q", name).Wrap(err)
 	}
-	return Validation("params", "invalid params: %s", strings.TrimPrefix(msg, "json: ")).Wrap(err)
+	return boxerr.Validation("params", "invalid params: %s", strings.TrimPrefix(msg, "json: ")).Wrap(err)
 }
 
 func jsonKind(goKind string) string {

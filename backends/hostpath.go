@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // blockedHostPaths may never be bound into a sandbox, nor anything under
@@ -26,20 +28,20 @@ var runtimeSockets = []string{"docker.sock", "containerd.sock", "podman.sock", "
 // field names the parameter in the error. It returns the resolved path.
 func ResolveHostPath(field, path string, allowedRoots []string) (string, error) {
 	if path == "" || !filepath.IsAbs(path) {
-		return "", Validation(field, "%s %q must be an absolute path", field, path)
+		return "", boxerr.Validation(field, "%s %q must be an absolute path", field, path)
 	}
 	if strings.ContainsRune(path, 0) {
-		return "", Validation(field, "%s must not contain NUL bytes", field)
+		return "", boxerr.Validation(field, "%s must not contain NUL bytes", field)
 	}
 	resolved, err := resolveExisting(filepath.Clean(path))
 	if err != nil {
-		return "", Validation(field, "%s %s cannot be resolved: %v", field, path, err).Wrap(err)
+		return "", boxerr.Validation(field, "%s %s cannot be resolved: %v", field, path, err).Wrap(err)
 	}
 	if resolved == "/" || isBlocked(resolved) {
-		return "", Validation(field, "%s %s is blocked for security", field, path).With("path", path)
+		return "", boxerr.Validation(field, "%s %s is blocked for security", field, path).With("path", path)
 	}
 	if len(allowedRoots) == 0 {
-		return "", Validation(field, "%s %s refused: no local.allowed_mount_roots are configured", field, path).With("path", path)
+		return "", boxerr.Validation(field, "%s %s refused: no local.allowed_mount_roots are configured", field, path).With("path", path)
 	}
 	for _, root := range allowedRoots {
 		r, err := resolveExisting(filepath.Clean(root))
@@ -50,7 +52,7 @@ func ResolveHostPath(field, path string, allowedRoots []string) (string, error) 
 			return resolved, nil
 		}
 	}
-	return "", Validation(field, "%s %s is outside local.allowed_mount_roots %v", field, path, allowedRoots).With("path", path)
+	return "", boxerr.Validation(field, "%s %s is outside local.allowed_mount_roots %v", field, path, allowedRoots).With("path", path)
 }
 
 func isBlocked(p string) bool {
@@ -93,7 +95,7 @@ func resolveExisting(p string) (string, error) {
 // EnsureDir creates a host directory for a rw mount when it is missing.
 func EnsureDir(path string) error {
 	if err := os.MkdirAll(path, 0o755); err != nil {
-		return Failure("cannot create host directory %s: %v", path, err).Wrap(err)
+		return boxerr.Failure("cannot create host directory %s: %v", path, err).Wrap(err)
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // NetworkMode says whether a sandbox may reach the network.
@@ -139,45 +141,45 @@ func (s *Spec) Normalize() error {
 	}
 	switch {
 	case s.SessionID == "":
-		return Validation("session_id", "session_id must not be empty")
+		return boxerr.Validation("session_id", "session_id must not be empty")
 	case strings.ContainsRune(s.SessionID, 0):
-		return Validation("session_id", "session_id must not contain NUL bytes")
+		return boxerr.Validation("session_id", "session_id must not contain NUL bytes")
 	case len(s.SessionID) > 256:
-		return Validation("session_id", "session_id must be at most 256 bytes")
+		return boxerr.Validation("session_id", "session_id must be at most 256 bytes")
 	case s.TimeoutSec <= 0 || s.TimeoutSec > MaxTimeoutSec:
-		return Validation("timeout_sec", "timeout_sec must be between 1 and %d, got %d", MaxTimeoutSec, s.TimeoutSec)
+		return boxerr.Validation("timeout_sec", "timeout_sec must be between 1 and %d, got %d", MaxTimeoutSec, s.TimeoutSec)
 	case s.Network != NetworkOff && s.Network != NetworkOn:
-		return Validation("network", "network must be \"off\" or \"on\", got %q", s.Network)
+		return boxerr.Validation("network", "network must be \"off\" or \"on\", got %q", s.Network)
 	case !validMode(s.HostPathMode):
-		return Validation("host_path_mode", "host_path_mode must be \"none\", \"ro\" or \"rw\", got %q", s.HostPathMode)
+		return boxerr.Validation("host_path_mode", "host_path_mode must be \"none\", \"ro\" or \"rw\", got %q", s.HostPathMode)
 	case !strings.HasPrefix(s.MountPath, "/"):
-		return Validation("mount_path", "mount_path must be absolute, got %q", s.MountPath)
+		return boxerr.Validation("mount_path", "mount_path must be absolute, got %q", s.MountPath)
 	case !strings.HasPrefix(s.Workdir, "/"):
-		return Validation("workdir", "workdir must be absolute, got %q", s.Workdir)
+		return boxerr.Validation("workdir", "workdir must be absolute, got %q", s.Workdir)
 	case s.HostPath != "" && !strings.HasPrefix(s.HostPath, "/"):
-		return Validation("host_path", "host_path must be absolute, got %q", s.HostPath)
+		return boxerr.Validation("host_path", "host_path must be absolute, got %q", s.HostPath)
 	case !(s.CPUs > 0) || s.CPUs > 1024:
-		return Validation("cpus", "cpus must be greater than 0, got %v", s.CPUs)
+		return boxerr.Validation("cpus", "cpus must be greater than 0, got %v", s.CPUs)
 	case s.MemoryMB < MinMemoryMB:
-		return Validation("memory_mb", "memory_mb must be at least %d, got %d", MinMemoryMB, s.MemoryMB)
+		return boxerr.Validation("memory_mb", "memory_mb must be at least %d, got %d", MinMemoryMB, s.MemoryMB)
 	case s.PidsLimit < 1:
-		return Validation("pids_limit", "pids_limit must be at least 1, got %d", s.PidsLimit)
+		return boxerr.Validation("pids_limit", "pids_limit must be at least 1, got %d", s.PidsLimit)
 	case s.WorkspaceQuotaMB < 0:
-		return Validation("workspace_quota_mb", "workspace_quota_mb must be at least 0, got %d", s.WorkspaceQuotaMB)
+		return boxerr.Validation("workspace_quota_mb", "workspace_quota_mb must be at least 0, got %d", s.WorkspaceQuotaMB)
 	case s.MaxOutputBytes != 0 && (s.MaxOutputBytes < MinMaxOutputBytes || s.MaxOutputBytes > MaxMaxOutputBytes):
-		return Validation("max_output_bytes", "max_output_bytes must be between %d and %d, got %d", MinMaxOutputBytes, MaxMaxOutputBytes, s.MaxOutputBytes)
+		return boxerr.Validation("max_output_bytes", "max_output_bytes must be between %d and %d, got %d", MinMaxOutputBytes, MaxMaxOutputBytes, s.MaxOutputBytes)
 	}
 	for k := range s.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return Validation("env", "env name %q is invalid", k)
+			return boxerr.Validation("env", "env name %q is invalid", k)
 		}
 		if strings.ContainsRune(s.Env[k], 0) {
-			return Validation("env", "env value of %s contains a NUL byte", k)
+			return boxerr.Validation("env", "env value of %s contains a NUL byte", k)
 		}
 	}
 	if s.HostPath != "" && s.HostPathMode != MountNone &&
 		s.Workdir != s.MountPath && !strings.HasPrefix(s.Workdir, strings.TrimSuffix(s.MountPath, "/")+"/") {
-		return Validation("workdir", "workdir must stay under mount_path when host_path is provided")
+		return boxerr.Validation("workdir", "workdir must stay under mount_path when host_path is provided")
 	}
 	for i := range s.ExtraMounts {
 		m := &s.ExtraMounts[i]
@@ -189,11 +191,11 @@ func (s *Spec) Normalize() error {
 		field := fmt.Sprintf("extra_mounts[%d]", i)
 		switch {
 		case !strings.HasPrefix(m.HostPath, "/"):
-			return Validation(field+".host_path", "%s.host_path must be absolute, got %q", field, m.HostPath)
+			return boxerr.Validation(field+".host_path", "%s.host_path must be absolute, got %q", field, m.HostPath)
 		case !strings.HasPrefix(m.MountPath, "/"):
-			return Validation(field+".mount_path", "%s.mount_path must be absolute, got %q", field, m.MountPath)
+			return boxerr.Validation(field+".mount_path", "%s.mount_path must be absolute, got %q", field, m.MountPath)
 		case !validMode(m.Mode):
-			return Validation(field+".mode", "%s.mode must be \"none\", \"ro\" or \"rw\", got %q", field, m.Mode)
+			return boxerr.Validation(field+".mode", "%s.mode must be \"none\", \"ro\" or \"rw\", got %q", field, m.Mode)
 		}
 	}
 	for i := range s.Skills {
@@ -203,7 +205,7 @@ func (s *Spec) Normalize() error {
 			sk.Mode = MountRO
 		}
 		if sk.Mode != MountRO && sk.Mode != MountRW {
-			return Validation(fmt.Sprintf("skills[%d].mode", i), "skills[%d].mode must be \"ro\" or \"rw\", got %q", i, sk.Mode)
+			return boxerr.Validation(fmt.Sprintf("skills[%d].mode", i), "skills[%d].mode must be \"ro\" or \"rw\", got %q", i, sk.Mode)
 		}
 	}
 	return nil

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 func TestDecodeSpec(t *testing.T) {
@@ -56,8 +58,8 @@ func TestDecodeSpec(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := DecodeSpec([]byte(tc.params))
-			require.ErrorIs(t, err, ErrValidation)
-			var be *Error
+			require.ErrorIs(t, err, boxerr.ErrValidation)
+			var be *boxerr.Error
 			require.True(t, errors.As(err, &be))
 			assert.Equal(t, tc.field, be.Details["field"], be.Msg)
 		})
@@ -89,12 +91,12 @@ func TestResolveHostPath(t *testing.T) {
 			if tc.ok {
 				assert.NoError(t, err)
 			} else {
-				assert.ErrorIs(t, err, ErrValidation)
+				assert.ErrorIs(t, err, boxerr.ErrValidation)
 			}
 		})
 	}
 	_, err := ResolveHostPath("host_path", root, nil)
-	assert.ErrorIs(t, err, ErrValidation, "no allow-list means no host paths")
+	assert.ErrorIs(t, err, boxerr.ErrValidation, "no allow-list means no host paths")
 }
 
 // FuzzDecodeSpec: any params either decode into a spec that passes its own
@@ -111,8 +113,8 @@ func FuzzDecodeSpec(f *testing.F) {
 	f.Fuzz(func(t *testing.T, params []byte) {
 		s, err := DecodeSpec(params)
 		if err != nil {
-			var be *Error
-			if !errors.As(err, &be) || be.Kind != ErrValidation {
+			var be *boxerr.Error
+			if !errors.As(err, &be) || be.Kind != boxerr.ErrValidation {
 				t.Fatalf("not a validation error: %v", err)
 			}
 			if be.Details["field"] == nil || be.Details["field"] == "" {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 func TestNormalizeURL(t *testing.T) {
@@ -74,19 +76,17 @@ func TestDialCallsAndErrors(t *testing.T) {
 	assert.JSONEq(t, `{}`, string(raw))
 
 	// Every code of the table comes back typed, over the real wire.
-	for _, k := range []error{ErrBox, ErrValidation, ErrBackendUnavailable, ErrRuntimeUnavailable, ErrSessionConflict,
-		ErrSessionNotFound, ErrProcessConflict, ErrProcessNotFound, ErrCapacityExceeded} {
-		kd := k.(*kind)
-		t.Run(kd.typ, func(t *testing.T) {
-			we := boxErr(kd.code, kd.typ, "details here", kd.retryable)
+	for _, k := range boxerr.Kinds {
+		t.Run(k.Type, func(t *testing.T) {
+			we := boxErr(k.Code, k.Type, "details here", k.Retryable)
 			err := c.Call(context.Background(), "fail", we, nil)
 			var e *Error
 			require.ErrorAs(t, err, &e)
 			assert.ErrorIs(t, err, k)
-			assert.Equal(t, kd.code, e.Code)
-			assert.Equal(t, kd.typ, e.Type)
-			assert.Equal(t, kd.typ+": details here", e.Message)
-			assert.Equal(t, kd.retryable, e.Retryable)
+			assert.Equal(t, k.Code, e.Code)
+			assert.Equal(t, k.Type, e.Type)
+			assert.Equal(t, k.Type+": details here", e.Message)
+			assert.Equal(t, k.Retryable, e.Retryable)
 		})
 	}
 

@@ -7,65 +7,30 @@ import (
 	"strings"
 
 	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
-// Wire error codes. They mirror the server's table (DESIGN.md, "Errors");
-// they are repeated here instead of imported so that hosts embedding this
-// client do not pull in the runtime and its backends.
-const (
-	CodeParseError         = -32700
-	CodeInvalidRequest     = -32600
-	CodeMethodNotFound     = -32601
-	CodeInternalError      = -32603
-	CodeBox                = -32000
-	CodeValidation         = -32602
-	CodeBackendUnavailable = -32001
-	CodeRuntimeUnavailable = -32002
-	CodeSessionConflict    = -32003
-	CodeSessionNotFound    = -32004
-	CodeProcessConflict    = -32005
-	CodeProcessNotFound    = -32006
-	CodeCapacityExceeded   = -32007
-)
-
-// kind is the type of the sentinel errors. A sentinel matches any *Error
-// carrying its code, so errors.Is works on whatever the server sent without
-// the caller having to compare codes or parse messages.
-type kind struct {
-	code      int64
-	typ       string
-	retryable bool // default when the server's data object omits it
-}
-
-func (k *kind) Error() string { return k.typ }
-
-// Sentinels for errors.Is. Each matches an *Error with the same code.
+// Sentinels for errors.Is: the rows of boxrt's one wire error table
+// (runtime/boxerr, a leaf package, so a host importing this client pulls in
+// nothing else of boxrt). Each matches an *Error carrying its code.
 var (
-	ErrBox                = error(&kind{CodeBox, "BoxError", false})
-	ErrValidation         = error(&kind{CodeValidation, "BoxValidationError", false})
-	ErrBackendUnavailable = error(&kind{CodeBackendUnavailable, "BoxBackendUnavailableError", false})
-	ErrRuntimeUnavailable = error(&kind{CodeRuntimeUnavailable, "BoxRuntimeUnavailableError", true})
-	ErrSessionConflict    = error(&kind{CodeSessionConflict, "BoxSessionConflictError", false})
-	ErrSessionNotFound    = error(&kind{CodeSessionNotFound, "BoxSessionNotFoundError", false})
-	ErrProcessConflict    = error(&kind{CodeProcessConflict, "BoxManagedProcessConflictError", false})
-	ErrProcessNotFound    = error(&kind{CodeProcessNotFound, "BoxManagedProcessNotFoundError", false})
-	ErrCapacityExceeded   = error(&kind{CodeCapacityExceeded, "BoxCapacityExceededError", false})
-	ErrParse              = error(&kind{CodeParseError, "ParseError", false})
-	ErrInvalidRequest     = error(&kind{CodeInvalidRequest, "InvalidRequest", false})
-	ErrMethodNotFound     = error(&kind{CodeMethodNotFound, "MethodNotFound", false})
-	ErrInternal           = error(&kind{CodeInternalError, "InternalError", false})
+	ErrBox                = boxerr.ErrBox
+	ErrValidation         = boxerr.ErrValidation
+	ErrBackendUnavailable = boxerr.ErrBackendUnavailable
+	ErrRuntimeUnavailable = boxerr.ErrRuntimeUnavailable
+	ErrSessionConflict    = boxerr.ErrSessionConflict
+	ErrSessionNotFound    = boxerr.ErrSessionNotFound
+	ErrProcessConflict    = boxerr.ErrProcessConflict
+	ErrProcessNotFound    = boxerr.ErrProcessNotFound
+	ErrCapacityExceeded   = boxerr.ErrCapacityExceeded
+	ErrAdmission          = boxerr.ErrAdmission
+	ErrReadiness          = boxerr.ErrReadiness
+	ErrParse              = boxerr.ErrParse
+	ErrInvalidRequest     = boxerr.ErrInvalidRequest
+	ErrMethodNotFound     = boxerr.ErrMethodNotFound
+	ErrInternal           = boxerr.ErrInternal
 )
-
-var kinds = map[int64]*kind{}
-
-func init() {
-	for _, e := range []error{ErrBox, ErrValidation, ErrBackendUnavailable, ErrRuntimeUnavailable,
-		ErrSessionConflict, ErrSessionNotFound, ErrProcessConflict, ErrProcessNotFound,
-		ErrCapacityExceeded, ErrParse, ErrInvalidRequest, ErrMethodNotFound, ErrInternal} {
-		k := e.(*kind)
-		kinds[k.code] = k
-	}
-}
 
 // ErrClosed is returned by calls made after, or cut short by, Client.Close.
 // It is not an *Error: nothing went wrong on the wire, the host gave up.
@@ -103,8 +68,8 @@ func (e *Error) Error() string {
 // Is reports whether target is the sentinel for e's code, so that
 // errors.Is(err, ErrSessionNotFound) holds for a -32004 from the server.
 func (e *Error) Is(target error) bool {
-	k, ok := target.(*kind)
-	return ok && k.code == e.Code
+	k, ok := target.(*boxerr.Kind)
+	return ok && k.Code == e.Code
 }
 
 // Unwrap returns the local cause (context.DeadlineExceeded, the child's
@@ -116,8 +81,8 @@ func (e *Error) Unwrap() error { return e.cause }
 // (BoxAdmissionError, …) survive even if this table does not know them.
 func fromWire(we *jsonrpc2.Error) *Error {
 	e := &Error{Code: we.Code, Message: we.Message}
-	if k := kinds[we.Code]; k != nil {
-		e.Type, e.Retryable = k.typ, k.retryable
+	if k := boxerr.ByCode(we.Code); k != nil {
+		e.Type, e.Retryable = k.Type, k.Retryable
 	}
 	if we.Data != nil {
 		e.Data = append(json.RawMessage(nil), *we.Data...)
@@ -145,13 +110,12 @@ func fromWire(we *jsonrpc2.Error) *Error {
 }
 
 // localError builds a client-made *Error of kind k.
-func localError(k error, retryable bool, cause error, format string, args ...any) *Error {
-	kd := k.(*kind)
-	data, _ := json.Marshal(map[string]any{"type": kd.typ, "retryable": retryable})
+func localError(k *boxerr.Kind, retryable bool, cause error, format string, args ...any) *Error {
+	data, _ := json.Marshal(map[string]any{"type": k.Type, "retryable": retryable})
 	return &Error{
-		Code:      kd.code,
-		Type:      kd.typ,
-		Message:   kd.typ + ": " + fmt.Sprintf(format, args...),
+		Code:      k.Code,
+		Type:      k.Type,
+		Message:   k.Type + ": " + fmt.Sprintf(format, args...),
 		Retryable: retryable,
 		Data:      data,
 		cause:     cause,

@@ -85,7 +85,7 @@ func TestUnavailableError(t *testing.T) {
 	assert.True(t, errors.Is(e, ErrRuntimeUnavailable))
 	assert.True(t, errors.Is(e, context.DeadlineExceeded), "the local cause stays reachable")
 	assert.True(t, e.Retryable)
-	assert.Equal(t, int64(CodeRuntimeUnavailable), e.Code)
+	assert.Equal(t, ErrRuntimeUnavailable.Code, e.Code)
 	assert.Equal(t, "BoxRuntimeUnavailableError: box_exec: link lost", e.Error())
 	assert.JSONEq(t, `{"type":"BoxRuntimeUnavailableError","retryable":true}`, string(e.Data))
 }

@@ -12,8 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/boxrt/boxrt/reconnect"
 	"github.com/coder/websocket"
+
+	"github.com/boxrt/boxrt/reconnect"
 )
 
 // A host that spawns boxrt as its child, replays its configuration on every

@@ -92,7 +92,7 @@ func (f *fakeServer) dispatch(ctx context.Context, req wireReq) (result any, wer
 	case "__ping":
 		f.pings.Add(1)
 		if f.pingErrors.Load() {
-			return nil, boxErr(CodeRuntimeUnavailable, "BoxRuntimeUnavailableError", "Runtime connection is busy", true), true
+			return nil, boxErr(ErrRuntimeUnavailable.Code, "BoxRuntimeUnavailableError", "Runtime connection is busy", true), true
 		}
 		return struct{}{}, nil, true
 	case "box_init":
@@ -108,7 +108,7 @@ func (f *fakeServer) dispatch(ctx context.Context, req wireReq) (result any, wer
 		}
 		f.inits.Add(1)
 		if f.initFails.Load() {
-			return nil, boxErr(CodeValidation, "BoxValidationError", "limits.max_sessions must be positive", false), true
+			return nil, boxErr(ErrValidation.Code, "BoxValidationError", "limits.max_sessions must be positive", false), true
 		}
 		return map[string]bool{"initialized": true}, nil, true
 	case "echo":
@@ -147,7 +147,7 @@ func (f *fakeServer) dispatch(ctx context.Context, req wireReq) (result any, wer
 		os.Exit(p.Code)
 	}
 	data, _ := json.Marshal(map[string]any{"type": "MethodNotFound", "retryable": false, "method": req.Method})
-	return nil, &wireErr{Code: CodeMethodNotFound, Message: fmt.Sprintf("MethodNotFound: method %q not found", req.Method), Data: data}, true
+	return nil, &wireErr{Code: ErrMethodNotFound.Code, Message: fmt.Sprintf("MethodNotFound: method %q not found", req.Method), Data: data}, true
 }
 
 func orNull(b json.RawMessage) json.RawMessage {

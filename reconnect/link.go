@@ -230,7 +230,7 @@ func (h refuseRequests) Handle(_ context.Context, conn *jsonrpc2.Conn, req *json
 			return
 		}
 		h.l.wctx = ctx
-		_ = conn.ReplyWithError(ctx, req.ID, &jsonrpc2.Error{Code: CodeMethodNotFound, Message: "MethodNotFound: the host serves no methods"})
+		_ = conn.ReplyWithError(ctx, req.ID, &jsonrpc2.Error{Code: ErrMethodNotFound.Code, Message: "MethodNotFound: the host serves no methods"})
 		h.l.wctx = nil
 		<-h.l.wsem
 	}()

@@ -13,11 +13,12 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/rpc"
-	"github.com/boxrt/boxrt/runtime"
 	"github.com/coder/websocket"
 	"github.com/rs/zerolog"
+
+	"github.com/boxrt/boxrt/rpc"
+	"github.com/boxrt/boxrt/runtime"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // Close codes the relay uses besides the standard ones.
@@ -116,9 +117,9 @@ func writeError(w http.ResponseWriter, err error) {
 
 func httpStatus(err error) int {
 	switch {
-	case errors.Is(err, backends.ErrSessionNotFound), errors.Is(err, backends.ErrProcessNotFound):
+	case errors.Is(err, boxerr.ErrSessionNotFound), errors.Is(err, boxerr.ErrProcessNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, backends.ErrProcessConflict):
+	case errors.Is(err, boxerr.ErrProcessConflict):
 		return http.StatusConflict
 	}
 	return http.StatusInternalServerError

@@ -6,15 +6,8 @@ import (
 	"fmt"
 
 	"github.com/sourcegraph/jsonrpc2"
-)
 
-// Standard JSON-RPC 2.0 codes.
-const (
-	CodeParseError     = -32700
-	CodeInvalidRequest = -32600
-	CodeMethodNotFound = -32601
-	CodeInvalidParams  = -32602
-	CodeInternalError  = -32603
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // Error is a wire error before encoding. Message is the bare text; the wire
@@ -63,16 +56,16 @@ type MethodNotFoundError struct{ Method string }
 
 func (e *MethodNotFoundError) Error() string { return fmt.Sprintf("method %q not found", e.Method) }
 
-func protocolError(code int64, typ, format string, args ...any) *Error {
-	return &Error{Code: code, Type: typ, Message: fmt.Sprintf(format, args...)}
+func protocolError(k *boxerr.Kind, format string, args ...any) *Error {
+	return &Error{Code: k.Code, Type: k.Type, Retryable: k.Retryable, Message: fmt.Sprintf(format, args...)}
 }
 
 func parseError(format string, args ...any) *Error {
-	return protocolError(CodeParseError, "ParseError", format, args...)
+	return protocolError(boxerr.ErrParse, format, args...)
 }
 
 func invalidRequest(format string, args ...any) *Error {
-	return protocolError(CodeInvalidRequest, "InvalidRequest", format, args...)
+	return protocolError(boxerr.ErrInvalidRequest, format, args...)
 }
 
 // Encode applies the standard mappings the transport owns (method not
@@ -82,7 +75,7 @@ func Encode(enc ErrorEncoder, err error) *Error {
 	var we *Error
 	switch {
 	case errors.As(err, &nf):
-		return protocolError(CodeMethodNotFound, "MethodNotFound", "%s", nf.Error()).withDetail("method", nf.Method)
+		return protocolError(boxerr.ErrMethodNotFound, "%s", nf.Error()).withDetail("method", nf.Method)
 	case errors.As(err, &we):
 		return we
 	case enc != nil:
@@ -90,7 +83,7 @@ func Encode(enc ErrorEncoder, err error) *Error {
 			return e
 		}
 	}
-	return protocolError(CodeInternalError, "InternalError", "%s", err.Error())
+	return protocolError(boxerr.ErrInternal, "%s", err.Error())
 }
 
 func (e *Error) withDetail(k string, v any) *Error {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 func TestDecodeFrame(t *testing.T) {
@@ -24,14 +26,14 @@ func TestDecodeFrame(t *testing.T) {
 		{name: "null id is a request", frame: `{"jsonrpc":"2.0","id":null,"method":"m"}`, kind: frameRequest, id: "null"},
 		{name: "notification", frame: `{"jsonrpc":"2.0","method":"m"}`, kind: frameNotification, id: "null"},
 		{name: "response ignored", frame: `{"jsonrpc":"2.0","id":1,"result":{}}`, kind: frameResponse, id: "1"},
-		{name: "garbage", frame: "garbage", code: CodeParseError, id: "null"},
-		{name: "invalid utf8", frame: "{\"a\":\"\xff\"}", code: CodeParseError, id: "null"},
-		{name: "batch", frame: `[{"jsonrpc":"2.0","id":1,"method":"m"}]`, code: CodeInvalidRequest, id: "null"},
-		{name: "wrong version", frame: `{"jsonrpc":"1.0","id":1,"method":"m"}`, code: CodeInvalidRequest, id: "1"},
-		{name: "object id", frame: `{"jsonrpc":"2.0","id":{},"method":"m"}`, code: CodeInvalidRequest, id: "null"},
-		{name: "empty method", frame: `{"jsonrpc":"2.0","id":2,"method":""}`, code: CodeInvalidRequest, id: "2"},
-		{name: "scalar params", frame: `{"jsonrpc":"2.0","id":3,"method":"m","params":5}`, code: CodeInvalidRequest, id: "3"},
-		{name: "method wrong type keeps the id", frame: `{"jsonrpc":"2.0","id":4,"method":4}`, code: CodeInvalidRequest, id: "4"},
+		{name: "garbage", frame: "garbage", code: boxerr.ErrParse.Code, id: "null"},
+		{name: "invalid utf8", frame: "{\"a\":\"\xff\"}", code: boxerr.ErrParse.Code, id: "null"},
+		{name: "batch", frame: `[{"jsonrpc":"2.0","id":1,"method":"m"}]`, code: boxerr.ErrInvalidRequest.Code, id: "null"},
+		{name: "wrong version", frame: `{"jsonrpc":"1.0","id":1,"method":"m"}`, code: boxerr.ErrInvalidRequest.Code, id: "1"},
+		{name: "object id", frame: `{"jsonrpc":"2.0","id":{},"method":"m"}`, code: boxerr.ErrInvalidRequest.Code, id: "null"},
+		{name: "empty method", frame: `{"jsonrpc":"2.0","id":2,"method":""}`, code: boxerr.ErrInvalidRequest.Code, id: "2"},
+		{name: "scalar params", frame: `{"jsonrpc":"2.0","id":3,"method":"m","params":5}`, code: boxerr.ErrInvalidRequest.Code, id: "3"},
+		{name: "method wrong type keeps the id", frame: `{"jsonrpc":"2.0","id":4,"method":4}`, code: boxerr.ErrInvalidRequest.Code, id: "4"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

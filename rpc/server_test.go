@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -128,7 +130,7 @@ func TestNotificationsAndIDs(t *testing.T) {
 	c.send(t, `{"jsonrpc":"2.0","id":18446744073709551615,"method":"nope"}`)
 	r = c.read(t)
 	assert.Equal(t, float64(18446744073709551615), r["id"])
-	assert.Equal(t, float64(CodeMethodNotFound), r["error"].(map[string]any)["code"])
+	assert.Equal(t, float64(boxerr.ErrMethodNotFound.Code), r["error"].(map[string]any)["code"])
 }
 
 func TestDisconnectCancelsHandlers(t *testing.T) {

@@ -10,8 +10,10 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/boxrt/boxrt/backends"
 	"gopkg.in/yaml.v3"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // Config is the runtime configuration, in the reference's shape: backend,
@@ -124,20 +126,20 @@ func (c *Config) Validate() error {
 	switch c.Backend {
 	case "", "auto", "local", "docker", "bwrap":
 	default:
-		return backends.Validation("backend", "backend must be one of auto, docker, bwrap; got %q", c.Backend)
+		return boxerr.Validation("backend", "backend must be one of auto, docker, bwrap; got %q", c.Backend)
 	}
 	for _, r := range c.Limits.ranges() {
 		if *r.value < r.min || *r.value > r.max {
-			return backends.Validation("limits."+r.name, "limits.%s must be between %d and %d, got %d", r.name, r.min, r.max, *r.value)
+			return boxerr.Validation("limits."+r.name, "limits.%s must be between %d and %d, got %d", r.name, r.min, r.max, *r.value)
 		}
 	}
 	for _, root := range c.Local.AllowedMountRoots {
 		if root == "/" {
-			return backends.Validation("local.allowed_mount_roots", "local.allowed_mount_roots must not contain /")
+			return boxerr.Validation("local.allowed_mount_roots", "local.allowed_mount_roots must not contain /")
 		}
 	}
 	if u := c.Docker.User; u != "" && u != "auto" && strings.ContainsAny(u, " \t\n") {
-		return backends.Validation("docker.user", "docker.user must be \"auto\" or uid[:gid], got %q", u)
+		return boxerr.Validation("docker.user", "docker.user must be \"auto\" or uid[:gid], got %q", u)
 	}
 	return nil
 }
@@ -155,11 +157,11 @@ func (c Config) Merge(patch json.RawMessage) (Config, []string, error) {
 		return c, nil, nil
 	}
 	if trimmed[0] != '{' {
-		return c, nil, backends.Validation("config", "config must be a JSON object")
+		return c, nil, boxerr.Validation("config", "config must be a JSON object")
 	}
 	var over map[string]any
 	if err := json.Unmarshal(trimmed, &over); err != nil {
-		return c, nil, backends.Validation("config", "config is not valid JSON: %v", err)
+		return c, nil, boxerr.Validation("config", "config is not valid JSON: %v", err)
 	}
 	ignored := pruneUnknown(over, reflect.TypeOf(c), "")
 	baseRaw, err := json.Marshal(c)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // ExecEvent describes a finished exec, for metrics.
@@ -52,16 +53,16 @@ func (r *Runtime) Exec(ctx context.Context, spec backends.Spec) (backends.ExecRe
 
 // ErrorType is the wire type name of err ("BoxError" for untyped errors).
 func ErrorType(err error) string {
-	var be *backends.Error
+	var be *boxerr.Error
 	if errors.As(err, &be) {
 		return be.Type()
 	}
-	return backends.ErrBox.Error()
+	return boxerr.ErrBox.Error()
 }
 
 func (r *Runtime) exec(ctx context.Context, spec backends.Spec) (backends.ExecResult, error) {
 	if spec.Cmd == "" {
-		return backends.ExecResult{}, backends.Validation("cmd", "cmd must not be empty")
+		return backends.ExecResult{}, boxerr.Validation("cmd", "cmd must not be empty")
 	}
 	for attempt := 0; ; attempt++ {
 		s, err := r.acquire(ctx, spec, true)
@@ -103,7 +104,7 @@ func (r *Runtime) execIn(ctx context.Context, s *session, spec backends.Spec) (_
 	r.counters.TotalExecs++
 	r.mu.Unlock()
 	if deleting || b == nil {
-		return backends.ExecResult{}, false, backends.SessionNotFound(spec.SessionID).With("reason", "being deleted")
+		return backends.ExecResult{}, false, boxerr.SessionNotFound(spec.SessionID).With("reason", "being deleted")
 	}
 	if spec.MaxOutputBytes > 0 {
 		limit = spec.MaxOutputBytes

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/boxrt/boxrt/backends"
 	"github.com/stretchr/testify/require"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // fakeBackend records calls; execs run a scripted function.
@@ -68,7 +70,7 @@ func (f *fakeBackend) Exec(ctx context.Context, info backends.SessionInfo, req b
 		f.mu.Lock()
 		f.inFlight[info.SessionID]--
 		f.mu.Unlock()
-		return backends.ExitStatus{}, backends.Failure("no such container %s", info.BackendSessionID)
+		return backends.ExitStatus{}, boxerr.Failure("no such container %s", info.BackendSessionID)
 	}
 	defer func() {
 		f.mu.Lock()

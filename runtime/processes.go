@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // DefaultProcessID is the process id a spec without one gets.
@@ -118,17 +119,17 @@ func NormalizeProcessSpec(spec *backends.ProcessSpec) error {
 	}
 	switch {
 	case spec.Command == "":
-		return backends.Validation("spec.command", "spec.command must not be empty")
+		return boxerr.Validation("spec.command", "spec.command must not be empty")
 	case !strings.HasPrefix(spec.Cwd, "/"):
-		return backends.Validation("spec.cwd", "spec.cwd must be absolute, got %q", spec.Cwd)
+		return boxerr.Validation("spec.cwd", "spec.cwd must be absolute, got %q", spec.Cwd)
 	case spec.MemoryMB < 0:
-		return backends.Validation("spec.memory_mb", "spec.memory_mb must be at least 0")
+		return boxerr.Validation("spec.memory_mb", "spec.memory_mb must be at least 0")
 	case len(spec.ProcessID) > 128 || strings.ContainsAny(spec.ProcessID, "/\x00"):
-		return backends.Validation("spec.process_id", "spec.process_id must be at most 128 bytes without '/' or NUL")
+		return boxerr.Validation("spec.process_id", "spec.process_id must be at most 128 bytes without '/' or NUL")
 	}
 	for k := range spec.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return backends.Validation("spec.env", "env name %q is invalid", k)
+			return boxerr.Validation("spec.env", "env name %q is invalid", k)
 		}
 	}
 	return nil
@@ -146,7 +147,7 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 	s, ok := r.sessions[sessionID]
 	if !ok || s.deleting {
 		r.mu.Unlock()
-		return ProcessInfo{}, backends.SessionNotFound(sessionID)
+		return ProcessInfo{}, boxerr.SessionNotFound(sessionID)
 	}
 	b := r.backend
 	r.mu.Unlock()
@@ -162,7 +163,7 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 	r.mu.Lock()
 	if s.deleting {
 		r.mu.Unlock()
-		return ProcessInfo{}, backends.SessionNotFound(sessionID)
+		return ProcessInfo{}, boxerr.SessionNotFound(sessionID)
 	}
 	running := 0
 	for _, other := range r.sessions {
@@ -171,7 +172,7 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 	limit := r.cfg.Limits.MaxManagedProcesses
 	if running >= limit {
 		r.mu.Unlock()
-		return ProcessInfo{}, backends.CapacityExceeded("max_managed_processes", limit, "Box managed process capacity reached (%d)", limit)
+		return ProcessInfo{}, boxerr.CapacityExceeded("max_managed_processes", limit, "Box managed process capacity reached (%d)", limit)
 	}
 	info := s.sandboxInfo()
 	lines, bytes := r.cfg.Limits.RelayReplayLines, r.cfg.Limits.RelayReplayBytes
@@ -276,11 +277,11 @@ func (r *Runtime) lookupProcess(sessionID, processID string) (*managedProcess, e
 	defer r.mu.Unlock()
 	s, ok := r.sessions[sessionID]
 	if !ok {
-		return nil, backends.SessionNotFound(sessionID)
+		return nil, boxerr.SessionNotFound(sessionID)
 	}
 	p, ok := s.procs[processID]
 	if !ok {
-		return nil, backends.ProcessNotFound(sessionID, processID)
+		return nil, boxerr.ProcessNotFound(sessionID, processID)
 	}
 	return p, nil
 }
@@ -294,13 +295,13 @@ func (r *Runtime) StopProcess(ctx context.Context, sessionID, processID string) 
 	s, ok := r.sessions[sessionID]
 	r.mu.Unlock()
 	if !ok {
-		return backends.SessionNotFound(sessionID)
+		return boxerr.SessionNotFound(sessionID)
 	}
 	s.op.Lock()
 	defer s.op.Unlock()
 	p := r.takeProcess(s, processID)
 	if p == nil {
-		return backends.ProcessNotFound(sessionID, processID)
+		return boxerr.ProcessNotFound(sessionID, processID)
 	}
 	r.terminate(context.WithoutCancel(ctx), p)
 	r.Touch(sessionID)
@@ -323,7 +324,7 @@ func (r *Runtime) attachable(sessionID, processID string) (*managedProcess, erro
 		return nil, err
 	}
 	if !p.running() && p.stdout.pending() == 0 {
-		return nil, backends.ProcessConflict(sessionID, p.spec.ProcessID,
+		return nil, boxerr.ProcessConflict(sessionID, p.spec.ProcessID,
 			"managed process %s in session %s is not running", p.spec.ProcessID, sessionID)
 	}
 	return p, nil

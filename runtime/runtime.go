@@ -13,8 +13,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/boxrt/boxrt/backends"
 	"github.com/rs/zerolog"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // Factory builds a backend by name from the current configuration.
@@ -299,7 +301,7 @@ func (r *Runtime) currentBackend(ctx context.Context) (backends.Backend, error) 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.backend == nil {
-		return nil, backends.BackendUnavailable("no usable sandbox backend (%s). Install and start Docker (apt-get install docker.io; dockerd) or install bubblewrap (apt-get install bubblewrap); `boxrt doctor` shows what is missing", r.health.Error)
+		return nil, boxerr.BackendUnavailable("no usable sandbox backend (%s). Install and start Docker (apt-get install docker.io; dockerd) or install bubblewrap (apt-get install bubblewrap); `boxrt doctor` shows what is missing", r.health.Error)
 	}
 	return r.backend, nil
 }
@@ -439,7 +441,7 @@ func (r *Runtime) destroyWhere(ctx context.Context, match func(*session) bool, r
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := r.DeleteSession(ctx, id); err != nil && !errors.Is(err, backends.ErrSessionNotFound) {
+			if err := r.DeleteSession(ctx, id); err != nil && !errors.Is(err, boxerr.ErrSessionNotFound) {
 				errCh <- err
 			}
 		}()

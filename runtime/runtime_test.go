@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/boxrt/boxrt/backends"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -52,8 +54,8 @@ func TestSessionReuseAndConflict(t *testing.T) {
 			s := spec("s1")
 			tc.change(&s)
 			_, err = rt.EnsureSession(ctx, s)
-			require.ErrorIs(t, err, backends.ErrSessionConflict)
-			var be *backends.Error
+			require.ErrorIs(t, err, boxerr.ErrSessionConflict)
+			var be *boxerr.Error
 			require.True(t, errors.As(err, &be))
 			assert.Equal(t, tc.field, be.Details["field"])
 			assert.Contains(t, be.Msg, tc.field+"=")
@@ -121,8 +123,8 @@ func TestCapacity(t *testing.T) {
 		require.NoError(t, err)
 	}
 	_, err := rt.EnsureSession(ctx, spec("c"))
-	require.ErrorIs(t, err, backends.ErrCapacityExceeded)
-	var be *backends.Error
+	require.ErrorIs(t, err, boxerr.ErrCapacityExceeded)
+	var be *boxerr.Error
 	require.True(t, errors.As(err, &be))
 	assert.Equal(t, "max_sessions", be.Details["limit"])
 	// Reusing an existing id is not a new session.
@@ -140,7 +142,7 @@ func TestHostPathAllowList(t *testing.T) {
 			s := spec("hp")
 			s.HostPath = path
 			_, err := rt.EnsureSession(ctx, s)
-			require.ErrorIs(t, err, backends.ErrValidation)
+			require.ErrorIs(t, err, boxerr.ErrValidation)
 		})
 	}
 }
@@ -247,7 +249,7 @@ func TestExecResult(t *testing.T) {
 
 	s.Cmd = ""
 	_, err = rt.Exec(ctx, s)
-	require.ErrorIs(t, err, backends.ErrValidation)
+	require.ErrorIs(t, err, boxerr.ErrValidation)
 }
 
 func TestDeleteStopsProcesses(t *testing.T) {
@@ -264,8 +266,8 @@ func TestDeleteStopsProcesses(t *testing.T) {
 	assert.Equal(t, []string{"SECRET"}, info.EnvKeys)
 	require.NoError(t, rt.DeleteSession(ctx, "d"))
 	_, err = rt.Process("d", "")
-	require.ErrorIs(t, err, backends.ErrSessionNotFound)
-	require.ErrorIs(t, rt.DeleteSession(ctx, "d"), backends.ErrSessionNotFound)
+	require.ErrorIs(t, err, boxerr.ErrSessionNotFound)
+	require.ErrorIs(t, rt.DeleteSession(ctx, "d"), boxerr.ErrSessionNotFound)
 }
 
 func TestConfigMergeAtomic(t *testing.T) {
@@ -287,8 +289,8 @@ func TestConfigMergeAtomic(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, _, err := next.Merge([]byte(tc.patch))
-			require.ErrorIs(t, err, backends.ErrValidation)
-			var be *backends.Error
+			require.ErrorIs(t, err, boxerr.ErrValidation)
+			var be *boxerr.Error
 			require.True(t, errors.As(err, &be))
 			assert.Equal(t, tc.field, be.Details["field"])
 			assert.Equal(t, next, got, "an invalid patch changes nothing")
@@ -302,7 +304,7 @@ func (f fakeSkills) PackageRoot(_ context.Context, name string) (string, error) 
 	if root, ok := f[name]; ok {
 		return root, nil
 	}
-	return "", backends.Validation("skill_name", "skill %s not found", name)
+	return "", boxerr.Validation("skill_name", "skill %s not found", name)
 }
 
 func TestSkillMounts(t *testing.T) {
@@ -355,10 +357,10 @@ func TestSkillMounts(t *testing.T) {
 		fb := newFake()
 		rt, _ := newTestRuntime(t, fb, "")
 		rt.SetSkillResolver(store)
-		require.ErrorIs(t, run(rt, "gamma"), backends.ErrValidation)
+		require.ErrorIs(t, run(rt, "gamma"), boxerr.ErrValidation)
 	})
 	t.Run("no store", func(t *testing.T) {
 		rt, _ := newTestRuntime(t, newFake(), "")
-		require.ErrorIs(t, run(rt, "alpha"), backends.ErrValidation)
+		require.ErrorIs(t, run(rt, "alpha"), boxerr.ErrValidation)
 	})
 }

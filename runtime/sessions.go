@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // session is one entry of the table. info is guarded by Runtime.mu; op
@@ -179,7 +180,7 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec ba
 	r.mu.Lock()
 	if r.shuttingDown {
 		r.mu.Unlock()
-		return nil, nil, backends.RuntimeUnavailable("Box runtime is shutting down")
+		return nil, nil, boxerr.RuntimeUnavailable("Box runtime is shutting down")
 	}
 	s := r.sessions[spec.SessionID]
 	if s != nil && s.deleting {
@@ -189,7 +190,7 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec ba
 	if s != nil {
 		if field, existing, requested := compatibility(s.info, spec); field != "" {
 			r.mu.Unlock()
-			return nil, nil, backends.SessionConflict(spec.SessionID, field, existing, requested)
+			return nil, nil, boxerr.SessionConflict(spec.SessionID, field, existing, requested)
 		}
 		info := s.info
 		have := s.skills
@@ -229,7 +230,7 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec ba
 	limit := r.cfg.Limits.MaxSessions
 	if len(r.sessions)+r.creating+r.closing >= limit {
 		r.mu.Unlock()
-		return nil, nil, backends.CapacityExceeded("max_sessions", limit, "Box session capacity reached (%d)", limit)
+		return nil, nil, boxerr.CapacityExceeded("max_sessions", limit, "Box session capacity reached (%d)", limit)
 	}
 	r.creating++
 	r.mu.Unlock()
@@ -253,7 +254,7 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec ba
 	if r.shuttingDown {
 		r.mu.Unlock()
 		_ = b.StopSession(context.WithoutCancel(ctx), info)
-		return nil, nil, backends.RuntimeUnavailable("Box runtime is shutting down")
+		return nil, nil, boxerr.RuntimeUnavailable("Box runtime is shutting down")
 	}
 	now := r.clock.Now()
 	info.SessionID = spec.SessionID
@@ -311,7 +312,7 @@ func (r *Runtime) GetSession(id string) (SessionDetails, error) {
 	defer r.mu.Unlock()
 	s, ok := r.sessions[id]
 	if !ok {
-		return SessionDetails{}, backends.SessionNotFound(id)
+		return SessionDetails{}, boxerr.SessionNotFound(id)
 	}
 	d := SessionDetails{SessionInfo: s.info}
 	if len(s.procs) > 0 {
@@ -347,7 +348,7 @@ func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
 	s, ok := r.sessions[id]
 	r.mu.Unlock()
 	if !ok {
-		return backends.SessionNotFound(id)
+		return boxerr.SessionNotFound(id)
 	}
 	return r.destroy(ctx, s, "delete")
 }
@@ -393,7 +394,7 @@ func (r *Runtime) destroy(ctx context.Context, s *session, reason string) error 
 	close(s.deleted)
 	r.log.Info().Str("session_id", s.info.SessionID).Str("reason", reason).Err(err).Msg("session destroyed")
 	if err != nil {
-		return backends.Failure("destroy session %s: %v", s.info.SessionID, err).Wrap(err)
+		return boxerr.Failure("destroy session %s: %v", s.info.SessionID, err).Wrap(err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // SkillResolver maps a skill name to its package directory on this host.
@@ -36,7 +37,7 @@ func (r *Runtime) resolveSkills(ctx context.Context, spec backends.Spec) ([]back
 	sr := r.skills
 	r.mu.Unlock()
 	if sr == nil {
-		return nil, backends.Validation("skills", "this runtime has no skill store")
+		return nil, boxerr.Validation("skills", "this runtime has no skill store")
 	}
 	var out []backends.MountSpec
 	seen := map[string]bool{}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // BackendName is the wire name of this backend.
@@ -69,15 +70,15 @@ var _ backends.Backend = (*Backend)(nil)
 // the enforced limits without I/O.
 func New(cfg Config) (*Backend, error) {
 	if !instanceIDRe.MatchString(cfg.InstanceID) {
-		return nil, backends.Validation("instance_id",
+		return nil, boxerr.Validation("instance_id",
 			"bwrap: instance id %q must be 1-64 characters of [A-Za-z0-9_.-] not starting with a dot", cfg.InstanceID)
 	}
 	if strings.TrimSpace(cfg.StateDir) == "" {
-		return nil, backends.Validation("state_dir", "bwrap: state directory must be set")
+		return nil, boxerr.Validation("state_dir", "bwrap: state directory must be set")
 	}
 	stateDir, err := filepath.Abs(cfg.StateDir)
 	if err != nil {
-		return nil, backends.Validation("state_dir", "bwrap: state directory %q: %v", cfg.StateDir, err).Wrap(err)
+		return nil, boxerr.Validation("state_dir", "bwrap: state directory %q: %v", cfg.StateDir, err).Wrap(err)
 	}
 	cfg.StateDir = stateDir
 	b := &Backend{
@@ -138,7 +139,7 @@ func (b *Backend) Describe() backends.Description {
 
 // unavailable is the error for a missing bwrap binary.
 func (b *Backend) unavailable() error {
-	return backends.BackendUnavailable(
+	return boxerr.BackendUnavailable(
 		"bubblewrap is not installed (%v); install it with: apt-get install bubblewrap", b.bwrapErr).Wrap(b.bwrapErr)
 }
 
@@ -149,7 +150,7 @@ func (b *Backend) Probe(ctx context.Context) error {
 		return b.unavailable()
 	}
 	if err := os.MkdirAll(b.root, 0o700); err != nil {
-		return backends.BackendUnavailable("bwrap state directory %s cannot be created: %v", b.root, err).Wrap(err)
+		return boxerr.BackendUnavailable("bwrap state directory %s cannot be created: %v", b.root, err).Wrap(err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -174,7 +175,7 @@ func (b *Backend) Probe(ctx context.Context) error {
 			"(sysctl -w kernel.unprivileged_userns_clone=1 on Debian, user.max_user_namespaces > 0, " +
 			"and on Ubuntu 24.04+ kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for bwrap), or run boxrt as root"
 	}
-	return backends.BackendUnavailable("bubblewrap (%s) cannot start a sandbox: %s; %s", b.bwrap, oneLine(out, err), hint).Wrap(err)
+	return boxerr.BackendUnavailable("bubblewrap (%s) cannot start a sandbox: %s; %s", b.bwrap, oneLine(out, err), hint).Wrap(err)
 }
 
 // dryRun runs `/bin/sh -c true` in a sandbox with the given layout, without
@@ -250,7 +251,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 		return backends.SessionInfo{}, err
 	}
 	if err := os.MkdirAll(b.root, 0o700); err != nil {
-		return backends.SessionInfo{}, backends.Failure("bwrap: cannot create state directory %s: %v", b.root, err).Wrap(err)
+		return backends.SessionInfo{}, boxerr.Failure("bwrap: cannot create state directory %s: %v", b.root, err).Wrap(err)
 	}
 	var name, dir string
 	for attempt := 0; ; attempt++ {
@@ -261,13 +262,13 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 			break
 		}
 		if !errors.Is(err, fs.ErrExist) || attempt == 5 {
-			return backends.SessionInfo{}, backends.Failure("bwrap: cannot create session directory %s: %v", dir, err).Wrap(err)
+			return backends.SessionInfo{}, boxerr.Failure("bwrap: cannot create session directory %s: %v", dir, err).Wrap(err)
 		}
 	}
 	info := backends.SessionFromSpec(BackendName, name, spec)
 	if err := b.populate(dir, info); err != nil {
 		_ = removeTree(dir)
-		return backends.SessionInfo{}, backends.Failure("bwrap: cannot prepare session directory %s: %v", dir, err).Wrap(err)
+		return backends.SessionInfo{}, boxerr.Failure("bwrap: cannot prepare session directory %s: %v", dir, err).Wrap(err)
 	}
 	l, err := b.layoutFor(dir, info, "/", nil)
 	if err == nil {
@@ -276,7 +277,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 		out, err = b.dryRun(dctx, l)
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			err = backends.Failure("bwrap cannot build the sandbox of session %s: %s", spec.SessionID, oneLine(out, err)).Wrap(err)
+			err = boxerr.Failure("bwrap cannot build the sandbox of session %s: %s", spec.SessionID, oneLine(out, err)).Wrap(err)
 		}
 	}
 	if err != nil {
@@ -330,10 +331,10 @@ func (b *Backend) sessionDir(info backends.SessionInfo) (string, bool) {
 func (b *Backend) lookup(info backends.SessionInfo) (string, error) {
 	dir, ok := b.sessionDir(info)
 	if !ok {
-		return "", backends.SessionNotFound(info.SessionID)
+		return "", boxerr.SessionNotFound(info.SessionID)
 	}
 	if _, err := os.Stat(filepath.Join(dir, sessionFile)); err != nil {
-		return "", backends.SessionNotFound(info.SessionID)
+		return "", boxerr.SessionNotFound(info.SessionID)
 	}
 	return dir, nil
 }
@@ -392,7 +393,7 @@ func (b *Backend) StopSession(ctx context.Context, info backends.SessionInfo) er
 		}
 	}
 	if err := removeTree(dir); err != nil {
-		return backends.Failure("bwrap: cannot remove session directory %s: %v", dir, err).Wrap(err)
+		return boxerr.Failure("bwrap: cannot remove session directory %s: %v", dir, err).Wrap(err)
 	}
 	return nil
 }
@@ -404,7 +405,7 @@ func (b *Backend) StopSession(ctx context.Context, info backends.SessionInfo) er
 func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 	entries, err := os.ReadDir(b.root)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, backends.Failure("bwrap: cannot read %s: %v", b.root, err).Wrap(err)
+		return nil, boxerr.Failure("bwrap: cannot read %s: %v", b.root, err).Wrap(err)
 	}
 	out := []backends.SessionInfo{}
 	for _, e := range entries {

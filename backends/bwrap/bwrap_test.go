@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 func TestDescribeAndProbe(t *testing.T) {
@@ -46,11 +47,11 @@ func TestProbeMissingBwrap(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = b.Probe(context.Background())
-	if !errors.Is(err, backends.ErrBackendUnavailable) || !strings.Contains(err.Error(), "apt-get install bubblewrap") {
+	if !errors.Is(err, boxerr.ErrBackendUnavailable) || !strings.Contains(err.Error(), "apt-get install bubblewrap") {
 		t.Fatalf("Probe with a missing bwrap = %v; want BackendUnavailable naming the fix", err)
 	}
 	_, err = b.StartSession(context.Background(), func() backends.Spec { s := backends.DefaultSpec(); s.SessionID = "s"; return s }())
-	if !errors.Is(err, backends.ErrBackendUnavailable) {
+	if !errors.Is(err, boxerr.ErrBackendUnavailable) {
 		t.Fatalf("StartSession with a missing bwrap = %v", err)
 	}
 }
@@ -102,11 +103,11 @@ func TestExecValidation(t *testing.T) {
 		req  backends.ExecRequest
 		want error
 	}{
-		{"empty cmd", info, backends.ExecRequest{Cmd: "  "}, backends.ErrValidation},
-		{"bad env", info, backends.ExecRequest{Cmd: "true", Env: map[string]string{"A=B": "x"}}, backends.ErrValidation},
-		{"relative workdir", info, backends.ExecRequest{Cmd: "true", Workdir: "rel"}, backends.ErrValidation},
-		{"unknown session", func() backends.SessionInfo { i := info; i.BackendSessionID = "nope-00000000"; return i }(), backends.ExecRequest{Cmd: "true"}, backends.ErrSessionNotFound},
-		{"path traversal id", func() backends.SessionInfo { i := info; i.BackendSessionID = "../../etc"; return i }(), backends.ExecRequest{Cmd: "true"}, backends.ErrSessionNotFound},
+		{"empty cmd", info, backends.ExecRequest{Cmd: "  "}, boxerr.ErrValidation},
+		{"bad env", info, backends.ExecRequest{Cmd: "true", Env: map[string]string{"A=B": "x"}}, boxerr.ErrValidation},
+		{"relative workdir", info, backends.ExecRequest{Cmd: "true", Workdir: "rel"}, boxerr.ErrValidation},
+		{"unknown session", func() backends.SessionInfo { i := info; i.BackendSessionID = "nope-00000000"; return i }(), backends.ExecRequest{Cmd: "true"}, boxerr.ErrSessionNotFound},
+		{"path traversal id", func() backends.SessionInfo { i := info; i.BackendSessionID = "../../etc"; return i }(), backends.ExecRequest{Cmd: "true"}, boxerr.ErrSessionNotFound},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -520,7 +521,7 @@ func TestStopSession(t *testing.T) {
 	if b.Alive(context.Background(), info) {
 		t.Fatal("stopped session still alive")
 	}
-	if _, err := b.Exec(context.Background(), info, backends.ExecRequest{Cmd: "true"}); !errors.Is(err, backends.ErrSessionNotFound) {
+	if _, err := b.Exec(context.Background(), info, backends.ExecRequest{Cmd: "true"}); !errors.Is(err, boxerr.ErrSessionNotFound) {
 		t.Fatalf("exec on a stopped session = %v, want SessionNotFound", err)
 	}
 	if err := b.StopSession(context.Background(), info); err != nil {
@@ -622,7 +623,7 @@ func TestStartSessionValidation(t *testing.T) {
 			spec.SessionID = "v"
 			tc.mutate(&spec)
 			_, err := b.StartSession(context.Background(), spec)
-			if !errors.Is(err, backends.ErrValidation) {
+			if !errors.Is(err, boxerr.ErrValidation) {
 				t.Fatalf("StartSession = %v, want a BoxValidationError", err)
 			}
 		})

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // cgroupJoinScript places a v1 sandbox in its cgroups race-free: the shell
@@ -84,7 +85,7 @@ func argsFile(args []string) (*os.File, error) {
 	} else {
 		// Kernels without memfd: an unlinked temporary file does the same.
 		if f, err = os.CreateTemp("", "boxrt-bwrap-args-*"); err != nil {
-			return nil, backends.Failure("bwrap: cannot create argument file: %v", err).Wrap(err)
+			return nil, boxerr.Failure("bwrap: cannot create argument file: %v", err).Wrap(err)
 		}
 		_ = os.Remove(f.Name())
 	}
@@ -95,11 +96,11 @@ func argsFile(args []string) (*os.File, error) {
 	}
 	if _, err := f.WriteString(sb.String()); err != nil {
 		f.Close()
-		return nil, backends.Failure("bwrap: cannot write argument file: %v", err).Wrap(err)
+		return nil, boxerr.Failure("bwrap: cannot write argument file: %v", err).Wrap(err)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		f.Close()
-		return nil, backends.Failure("bwrap: cannot rewind argument file: %v", err).Wrap(err)
+		return nil, boxerr.Failure("bwrap: cannot rewind argument file: %v", err).Wrap(err)
 	}
 	return f, nil
 }
@@ -113,10 +114,10 @@ func (b *Backend) register(r *run, sessionID, dir string) error {
 	defer b.mu.Unlock()
 	sr := b.sessions[r.key]
 	if sr != nil && sr.stopping {
-		return backends.SessionNotFound(sessionID)
+		return boxerr.SessionNotFound(sessionID)
 	}
 	if _, err := os.Stat(dir); err != nil {
-		return backends.SessionNotFound(sessionID)
+		return boxerr.SessionNotFound(sessionID)
 	}
 	if sr == nil {
 		sr = &sessionRuns{runs: map[*run]struct{}{}}
@@ -179,7 +180,7 @@ func (b *Backend) start(l launch) (*run, error) {
 
 	cg, err := b.cg.create(b.cfg.InstanceID, r.leaf, l.lim)
 	if err != nil {
-		return nil, backends.Failure("bwrap: cannot create the sandbox cgroup: %v", err).Wrap(err)
+		return nil, boxerr.Failure("bwrap: cannot create the sandbox cgroup: %v", err).Wrap(err)
 	}
 	r.cg = cg
 
@@ -195,7 +196,7 @@ func (b *Backend) start(l launch) (*run, error) {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 			cg.remove()
-			return nil, backends.Failure("bwrap: could not place the sandbox into its cgroups (%v)", cg.procsFiles())
+			return nil, boxerr.Failure("bwrap: could not place the sandbox into its cgroups (%v)", cg.procsFiles())
 		}
 	}
 	r.mu.Lock()
@@ -226,7 +227,7 @@ func (b *Backend) startPlaced(r *run, l launch, af *os.File, cg *cgroup) (*exec.
 
 func (b *Backend) startCmd(r *run, l launch, af *os.File, cg *cgroup, cloneInto bool) (*exec.Cmd, *os.File, error) {
 	if _, err := af.Seek(0, io.SeekStart); err != nil {
-		return nil, nil, backends.Failure("bwrap: rewind argument file: %v", err).Wrap(err)
+		return nil, nil, boxerr.Failure("bwrap: rewind argument file: %v", err).Wrap(err)
 	}
 	cmd := &exec.Cmd{
 		Env:       []string{}, // not nil: nil would hand bwrap our environment
@@ -250,7 +251,7 @@ func (b *Backend) startCmd(r *run, l launch, af *os.File, cg *cgroup, cloneInto 
 	case cloneInto:
 		fd, err := unix.Open(cg.dirs[0], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return nil, nil, backends.Failure("bwrap: cannot open cgroup %s: %v", cg.dirs[0], err).Wrap(err)
+			return nil, nil, boxerr.Failure("bwrap: cannot open cgroup %s: %v", cg.dirs[0], err).Wrap(err)
 		}
 		defer unix.Close(fd)
 		cmd.SysProcAttr.UseCgroupFD = true
@@ -261,7 +262,7 @@ func (b *Backend) startCmd(r *run, l launch, af *os.File, cg *cgroup, cloneInto 
 	case cg != nil:
 		var err error
 		if statusR, statusW, err = os.Pipe(); err != nil {
-			return nil, nil, backends.Failure("bwrap: pipe: %v", err).Wrap(err)
+			return nil, nil, boxerr.Failure("bwrap: pipe: %v", err).Wrap(err)
 		}
 		// The child has its own copy after Start; ours must go so that EOF
 		// on statusR comes from the child.
@@ -287,7 +288,7 @@ func (b *Backend) startCmd(r *run, l launch, af *os.File, cg *cgroup, cloneInto 
 		if statusR != nil {
 			statusR.Close()
 		}
-		return nil, nil, backends.Failure("bwrap: cannot start %s: %v", cmd.Path, err).Wrap(err)
+		return nil, nil, boxerr.Failure("bwrap: cannot start %s: %v", cmd.Path, err).Wrap(err)
 	}
 	return cmd, statusR, nil
 }
@@ -447,7 +448,7 @@ func (r *run) signal(sig syscall.Signal) error {
 		err := cmd.Process.Signal(sig)
 		_ = cmd.Process.Signal(syscall.SIGCONT) // the pending signal acts on resume
 		if err != nil && !errors.Is(err, os.ErrProcessDone) {
-			return backends.Failure("bwrap: signal %v: %v", sig, err).Wrap(err)
+			return boxerr.Failure("bwrap: signal %v: %v", sig, err).Wrap(err)
 		}
 	}
 	return nil
@@ -550,10 +551,10 @@ func (b *Backend) Exec(ctx context.Context, info backends.SessionInfo, req backe
 		return backends.ExitStatus{}, err
 	}
 	if strings.TrimSpace(req.Cmd) == "" {
-		return backends.ExitStatus{}, backends.Validation("cmd", "cmd must not be empty")
+		return backends.ExitStatus{}, boxerr.Validation("cmd", "cmd must not be empty")
 	}
 	if strings.ContainsRune(req.Cmd, 0) {
-		return backends.ExitStatus{}, backends.Validation("cmd", "cmd must not contain NUL bytes")
+		return backends.ExitStatus{}, boxerr.Validation("cmd", "cmd must not contain NUL bytes")
 	}
 	dir, err := b.lookup(info)
 	if err != nil {
@@ -602,7 +603,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.SessionInfo, req backe
 	<-r.done
 	switch {
 	case r.wasStopped():
-		return backends.ExitStatus{}, backends.Failure("session %s was stopped while the command was running", info.SessionID)
+		return backends.ExitStatus{}, boxerr.Failure("session %s was stopped while the command was running", info.SessionID)
 	case canceled:
 		return backends.ExitStatus{}, ctx.Err()
 	}
@@ -620,7 +621,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.SessionInfo, req backe
 		return backends.ExitStatus{TimedOut: true}, nil
 	}
 	if r.state == nil {
-		return backends.ExitStatus{}, backends.Failure("bwrap: %v", r.waitErr).Wrap(r.waitErr)
+		return backends.ExitStatus{}, boxerr.Failure("bwrap: %v", r.waitErr).Wrap(r.waitErr)
 	}
 	code := r.state.ExitCode()
 	if ws, ok := r.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -637,15 +638,15 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.SessionInfo, s
 		return nil, err
 	}
 	if strings.TrimSpace(spec.Command) == "" {
-		return nil, backends.Validation("command", "command must not be empty")
+		return nil, boxerr.Validation("command", "command must not be empty")
 	}
 	for i, a := range append([]string{spec.Command}, spec.Args...) {
 		if strings.ContainsRune(a, 0) {
-			return nil, backends.Validation("args", "argument %d contains a NUL byte", i)
+			return nil, boxerr.Validation("args", "argument %d contains a NUL byte", i)
 		}
 	}
 	if spec.MemoryMB != 0 && spec.MemoryMB < backends.MinMemoryMB {
-		return nil, backends.Validation("memory_mb", "memory_mb must be 0 or at least %d, got %d", backends.MinMemoryMB, spec.MemoryMB)
+		return nil, boxerr.Validation("memory_mb", "memory_mb must be 0 or at least %d, got %d", backends.MinMemoryMB, spec.MemoryMB)
 	}
 	dir, err := b.lookup(info)
 	if err != nil {
@@ -673,7 +674,7 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.SessionInfo, s
 	errR, errW, err3 := pipe()
 	if err := errors.Join(err1, err2, err3); err != nil {
 		closeAll()
-		return nil, backends.Failure("bwrap: pipe: %v", err).Wrap(err)
+		return nil, boxerr.Failure("bwrap: pipe: %v", err).Wrap(err)
 	}
 	// exec "$0" "$@": the shell resolves the command on PATH (and reads a
 	// profile, like the reference's sh -lc) and then becomes it, so signals
@@ -722,7 +723,7 @@ func (p *process) Wait() (int, error) {
 	r := p.r
 	<-r.done
 	if r.state == nil {
-		return -1, backends.Failure("bwrap: %v", r.waitErr).Wrap(r.waitErr)
+		return -1, boxerr.Failure("bwrap: %v", r.waitErr).Wrap(r.waitErr)
 	}
 	if ws, ok := r.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		return -int(ws.Signal()), nil

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // HostImage is the image name meaning "the host's own system directories".
@@ -75,27 +76,27 @@ func resolveImage(image string, full bool) (string, error) {
 		return "", nil
 	}
 	if !filepath.IsAbs(image) {
-		return "", backends.Validation("image",
+		return "", boxerr.Validation("image",
 			"bwrap images are rootfs directories: image %q is neither %q nor an absolute path to a directory", image, HostImage)
 	}
 	dir := filepath.Clean(image)
 	if dir == "/" {
-		return "", backends.Validation("image",
+		return "", boxerr.Validation("image",
 			"image / would expose the whole host filesystem; use %q for the host's system directories", HostImage)
 	}
 	fi, err := os.Stat(dir)
 	if err != nil || !fi.IsDir() {
-		return "", backends.Validation("image",
+		return "", boxerr.Validation("image",
 			"bwrap images are rootfs directories: %s is not a directory", dir)
 	}
 	if full {
 		root, err := os.OpenRoot(dir)
 		if err != nil {
-			return "", backends.Validation("image", "rootfs directory %s cannot be opened: %v", dir, err).Wrap(err)
+			return "", boxerr.Validation("image", "rootfs directory %s cannot be opened: %v", dir, err).Wrap(err)
 		}
 		defer root.Close()
 		if _, err := root.Stat("bin/sh"); err != nil {
-			return "", backends.Validation("image", "rootfs directory %s has no /bin/sh (commands run through it)", dir)
+			return "", boxerr.Validation("image", "rootfs directory %s has no /bin/sh (commands run through it)", dir)
 		}
 	}
 	return dir, nil
@@ -106,18 +107,18 @@ func resolveImage(image string, full bool) (string, error) {
 // would defeat --proc/--dev).
 func checkMountPath(field, p string) (string, error) {
 	if !filepath.IsAbs(p) {
-		return "", backends.Validation(field, "%s must be absolute, got %q", field, p)
+		return "", boxerr.Validation(field, "%s must be absolute, got %q", field, p)
 	}
 	if strings.ContainsRune(p, 0) {
-		return "", backends.Validation(field, "%s must not contain NUL bytes", field)
+		return "", boxerr.Validation(field, "%s must not contain NUL bytes", field)
 	}
 	c := filepath.Clean(p)
 	if c == "/" {
-		return "", backends.Validation(field, "%s must not be /", field)
+		return "", boxerr.Validation(field, "%s must not be /", field)
 	}
 	for _, r := range []string{"/proc", "/dev"} {
 		if c == r || strings.HasPrefix(c, r+"/") {
-			return "", backends.Validation(field, "%s must not be under %s, got %q", field, r, p)
+			return "", boxerr.Validation(field, "%s must not be under %s, got %q", field, r, p)
 		}
 	}
 	return c, nil
@@ -126,10 +127,10 @@ func checkMountPath(field, p string) (string, error) {
 func checkEnv(field string, env map[string]string) error {
 	for k, v := range env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return backends.Validation(field, "env name %q is invalid", k)
+			return boxerr.Validation(field, "env name %q is invalid", k)
 		}
 		if strings.ContainsRune(v, 0) {
-			return backends.Validation(field, "env value of %s contains a NUL byte", k)
+			return boxerr.Validation(field, "env value of %s contains a NUL byte", k)
 		}
 	}
 	return nil
@@ -154,7 +155,7 @@ func (b *Backend) layoutFor(dir string, info backends.SessionInfo, workdir strin
 	ws := bind{src: filepath.Join(dir, workspaceDir), dst: mountPath}
 	if info.HostPath != "" && info.HostPathMode != backends.MountNone {
 		if !filepath.IsAbs(info.HostPath) {
-			return layout{}, backends.Validation("host_path", "host_path must be absolute, got %q", info.HostPath)
+			return layout{}, boxerr.Validation("host_path", "host_path must be absolute, got %q", info.HostPath)
 		}
 		ws.src = filepath.Clean(info.HostPath)
 		ws.ro = info.HostPathMode == backends.MountRO
@@ -170,7 +171,7 @@ func (b *Backend) layoutFor(dir string, info backends.SessionInfo, workdir strin
 			return layout{}, err
 		}
 		if !filepath.IsAbs(m.HostPath) || strings.ContainsRune(m.HostPath, 0) {
-			return layout{}, backends.Validation(field+".host_path", "%s.host_path must be absolute, got %q", field, m.HostPath)
+			return layout{}, boxerr.Validation(field+".host_path", "%s.host_path must be absolute, got %q", field, m.HostPath)
 		}
 		binds = append(binds, bind{src: filepath.Clean(m.HostPath), dst: dst, ro: m.Mode == backends.MountRO})
 	}
@@ -182,7 +183,7 @@ func (b *Backend) layoutFor(dir string, info backends.SessionInfo, workdir strin
 		workdir = mountPath
 	}
 	if !filepath.IsAbs(workdir) || strings.ContainsRune(workdir, 0) {
-		return layout{}, backends.Validation("workdir", "workdir must be absolute, got %q", workdir)
+		return layout{}, boxerr.Validation("workdir", "workdir must be absolute, got %q", workdir)
 	}
 	if err := checkEnv("env", env); err != nil {
 		return layout{}, err
@@ -300,7 +301,7 @@ func bwrapArgs(l layout) ([]string, error) {
 	}
 	for _, s := range a {
 		if strings.ContainsRune(s, 0) {
-			return nil, backends.Validation("", "sandbox argument contains a NUL byte")
+			return nil, boxerr.Validation("", "sandbox argument contains a NUL byte")
 		}
 	}
 	return a, nil
@@ -369,7 +370,7 @@ func hostRoot(a []string, network bool) []string {
 func imageRoot(a []string, dir string, network bool) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, backends.Validation("image", "rootfs directory %s cannot be read: %v", dir, err).Wrap(err)
+		return nil, boxerr.Validation("image", "rootfs directory %s cannot be read: %v", dir, err).Wrap(err)
 	}
 	for _, e := range entries {
 		name := e.Name()

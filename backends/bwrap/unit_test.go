@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // These tests need neither bwrap nor root.
@@ -62,7 +63,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		if (err == nil) != tc.wantOK {
 			t.Errorf("New(%+v) error = %v, want ok=%v", tc.cfg, err, tc.wantOK)
 		}
-		if err != nil && !errors.Is(err, backends.ErrValidation) {
+		if err != nil && !errors.Is(err, boxerr.ErrValidation) {
 			t.Errorf("New(%+v) error %v is not a BoxValidationError", tc.cfg, err)
 		}
 	}
@@ -88,7 +89,7 @@ func TestCheckMountPath(t *testing.T) {
 		if (err == nil) != tc.ok || got != tc.want {
 			t.Errorf("checkMountPath(%q) = %q, %v; want %q ok=%v", tc.in, got, err, tc.want, tc.ok)
 		}
-		if err != nil && !errors.Is(err, backends.ErrValidation) {
+		if err != nil && !errors.Is(err, boxerr.ErrValidation) {
 			t.Errorf("checkMountPath(%q) error is not a validation error: %v", tc.in, err)
 		}
 	}
@@ -126,7 +127,7 @@ func TestResolveImage(t *testing.T) {
 		if (err == nil) != tc.ok || got != tc.want {
 			t.Errorf("resolveImage(%q) = %q, %v; want %q ok=%v", tc.image, got, err, tc.want, tc.ok)
 		}
-		if err != nil && !errors.Is(err, backends.ErrValidation) {
+		if err != nil && !errors.Is(err, boxerr.ErrValidation) {
 			t.Errorf("resolveImage(%q): %v is not a validation error", tc.image, err)
 		}
 	}
@@ -211,7 +212,7 @@ func TestBwrapArgs(t *testing.T) {
 	t.Run("NUL refused", func(t *testing.T) {
 		l := base
 		l.env = map[string]string{"A": "x\x00y"}
-		if _, err := bwrapArgs(l); !errors.Is(err, backends.ErrValidation) {
+		if _, err := bwrapArgs(l); !errors.Is(err, boxerr.ErrValidation) {
 			t.Errorf("NUL in an argument: %v", err)
 		}
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // Name is the backend's wire name.
@@ -72,17 +73,17 @@ var userPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_]
 // does no I/O: an unreachable engine shows up in Probe, not here.
 func New(cfg Config) (*Backend, error) {
 	if strings.TrimSpace(cfg.InstanceID) == "" {
-		return nil, backends.Validation("instance_id", "docker backend: instance id must not be empty")
+		return nil, boxerr.Validation("instance_id", "docker backend: instance id must not be empty")
 	}
 	user := strings.TrimSpace(cfg.User)
 	if user == "auto" {
 		user = ""
 	}
 	if user != "" && !userPattern.MatchString(user) {
-		return nil, backends.Validation("docker.user", "docker backend: user must be \"auto\" or \"uid[:gid]\", got %q", cfg.User)
+		return nil, boxerr.Validation("docker.user", "docker backend: user must be \"auto\" or \"uid[:gid]\", got %q", cfg.User)
 	}
 	if cfg.TmpSizeMB < 0 {
-		return nil, backends.Validation("docker.tmp_size_mb", "docker backend: tmp size must not be negative, got %d", cfg.TmpSizeMB)
+		return nil, boxerr.Validation("docker.tmp_size_mb", "docker backend: tmp size must not be negative, got %d", cfg.TmpSizeMB)
 	}
 	img := strings.TrimSpace(cfg.DefaultImage)
 	if img == "" {
@@ -94,7 +95,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
-		return nil, backends.BackendUnavailable("docker backend: invalid Docker client settings (DOCKER_HOST, DOCKER_CERT_PATH, DOCKER_API_VERSION): %v", err).Wrap(err)
+		return nil, boxerr.BackendUnavailable("docker backend: invalid Docker client settings (DOCKER_HOST, DOCKER_CERT_PATH, DOCKER_API_VERSION): %v", err).Wrap(err)
 	}
 	return &Backend{
 		cli:          cli,
@@ -143,14 +144,14 @@ func (b *Backend) Probe(ctx context.Context) error {
 		return b.unavailable(err)
 	}
 	if ping.APIVersion != "" && versions.LessThan(ping.APIVersion, minAPIVersion) {
-		return backends.BackendUnavailable("Docker engine at %s speaks API %s; boxrt needs at least %s (upgrade docker.io)",
+		return boxerr.BackendUnavailable("Docker engine at %s speaks API %s; boxrt needs at least %s (upgrade docker.io)",
 			b.cli.DaemonHost(), ping.APIVersion, minAPIVersion)
 	}
 	return nil
 }
 
-func (b *Backend) unavailable(err error) *backends.Error {
-	return backends.BackendUnavailable("Docker engine not reachable at %s: %v. To fix: install Docker (apt-get install docker.io), "+
+func (b *Backend) unavailable(err error) *boxerr.Error {
+	return boxerr.BackendUnavailable("Docker engine not reachable at %s: %v. To fix: install Docker (apt-get install docker.io), "+
 		"start the daemon (systemctl start docker, or run dockerd), make sure this user may use the socket "+
 		"(root or the docker group), or set DOCKER_HOST to a running engine",
 		b.cli.DaemonHost(), err).Wrap(err)
@@ -160,18 +161,18 @@ func (b *Backend) unavailable(err error) *backends.Error {
 // failure means the backend is gone, anything else is a BoxError naming what
 // was being done. The cause stays reachable for errors.Is (context errors in
 // particular).
-func (b *Backend) apiError(what string, err error) *backends.Error {
+func (b *Backend) apiError(what string, err error) *boxerr.Error {
 	if client.IsErrConnectionFailed(err) {
 		return b.unavailable(err)
 	}
-	return backends.Failure("docker backend error: %s: %v", what, err).Wrap(err)
+	return boxerr.Failure("docker backend error: %s: %v", what, err).Wrap(err)
 }
 
 // sessionError is apiError for calls on a session's container: a missing
 // container means the session is gone.
-func (b *Backend) sessionError(info backends.SessionInfo, what string, err error) *backends.Error {
+func (b *Backend) sessionError(info backends.SessionInfo, what string, err error) *boxerr.Error {
 	if cerrdefs.IsNotFound(err) {
-		return backends.SessionNotFound(info.SessionID).Wrap(err)
+		return boxerr.SessionNotFound(info.SessionID).Wrap(err)
 	}
 	return b.apiError(what, err)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 const (
@@ -93,7 +94,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.SessionInfo, req backe
 		// in both cases nobody would see the rest, so stop it.
 		b.killExec(ctx, info, created.ID, pidFile, s, false)
 		if werr := s.writeErr(); werr != nil {
-			return backends.ExitStatus{}, backends.Failure("writing command output: %v", werr).Wrap(werr)
+			return backends.ExitStatus{}, boxerr.Failure("writing command output: %v", werr).Wrap(werr)
 		}
 		return backends.ExitStatus{}, b.apiError("reading command output", s.err)
 	}

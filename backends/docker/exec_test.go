@@ -18,6 +18,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/docker"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 func TestExec(t *testing.T) {
@@ -254,7 +255,7 @@ func TestExecWriterFailureStopsCommand(t *testing.T) {
 		Timeout: 30 * time.Second,
 		Stdout:  &failingWriter{},
 	})
-	if err == nil || !isKind(err, backends.ErrBox) {
+	if err == nil || !isKind(err, boxerr.ErrBox) {
 		t.Fatalf("err %v, want a BoxError", err)
 	}
 	waitNoProcesses(t, b, info, "sleep 72")

@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // StartProcess implements backends.Backend: a managed process is an exec
@@ -24,7 +25,7 @@ import (
 // stream stalls the other and Wait.
 func (b *Backend) StartProcess(ctx context.Context, info backends.SessionInfo, spec backends.ProcessSpec) (backends.Process, error) {
 	if strings.TrimSpace(spec.Command) == "" {
-		return nil, backends.Validation("command", "command must not be empty")
+		return nil, boxerr.Validation("command", "command must not be empty")
 	}
 	cwd := spec.Cwd
 	if cwd == "" {
@@ -100,7 +101,7 @@ func (p *process) Wait() (int, error) {
 func (p *process) Signal(sig syscall.Signal) error {
 	name, ok := signalNames[sig]
 	if !ok {
-		return backends.Validation("signal", "unsupported signal %d", int(sig))
+		return boxerr.Validation("signal", "unsupported signal %d", int(sig))
 	}
 	select {
 	case <-p.done:
@@ -178,7 +179,7 @@ func (w *processStdin) Close() error {
 		}
 		cw, ok := w.conn.(interface{ CloseWrite() error })
 		if !ok {
-			w.err = backends.Failure("the Docker engine connection cannot be half-closed; stdin EOF cannot be delivered")
+			w.err = boxerr.Failure("the Docker engine connection cannot be half-closed; stdin EOF cannot be delivered")
 			return
 		}
 		if err := cw.CloseWrite(); err != nil && !errors.Is(err, net.ErrClosed) && !w.ended.Load() {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/docker"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // startProcess starts a managed process and drains its stderr (as the
@@ -177,7 +178,7 @@ func TestProcessErrors(t *testing.T) {
 	b := newBackend(t)
 	info := startSession(t, b)
 	ctx := context.Background()
-	if _, err := b.StartProcess(ctx, info, backends.ProcessSpec{ProcessID: "x"}); !isKind(err, backends.ErrValidation) {
+	if _, err := b.StartProcess(ctx, info, backends.ProcessSpec{ProcessID: "x"}); !isKind(err, boxerr.ErrValidation) {
 		t.Errorf("empty command: %v", err)
 	}
 	p, _ := startProcess(t, b, info, backends.ProcessSpec{ProcessID: "x", Command: "/nonexistent/binary"})
@@ -187,7 +188,7 @@ func TestProcessErrors(t *testing.T) {
 	}
 	gone := info
 	gone.BackendSessionID = "boxrt-does-not-exist-00000000"
-	if _, err := b.StartProcess(ctx, gone, backends.ProcessSpec{ProcessID: "x", Command: "cat"}); !isKind(err, backends.ErrSessionNotFound) {
+	if _, err := b.StartProcess(ctx, gone, backends.ProcessSpec{ProcessID: "x", Command: "cat"}); !isKind(err, boxerr.ErrSessionNotFound) {
 		t.Errorf("unknown container: %v, want BoxSessionNotFoundError", err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // Labels on every container and workspace volume boxrt creates.
@@ -85,7 +86,7 @@ func volumeName(container string) string { return volumePrefix + container }
 // session's container.
 func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backends.SessionInfo, error) {
 	if spec.SessionID == "" {
-		return backends.SessionInfo{}, backends.Validation("session_id", "session_id must not be empty")
+		return backends.SessionInfo{}, boxerr.Validation("session_id", "session_id must not be empty")
 	}
 	if spec.MountPath == "" {
 		spec.MountPath = backends.DefaultMountPath
@@ -185,7 +186,7 @@ func (b *Backend) labels(info backends.SessionInfo) (map[string]string, error) {
 		WorkspaceQuotaMB: info.WorkspaceQuotaMB,
 	})
 	if err != nil {
-		return nil, backends.Failure("docker backend error: encoding session labels: %v", err).Wrap(err)
+		return nil, boxerr.Failure("docker backend error: encoding session labels: %v", err).Wrap(err)
 	}
 	return map[string]string{
 		LabelManaged:  "true",
@@ -305,17 +306,17 @@ func (b *Backend) mounts(spec backends.Spec, name string, o owner) ([]mount.Moun
 func bindMount(field, host, target string, mode backends.MountMode, o owner) (mount.Mount, error) {
 	if _, err := os.Stat(host); err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			return mount.Mount{}, backends.Failure("cannot use host path %s: %v", host, err).Wrap(err)
+			return mount.Mount{}, boxerr.Failure("cannot use host path %s: %v", host, err).Wrap(err)
 		}
 		if mode != backends.MountRW {
-			return mount.Mount{}, backends.Validation(field, "%s %s does not exist (read-only mounts are not created)", field, host).With("path", host)
+			return mount.Mount{}, boxerr.Validation(field, "%s %s does not exist (read-only mounts are not created)", field, host).With("path", host)
 		}
 		if err := backends.EnsureDir(host); err != nil {
 			return mount.Mount{}, err
 		}
 		if o.known && os.Geteuid() == 0 {
 			if err := os.Chown(host, o.uid, o.gid); err != nil {
-				return mount.Mount{}, backends.Failure("cannot hand %s to uid %d: %v", host, o.uid, err).Wrap(err)
+				return mount.Mount{}, boxerr.Failure("cannot hand %s to uid %d: %v", host, o.uid, err).Wrap(err)
 			}
 		}
 	}
@@ -346,13 +347,13 @@ func (b *Backend) ensureImage(ctx context.Context, ref string) (image.InspectRes
 		pullErr = err
 	}
 	if isContextErr(pullErr) {
-		return image.InspectResponse{}, backends.Failure("docker backend error: pulling image %s: %v", ref, pullErr).Wrap(pullErr)
+		return image.InspectResponse{}, boxerr.Failure("docker backend error: pulling image %s: %v", ref, pullErr).Wrap(pullErr)
 	}
 	hint := "build it locally or load it with `docker load -i <archive>`"
 	if ref == DefaultImage || ref == b.defaultImage {
 		hint = "build it with scripts/build-image, or load it with `docker load -i <archive>`"
 	}
-	return image.InspectResponse{}, backends.Failure(
+	return image.InspectResponse{}, boxerr.Failure(
 		"image %s is not available on the Docker engine and could not be pulled (%v); %s, then retry",
 		ref, pullErr, hint).With("image", ref).Wrap(pullErr)
 }
@@ -399,13 +400,13 @@ func (b *Backend) Alive(ctx context.Context, info backends.SessionInfo) bool {
 func (b *Backend) StopSession(ctx context.Context, info backends.SessionInfo) error {
 	name := info.BackendSessionID
 	if name == "" {
-		return backends.Validation("backend_session_id", "session %s has no container name", info.SessionID)
+		return boxerr.Validation("backend_session_id", "session %s has no container name", info.SessionID)
 	}
 	c, err := b.cli.ContainerInspect(ctx, name)
 	switch {
 	case err == nil:
 		if c.Config == nil || c.Config.Labels[LabelInstance] != b.instance {
-			return backends.Failure("docker backend error: refusing to remove container %s: it does not belong to this boxrt instance", name)
+			return boxerr.Failure("docker backend error: refusing to remove container %s: it does not belong to this boxrt instance", name)
 		}
 	case !cerrdefs.IsNotFound(err):
 		return b.apiError("inspecting container "+name, err)

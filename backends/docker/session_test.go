@@ -14,6 +14,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/docker"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 func TestNewValidatesConfig(t *testing.T) {
@@ -36,7 +37,7 @@ func TestNewValidatesConfig(t *testing.T) {
 				t.Fatalf("New(%+v) err = %v, want ok=%v", tc.cfg, err, tc.ok)
 			}
 			if err != nil {
-				if !isKind(err, backends.ErrValidation) {
+				if !isKind(err, boxerr.ErrValidation) {
 					t.Errorf("error kind: %v", err)
 				}
 				return
@@ -81,7 +82,7 @@ func TestProbe(t *testing.T) {
 	defer bad.Close()
 	start := time.Now()
 	err = bad.Probe(context.Background())
-	if !isKind(err, backends.ErrBackendUnavailable) {
+	if !isKind(err, boxerr.ErrBackendUnavailable) {
 		t.Fatalf("Probe on a missing socket: %v, want BoxBackendUnavailableError", err)
 	}
 	for _, hint := range []string{"docker.io", "dockerd", "DOCKER_HOST", "/nonexistent/boxrt-test.sock"} {
@@ -208,7 +209,7 @@ func TestStartSessionMissingImage(t *testing.T) {
 	if err == nil {
 		t.Fatal("StartSession with a missing image succeeded")
 	}
-	if !isKind(err, backends.ErrBox) {
+	if !isKind(err, boxerr.ErrBox) {
 		t.Errorf("error kind: %v", err)
 	}
 	for _, want := range []string{spec.Image, "docker load", "not available"} {
@@ -255,7 +256,7 @@ func TestStopSessionRemovesContainerAndVolume(t *testing.T) {
 		t.Error("Alive after stop")
 	}
 	_, err = b.Exec(ctx, info, backends.ExecRequest{Cmd: "true", Timeout: time.Second})
-	if !isKind(err, backends.ErrSessionNotFound) {
+	if !isKind(err, boxerr.ErrSessionNotFound) {
 		t.Errorf("Exec on a stopped session: %v, want BoxSessionNotFoundError", err)
 	}
 }
@@ -432,7 +433,7 @@ func TestHostPathMounts(t *testing.T) {
 	spec.SessionID += "-missing-ro"
 	spec.HostPath = filepath.Join(root, "missing")
 	spec.HostPathMode = backends.MountRO
-	if _, err := b.StartSession(context.Background(), spec); !isKind(err, backends.ErrValidation) {
+	if _, err := b.StartSession(context.Background(), spec); !isKind(err, boxerr.ErrValidation) {
 		t.Errorf("missing read-only host path: %v, want BoxValidationError", err)
 	}
 }

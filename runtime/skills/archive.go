@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"unicode"
 
-	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // ZipSource is where an archive comes from: exactly one of an upload key
@@ -63,7 +63,7 @@ func (s *Store) openZip(src ZipSource, lim Limits) (io.ReaderAt, int64, func(), 
 		}
 	}
 	if n != 1 {
-		return nil, 0, nil, backends.Validation("file_key", "exactly one of file_key and zip_base64 is required")
+		return nil, 0, nil, boxerr.Validation("file_key", "exactly one of file_key and zip_base64 is required")
 	}
 	switch {
 	case src.FileKey != "":
@@ -75,11 +75,11 @@ func (s *Store) openZip(src ZipSource, lim Limits) (io.ReaderAt, int64, func(), 
 	case src.Base64 != "":
 		// Refuse by encoded length before decoding anything.
 		if int64(len(src.Base64)) > int64(base64.StdEncoding.EncodedLen(int(lim.MaxZipBytes))) {
-			return nil, 0, nil, backends.Validation("zip_base64", "Uploaded archive exceeds the compressed size limit (%d bytes)", lim.MaxZipBytes)
+			return nil, 0, nil, boxerr.Validation("zip_base64", "Uploaded archive exceeds the compressed size limit (%d bytes)", lim.MaxZipBytes)
 		}
 		data, err := base64.StdEncoding.Strict().DecodeString(src.Base64)
 		if err != nil {
-			return nil, 0, nil, backends.Validation("zip_base64", "zip_base64 is not valid base64: %v", err).Wrap(err)
+			return nil, 0, nil, boxerr.Validation("zip_base64", "zip_base64 is not valid base64: %v", err).Wrap(err)
 		}
 		return bytes.NewReader(data), int64(len(data)), func() {}, nil
 	default:
@@ -101,7 +101,7 @@ func (s *Store) stage(ctx context.Context, root string, src ZipSource, opts ZipO
 	}
 	work, err := os.MkdirTemp(priv, "extract-")
 	if err != nil {
-		return nil, backends.Failure("create extraction dir: %v", err).Wrap(err)
+		return nil, boxerr.Failure("create extraction dir: %v", err).Wrap(err)
 	}
 	st := &staged{work: work}
 	ok := false
@@ -139,7 +139,7 @@ func (s *Store) stage(ctx context.Context, root string, src ZipSource, opts ZipO
 		}
 		sk, err := loadSkill(dir)
 		if err != nil {
-			var be *backends.Error
+			var be *boxerr.Error
 			msg := err.Error()
 			if errors.As(err, &be) {
 				msg = be.Msg
@@ -168,21 +168,21 @@ func sourceSubdir(archiveRoot, sub string) (string, error) {
 		return archiveRoot, nil
 	}
 	if strings.ContainsRune(sub, 0) {
-		return "", backends.Validation("source_subdir", "source_subdir contains a NUL byte")
+		return "", boxerr.Validation("source_subdir", "source_subdir contains a NUL byte")
 	}
 	c := path.Clean(sub)
 	if strings.HasPrefix(c, "..") || path.IsAbs(c) {
-		return "", backends.Validation("source_subdir", "source_subdir must stay within the uploaded archive")
+		return "", boxerr.Validation("source_subdir", "source_subdir must stay within the uploaded archive")
 	}
 	real, err := filepath.EvalSymlinks(filepath.Join(archiveRoot, filepath.FromSlash(c)))
 	if err != nil {
-		return "", backends.Validation("source_subdir", "source_subdir does not exist in the uploaded archive: %s", sub)
+		return "", boxerr.Validation("source_subdir", "source_subdir does not exist in the uploaded archive: %s", sub)
 	}
 	if !within(archiveRoot, real) {
-		return "", backends.Validation("source_subdir", "source_subdir must stay within the uploaded archive")
+		return "", boxerr.Validation("source_subdir", "source_subdir must stay within the uploaded archive")
 	}
 	if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
-		return "", backends.Validation("source_subdir", "source_subdir does not exist in the uploaded archive: %s", sub)
+		return "", boxerr.Validation("source_subdir", "source_subdir does not exist in the uploaded archive: %s", sub)
 	}
 	return real, nil
 }
@@ -286,12 +286,12 @@ func (s *Store) InstallZip(ctx context.Context, src ZipSource, opts ZipOptions) 
 	case len(requested) == 0 && len(st.cands) == 1:
 		selected = st.cands
 	case len(requested) == 0:
-		return nil, backends.Validation("source_paths", "Multiple skills found. Please choose one or more source_paths: %s", strings.Join(available, ", "))
+		return nil, boxerr.Validation("source_paths", "Multiple skills found. Please choose one or more source_paths: %s", strings.Join(available, ", "))
 	default:
 		for _, p := range requested {
 			c, ok := bySource[p]
 			if !ok {
-				return nil, backends.Validation("source_paths", "Invalid source_path %q. Available: %s", describe(p), strings.Join(available, ", "))
+				return nil, boxerr.Validation("source_paths", "Invalid source_path %q. Available: %s", describe(p), strings.Join(available, ", "))
 			}
 			selected = append(selected, c)
 		}
@@ -302,10 +302,10 @@ func (s *Store) InstallZip(ctx context.Context, src ZipSource, opts ZipOptions) 
 	names := map[string]bool{}
 	for _, c := range selected {
 		if targets[c.target] {
-			return nil, backends.Validation("source_paths", "Two selected skills would install to the same directory: %s", filepath.Join(root, c.target))
+			return nil, boxerr.Validation("source_paths", "Two selected skills would install to the same directory: %s", filepath.Join(root, c.target))
 		}
 		if names[c.skill.Name] {
-			return nil, backends.Validation("source_paths", "Two selected skills have the same name: %q", c.skill.Name)
+			return nil, boxerr.Validation("source_paths", "Two selected skills have the same name: %q", c.skill.Name)
 		}
 		targets[c.target], names[c.skill.Name] = true, true
 		keys = append(keys, nameKey(c.skill.Name), pkgKey(c.target))
@@ -319,18 +319,18 @@ func (s *Store) InstallZip(ctx context.Context, src ZipSource, opts ZipOptions) 
 	}
 	for _, sk := range existing {
 		if names[sk.Name] {
-			return nil, backends.Validation("source_paths", "Skill with name %q already exists", sk.Name)
+			return nil, boxerr.Validation("source_paths", "Skill with name %q already exists", sk.Name)
 		}
 	}
 	for _, c := range selected {
 		if _, err := os.Lstat(filepath.Join(root, c.target)); err == nil {
-			return nil, backends.Validation("source_paths", "Skill directory already exists: %s", filepath.Join(root, c.target))
+			return nil, boxerr.Validation("source_paths", "Skill directory already exists: %s", filepath.Join(root, c.target))
 		}
 	}
 
 	staging, err := os.MkdirTemp(root, internalPrefix+"staging-")
 	if err != nil {
-		return nil, backends.Failure("create staging dir: %v", err).Wrap(err)
+		return nil, boxerr.Failure("create staging dir: %v", err).Wrap(err)
 	}
 	defer os.RemoveAll(staging)
 	for _, c := range selected {
@@ -362,16 +362,16 @@ func (s *Store) InstallZip(ctx context.Context, src ZipSource, opts ZipOptions) 
 		if err := os.Mkdir(dst, 0o755); err != nil {
 			rollback()
 			if errors.Is(err, fs.ErrExist) {
-				return nil, backends.Validation("source_paths", "Skill directory already exists: %s", dst)
+				return nil, boxerr.Validation("source_paths", "Skill directory already exists: %s", dst)
 			}
-			return nil, backends.Failure("install %s: %v", dst, err).Wrap(err)
+			return nil, boxerr.Failure("install %s: %v", dst, err).Wrap(err)
 		}
 		placed = append(placed, dst)
 		// syscall.Rename, not os.Rename: os.Rename refuses any existing
 		// directory as the destination, even the empty one we just made.
 		if err := syscall.Rename(filepath.Join(staging, c.target), dst); err != nil {
 			rollback()
-			return nil, backends.Failure("install %s: %v", dst, err).Wrap(err)
+			return nil, boxerr.Failure("install %s: %v", dst, err).Wrap(err)
 		}
 	}
 	out := make([]Skill, 0, len(selected))
@@ -379,7 +379,7 @@ func (s *Store) InstallZip(ctx context.Context, src ZipSource, opts ZipOptions) 
 		sk, err := loadSkill(filepath.Join(root, c.target))
 		if err != nil {
 			rollback()
-			return nil, backends.Failure("installed skill %s is unreadable: %v", c.target, err).Wrap(err)
+			return nil, boxerr.Failure("installed skill %s is unreadable: %v", c.target, err).Wrap(err)
 		}
 		out = append(out, sk)
 	}
@@ -391,20 +391,20 @@ func (s *Store) InstallZip(ctx context.Context, src ZipSource, opts ZipOptions) 
 func copyTree(ctx context.Context, src, dst string) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return backends.Failure("copy %s: %v", p, err).Wrap(err)
+			return boxerr.Failure("copy %s: %v", p, err).Wrap(err)
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		rel, err := filepath.Rel(src, p)
 		if err != nil {
-			return backends.Failure("copy %s: %v", p, err).Wrap(err)
+			return boxerr.Failure("copy %s: %v", p, err).Wrap(err)
 		}
 		target := filepath.Join(dst, rel)
 		switch {
 		case d.IsDir():
 			if err := os.Mkdir(target, 0o755); err != nil {
-				return backends.Failure("copy %s: %v", rel, err).Wrap(err)
+				return boxerr.Failure("copy %s: %v", rel, err).Wrap(err)
 			}
 			return nil
 		case d.Type().IsRegular():
@@ -418,12 +418,12 @@ func copyTree(ctx context.Context, src, dst string) error {
 func copyFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
-		return backends.Failure("copy %s: %v", src, err).Wrap(err)
+		return boxerr.Failure("copy %s: %v", src, err).Wrap(err)
 	}
 	defer in.Close()
 	fi, err := in.Stat()
 	if err != nil {
-		return backends.Failure("copy %s: %v", src, err).Wrap(err)
+		return boxerr.Failure("copy %s: %v", src, err).Wrap(err)
 	}
 	mode := fs.FileMode(0o644)
 	if fi.Mode().Perm()&0o111 != 0 {
@@ -431,7 +431,7 @@ func copyFile(src, dst string) error {
 	}
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
-		return backends.Failure("copy %s: %v", dst, err).Wrap(err)
+		return boxerr.Failure("copy %s: %v", dst, err).Wrap(err)
 	}
 	_, err = io.Copy(out, in)
 	if err == nil {
@@ -441,7 +441,7 @@ func copyFile(src, dst string) error {
 		err = cerr
 	}
 	if err != nil {
-		return backends.Failure("copy %s: %v", dst, err).Wrap(err)
+		return boxerr.Failure("copy %s: %v", dst, err).Wrap(err)
 	}
 	return nil
 }

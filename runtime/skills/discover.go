@@ -9,7 +9,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // discoveryEntryLimit is MaxDiscoveryEntries; a variable only so tests can
@@ -40,7 +40,7 @@ func discover(ctx context.Context, base string, maxDepth int) ([]string, error) 
 		if hasEntry(it.dir) {
 			found = append(found, it.dir)
 			if len(found) > MaxDiscoveredSkills {
-				return nil, backends.Failure("Skill discovery exceeded the configured package limit (%d)", MaxDiscoveredSkills)
+				return nil, boxerr.Failure("Skill discovery exceeded the configured package limit (%d)", MaxDiscoveredSkills)
 			}
 			continue
 		}
@@ -75,7 +75,7 @@ func readDirNames(dir string, budget *int) ([]string, error) {
 		batch, err := f.ReadDir(256)
 		*budget -= len(batch)
 		if *budget < 0 {
-			return nil, backends.Failure("Skill discovery exceeded the configured entry limit (%d entries)", discoveryEntryLimit)
+			return nil, boxerr.Failure("Skill discovery exceeded the configured entry limit (%d entries)", discoveryEntryLimit)
 		}
 		for _, de := range batch {
 			if de.IsDir() && !strings.HasPrefix(de.Name(), internalPrefix) {

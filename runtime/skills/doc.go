@@ -18,5 +18,5 @@
 //   - list/get failures are BoxValidationError/BoxError values like the
 //     rest, instead of raw exception classes.
 //
-// Every error returned by the Store is a *backends.Error.
+// Every error returned by the Store is a *boxerr.Error.
 package skills

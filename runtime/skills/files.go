@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
-	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // File listing bounds (reference §9.5).
@@ -69,7 +69,7 @@ type ListFilesOptions struct {
 // ListFiles lists one directory of a skill package, sorted by name.
 func (s *Store) ListFiles(ctx context.Context, name string, opts ListFilesOptions) (FileListing, error) {
 	if opts.MaxEntries < 1 {
-		return FileListing{}, backends.Validation("max_entries", "max_entries must be a positive integer, got %d", opts.MaxEntries)
+		return FileListing{}, boxerr.Validation("max_entries", "max_entries must be a positive integer, got %d", opts.MaxEntries)
 	}
 	limit := min(opts.MaxEntries, MaxListEntries)
 	rel, err := cleanRel(opts.Path, "path")
@@ -83,32 +83,32 @@ func (s *Store) ListFiles(ctx context.Context, name string, opts ListFilesOption
 	defer unlock()
 	real, err := resolveExisting(sk.PackageRoot, rel, "path")
 	if errors.Is(err, fs.ErrNotExist) {
-		return FileListing{}, backends.Validation("path", "Skill directory not found: %s", rel)
+		return FileListing{}, boxerr.Validation("path", "Skill directory not found: %s", rel)
 	} else if err != nil {
 		return FileListing{}, err
 	}
 	pkg, err := os.OpenRoot(sk.PackageRoot)
 	if err != nil {
-		return FileListing{}, backends.Validation("name", "Skill %q not found", sk.Name).Wrap(err)
+		return FileListing{}, boxerr.Validation("name", "Skill %q not found", sk.Name).Wrap(err)
 	}
 	defer pkg.Close()
 	f, err := pkg.OpenFile(real, os.O_RDONLY|syscall.O_NONBLOCK, 0) // never block on a planted FIFO
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return FileListing{}, backends.Validation("path", "Skill directory not found: %s", rel)
+			return FileListing{}, boxerr.Validation("path", "Skill directory not found: %s", rel)
 		}
 		return FileListing{}, pathError(err, "path", rel)
 	}
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil || !fi.IsDir() {
-		return FileListing{}, backends.Validation("path", "Skill directory not found: %s", rel)
+		return FileListing{}, boxerr.Validation("path", "Skill directory not found: %s", rel)
 	}
 	des, err := f.ReadDir(MaxDirEntries + 1)
 	if err != nil && err != io.EOF {
-		return FileListing{}, backends.Failure("read %s: %v", rel, err).Wrap(err)
+		return FileListing{}, boxerr.Failure("read %s: %v", rel, err).Wrap(err)
 	}
 	if len(des) > MaxDirEntries {
-		return FileListing{}, backends.Validation("path", "Skill directory %s has more than %d entries", rel, MaxDirEntries)
+		return FileListing{}, boxerr.Validation("path", "Skill directory %s has more than %d entries", rel, MaxDirEntries)
 	}
 	sort.Slice(des, func(i, j int) bool { return des[i].Name() < des[j].Name() })
 	out := FileListing{Skill: SkillRef{sk.Name}, BasePath: rel, Entries: []FileEntry{}}
@@ -158,13 +158,13 @@ func (s *Store) ReadFile(ctx context.Context, name, p string) (FileContent, erro
 	defer unlock()
 	real, err := resolveExisting(sk.PackageRoot, rel, "path")
 	if errors.Is(err, fs.ErrNotExist) {
-		return FileContent{}, backends.Validation("path", "Skill file not found: %s", rel)
+		return FileContent{}, boxerr.Validation("path", "Skill file not found: %s", rel)
 	} else if err != nil {
 		return FileContent{}, err
 	}
 	pkg, err := os.OpenRoot(sk.PackageRoot)
 	if err != nil {
-		return FileContent{}, backends.Validation("name", "Skill %q not found", sk.Name).Wrap(err)
+		return FileContent{}, boxerr.Validation("name", "Skill %q not found", sk.Name).Wrap(err)
 	}
 	defer pkg.Close()
 	text, err := readText(pkg, real, rel, "path")
@@ -179,20 +179,20 @@ func (s *Store) ReadFile(ctx context.Context, name, p string) (FileContent, erro
 // reader sees the old or the new file, never a mix.
 func (s *Store) WriteFile(ctx context.Context, name, p, content string) (WriteResult, error) {
 	if len(content) > MaxTextBytes {
-		return WriteResult{}, backends.Validation("content", "Skill file content exceeds the %d-byte limit", MaxTextBytes)
+		return WriteResult{}, boxerr.Validation("content", "Skill file content exceeds the %d-byte limit", MaxTextBytes)
 	}
 	if !utf8.ValidString(content) {
-		return WriteResult{}, backends.Validation("content", "Skill file content is not valid UTF-8 text")
+		return WriteResult{}, boxerr.Validation("content", "Skill file content is not valid UTF-8 text")
 	}
 	rel, err := cleanRel(p, "path")
 	if err != nil {
 		return WriteResult{}, err
 	}
 	if rel == "." {
-		return WriteResult{}, backends.Validation("path", "path must name a file inside the skill package")
+		return WriteResult{}, boxerr.Validation("path", "path must name a file inside the skill package")
 	}
 	if strings.HasPrefix(path.Base(rel), internalPrefix) {
-		return WriteResult{}, backends.Validation("path", "file names starting with %q are reserved: %s", internalPrefix, rel)
+		return WriteResult{}, boxerr.Validation("path", "file names starting with %q are reserved: %s", internalPrefix, rel)
 	}
 	sk, unlock, err := s.openSkill(ctx, name, true)
 	if err != nil {
@@ -205,25 +205,25 @@ func (s *Store) WriteFile(ctx context.Context, name, p, content string) (WriteRe
 	}
 	pkg, err := os.OpenRoot(sk.PackageRoot)
 	if err != nil {
-		return WriteResult{}, backends.Validation("name", "Skill %q not found", sk.Name).Wrap(err)
+		return WriteResult{}, boxerr.Validation("name", "Skill %q not found", sk.Name).Wrap(err)
 	}
 	defer pkg.Close()
 	if dir := path.Dir(target); dir != "." {
 		if err := pkg.MkdirAll(dir, 0o755); err != nil {
 			if isEscape(err) {
-				return WriteResult{}, backends.Validation("path", "path must stay within the skill package root: %s", rel).Wrap(err)
+				return WriteResult{}, boxerr.Validation("path", "path must stay within the skill package root: %s", rel).Wrap(err)
 			}
-			return WriteResult{}, backends.Validation("path", "cannot create the parent directory of %s: %v", rel, err).Wrap(err)
+			return WriteResult{}, boxerr.Validation("path", "cannot create the parent directory of %s: %v", rel, err).Wrap(err)
 		}
 	}
 	perm := fs.FileMode(0o644)
 	if fi, err := pkg.Stat(target); err == nil {
 		if !fi.Mode().IsRegular() {
-			return WriteResult{}, backends.Validation("path", "%s is not a regular file", rel)
+			return WriteResult{}, boxerr.Validation("path", "%s is not a regular file", rel)
 		}
 		perm = fi.Mode().Perm() // keep e.g. the execute bit of a script
 	} else if isEscape(err) {
-		return WriteResult{}, backends.Validation("path", "path must stay within the skill package root: %s", rel).Wrap(err)
+		return WriteResult{}, boxerr.Validation("path", "path must stay within the skill package root: %s", rel).Wrap(err)
 	}
 	if err := writeAtomic(pkg, target, []byte(content), perm); err != nil {
 		return WriteResult{}, err
@@ -257,9 +257,9 @@ func writeAtomic(root *os.Root, rel string, data []byte, perm fs.FileMode) error
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		if isEscape(err) {
-			return backends.Validation("path", "path must stay within the skill package root: %s", rel).Wrap(err)
+			return boxerr.Validation("path", "path must stay within the skill package root: %s", rel).Wrap(err)
 		}
-		return backends.Failure("write %s: %v", rel, err).Wrap(err)
+		return boxerr.Failure("write %s: %v", rel, err).Wrap(err)
 	}
 	_, err = f.Write(data)
 	if err == nil {
@@ -277,9 +277,9 @@ func writeAtomic(root *os.Root, rel string, data []byte, perm fs.FileMode) error
 	if err != nil {
 		_ = root.Remove(tmp)
 		if isEscape(err) {
-			return backends.Validation("path", "path must stay within the skill package root: %s", rel).Wrap(err)
+			return boxerr.Validation("path", "path must stay within the skill package root: %s", rel).Wrap(err)
 		}
-		return backends.Failure("write %s: %v", rel, err).Wrap(err)
+		return boxerr.Failure("write %s: %v", rel, err).Wrap(err)
 	}
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // fileFixture is a skill "demo" with a few files, an outside directory and
@@ -209,7 +209,7 @@ func TestFIFOsDoNotBlock(t *testing.T) {
 	// Checks run in a goroutine so a hang is reported, not waited for;
 	// t.Errorf is safe there, t.Fatal is not.
 	check := func(err error, want string) {
-		if !errors.Is(err, backends.ErrValidation) || !strings.Contains(err.Error(), want) {
+		if !errors.Is(err, boxerr.ErrValidation) || !strings.Contains(err.Error(), want) {
 			t.Errorf("want a validation error with %q, got %v", want, err)
 		}
 	}

@@ -15,8 +15,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/boxrt/boxrt/backends"
 	"go.uber.org/goleak"
+
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -63,8 +64,8 @@ func wantValidation(t *testing.T, err error, fragments ...string) {
 	if err == nil {
 		t.Fatalf("want a validation error containing %q, got success", fragments)
 	}
-	var be *backends.Error
-	if !errors.As(err, &be) || !errors.Is(err, backends.ErrValidation) {
+	var be *boxerr.Error
+	if !errors.As(err, &be) || !errors.Is(err, boxerr.ErrValidation) {
 		t.Fatalf("want BoxValidationError, got %T %v", err, err)
 	}
 	for _, f := range fragments {

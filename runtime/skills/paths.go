@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // within reports whether p is dir or below it. Both must be clean absolute
@@ -25,10 +25,10 @@ func within(dir, p string) bool {
 func resolveHostPath(root, p, label, field string) (string, error) {
 	p = strings.TrimSpace(p)
 	if p == "" {
-		return "", backends.Validation(field, "%s is required", label)
+		return "", boxerr.Validation(field, "%s is required", label)
 	}
 	if strings.ContainsRune(p, 0) {
-		return "", backends.Validation(field, "%s contains a NUL byte: %q", label, p)
+		return "", boxerr.Validation(field, "%s contains a NUL byte: %q", label, p)
 	}
 	abs := p
 	if !filepath.IsAbs(abs) {
@@ -40,14 +40,14 @@ func resolveHostPath(root, p, label, field string) (string, error) {
 			// Refuse an outside path as outside even when it does not
 			// exist, so the message does not probe the host's tree.
 			if !within(root, filepath.Clean(abs)) {
-				return "", backends.Validation(field, "%s must stay within the skill root: %s", label, p)
+				return "", boxerr.Validation(field, "%s must stay within the skill root: %s", label, p)
 			}
-			return "", backends.Validation(field, "Directory does not exist: %s", p).Wrap(err)
+			return "", boxerr.Validation(field, "Directory does not exist: %s", p).Wrap(err)
 		}
-		return "", backends.Validation(field, "%s cannot be resolved: %s: %v", label, p, err).Wrap(err)
+		return "", boxerr.Validation(field, "%s cannot be resolved: %s: %v", label, p, err).Wrap(err)
 	}
 	if !within(root, real) {
-		return "", backends.Validation(field, "%s must stay within the skill root: %s", label, p)
+		return "", boxerr.Validation(field, "%s must stay within the skill root: %s", label, p)
 	}
 	return real, nil
 }
@@ -62,14 +62,14 @@ func cleanRel(p, field string) (string, error) {
 		p = "."
 	}
 	if strings.ContainsRune(p, 0) {
-		return "", backends.Validation(field, "path contains a NUL byte: %q", p)
+		return "", boxerr.Validation(field, "path contains a NUL byte: %q", p)
 	}
 	if strings.HasPrefix(p, "/") || filepath.IsAbs(p) {
-		return "", backends.Validation(field, "path must be relative to the skill package root: %s", p)
+		return "", boxerr.Validation(field, "path must be relative to the skill package root: %s", p)
 	}
 	c := path.Clean(p)
 	if strings.HasPrefix(c, "..") {
-		return "", backends.Validation(field, "path must stay within the skill package root: %s", p)
+		return "", boxerr.Validation(field, "path must stay within the skill package root: %s", p)
 	}
 	return c, nil
 }
@@ -84,14 +84,14 @@ func resolveExisting(pkgDir, rel, field string) (string, error) {
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", err
 		}
-		return "", backends.Validation(field, "path cannot be resolved: %s: %v", rel, err).Wrap(err)
+		return "", boxerr.Validation(field, "path cannot be resolved: %s: %v", rel, err).Wrap(err)
 	}
 	if !within(pkgDir, real) {
-		return "", backends.Validation(field, "path must stay within the skill package root: %s", rel)
+		return "", boxerr.Validation(field, "path must stay within the skill package root: %s", rel)
 	}
 	out, err := filepath.Rel(pkgDir, real)
 	if err != nil {
-		return "", backends.Failure("path %s: %v", rel, err).Wrap(err)
+		return "", boxerr.Failure("path %s: %v", rel, err).Wrap(err)
 	}
 	return out, nil
 }
@@ -109,7 +109,7 @@ func resolveForWrite(pkgDir, rel, field string) (string, error) {
 		return "", err
 	}
 	if _, err := os.Lstat(full); err == nil {
-		return "", backends.Validation(field, "path must stay within the skill package root: %s (dangling symlink)", rel)
+		return "", boxerr.Validation(field, "path must stay within the skill package root: %s (dangling symlink)", rel)
 	}
 	missing := []string{filepath.Base(full)}
 	dir := filepath.Dir(full)
@@ -117,7 +117,7 @@ func resolveForWrite(pkgDir, rel, field string) (string, error) {
 		real, err := filepath.EvalSymlinks(dir)
 		if err == nil {
 			if !within(pkgDir, real) {
-				return "", backends.Validation(field, "path must stay within the skill package root: %s", rel)
+				return "", boxerr.Validation(field, "path must stay within the skill package root: %s", rel)
 			}
 			for i := len(missing) - 1; i >= 0; i-- {
 				real = filepath.Join(real, missing[i])
@@ -125,14 +125,14 @@ func resolveForWrite(pkgDir, rel, field string) (string, error) {
 			return filepath.Rel(pkgDir, real)
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return "", backends.Validation(field, "path cannot be resolved: %s: %v", rel, err).Wrap(err)
+			return "", boxerr.Validation(field, "path cannot be resolved: %s: %v", rel, err).Wrap(err)
 		}
 		if _, lerr := os.Lstat(dir); lerr == nil {
-			return "", backends.Validation(field, "path must stay within the skill package root: %s (dangling symlink)", rel)
+			return "", boxerr.Validation(field, "path must stay within the skill package root: %s (dangling symlink)", rel)
 		}
 		if dir == pkgDir || !within(pkgDir, dir) {
 			// pkgDir itself vanished (deleted concurrently).
-			return "", backends.Validation(field, "Skill package no longer exists: %s", pkgDir).Wrap(err)
+			return "", boxerr.Validation(field, "Skill package no longer exists: %s", pkgDir).Wrap(err)
 		}
 		missing = append(missing, filepath.Base(dir))
 		dir = filepath.Dir(dir)

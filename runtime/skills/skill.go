@@ -14,8 +14,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/boxrt/boxrt/backends"
 	"gopkg.in/yaml.v3"
+
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // Entry file names, in order of preference.
@@ -71,7 +72,7 @@ type Input struct {
 func ValidateName(name string) (string, error) {
 	name = strings.TrimSpace(name)
 	if name == "" {
-		return "", backends.Validation("name", "Skill name is required")
+		return "", boxerr.Validation("name", "Skill name is required")
 	}
 	core := strings.NewReplacer("-", "", "_", "").Replace(name)
 	ok := core != ""
@@ -82,10 +83,10 @@ func ValidateName(name string) (string, error) {
 		}
 	}
 	if !ok {
-		return "", backends.Validation("name", "Skill name can only contain letters, numbers, hyphens and underscores: %q", name)
+		return "", boxerr.Validation("name", "Skill name can only contain letters, numbers, hyphens and underscores: %q", name)
 	}
 	if utf8.RuneCountInString(name) > MaxNameLen {
-		return "", backends.Validation("name", "Skill name cannot exceed %d characters", MaxNameLen)
+		return "", boxerr.Validation("name", "Skill name cannot exceed %d characters", MaxNameLen)
 	}
 	return name, nil
 }
@@ -162,10 +163,10 @@ func FormatSkillMD(name, displayName, description, instructions string) (string,
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
 	if err := enc.Encode(fm); err != nil {
-		return "", backends.Failure("cannot encode SKILL.md front matter: %v", err).Wrap(err)
+		return "", boxerr.Failure("cannot encode SKILL.md front matter: %v", err).Wrap(err)
 	}
 	if err := enc.Close(); err != nil {
-		return "", backends.Failure("cannot encode SKILL.md front matter: %v", err).Wrap(err)
+		return "", boxerr.Failure("cannot encode SKILL.md front matter: %v", err).Wrap(err)
 	}
 	return "---\n" + strings.TrimRight(buf.String(), "\n") + "\n---\n\n" + instructions, nil
 }
@@ -213,22 +214,22 @@ func readText(pkg *os.Root, rel, label, field string) (string, error) {
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return "", backends.Failure("stat %s: %v", label, err).Wrap(err)
+		return "", boxerr.Failure("stat %s: %v", label, err).Wrap(err)
 	}
 	if !fi.Mode().IsRegular() {
-		return "", backends.Validation(field, "Skill file not found: %s", label)
+		return "", boxerr.Validation(field, "Skill file not found: %s", label)
 	}
 	// Read one byte more than allowed instead of trusting Stat: the file
 	// may grow between the two calls.
 	data, err := io.ReadAll(io.LimitReader(f, MaxTextBytes+1))
 	if err != nil {
-		return "", backends.Failure("read %s: %v", label, err).Wrap(err)
+		return "", boxerr.Failure("read %s: %v", label, err).Wrap(err)
 	}
 	if len(data) > MaxTextBytes {
-		return "", backends.Validation(field, "Skill file %s exceeds the %d-byte limit", label, MaxTextBytes)
+		return "", boxerr.Validation(field, "Skill file %s exceeds the %d-byte limit", label, MaxTextBytes)
 	}
 	if !utf8.Valid(data) {
-		return "", backends.Validation(field, "Skill file %s is not valid UTF-8 text", label)
+		return "", boxerr.Validation(field, "Skill file %s is not valid UTF-8 text", label)
 	}
 	return string(data), nil
 }
@@ -237,12 +238,12 @@ func readText(pkg *os.Root, rel, label, field string) (string, error) {
 // error naming the path: not found, or an attempt to leave the root.
 func pathError(err error, field, label string) error {
 	if errors.Is(err, fs.ErrNotExist) {
-		return backends.Validation(field, "Skill file not found: %s", label).Wrap(err)
+		return boxerr.Validation(field, "Skill file not found: %s", label).Wrap(err)
 	}
 	if isEscape(err) {
-		return backends.Validation(field, "path must stay within the skill package root: %s", label).Wrap(err)
+		return boxerr.Validation(field, "path must stay within the skill package root: %s", label).Wrap(err)
 	}
-	return backends.Failure("%s: %v", label, err).Wrap(err)
+	return boxerr.Failure("%s: %v", label, err).Wrap(err)
 }
 
 // isEscape recognises os.Root refusing a path that leaves the root
@@ -263,12 +264,12 @@ var pythonMarkers = []string{"requirements.txt", "pyproject.toml", "setup.py", "
 func loadSkill(dir string) (Skill, error) {
 	pkg, err := os.OpenRoot(dir)
 	if err != nil {
-		return Skill{}, backends.Validation("package_root", "Directory does not exist: %s", dir).Wrap(err)
+		return Skill{}, boxerr.Validation("package_root", "Directory does not exist: %s", dir).Wrap(err)
 	}
 	defer pkg.Close()
 	entry := findEntry(pkg)
 	if entry == "" {
-		return Skill{}, backends.Validation("package_root", "No SKILL.md found in %s", dir)
+		return Skill{}, boxerr.Validation("package_root", "No SKILL.md found in %s", dir)
 	}
 	text, err := readText(pkg, entry, filepath.Join(dir, entry), "package_root")
 	if err != nil {
@@ -276,7 +277,7 @@ func loadSkill(dir string) (Skill, error) {
 	}
 	fi, err := pkg.Stat(entry)
 	if err != nil {
-		return Skill{}, backends.Failure("stat %s: %v", filepath.Join(dir, entry), err).Wrap(err)
+		return Skill{}, boxerr.Failure("stat %s: %v", filepath.Join(dir, entry), err).Wrap(err)
 	}
 	meta, instructions := ParseSkillMD(text)
 	name := strings.TrimSpace(meta["name"])

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // Discovery bounds (reference §9.3).
@@ -148,17 +148,17 @@ func (s *Store) privateDir() (string, error) {
 	s.privMu.Lock()
 	defer s.privMu.Unlock()
 	if s.closed {
-		return "", backends.RuntimeUnavailable("skill store is closed")
+		return "", boxerr.RuntimeUnavailable("skill store is closed")
 	}
 	if s.priv != "" {
 		return s.priv, nil
 	}
 	if err := os.MkdirAll(s.tempParent, 0o755); err != nil {
-		return "", backends.Failure("cannot create temp dir %s: %v", s.tempParent, err).Wrap(err)
+		return "", boxerr.Failure("cannot create temp dir %s: %v", s.tempParent, err).Wrap(err)
 	}
 	dir, err := os.MkdirTemp(s.tempParent, "boxrt-skills-")
 	if err != nil {
-		return "", backends.Failure("cannot create private temp dir: %v", err).Wrap(err)
+		return "", boxerr.Failure("cannot create private temp dir: %v", err).Wrap(err)
 	}
 	if real, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = real
@@ -176,14 +176,14 @@ func (s *Store) Root(ctx context.Context) (string, error) {
 	}
 	p := s.rootFn()
 	if strings.TrimSpace(p) == "" {
-		return "", backends.Failure("skill store root is not configured")
+		return "", boxerr.Failure("skill store root is not configured")
 	}
 	if err := os.MkdirAll(p, 0o755); err != nil {
-		return "", backends.Failure("cannot create skill root %s: %v", p, err).Wrap(err)
+		return "", boxerr.Failure("cannot create skill root %s: %v", p, err).Wrap(err)
 	}
 	real, err := filepath.EvalSymlinks(p)
 	if err != nil {
-		return "", backends.Failure("cannot resolve skill root %s: %v", p, err).Wrap(err)
+		return "", boxerr.Failure("cannot resolve skill root %s: %v", p, err).Wrap(err)
 	}
 	return real, nil
 }
@@ -211,7 +211,7 @@ func (s *Store) list(ctx context.Context, root string) ([]Skill, error) {
 		}
 		total += len(sk.Name) + len(sk.DisplayName) + len(sk.Description) + len(sk.Instructions)
 		if total > MaxListTextBytes {
-			return nil, backends.Failure("Skill listing exceeds the configured text limit (%d bytes)", MaxListTextBytes)
+			return nil, boxerr.Failure("Skill listing exceeds the configured text limit (%d bytes)", MaxListTextBytes)
 		}
 		out = append(out, sk)
 	}
@@ -228,7 +228,7 @@ func (s *Store) list(ctx context.Context, root string) ([]Skill, error) {
 func (s *Store) Get(ctx context.Context, name string) (*Skill, error) {
 	name = strings.TrimSpace(name)
 	if name == "" {
-		return nil, backends.Validation("name", "Skill name is required")
+		return nil, boxerr.Validation("name", "Skill name is required")
 	}
 	all, err := s.List(ctx)
 	if err != nil {
@@ -253,7 +253,7 @@ func (s *Store) find(ctx context.Context, name string) (Skill, error) {
 		return Skill{}, err
 	}
 	if sk == nil {
-		return Skill{}, backends.Validation("name", "Skill %q not found", name)
+		return Skill{}, boxerr.Validation("name", "Skill %q not found", name)
 	}
 	return *sk, nil
 }
@@ -317,7 +317,7 @@ func (s *Store) Create(ctx context.Context, in Input) (Skill, error) {
 	if existing, err := s.Get(ctx, name); err != nil {
 		return Skill{}, err
 	} else if existing != nil {
-		return Skill{}, backends.Validation("name", "Skill with name %q already exists", name)
+		return Skill{}, boxerr.Validation("name", "Skill with name %q already exists", name)
 	}
 
 	var pkgDir, entry string
@@ -330,21 +330,21 @@ func (s *Store) Create(ctx context.Context, in Input) (Skill, error) {
 			return Skill{}, err
 		}
 		if p == root {
-			return Skill{}, backends.Validation("package_root", "package_root must be a directory under the skill root, not the root itself")
+			return Skill{}, boxerr.Validation("package_root", "package_root must be a directory under the skill root, not the root itself")
 		}
 		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
-			return Skill{}, backends.Validation("package_root", "Directory does not exist: %s", *in.PackageRoot)
+			return Skill{}, boxerr.Validation("package_root", "Directory does not exist: %s", *in.PackageRoot)
 		}
 		if !hasEntry(p) {
-			return Skill{}, backends.Validation("package_root", "No SKILL.md found in %s", p)
+			return Skill{}, boxerr.Validation("package_root", "No SKILL.md found in %s", p)
 		}
 		if !discoverable(root, p) {
-			return Skill{}, backends.Validation("package_root", "package_root %s would not be listed: it is inside another skill, in a reserved directory, or deeper than %d levels", p, ListDepth)
+			return Skill{}, boxerr.Validation("package_root", "package_root %s would not be listed: it is inside another skill, in a reserved directory, or deeper than %d levels", p, ListDepth)
 		}
 		// Adopting a package that already is a listed skill under another
 		// name would be a rename in disguise.
 		if cur, err := loadSkill(p); err == nil && cur.Name != name {
-			return Skill{}, backends.Validation("package_root", "%s already holds skill %q; renaming skills is not supported", p, cur.Name)
+			return Skill{}, boxerr.Validation("package_root", "%s already holds skill %q; renaming skills is not supported", p, cur.Name)
 		}
 		pkgDir = p
 	} else {
@@ -357,12 +357,12 @@ func (s *Store) Create(ctx context.Context, in Input) (Skill, error) {
 	if adopt {
 		pkg, err := os.OpenRoot(pkgDir)
 		if err != nil {
-			return Skill{}, backends.Validation("package_root", "Directory does not exist: %s", pkgDir).Wrap(err)
+			return Skill{}, boxerr.Validation("package_root", "Directory does not exist: %s", pkgDir).Wrap(err)
 		}
 		entry = findEntry(pkg)
 		if entry == "" {
 			pkg.Close()
-			return Skill{}, backends.Validation("package_root", "No SKILL.md found in %s", pkgDir)
+			return Skill{}, boxerr.Validation("package_root", "No SKILL.md found in %s", pkgDir)
 		}
 		text, err := readText(pkg, entry, filepath.Join(pkgDir, entry), "package_root")
 		pkg.Close()
@@ -372,29 +372,29 @@ func (s *Store) Create(ctx context.Context, in Input) (Skill, error) {
 		defaults, defaultInstructions = ParseSkillMD(text)
 	} else {
 		if hasEntry(pkgDir) {
-			return Skill{}, backends.Validation("name", "Skill directory already exists: %s", pkgDir)
+			return Skill{}, boxerr.Validation("name", "Skill directory already exists: %s", pkgDir)
 		}
 		// A SKILL.md written above nested packages would hide them all
 		// (discovery does not descend into a skill).
 		if nested, err := discover(ctx, pkgDir, ListDepth); err == nil && len(nested) > 0 {
-			return Skill{}, backends.Validation("name", "Skill directory already exists and holds other skills: %s", pkgDir)
+			return Skill{}, boxerr.Validation("name", "Skill directory already exists and holds other skills: %s", pkgDir)
 		}
 		rootFS, err := os.OpenRoot(root)
 		if err != nil {
-			return Skill{}, backends.Failure("open skill root: %v", err).Wrap(err)
+			return Skill{}, boxerr.Failure("open skill root: %v", err).Wrap(err)
 		}
 		err = rootFS.Mkdir(name, 0o755)
 		created = err == nil
 		if err != nil && !errors.Is(err, fs.ErrExist) {
 			rootFS.Close()
-			return Skill{}, backends.Failure("create %s: %v", pkgDir, err).Wrap(err)
+			return Skill{}, boxerr.Failure("create %s: %v", pkgDir, err).Wrap(err)
 		}
 		// A pre-existing <root>/<name> must be a real directory: writing
 		// through a planted symlink would leave the root.
 		fi, err := rootFS.Lstat(name)
 		rootFS.Close()
 		if err != nil || !fi.IsDir() {
-			return Skill{}, backends.Validation("name", "Skill directory %s exists and is not a directory", pkgDir)
+			return Skill{}, boxerr.Validation("name", "Skill directory %s exists and is not a directory", pkgDir)
 		}
 		entry = EntryFile
 	}
@@ -420,7 +420,7 @@ func (s *Store) Create(ctx context.Context, in Input) (Skill, error) {
 		if sk, err = loadSkill(pkgDir); err == nil {
 			return sk, nil
 		}
-		err = backends.Failure("Failed to create skill: %v", err).Wrap(err)
+		err = boxerr.Failure("Failed to create skill: %v", err).Wrap(err)
 	}
 	if created {
 		_ = os.RemoveAll(pkgDir)
@@ -431,11 +431,11 @@ func (s *Store) Create(ctx context.Context, in Input) (Skill, error) {
 // writeEntry checks the size limit and writes an entry file atomically.
 func (s *Store) writeEntry(pkgDir, entry, text string) error {
 	if len(text) > MaxTextBytes {
-		return backends.Validation("instructions", "%s would exceed the %d-byte limit", entry, MaxTextBytes)
+		return boxerr.Validation("instructions", "%s would exceed the %d-byte limit", entry, MaxTextBytes)
 	}
 	pkg, err := os.OpenRoot(pkgDir)
 	if err != nil {
-		return backends.Validation("package_root", "Skill package no longer exists: %s", pkgDir).Wrap(err)
+		return boxerr.Validation("package_root", "Skill package no longer exists: %s", pkgDir).Wrap(err)
 	}
 	defer pkg.Close()
 	return writeAtomic(pkg, entry, []byte(text), 0o644)
@@ -459,11 +459,11 @@ func (s *Store) Update(ctx context.Context, name string, in Input) (Skill, error
 		return Skill{}, err
 	}
 	if in.Name != nil && strings.TrimSpace(*in.Name) != "" && strings.TrimSpace(*in.Name) != name {
-		return Skill{}, backends.Validation("skill.name", "Renaming skills is not supported")
+		return Skill{}, boxerr.Validation("skill.name", "Renaming skills is not supported")
 	}
 	if in.PackageRoot != nil && strings.TrimSpace(*in.PackageRoot) != "" {
 		if p, err := resolveHostPath(root, *in.PackageRoot, "package_root", "package_root"); err != nil || p != sk.PackageRoot {
-			return Skill{}, backends.Validation("skill.package_root", "Updating package_root is not supported; recreate the skill to import a different package")
+			return Skill{}, boxerr.Validation("skill.package_root", "Updating package_root is not supported; recreate the skill to import a different package")
 		}
 	}
 	unlockPkg := s.locks.lock(pkgKey(relToRoot(root, sk.PackageRoot)))
@@ -471,7 +471,7 @@ func (s *Store) Update(ctx context.Context, name string, in Input) (Skill, error
 	// Re-read under the package lock: a file write may have changed it.
 	cur, err := loadSkill(sk.PackageRoot)
 	if err != nil || cur.Name != name {
-		return Skill{}, backends.Validation("name", "Skill %q not found", name)
+		return Skill{}, boxerr.Validation("name", "Skill %q not found", name)
 	}
 	val := func(given *string, old string) string {
 		if given != nil {
@@ -491,7 +491,7 @@ func (s *Store) Update(ctx context.Context, name string, in Input) (Skill, error
 	}
 	out, err := loadSkill(cur.PackageRoot)
 	if err != nil {
-		return Skill{}, backends.Failure("skill %q unreadable after update: %v", name, err).Wrap(err)
+		return Skill{}, boxerr.Failure("skill %q unreadable after update: %v", name, err).Wrap(err)
 	}
 	return out, nil
 }
@@ -518,23 +518,23 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	}
 	rel := relToRoot(root, sk.PackageRoot)
 	if rel == "." || rel == ".." || strings.HasPrefix(rel, "../") || !within(root, sk.PackageRoot) {
-		return backends.Validation("name", "Only managed skills under the Box skills root can be deleted")
+		return boxerr.Validation("name", "Only managed skills under the Box skills root can be deleted")
 	}
 	unlockPkg := s.locks.lock(pkgKey(rel))
 	defer unlockPkg()
 	rootFS, err := os.OpenRoot(root)
 	if err != nil {
-		return backends.Failure("open skill root: %v", err).Wrap(err)
+		return boxerr.Failure("open skill root: %v", err).Wrap(err)
 	}
 	defer rootFS.Close()
 	// Move it out of sight first so a concurrent listing sees the skill
 	// either whole or gone, never half-deleted.
 	trash := internalPrefix + "trash-" + randHex(8)
 	if err := rootFS.Rename(rel, trash); err != nil {
-		return backends.Failure("delete skill %q: %v", name, err).Wrap(err)
+		return boxerr.Failure("delete skill %q: %v", name, err).Wrap(err)
 	}
 	if err := rootFS.RemoveAll(trash); err != nil {
-		return backends.Failure("skill %q removed from the store but its files could not all be deleted: %v", name, err).Wrap(err)
+		return boxerr.Failure("skill %q removed from the store but its files could not all be deleted: %v", name, err).Wrap(err)
 	}
 	for d := path.Dir(rel); d != "." && d != "/"; d = path.Dir(d) {
 		if rootFS.Remove(d) != nil {
@@ -556,7 +556,7 @@ func (s *Store) Scan(ctx context.Context, dir string) (Skill, error) {
 		return Skill{}, err
 	}
 	if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
-		return Skill{}, backends.Validation("path", "Directory does not exist: %s", dir)
+		return Skill{}, boxerr.Validation("path", "Directory does not exist: %s", dir)
 	}
 	dirs, err := discover(ctx, p, ScanDepth)
 	if err != nil {
@@ -564,11 +564,11 @@ func (s *Store) Scan(ctx context.Context, dir string) (Skill, error) {
 	}
 	switch len(dirs) {
 	case 0:
-		return Skill{}, backends.Validation("path", "No SKILL.md found in %s or its subdirectories (max depth: %d)", p, ScanDepth)
+		return Skill{}, boxerr.Validation("path", "No SKILL.md found in %s or its subdirectories (max depth: %d)", p, ScanDepth)
 	case 1:
 	default:
 		sort.Strings(dirs)
-		return Skill{}, backends.Validation("path", "Multiple skill directories found in %s. Please choose a more specific path: %s", p, strings.Join(dirs, ", "))
+		return Skill{}, boxerr.Validation("path", "Multiple skill directories found in %s. Please choose a more specific path: %s", p, strings.Join(dirs, ", "))
 	}
 	return loadSkill(dirs[0])
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 func TestCreateGetList(t *testing.T) {
@@ -269,7 +269,7 @@ func TestDiscoveryCaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := s.List(bg)
-	if !errors.Is(err, backends.ErrBox) || !strings.Contains(err.Error(), "entry limit (300 entries)") {
+	if !errors.Is(err, boxerr.ErrBox) || !strings.Contains(err.Error(), "entry limit (300 entries)") {
 		t.Fatalf("over the limit: %v", err)
 	}
 }

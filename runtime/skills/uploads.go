@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // File transfer rules (reference §1.7).
@@ -60,7 +60,7 @@ type upload struct {
 func ValidateFileKey(key string) error {
 	if key != strings.TrimSpace(key) || filepath.IsAbs(key) || strings.ContainsAny(key, `/\`) ||
 		strings.Contains(key, "..") || !fileKeyRE.MatchString(key) {
-		return backends.Validation("file_key", "Invalid file transfer key: %q", key)
+		return boxerr.Validation("file_key", "Invalid file transfer key: %q", key)
 	}
 	return nil
 }
@@ -73,24 +73,24 @@ func (s *Store) PutChunk(c Chunk) error {
 		return err
 	}
 	if len(c.ChunkBase64) > MaxChunkBase64 {
-		return backends.Validation("chunk_base64", "File transfer chunk exceeds the protocol limit")
+		return boxerr.Validation("chunk_base64", "File transfer chunk exceeds the protocol limit")
 	}
 	data, err := base64.StdEncoding.Strict().DecodeString(c.ChunkBase64)
 	if err != nil {
-		return backends.Validation("chunk_base64", "File transfer chunk is not valid base64: %v", err).Wrap(err)
+		return boxerr.Validation("chunk_base64", "File transfer chunk is not valid base64: %v", err).Wrap(err)
 	}
 	if len(data) > ChunkBytes {
-		return backends.Validation("chunk_base64", "File transfer chunk exceeds the protocol limit")
+		return boxerr.Validation("chunk_base64", "File transfer chunk exceeds the protocol limit")
 	}
 	if c.ChunkAmount <= 0 || c.ChunkIndex < 0 || c.ChunkIndex >= c.ChunkAmount {
-		return backends.Validation("chunk_index", "Invalid file chunk position")
+		return boxerr.Validation("chunk_index", "Invalid file chunk position")
 	}
 	if c.ChunkSize != nil && *c.ChunkSize != len(data) {
-		return backends.Validation("chunk_size", "chunk_size %d does not match the decoded chunk (%d bytes)", *c.ChunkSize, len(data))
+		return boxerr.Validation("chunk_size", "chunk_size %d does not match the decoded chunk (%d bytes)", *c.ChunkSize, len(data))
 	}
 	limit := s.limits().MaxUploadBytes
 	if c.FileLength != nil && (*c.FileLength < 0 || *c.FileLength > limit) {
-		return backends.Validation("file_length", "File transfer exceeds the configured size limit (%d bytes)", limit)
+		return boxerr.Validation("file_length", "File transfer exceeds the configured size limit (%d bytes)", limit)
 	}
 	return s.uploads.put(c, data, limit)
 }
@@ -99,7 +99,7 @@ func (u *uploads) put(c Chunk, data []byte, limit int64) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.closed {
-		return backends.RuntimeUnavailable("skill store is closed")
+		return boxerr.RuntimeUnavailable("skill store is closed")
 	}
 	now := u.store.now()
 	u.sweepLocked(now)
@@ -108,7 +108,7 @@ func (u *uploads) put(c Chunk, data []byte, limit int64) error {
 	if c.ChunkIndex == 0 {
 		if up == nil {
 			if len(u.active) >= MaxActiveUploads {
-				return backends.CapacityExceeded("max_active_uploads", MaxActiveUploads, "Active file transfer capacity reached (%d)", MaxActiveUploads)
+				return boxerr.CapacityExceeded("max_active_uploads", MaxActiveUploads, "Active file transfer capacity reached (%d)", MaxActiveUploads)
 			}
 			priv, err := u.store.privateDir()
 			if err != nil {
@@ -116,7 +116,7 @@ func (u *uploads) put(c Chunk, data []byte, limit int64) error {
 			}
 			dir := filepath.Join(priv, "uploads")
 			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return backends.Failure("create upload dir: %v", err).Wrap(err)
+				return boxerr.Failure("create upload dir: %v", err).Wrap(err)
 			}
 			up = &upload{path: filepath.Join(dir, c.FileKey)}
 			if u.active == nil {
@@ -127,12 +127,12 @@ func (u *uploads) put(c Chunk, data []byte, limit int64) error {
 		up.size, up.next, up.amount, up.length, up.complete = 0, 0, c.ChunkAmount, c.FileLength, false
 		flag = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
 	} else if up == nil || up.complete || up.next != c.ChunkIndex || up.amount != c.ChunkAmount {
-		return backends.Validation("chunk_index", "Invalid file chunk position")
+		return boxerr.Validation("chunk_index", "Invalid file chunk position")
 	}
 	up.touched = now
 	if up.size+int64(len(data)) > limit {
 		u.dropLocked(c.FileKey)
-		return backends.Validation("chunk_base64", "File transfer exceeds the configured size limit (%d bytes)", limit)
+		return boxerr.Validation("chunk_base64", "File transfer exceeds the configured size limit (%d bytes)", limit)
 	}
 	f, err := os.OpenFile(up.path, flag, 0o600)
 	if err == nil {
@@ -143,7 +143,7 @@ func (u *uploads) put(c Chunk, data []byte, limit int64) error {
 	}
 	if err != nil {
 		u.dropLocked(c.FileKey)
-		return backends.Failure("store file chunk: %v", err).Wrap(err)
+		return boxerr.Failure("store file chunk: %v", err).Wrap(err)
 	}
 	up.size += int64(len(data))
 	up.next++
@@ -151,7 +151,7 @@ func (u *uploads) put(c Chunk, data []byte, limit int64) error {
 		up.complete = true
 		if up.length != nil && *up.length != up.size {
 			u.dropLocked(c.FileKey)
-			return backends.Validation("file_length", "File transfer length mismatch: received %d bytes, file_length is %d", up.size, *up.length)
+			return boxerr.Validation("file_length", "File transfer length mismatch: received %d bytes, file_length is %d", up.size, *up.length)
 		}
 	}
 	u.armLocked()
@@ -169,25 +169,25 @@ func (u *uploads) take(key string) (*os.File, int64, error) {
 	u.sweepLocked(u.store.now())
 	up := u.active[key]
 	if up == nil {
-		return nil, 0, backends.Validation("file_key", "Uploaded file not found: %s (send it with __file_chunk first; uploads are consumed by one call)", key)
+		return nil, 0, boxerr.Validation("file_key", "Uploaded file not found: %s (send it with __file_chunk first; uploads are consumed by one call)", key)
 	}
 	if !up.complete {
-		return nil, 0, backends.Validation("file_key", "File transfer %s is incomplete (%d of %d chunks received)", key, up.next, up.amount)
+		return nil, 0, boxerr.Validation("file_key", "File transfer %s is incomplete (%d of %d chunks received)", key, up.next, up.amount)
 	}
 	f, err := os.Open(up.path)
 	u.dropLocked(key)
 	if err != nil {
-		return nil, 0, backends.Failure("open upload %s: %v", key, err).Wrap(err)
+		return nil, 0, boxerr.Failure("open upload %s: %v", key, err).Wrap(err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, 0, backends.Failure("stat upload %s: %v", key, err).Wrap(err)
+		return nil, 0, boxerr.Failure("stat upload %s: %v", key, err).Wrap(err)
 	}
 	// Re-check the size: the limit may have been lowered since.
 	if limit := u.store.limits().MaxUploadBytes; fi.Size() > limit {
 		f.Close()
-		return nil, 0, backends.Validation("file_key", "File transfer exceeds the configured size limit (%d bytes)", limit)
+		return nil, 0, boxerr.Validation("file_key", "File transfer exceeds the configured size limit (%d bytes)", limit)
 	}
 	return f, fi.Size(), nil
 }

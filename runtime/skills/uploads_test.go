@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // send uploads data as the reference sender does: 16 KiB chunks, in order.
@@ -147,7 +147,7 @@ func TestUploadCapacityAndExpiry(t *testing.T) {
 		}
 	}
 	err := s.PutChunk(Chunk{FileKey: "one-too-many", ChunkBase64: one, ChunkAmount: 1})
-	if !errors.Is(err, backends.ErrCapacityExceeded) {
+	if !errors.Is(err, boxerr.ErrCapacityExceeded) {
 		t.Fatalf("129th key: %v", err)
 	}
 	// Re-sending an existing key is not a new key.
@@ -196,7 +196,7 @@ func TestCloseRemovesPrivateDir(t *testing.T) {
 		t.Fatal("private dir left after Close")
 	}
 	err := send(t, s, "k.zip", []byte("data"))
-	if !errors.Is(err, backends.ErrRuntimeUnavailable) {
+	if !errors.Is(err, boxerr.ErrRuntimeUnavailable) {
 		t.Fatalf("after close: %v", err)
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // zipPiece is how much is decompressed at a time; limits are re-checked
@@ -28,8 +28,8 @@ type zipEntry struct {
 	exec bool
 }
 
-func zipError(format string, args ...any) *backends.Error {
-	return backends.Validation("archive", format, args...)
+func zipError(format string, args ...any) *boxerr.Error {
+	return boxerr.Validation("archive", format, args...)
 }
 
 // cleanEntryName checks one member name (reference §8.5) and returns its
@@ -183,7 +183,7 @@ func extractArchive(ctx context.Context, ra io.ReaderAt, size int64, lim Limits,
 	}
 	root, err := os.OpenRoot(dest)
 	if err != nil {
-		return backends.Failure("open extraction dir: %v", err).Wrap(err)
+		return boxerr.Failure("open extraction dir: %v", err).Wrap(err)
 	}
 	defer root.Close()
 	total := lim.MaxZipTotalBytes
@@ -258,7 +258,7 @@ func extractEntry(ctx context.Context, root *os.Root, e zipEntry, lim Limits, bu
 		if k > 0 {
 			crc.Write(buf[:k])
 			if _, err := out.Write(buf[:k]); err != nil {
-				return n, backends.Failure("extract %q: %v", e.f.Name, err).Wrap(err)
+				return n, boxerr.Failure("extract %q: %v", e.f.Name, err).Wrap(err)
 			}
 		}
 		if rerr == io.EOF {
@@ -275,10 +275,10 @@ func extractEntry(ctx context.Context, root *os.Root, e zipEntry, lim Limits, bu
 		return n, zipError("Archive entry %q fails its CRC-32 check", e.f.Name)
 	}
 	if err := out.Chmod(mode); err != nil {
-		return n, backends.Failure("extract %q: %v", e.f.Name, err).Wrap(err)
+		return n, boxerr.Failure("extract %q: %v", e.f.Name, err).Wrap(err)
 	}
 	if err := out.Close(); err != nil {
-		return n, backends.Failure("extract %q: %v", e.f.Name, err).Wrap(err)
+		return n, boxerr.Failure("extract %q: %v", e.f.Name, err).Wrap(err)
 	}
 	return n, nil
 }

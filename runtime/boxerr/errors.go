@@ -1,30 +1,14 @@
-package backends
+package boxerr
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
-// Error kinds. Each is a sentinel that errors.Is matches against any *Error
-// of that kind; the wire layer maps them to JSON-RPC codes and type names.
-var (
-	ErrBox                = errors.New("BoxError")
-	ErrValidation         = errors.New("BoxValidationError")
-	ErrBackendUnavailable = errors.New("BoxBackendUnavailableError")
-	ErrRuntimeUnavailable = errors.New("BoxRuntimeUnavailableError")
-	ErrSessionConflict    = errors.New("BoxSessionConflictError")
-	ErrSessionNotFound    = errors.New("BoxSessionNotFoundError")
-	ErrProcessConflict    = errors.New("BoxManagedProcessConflictError")
-	ErrProcessNotFound    = errors.New("BoxManagedProcessNotFoundError")
-	ErrCapacityExceeded   = errors.New("BoxCapacityExceededError")
-)
-
-// Error is a typed failure. Kind is one of the sentinels above; Details are
+// Error is a typed failure. Kind is one of the table's sentinels; Details are
 // extra machine-readable facts (field, limit, …) carried in the wire error's
 // data object. Details must never hold secrets.
 type Error struct {
-	Kind      error
-	Msg       string
+	Kind *Kind
+	Msg  string
+	// Retryable marks this one error retryable even where its kind is not.
 	Retryable bool
 	Details   map[string]any
 	Err       error
@@ -33,14 +17,17 @@ type Error struct {
 func (e *Error) Error() string { return e.Msg }
 
 // Is makes errors.Is(err, ErrValidation) true for a validation *Error.
-func (e *Error) Is(target error) bool { return target == e.Kind }
+func (e *Error) Is(target error) bool { return target == error(e.Kind) }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// IsRetryable is what the wire's data.retryable says for e.
+func (e *Error) IsRetryable() bool { return e.Retryable || e.Kind.Retryable }
 
 // Type is the wire type name of the error, e.g. "BoxValidationError".
 func (e *Error) Type() string { return e.Kind.Error() }
 
-func newError(kind error, format string, args ...any) *Error {
+func newError(kind *Kind, format string, args ...any) *Error {
 	return &Error{Kind: kind, Msg: fmt.Sprintf(format, args...)}
 }
 
@@ -80,9 +67,7 @@ func BackendUnavailable(format string, args ...any) *Error {
 // RuntimeUnavailable reports a transient refusal (shutting down, busy); the
 // caller may retry.
 func RuntimeUnavailable(format string, args ...any) *Error {
-	e := newError(ErrRuntimeUnavailable, format, args...)
-	e.Retryable = true
-	return e
+	return newError(ErrRuntimeUnavailable, format, args...)
 }
 
 // SessionNotFound reports an unknown session id.

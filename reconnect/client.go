@@ -240,7 +240,7 @@ func (c *Client) run() {
 		l, err := c.connect()
 		if c.ctx.Err() != nil {
 			if l != nil {
-				l.shutdown(ErrClosed, true, c.o.stopTimout)
+				l.shutdown(ErrClosed, true, c.o.stopTimeout)
 			}
 			return
 		}
@@ -268,12 +268,12 @@ func (c *Client) run() {
 		cause := c.serve(l)
 		c.withdraw(l, cause)
 		if c.ctx.Err() != nil {
-			l.shutdown(ErrClosed, true, c.o.stopTimout)
+			l.shutdown(ErrClosed, true, c.o.stopTimeout)
 			return
 		}
 		c.o.logger.Warn("boxrt: link lost", "link", l.desc, "err", cause)
 		c.notify(StateDisconnected, cause)
-		l.shutdown(cause, false, c.o.stopTimout)
+		l.shutdown(cause, false, c.o.stopTimeout)
 		if c.o.clock.Now().Sub(up) >= c.o.backoffInitial {
 			failures = 0
 		} else {
@@ -294,10 +294,10 @@ func (c *Client) connect() (*link, error) {
 		if l.child != nil && l.child.waitExit(100*time.Millisecond) {
 			// The child died during the handshake; its exit status and
 			// the end of its stderr say why, better than "link lost".
-			l.shutdown(err, false, c.o.stopTimout)
+			l.shutdown(err, false, c.o.stopTimeout)
 			return nil, errors.New(l.child.exitDescription(step, true))
 		}
-		l.shutdown(fmt.Errorf("%s failed: %w", step, err), false, c.o.stopTimout)
+		l.shutdown(fmt.Errorf("%s failed: %w", step, err), false, c.o.stopTimeout)
 		return nil, fmt.Errorf("%s: %s: %w", l.desc, step, err)
 	}
 	if err := l.call(ctx, "__ping", struct{}{}, nil); err != nil {

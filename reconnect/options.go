@@ -70,11 +70,11 @@ type Option func(*options)
 
 type options struct {
 	// spawn mode
-	command    []string
-	env        []string
-	dir        string
-	stderr     io.Writer
-	stopTimout time.Duration
+	command     []string
+	env         []string
+	dir         string
+	stderr      io.Writer
+	stopTimeout time.Duration
 
 	// dial mode
 	token      string
@@ -102,7 +102,7 @@ func defaultOptions() options {
 	return options{
 		command:        []string{"boxrt", "serve", "--stdio"},
 		stderr:         os.Stderr,
-		stopTimout:     DefaultStopTimeout,
+		stopTimeout:    DefaultStopTimeout,
 		hbInterval:     DefaultHeartbeatInterval,
 		hbTimeout:      DefaultHeartbeatTimeout,
 		hbFailures:     DefaultHeartbeatFailures,
@@ -155,7 +155,7 @@ func WithStderr(w io.Writer) Option {
 // WithStopTimeout sets how long Close waits for the child after closing
 // its stdin (boxrt's graceful shutdown), and again after SIGTERM, before
 // SIGKILL. A link declared dead skips the stdin step.
-func WithStopTimeout(d time.Duration) Option { return func(o *options) { o.stopTimout = d } }
+func WithStopTimeout(d time.Duration) Option { return func(o *options) { o.stopTimeout = d } }
 
 // WithToken sets the control token for Dial. It is sent only as
 // "Authorization: Bearer <token>" on the WebSocket handshake, never in the

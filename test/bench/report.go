@@ -84,6 +84,18 @@ type Goal struct {
 
 func boolp(b bool) *bool { return &b }
 
+// verdict words the goal's outcome: yes or no, or "not measured".
+func (g Goal) verdict(yes, no string) string {
+	switch {
+	case g.Met == nil:
+		return "not measured"
+	case *g.Met:
+		return yes
+	default:
+		return no
+	}
+}
+
 // Scenario is one section of the report.
 type Scenario struct {
 	Key       string
@@ -290,11 +302,7 @@ func (b *bench) writeReport(total time.Duration) error {
 	if len(goals) > 0 {
 		sb.WriteString("## Goals\n\n| goal | measured | met? |\n|---|---|---|\n")
 		for _, g := range goals {
-			met := "not measured"
-			if g.Met != nil {
-				met = map[bool]string{true: "**yes**", false: "**no**"}[*g.Met]
-			}
-			fmt.Fprintf(&sb, "| %s | %s | %s |\n", g.Text, g.Measured, met)
+			fmt.Fprintf(&sb, "| %s | %s | %s |\n", g.Text, g.Measured, g.verdict("**yes**", "**no**"))
 		}
 		sb.WriteString("\n")
 	}
@@ -319,11 +327,7 @@ func (b *bench) writeReport(total time.Duration) error {
 			sb.WriteString(strings.TrimSpace(t) + "\n\n")
 		}
 		for _, g := range s.Goals {
-			met := "not measured"
-			if g.Met != nil {
-				met = map[bool]string{true: "met", false: "**not met**"}[*g.Met]
-			}
-			fmt.Fprintf(&sb, "- Goal: %s — %s: %s.\n", g.Text, met, g.Measured)
+			fmt.Fprintf(&sb, "- Goal: %s — %s: %s.\n", g.Text, g.verdict("met", "**not met**"), g.Measured)
 		}
 		notes := append(problems(s.Rows, s.Extra), s.Notes...)
 		for _, note := range notes {

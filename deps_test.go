@@ -1,0 +1,70 @@
+package main
+
+import (
+	"os/exec"
+	"path"
+	"strings"
+	"testing"
+)
+
+// TestDependencyDirection pins the import graph DESIGN.md draws:
+// main → actions → runtime → backends, with rpc, relay, reconnect and the
+// error package at the edges. Each package lists the boxrt packages it may
+// import; a package missing from the table fails, so a new one is placed
+// deliberately.
+func TestDependencyDirection(t *testing.T) {
+	const module = "github.com/boxrt/boxrt"
+	allowed := map[string][]string{
+		".":                       {"*"},
+		"actions":                 {"rpc", "runtime", "runtime/skills", "runtime/boxerr", "backends"},
+		"runtime":                 {"backends", "runtime/skills", "runtime/boxerr"},
+		"runtime/skills":          {"runtime/boxerr"},
+		"runtime/boxerr":          {},
+		"backends":                {"runtime/boxerr"},
+		"backends/bwrap":          {"backends", "runtime/boxerr"},
+		"backends/docker":         {"backends", "runtime/boxerr"},
+		"relay":                   {"rpc", "runtime", "runtime/boxerr", "backends"},
+		"rpc":                     {"runtime/boxerr"},
+		"reconnect":               {"runtime/boxerr"},
+		"test":                    {"*"},
+		"test/bench":              {"reconnect", "runtime/boxerr"},
+		"test/fixtures/mcpserver": {},
+	}
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := rel(module, fields[0])
+		rules, ok := allowed[pkg]
+		if !ok {
+			t.Errorf("package %s is not in the dependency table: decide what it may import", pkg)
+			continue
+		}
+		for _, imp := range fields[1:] {
+			if imp != module && !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			if !permitted(rules, rel(module, imp)) {
+				t.Errorf("%s imports %s, against the dependency direction", pkg, rel(module, imp))
+			}
+		}
+	}
+}
+
+func rel(module, importPath string) string {
+	if importPath == module {
+		return "."
+	}
+	return strings.TrimPrefix(importPath, module+"/")
+}
+
+func permitted(rules []string, imp string) bool {
+	for _, r := range rules {
+		if ok, _ := path.Match(r, imp); ok || r == "*" {
+			return true
+		}
+	}
+	return false
+}

@@ -33,7 +33,7 @@ func ResolveHostPath(field, path string, allowedRoots []string) (string, error) 
 	if strings.ContainsRune(path, 0) {
 		return "", boxerr.Validation(field, "%s must not contain NUL bytes", field)
 	}
-	resolved, err := resolveExisting(filepath.Clean(path))
+	resolved, err := ResolveExisting(filepath.Clean(path))
 	if err != nil {
 		return "", boxerr.Validation(field, "%s %s cannot be resolved: %v", field, path, err).Wrap(err)
 	}
@@ -44,7 +44,7 @@ func ResolveHostPath(field, path string, allowedRoots []string) (string, error) 
 		return "", boxerr.Validation(field, "%s %s refused: no local.allowed_mount_roots are configured", field, path).With("path", path)
 	}
 	for _, root := range allowedRoots {
-		r, err := resolveExisting(filepath.Clean(root))
+		r, err := ResolveExisting(filepath.Clean(root))
 		if err != nil {
 			continue
 		}
@@ -70,9 +70,9 @@ func isBlocked(p string) bool {
 	return false
 }
 
-// resolveExisting resolves symlinks of p, or of its longest existing ancestor
+// ResolveExisting resolves symlinks of p, or of its longest existing ancestor
 // when p does not exist yet, and re-appends the missing tail.
-func resolveExisting(p string) (string, error) {
+func ResolveExisting(p string) (string, error) {
 	var tail []string
 	cur := p
 	for {

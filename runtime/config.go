@@ -14,6 +14,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/runtime/skills"
 )
 
 // Config is the runtime configuration, in the reference's shape: backend,
@@ -133,10 +134,8 @@ func (c *Config) Validate() error {
 			return boxerr.Validation("limits."+r.name, "limits.%s must be between %d and %d, got %d", r.name, r.min, r.max, *r.value)
 		}
 	}
-	for _, root := range c.Local.AllowedMountRoots {
-		if root == "/" {
-			return boxerr.Validation("local.allowed_mount_roots", "local.allowed_mount_roots must not contain /")
-		}
+	if _, err := c.mountRoots(""); err != nil {
+		return err
 	}
 	if u := c.Docker.User; u != "" && u != "auto" && strings.ContainsAny(u, " \t\n") {
 		return boxerr.Validation("docker.user", "docker.user must be \"auto\" or uid[:gid], got %q", u)
@@ -300,20 +299,86 @@ func (f *FlexBool) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// resolvedRoots returns the allowed mount roots made absolute; when none are
-// configured and host_root is set, host_root is the only root (reference).
-func (c Config) resolvedRoots() []string {
-	roots := c.Local.AllowedMountRoots
-	if len(roots) == 0 && c.Local.HostRoot != "" {
-		roots = []string{c.Local.HostRoot}
+// mountRoots returns the roots host paths may come from, cleaned and with
+// symlinks resolved: local.allowed_mount_roots, or when that is empty the
+// default workspace (local.default_workspace, relative to host_root;
+// <host_root>/default when unset) if host_root is set. The reference falls
+// back to host_root itself, which holds the skill store: every session could
+// then rewrite the skills other sessions mount.
+//
+// A root is refused when it is / (in any spelling: //, /tmp/.., a symlink
+// to /), when it overlaps the skill store or stateDir (bwrap sessions'
+// directories, the instance id), or when it contains boxrt's own binary.
+// stateDir "" skips that one check (Config.Validate does not know it).
+func (c Config) mountRoots(stateDir string) ([]string, error) {
+	const field = "local.allowed_mount_roots"
+	roots := []string(c.Local.AllowedMountRoots)
+	if len(roots) == 0 && strings.TrimSpace(c.Local.HostRoot) != "" {
+		roots = []string{c.defaultWorkspace()}
+	}
+	type guarded struct {
+		what, path string
+		dir        bool // a directory: neither may contain the other
+	}
+	var protect []guarded
+	protect = append(protect, guarded{"the skill store (local.host_root + local.skills_root)", resolvePath(skills.ResolveRoot(c.Local.HostRoot, c.Local.SkillsRoot)), true})
+	if stateDir != "" {
+		protect = append(protect, guarded{"the state directory", resolvePath(stateDir), true})
+	}
+	if exe, err := os.Executable(); err == nil {
+		protect = append(protect, guarded{"boxrt's own binary", resolvePath(exe), false})
 	}
 	out := make([]string, 0, len(roots))
-	for _, r := range roots {
-		if abs, err := filepath.Abs(expandHome(r)); err == nil {
-			out = append(out, abs)
+	for _, raw := range roots {
+		r := strings.TrimSpace(raw)
+		if r == "" {
+			return nil, boxerr.Validation(field, "%s must not contain an empty path", field)
 		}
+		r = resolvePath(r)
+		if r == "/" {
+			return nil, boxerr.Validation(field, "%s must not contain / (%q resolves to it)", field, raw).With("path", raw)
+		}
+		for _, p := range protect {
+			if within(p.path, r) || (p.dir && within(r, p.path)) {
+				return nil, boxerr.Validation(field, "%s entry %q (%s) overlaps %s %s: sessions could read or rewrite it", field, raw, r, p.what, p.path).With("path", raw)
+			}
+		}
+		out = append(out, r)
 	}
-	return out
+	return out, nil
+}
+
+// defaultWorkspace is local.default_workspace made absolute: relative to
+// host_root, <host_root>/default when unset.
+func (c Config) defaultWorkspace() string {
+	ws := expandHome(strings.TrimSpace(c.Local.DefaultWorkspace))
+	host := expandHome(c.Local.HostRoot)
+	switch {
+	case ws == "":
+		return filepath.Join(host, "default")
+	case !filepath.IsAbs(ws):
+		return filepath.Join(host, ws)
+	}
+	return ws
+}
+
+// resolvePath makes p absolute and clean and resolves the symlinks of its
+// longest existing ancestor, so that two spellings of one directory compare
+// equal.
+func resolvePath(p string) string {
+	abs, err := filepath.Abs(expandHome(p))
+	if err != nil {
+		return filepath.Clean(p)
+	}
+	if r, err := backends.ResolveExisting(abs); err == nil {
+		return r
+	}
+	return abs
+}
+
+// within reports whether p is root or lies under it.
+func within(p, root string) bool {
+	return p == root || root == "/" || strings.HasPrefix(p, root+"/")
 }
 
 func expandHome(p string) string {

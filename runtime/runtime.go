@@ -102,6 +102,9 @@ func New(cfg Config, factory Factory, stateDir string, opts ...Option) (*Runtime
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if _, err := cfg.mountRoots(stateDir); err != nil {
+		return nil, err
+	}
 	r := &Runtime{
 		log:        zerolog.Nop(),
 		clock:      realClock{},
@@ -183,6 +186,9 @@ func (r *Runtime) Config() Config {
 func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage) ([]string, error) {
 	r.mu.Lock()
 	next, ignored, err := r.cfg.Merge(patch)
+	if err == nil {
+		_, err = next.mountRoots(r.stateDir)
+	}
 	if err != nil {
 		r.mu.Unlock()
 		return nil, err

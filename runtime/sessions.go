@@ -94,7 +94,10 @@ func sameMounts(a, b []backends.MountSpec) bool {
 // prepareSpec resolves host paths against the allow-list and fills the
 // backend's default image.
 func (r *Runtime) prepareSpec(b backends.Backend, spec backends.Spec) (backends.Spec, error) {
-	roots := r.Config().resolvedRoots()
+	roots, err := r.Config().mountRoots(r.stateDir)
+	if err != nil {
+		return spec, err
+	}
 	if spec.HostPath != "" && spec.HostPathMode != backends.MountNone {
 		p, err := backends.ResolveHostPath("host_path", spec.HostPath, roots)
 		if err != nil {

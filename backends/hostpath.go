@@ -92,6 +92,30 @@ func ResolveExisting(p string) (string, error) {
 	}
 }
 
+// RecheckHostPath verifies, right before a backend hands path to something
+// that follows symlinks (an engine mounting it), that path is still what
+// ResolveHostPath returned: it resolves to itself (no component was swapped
+// for a symlink since), it is a directory, and it is not blocked. Another
+// session with write access to a parent could otherwise plant a symlink to
+// /etc between the check and the mount.
+func RecheckHostPath(field, path string) error {
+	resolved, err := ResolveExisting(path)
+	if err != nil {
+		return boxerr.Validation(field, "%s %s cannot be resolved any more: %v", field, path, err).With("path", path).Wrap(err)
+	}
+	if resolved != path || resolved == "/" || isBlocked(resolved) {
+		return boxerr.Validation(field, "%s %s changed since it was checked: it now resolves to %s", field, path, resolved).With("path", path)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return boxerr.Validation(field, "%s %s is gone: %v", field, path, err).With("path", path).Wrap(err)
+	}
+	if !fi.IsDir() {
+		return boxerr.Validation(field, "%s %s is no longer a directory", field, path).With("path", path)
+	}
+	return nil
+}
+
 // EnsureDir creates a host directory for a rw mount when it is missing.
 func EnsureDir(path string) error {
 	if err := os.MkdirAll(path, 0o755); err != nil {

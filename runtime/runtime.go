@@ -272,13 +272,27 @@ func (r *Runtime) adopt(ctx context.Context, b backends.Backend) {
 	defer cancel()
 	infos, err := b.Adopt(actx)
 	if err != nil {
-		r.log.Warn().Err(err).Msg("cannot re-adopt sessions")
-		return
+		r.log.Warn().Err(err).Int("adopted", len(infos)).Msg("cannot re-adopt some sessions")
+	}
+	roots, rootsErr := r.Config().mountRoots(r.stateDir)
+	kept := infos[:0:0]
+	for _, info := range infos {
+		if err := errors.Join(rootsErr, adoptedPathsAllowed(info, roots)); err != nil {
+			// The sandbox binds what this configuration no longer allows
+			// (the allow-list changed, or a path was swapped for a symlink
+			// while boxrt was down): it is not served again.
+			r.log.Warn().Err(err).Str("session_id", info.SessionID).Str("backend_session_id", info.BackendSessionID).Msg("not re-adopting session")
+			sctx, cancel := context.WithTimeout(ctx, time.Minute)
+			_ = b.StopSession(sctx, info)
+			cancel()
+			continue
+		}
+		kept = append(kept, info)
 	}
 	now := r.clock.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, info := range infos {
+	for _, info := range kept {
 		if _, exists := r.sessions[info.SessionID]; exists {
 			continue
 		}
@@ -293,6 +307,31 @@ func (r *Runtime) adopt(ctx context.Context, b backends.Backend) {
 		r.sessions[info.SessionID] = s
 		r.log.Info().Str("session_id", info.SessionID).Str("backend_session_id", info.BackendSessionID).Msg("re-adopted session")
 	}
+}
+
+// adoptedPathsAllowed checks an adopted session's host paths against the
+// current allow-list: each must still resolve to itself inside a root.
+// Skill mounts are boxrt's own and only re-checked by the backend.
+func adoptedPathsAllowed(info backends.SessionInfo, roots []string) error {
+	check := func(field, p string) error {
+		resolved, err := backends.ResolveHostPath(field, p, roots)
+		if err == nil && resolved != p {
+			err = boxerr.Validation(field, "%s %s now resolves to %s", field, p, resolved)
+		}
+		return err
+	}
+	if info.HostPath != "" && info.HostPathMode != backends.MountNone {
+		if err := check("host_path", info.HostPath); err != nil {
+			return err
+		}
+	}
+	user, _ := splitSkillMounts(info)
+	for i, m := range user {
+		if err := check(fmt.Sprintf("extra_mounts[%d].host_path", i), m.HostPath); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // currentBackend returns the selected backend or BoxBackendUnavailableError.

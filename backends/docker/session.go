@@ -154,6 +154,9 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 		hc.Tmpfs = map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", b.tmpSizeMB)}
 	}
 
+	if err := recheckBinds(info); err != nil {
+		return backends.SessionInfo{}, err
+	}
 	if _, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name); err != nil {
 		if !cerrdefs.IsConflict(err) {
 			// The engine may have created the workspace volume before
@@ -162,11 +165,37 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 		}
 		return backends.SessionInfo{}, b.apiError("creating container for session "+spec.SessionID, err)
 	}
+	// The engine binds host paths at start, following symlinks: check
+	// again as late as possible.
+	if err := recheckBinds(info); err != nil {
+		b.removeSession(ctx, name)
+		return backends.SessionInfo{}, err
+	}
 	if err := b.cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
 		b.removeSession(ctx, name)
 		return backends.SessionInfo{}, b.apiError("starting container for session "+spec.SessionID, err)
 	}
 	return info, nil
+}
+
+// recheckBinds re-verifies every host path the session binds (see
+// backends.RecheckHostPath); the paths were resolved when they were
+// checked, so any difference now is a swap.
+func recheckBinds(info backends.SessionInfo) error {
+	if info.HostPath != "" && info.HostPathMode != backends.MountNone {
+		if err := backends.RecheckHostPath("host_path", info.HostPath); err != nil {
+			return err
+		}
+	}
+	for i, m := range info.ExtraMounts {
+		if m.Mode == backends.MountNone {
+			continue
+		}
+		if err := backends.RecheckHostPath(fmt.Sprintf("extra_mounts[%d].host_path", i), m.HostPath); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // labels renders the container labels that Adopt reads back.
@@ -464,8 +493,9 @@ func (b *Backend) removeSession(ctx context.Context, name string) {
 
 // Adopt implements backends.Backend. Running containers of this instance are
 // returned; stopped ones are restarted when persistent (a host reboot must
-// not lose a persistent workspace) and removed otherwise, as the reference's
-// --rm would have. Orphaned workspace volumes of this instance are removed.
+// not lose a persistent workspace) and their host paths still pass
+// RecheckHostPath, and removed otherwise, as the reference's --rm would
+// have. Refused restarts come back as an error next to the adopted sessions. Orphaned workspace volumes of this instance are removed.
 // Containers with unreadable labels are left alone.
 func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 	list, err := b.cli.ContainerList(ctx, container.ListOptions{
@@ -479,6 +509,7 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 		return nil, b.apiError("listing containers", err)
 	}
 	var out []backends.SessionInfo
+	var refused []error
 	keep := map[string]bool{}
 	for _, c := range list {
 		if c.Labels[LabelInstance] != b.instance || c.Labels[LabelManaged] != "true" || len(c.Names) == 0 {
@@ -497,6 +528,13 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 				continue
 			}
 			if info.Persistent {
+				// Restarting re-binds the host paths: a path swapped for a
+				// symlink while boxrt was down must not be followed. The
+				// container is left stopped for an operator to look at.
+				if err := recheckBinds(info); err != nil {
+					refused = append(refused, fmt.Errorf("not restarting persistent session %s (container %s): %w", info.SessionID, name, err))
+					continue
+				}
 				if b.cli.ContainerStart(ctx, name, container.StartOptions{}) == nil {
 					out = append(out, info)
 				}
@@ -509,6 +547,9 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 		}
 	}
 	b.collectVolumes(ctx, keep)
+	if len(refused) > 0 {
+		return out, boxerr.Validation("host_path", "%v", errors.Join(refused...)).Wrap(errors.Join(refused...))
+	}
 	return out, nil
 }
 

@@ -35,11 +35,13 @@ type Runtime struct {
 	startedAt  time.Time
 	probeEvery time.Duration
 
-	mu           sync.Mutex
-	cfg          Config
-	backend      backends.Backend
-	health       Health
-	sessions     map[string]*session
+	mu       sync.Mutex
+	cfg      Config
+	backend  backends.Backend
+	health   Health
+	sessions map[string]*session
+	// selecting is closed when the backend selection under way ends.
+	selecting    chan struct{}
 	creating     int
 	closing      int
 	shuttingDown bool
@@ -164,7 +166,7 @@ func (r *Runtime) StartedAt() time.Time { return r.startedAt }
 // Start selects a backend, re-adopts this installation's sandboxes and
 // starts the reaper and the health refresher.
 func (r *Runtime) Start(ctx context.Context) {
-	r.selectBackend(ctx)
+	r.selectBackend(ctx, false)
 	bgCtx, cancel := context.WithCancel(context.Background())
 	r.stopBG = cancel
 	r.bg.Add(2)
@@ -209,7 +211,7 @@ func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage) ([]str
 		}
 	}
 	if reselect {
-		r.selectBackend(ctx)
+		r.selectBackend(ctx, true)
 	}
 	return ignored, nil
 }
@@ -223,9 +225,40 @@ func candidates(choice string) []string {
 	return []string{choice}
 }
 
-// selectBackend probes the candidates in order and keeps the first that
+// selectBackend runs one backend selection, or joins the one under way:
+// concurrent first calls must not each probe, build and adopt a backend.
+// With fresh (a configuration change), a selection already under way is
+// waited for and then run again, as it used the previous configuration.
+func (r *Runtime) selectBackend(ctx context.Context, fresh bool) {
+	for {
+		r.mu.Lock()
+		running := r.selecting
+		if running == nil {
+			done := make(chan struct{})
+			r.selecting = done
+			r.mu.Unlock()
+			r.probeAndAdopt(ctx)
+			r.mu.Lock()
+			r.selecting = nil
+			r.mu.Unlock()
+			close(done)
+			return
+		}
+		r.mu.Unlock()
+		select {
+		case <-running:
+		case <-ctx.Done():
+			return
+		}
+		if !fresh {
+			return
+		}
+	}
+}
+
+// probeAndAdopt probes the candidates in order and keeps the first that
 // works; then it re-adopts that backend's sessions.
-func (r *Runtime) selectBackend(ctx context.Context) {
+func (r *Runtime) probeAndAdopt(ctx context.Context) {
 	cfg := r.Config()
 	var errs []string
 	for _, name := range candidates(cfg.Backend) {
@@ -342,7 +375,7 @@ func (r *Runtime) currentBackend(ctx context.Context) (backends.Backend, error) 
 	if b != nil {
 		return b, nil
 	}
-	r.selectBackend(ctx)
+	r.selectBackend(ctx, false)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.backend == nil {
@@ -396,7 +429,7 @@ func (r *Runtime) healthLoop(ctx context.Context) {
 		b := r.backend
 		r.mu.Unlock()
 		if b == nil {
-			r.selectBackend(ctx)
+			r.selectBackend(ctx, false)
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -521,6 +521,9 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 		switch c.State {
 		case container.StateRunning:
 			if infoErr == nil {
+				if err := b.killOrphans(ctx, name); err != nil {
+					refused = append(refused, err)
+				}
 				out = append(out, info)
 			}
 		case container.StateExited, container.StateDead, container.StateCreated:
@@ -548,9 +551,18 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 	}
 	b.collectVolumes(ctx, keep)
 	if len(refused) > 0 {
-		return out, boxerr.Validation("host_path", "%v", errors.Join(refused...)).Wrap(errors.Join(refused...))
+		return out, boxerr.Failure("docker backend: adopting: %v", errors.Join(refused...)).Wrap(errors.Join(refused...))
 	}
 	return out, nil
+}
+
+// killOrphans kills the managed processes a previous boxrt left running in
+// a container it is adopting (see orphanScript).
+func (b *Backend) killOrphans(ctx context.Context, name string) error {
+	if err := b.runHelper(ctx, name, []string{"sh", "-c", orphanScript, "boxrt-orphans"}); err != nil {
+		return fmt.Errorf("killing orphaned processes in %s: %w", name, err)
+	}
+	return nil
 }
 
 // collectVolumes removes this instance's workspace volumes whose container

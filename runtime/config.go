@@ -68,7 +68,20 @@ type Docker struct {
 	Image string `json:"image"`
 	// User: "auto" (the image's USER), or "uid[:gid]".
 	User string `json:"user"`
+	// WorkspaceQuotaMB bounds the workspace of a session that sets no
+	// workspace_quota_mb (0: unbounded).
+	WorkspaceQuotaMB int `json:"workspace_quota_mb"`
+	// TmpSizeMB is the size of the /tmp tmpfs of read-only-rootfs sessions.
+	TmpSizeMB int `json:"tmp_size_mb"`
 }
+
+// Docker defaults and bounds.
+const (
+	DefaultDockerWorkspaceQuotaMB = 1024
+	DefaultDockerTmpSizeMB        = 64
+	minDockerWorkspaceQuotaMB     = 16
+	maxDockerTmpSizeMB            = 16 << 10
+)
 
 // DefaultConfig returns every default.
 func DefaultConfig() Config {
@@ -92,7 +105,8 @@ func DefaultConfig() Config {
 			MaxSkillZipRatio:             100,
 		},
 		Local:  Local{SkillsRoot: "skills"},
-		Docker: Docker{CPULimitEnabled: true, Image: "boxrt-sandbox:latest", User: "auto"},
+		Docker: Docker{CPULimitEnabled: true, Image: "boxrt-sandbox:latest", User: "auto",
+			WorkspaceQuotaMB: DefaultDockerWorkspaceQuotaMB, TmpSizeMB: DefaultDockerTmpSizeMB},
 	}
 }
 
@@ -139,6 +153,13 @@ func (c *Config) Validate() error {
 	}
 	if u := c.Docker.User; u != "" && u != "auto" && strings.ContainsAny(u, " \t\n") {
 		return boxerr.Validation("docker.user", "docker.user must be \"auto\" or uid[:gid], got %q", u)
+	}
+	if q := c.Docker.WorkspaceQuotaMB; q != 0 && (q < minDockerWorkspaceQuotaMB || q > backends.MaxWorkspaceQuotaMB) {
+		return boxerr.Validation("docker.workspace_quota_mb", "docker.workspace_quota_mb must be 0 or between %d and %d, got %d",
+			minDockerWorkspaceQuotaMB, backends.MaxWorkspaceQuotaMB, q)
+	}
+	if t := c.Docker.TmpSizeMB; t < 1 || t > maxDockerTmpSizeMB {
+		return boxerr.Validation("docker.tmp_size_mb", "docker.tmp_size_mb must be between 1 and %d, got %d", maxDockerTmpSizeMB, t)
 	}
 	return nil
 }

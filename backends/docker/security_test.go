@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -154,4 +155,90 @@ func TestHostPathSwappedForSymlink(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWorkspaceQuota: a session's own workspace is bounded. Filling it is
+// ENOSPC to the command, not a full host disk; the disk image holds at most
+// the quota; deleting the session removes the image and frees its loop
+// device.
+func TestWorkspaceQuota(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name         string
+		defaultQuota int
+		specQuota    int
+	}{
+		{"spec quota", 0, 16},
+		{"configured default", 16, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			state := t.TempDir()
+			b := newBackend(t, func(c *docker.Config) { c.StateDir = state; c.DefaultWorkspaceQuotaMB = tc.defaultQuota })
+			spec := testSpec(t)
+			spec.WorkspaceQuotaMB = tc.specQuota
+			if err := spec.Normalize(); err != nil {
+				t.Fatal(err)
+			}
+			info, err := b.StartSession(context.Background(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := run(t, b, info, "dd if=/dev/zero of=/workspace/fill bs=1M count=64 2>&1; echo rc=$?; ls -A /workspace", 60*time.Second)
+			if r.err != nil || !strings.Contains(r.stdout, "No space left on device") || strings.Contains(r.stdout, "rc=0") {
+				t.Errorf("filling the workspace: err %v stdout %q", r.err, r.stdout)
+			}
+			images, _ := filepath.Glob(filepath.Join(state, "docker", "*", info.BackendSessionID, "disk.ext4"))
+			if len(images) != 1 {
+				t.Fatalf("disk images: %v", images)
+			}
+			var st syscall.Stat_t
+			if err := syscall.Stat(images[0], &st); err != nil {
+				t.Fatal(err)
+			}
+			if used := st.Blocks * 512; used > 17<<20 {
+				t.Errorf("the disk image takes %d bytes of host disk, more than the 16 MB quota", used)
+			}
+			if got := mustRun(t, b, info, "echo still usable > /tmp/x && cat /tmp/x"); got != "still usable\n" {
+				t.Errorf("session after a full workspace: %q", got)
+			}
+			if err := b.StopSession(context.Background(), info); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(filepath.Dir(images[0])); !os.IsNotExist(err) {
+				t.Errorf("session directory left after delete: %v", err)
+			}
+			if loops := loopsBacking(t, images[0]); len(loops) > 0 {
+				t.Errorf("loop devices left: %v", loops)
+			}
+		})
+	}
+	t.Run("too small", func(t *testing.T) {
+		t.Parallel()
+		state := t.TempDir()
+		b := newBackend(t, func(c *docker.Config) { c.StateDir = state })
+		spec := testSpec(t)
+		spec.WorkspaceQuotaMB = 1
+		if _, err := b.StartSession(context.Background(), spec); !isKind(err, boxerr.ErrValidation) {
+			t.Fatalf("quota 1 MB: %v, want BoxValidationError", err)
+		}
+		if left, _ := filepath.Glob(filepath.Join(state, "docker", "*", "*")); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
+		}
+	})
+}
+
+// loopsBacking lists the loop devices whose backing file is path.
+func loopsBacking(t *testing.T, path string) []string {
+	t.Helper()
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), path) {
+			out = append(out, f)
+		}
+	}
+	return out
 }

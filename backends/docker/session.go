@@ -105,12 +105,14 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 	info.CreatedAt = time.Now().UTC()
 	info.LastUsedAt = info.CreatedAt
 
-	mounts, err := b.mounts(spec, name, owner)
+	mounts, err := b.mounts(ctx, spec, name, owner)
 	if err != nil {
+		b.removeSession(ctx, name)
 		return backends.SessionInfo{}, err
 	}
 	labels, err := b.labels(info)
 	if err != nil {
+		b.removeSession(ctx, name)
 		return backends.SessionInfo{}, err
 	}
 
@@ -155,6 +157,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 	}
 
 	if err := recheckBinds(info); err != nil {
+		b.removeSession(ctx, name)
 		return backends.SessionInfo{}, err
 	}
 	if _, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name); err != nil {
@@ -162,6 +165,8 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 			// The engine may have created the workspace volume before
 			// failing; a name conflict, though, means the name is not ours.
 			b.removeSession(ctx, name)
+		} else {
+			_ = b.removeQuota(name)
 		}
 		return backends.SessionInfo{}, b.apiError("creating container for session "+spec.SessionID, err)
 	}
@@ -293,10 +298,16 @@ func (b *Backend) containerOwner(img image.InspectResponse) owner {
 // mounts builds the workspace mount (host bind or named volume) and the
 // extra binds. The runtime has already checked host paths against the
 // allow-list.
-func (b *Backend) mounts(spec backends.Spec, name string, o owner) ([]mount.Mount, error) {
+func (b *Backend) mounts(ctx context.Context, spec backends.Spec, name string, o owner) ([]mount.Mount, error) {
 	var out []mount.Mount
 	if spec.HostPath != "" && spec.HostPathMode != backends.MountNone {
 		m, err := bindMount("host_path", spec.HostPath, spec.MountPath, spec.HostPathMode, o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	} else if quota := b.effectiveQuota(spec); quota > 0 {
+		m, err := b.quotaWorkspace(ctx, name, quota, spec.MountPath, o)
 		if err != nil {
 			return nil, err
 		}
@@ -443,7 +454,7 @@ func (b *Backend) StopSession(ctx context.Context, info backends.SessionInfo) er
 	if err := b.removeContainer(ctx, name); err != nil {
 		return err
 	}
-	return b.removeVolume(ctx, volumeName(name))
+	return errors.Join(b.removeVolume(ctx, volumeName(name)), b.removeQuota(name))
 }
 
 func (b *Backend) removeContainer(ctx context.Context, name string) error {
@@ -488,6 +499,7 @@ func (b *Backend) removeSession(ctx context.Context, name string) {
 	defer cancel()
 	if b.removeContainer(ctx, name) == nil {
 		_ = b.removeVolume(ctx, volumeName(name))
+		_ = b.removeQuota(name)
 	}
 }
 
@@ -538,6 +550,12 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 					refused = append(refused, fmt.Errorf("not restarting persistent session %s (container %s): %w", info.SessionID, name, err))
 					continue
 				}
+				if b.hasQuota(name) {
+					if err := b.mountQuota(ctx, name); err != nil {
+						refused = append(refused, fmt.Errorf("not restarting persistent session %s (container %s): %w", info.SessionID, name, err))
+						continue
+					}
+				}
 				if b.cli.ContainerStart(ctx, name, container.StartOptions{}) == nil {
 					out = append(out, info)
 				}
@@ -546,10 +564,12 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 			if b.removeContainer(ctx, name) == nil {
 				delete(keep, name)
 				_ = b.removeVolume(ctx, volumeName(name))
+				_ = b.removeQuota(name)
 			}
 		}
 	}
 	b.collectVolumes(ctx, keep)
+	b.collectQuotas(keep)
 	if len(refused) > 0 {
 		return out, boxerr.Failure("docker backend: adopting: %v", errors.Join(refused...)).Wrap(errors.Join(refused...))
 	}

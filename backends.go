@@ -21,6 +21,7 @@ func newBackend(name string, cfg runtime.Config, instanceID, stateDir string) (b
 			User:                    cfg.Docker.User,
 			CPULimitEnabled:         bool(cfg.Docker.CPULimitEnabled),
 			TmpSizeMB:               cfg.Docker.TmpSizeMB,
+			ProcessUser:             cfg.Docker.ProcessUser,
 			StateDir:                filepath.Clean(stateDir),
 			DefaultWorkspaceQuotaMB: cfg.Docker.WorkspaceQuotaMB,
 		})

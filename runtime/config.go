@@ -68,6 +68,10 @@ type Docker struct {
 	Image string `json:"image"`
 	// User: "auto" (the image's USER), or "uid[:gid]".
 	User string `json:"user"`
+	// ProcessUser: "" (managed processes run as the sessions' user) or
+	// "uid[:gid]" to run them as another user, whose environment execs
+	// then cannot read.
+	ProcessUser string `json:"process_user"`
 	// WorkspaceQuotaMB bounds the workspace of a session that sets no
 	// workspace_quota_mb (0: unbounded).
 	WorkspaceQuotaMB int `json:"workspace_quota_mb"`
@@ -153,6 +157,9 @@ func (c *Config) Validate() error {
 	}
 	if u := c.Docker.User; u != "" && u != "auto" && strings.ContainsAny(u, " \t\n") {
 		return boxerr.Validation("docker.user", "docker.user must be \"auto\" or uid[:gid], got %q", u)
+	}
+	if u := c.Docker.ProcessUser; strings.ContainsAny(u, " \t\n") {
+		return boxerr.Validation("docker.process_user", "docker.process_user must be empty or uid[:gid], got %q", u)
 	}
 	if q := c.Docker.WorkspaceQuotaMB; q != 0 && (q < minDockerWorkspaceQuotaMB || q > backends.MaxWorkspaceQuotaMB) {
 		return boxerr.Validation("docker.workspace_quota_mb", "docker.workspace_quota_mb must be 0 or between %d and %d, got %d",

@@ -54,6 +54,10 @@ type Config struct {
 	// TmpSizeMB is the size of the /tmp tmpfs given to read-only-rootfs
 	// sessions; default 64, at most MaxTmpSizeMB.
 	TmpSizeMB int
+	// ProcessUser is "" (managed processes run as the sessions' user) or
+	// "uid[:gid]": managed processes then run as that user, so execs
+	// cannot read their environment from /proc/<pid>/environ.
+	ProcessUser string
 	// StateDir holds the workspace disk images of quota-bounded sessions.
 	StateDir string
 	// DefaultWorkspaceQuotaMB bounds the workspace of a session whose spec
@@ -74,6 +78,7 @@ type Backend struct {
 	cpuLimit     bool
 	tmpSizeMB    int
 	stateDir     string
+	processUser  string // "" for the sessions' user
 	// defaultQuotaMB is Config.DefaultWorkspaceQuotaMB.
 	defaultQuotaMB int
 }
@@ -94,6 +99,10 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if user != "" && !userPattern.MatchString(user) {
 		return nil, boxerr.Validation("docker.user", "docker backend: user must be \"auto\" or \"uid[:gid]\", got %q", cfg.User)
+	}
+	procUser := strings.TrimSpace(cfg.ProcessUser)
+	if procUser != "" && !userPattern.MatchString(procUser) {
+		return nil, boxerr.Validation("docker.process_user", "docker backend: process user must be \"\" or \"uid[:gid]\", got %q", cfg.ProcessUser)
 	}
 	if cfg.TmpSizeMB < 0 || cfg.TmpSizeMB > MaxTmpSizeMB {
 		return nil, boxerr.Validation("docker.tmp_size_mb", "docker backend: tmp size must be between 0 and %d, got %d", MaxTmpSizeMB, cfg.TmpSizeMB)
@@ -122,6 +131,7 @@ func New(cfg Config) (*Backend, error) {
 		cpuLimit:       cfg.CPULimitEnabled,
 		tmpSizeMB:      tmp,
 		stateDir:       cfg.StateDir,
+		processUser:    procUser,
 		defaultQuotaMB: cfg.DefaultWorkspaceQuotaMB,
 	}, nil
 }
@@ -143,6 +153,7 @@ func (b *Backend) Describe() backends.Description {
 		Notes: []string{
 			quotaNote(b),
 			"per-process memory_mb of managed processes is not enforced; the session's memory limit applies",
+			processNote(b),
 			"a container's mounts are fixed at creation: naming a skill the session does not have yet recreates it (its /workspace volume starts empty unless host_path is set)",
 		},
 	}
@@ -152,6 +163,13 @@ func (b *Backend) Describe() backends.Description {
 		d.Notes = append(d.Notes, "cpu limit disabled (docker cpu_limit_enabled=false)")
 	}
 	return d
+}
+
+func processNote(b *Backend) string {
+	if b.processUser == "" {
+		return "managed processes run as the same user as execs: an exec can read their environment (docker.process_user separates them)"
+	}
+	return "managed processes run as " + b.processUser + ": execs cannot read their environment"
 }
 
 func quotaNote(b *Backend) string {

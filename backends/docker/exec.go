@@ -180,7 +180,7 @@ func (b *Backend) killExec(ctx context.Context, info backends.SessionInfo, execI
 	_ = s.hj.Conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
 	_, _ = s.hj.Conn.Write(killRequest)
 	ended := b.waitExecEnd(ctx, execID, s, streamLive)
-	_ = b.signalSession(ctx, info.BackendSessionID, pidFile, "KILL", true)
+	_ = b.signalSession(ctx, info.BackendSessionID, "", pidFile, "KILL", true)
 	if !ended {
 		b.waitExecEnd(ctx, execID, s, streamLive)
 	}
@@ -238,15 +238,17 @@ func (b *Backend) execExitCode(ctx context.Context, execID string) (int, error) 
 }
 
 // signalSession sends sig to the process session recorded in pidFile inside
-// the container, retrying while the container has no pid to spare.
-func (b *Backend) signalSession(ctx context.Context, containerName, pidFile, sig string, cleanup bool) error {
+// the container, retrying while the container has no pid to spare. user is
+// who the session's processes run as ("" for the container's user): with
+// every capability dropped only the same user may signal them.
+func (b *Backend) signalSession(ctx context.Context, containerName, user, pidFile, sig string, cleanup bool) error {
 	cmd := []string{"sh", "-c", signalScript, "boxrt-signal", pidFile, sig}
 	if cleanup {
 		cmd = append(cmd, "cleanup")
 	}
 	var err error
 	for i := 0; i < helperAttempts; i++ {
-		if err = b.runHelper(ctx, containerName, cmd); err == nil || ctx.Err() != nil {
+		if err = b.runHelper(ctx, containerName, user, cmd); err == nil || ctx.Err() != nil {
 			break
 		}
 		if sleepCtx(ctx, time.Duration(i+1)*100*time.Millisecond) != nil {
@@ -259,10 +261,12 @@ func (b *Backend) signalSession(ctx context.Context, containerName, pidFile, sig
 	return nil
 }
 
-// runHelper runs a short boxrt-owned command in the container and waits for
-// it, returning its output in the error when it fails.
-func (b *Backend) runHelper(ctx context.Context, containerName string, cmd []string) error {
+// runHelper runs a short boxrt-owned command in the container as user (""
+// for the container's) and waits for it, returning its output in the error
+// when it fails.
+func (b *Backend) runHelper(ctx context.Context, containerName, user string, cmd []string) error {
 	created, err := b.cli.ContainerExecCreate(ctx, containerName, container.ExecOptions{
+		User:         user,
 		AttachStdout: true,
 		AttachStderr: true,
 		WorkingDir:   "/",

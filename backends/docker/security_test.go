@@ -1,7 +1,9 @@
 package docker_test
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -241,4 +243,47 @@ func loopsBacking(t *testing.T, path string) []string {
 		}
 	}
 	return out
+}
+
+// TestProcessSecretsHiddenFromExecs: with docker.process_user a managed
+// process runs as its own user, so an exec (the agent's code) cannot read
+// its environment from /proc/<pid>/environ; stopping it still works, and it
+// still reads the workspace. Without it (the default) they share a user and
+// the secret is readable: the test shows both.
+func TestProcessSecretsHiddenFromExecs(t *testing.T) {
+	t.Parallel()
+	const secret = "sk-boxrt-test-secret-0123456789"
+	tests := []struct {
+		name        string
+		processUser string
+		visible     bool
+	}{
+		{"shared user", "", true},
+		{"process user", "2000:1000", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBackend(t, func(c *docker.Config) { c.ProcessUser = tc.processUser })
+			info := startSession(t, b)
+			mustRun(t, b, info, "echo shared > /workspace/in.txt")
+			p, _ := startProcess(t, b, info, backends.ProcessSpec{Command: "sh",
+				Args: []string{"-c", "cat /workspace/in.txt; exec sleep 300"}, Env: map[string]string{"MCP_TOKEN": secret}})
+			line, err := bufio.NewReader(p.Stdout()).ReadString('\n')
+			if err != nil || line != "shared\n" {
+				t.Fatalf("the process reads the workspace: %q %v", line, err)
+			}
+			out := mustRun(t, b, info, "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c MCP_TOKEN= || true")
+			if got := strings.TrimSpace(out) != "0"; got != tc.visible {
+				t.Errorf("secret visible to an exec: %v, want %v (grep count %q)", got, tc.visible, out)
+			}
+			if err := p.Signal(syscall.SIGKILL); err != nil {
+				t.Fatalf("Signal: %v", err)
+			}
+			_, _ = io.Copy(io.Discard, p.Stdout())
+			if code, _ := waitProcess(t, p); code != -9 {
+				t.Errorf("exit code %d after SIGKILL", code)
+			}
+		})
+	}
 }

@@ -579,8 +579,14 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 // killOrphans kills the managed processes a previous boxrt left running in
 // a container it is adopting (see orphanScript).
 func (b *Backend) killOrphans(ctx context.Context, name string) error {
-	if err := b.runHelper(ctx, name, []string{"sh", "-c", orphanScript, "boxrt-orphans"}); err != nil {
-		return fmt.Errorf("killing orphaned processes in %s: %w", name, err)
+	users := []string{""}
+	if b.processUser != "" {
+		users = append(users, b.processUser)
+	}
+	for _, u := range users {
+		if err := b.runHelper(ctx, name, u, []string{"sh", "-c", orphanScript, "boxrt-orphans"}); err != nil {
+			return fmt.Errorf("killing orphaned processes in %s: %w", name, err)
+		}
 	}
 	return nil
 }

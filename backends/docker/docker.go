@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -79,6 +80,9 @@ type Backend struct {
 	tmpSizeMB    int
 	stateDir     string
 	processUser  string // "" for the sessions' user
+
+	ncpuMu sync.Mutex // guards ncpu, read from the engine on first use
+	ncpu     int
 	// defaultQuotaMB is Config.DefaultWorkspaceQuotaMB.
 	defaultQuotaMB int
 }

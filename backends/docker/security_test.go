@@ -3,6 +3,7 @@ package docker_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -285,5 +286,29 @@ func TestProcessSecretsHiddenFromExecs(t *testing.T) {
 				t.Errorf("exit code %d after SIGKILL", code)
 			}
 		})
+	}
+}
+
+// TestCPUsAboveHost: a cpus value the engine would refuse (more than its
+// host has) is a BoxValidationError naming cpus, with nothing left behind.
+func TestCPUsAboveHost(t *testing.T) {
+	t.Parallel()
+	info, err := rawClient(t).Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := instanceID()
+	b := newBackend(t, func(c *docker.Config) { c.InstanceID = id; c.CPULimitEnabled = true })
+	spec := testSpec(t)
+	spec.CPUs = float64(info.NCPU) + 1
+	_, err = b.StartSession(context.Background(), spec)
+	var be *boxerr.Error
+	if !errors.As(err, &be) || !isKind(err, boxerr.ErrValidation) || be.Details["field"] != "cpus" {
+		t.Fatalf("cpus %v on a %d-CPU engine: %v, want BoxValidationError for cpus", spec.CPUs, info.NCPU, err)
+	}
+	list, err := rawClient(t).ContainerList(context.Background(), container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", docker.LabelInstance+"="+id))})
+	if err != nil || len(list) != 0 {
+		t.Errorf("containers left: %d %v", len(list), err)
 	}
 }

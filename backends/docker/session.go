@@ -145,6 +145,10 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 		hc.Memory, hc.MemorySwap = 0, 0
 	}
 	if b.cpuLimit && spec.CPUs > 0 {
+		if err := b.checkCPUs(ctx, spec.CPUs); err != nil {
+			b.removeSession(ctx, name)
+			return backends.SessionInfo{}, err
+		}
 		hc.NanoCPUs = int64(spec.CPUs * 1e9)
 	}
 	if spec.Network != backends.NetworkOn {
@@ -199,6 +203,24 @@ func recheckBinds(info backends.SessionInfo) error {
 		if err := backends.RecheckHostPath(fmt.Sprintf("extra_mounts[%d].host_path", i), m.HostPath); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkCPUs refuses a CPU limit above the engine's CPU count, which the
+// engine would refuse with an error that names no field.
+func (b *Backend) checkCPUs(ctx context.Context, cpus float64) error {
+	b.ncpuMu.Lock()
+	defer b.ncpuMu.Unlock()
+	if b.ncpu == 0 {
+		info, err := b.cli.Info(ctx)
+		if err != nil {
+			return b.apiError("reading the engine's CPU count", err)
+		}
+		b.ncpu = info.NCPU
+	}
+	if cpus > float64(b.ncpu) {
+		return boxerr.Validation("cpus", "cpus must be at most %d (the CPUs of the Docker engine's host), got %v", b.ncpu, cpus)
 	}
 	return nil
 }

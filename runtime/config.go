@@ -108,7 +108,7 @@ func DefaultConfig() Config {
 			MaxSkillZipTotalBytes:        64 << 20,
 			MaxSkillZipRatio:             100,
 		},
-		Local:  Local{SkillsRoot: "skills"},
+		Local: Local{SkillsRoot: "skills"},
 		Docker: Docker{CPULimitEnabled: true, Image: "boxrt-sandbox:latest", User: "auto",
 			WorkspaceQuotaMB: DefaultDockerWorkspaceQuotaMB, TmpSizeMB: DefaultDockerTmpSizeMB},
 	}

@@ -82,7 +82,7 @@ type Backend struct {
 	processUser  string // "" for the sessions' user
 
 	ncpuMu sync.Mutex // guards ncpu, read from the engine on first use
-	ncpu     int
+	ncpu   int
 	// defaultQuotaMB is Config.DefaultWorkspaceQuotaMB.
 	defaultQuotaMB int
 }

@@ -16,10 +16,14 @@ func newBackend(name string, cfg runtime.Config, instanceID, stateDir string) (b
 	switch name {
 	case "docker":
 		return docker.New(docker.Config{
-			InstanceID:      instanceID,
-			DefaultImage:    cfg.Docker.Image,
-			User:            cfg.Docker.User,
-			CPULimitEnabled: bool(cfg.Docker.CPULimitEnabled),
+			InstanceID:              instanceID,
+			DefaultImage:            cfg.Docker.Image,
+			User:                    cfg.Docker.User,
+			CPULimitEnabled:         bool(cfg.Docker.CPULimitEnabled),
+			TmpSizeMB:               cfg.Docker.TmpSizeMB,
+			ProcessUser:             cfg.Docker.ProcessUser,
+			StateDir:                filepath.Clean(stateDir),
+			DefaultWorkspaceQuotaMB: cfg.Docker.WorkspaceQuotaMB,
 		})
 	case "bwrap":
 		return bwrap.New(bwrap.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir)})

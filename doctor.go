@@ -188,6 +188,7 @@ func doctorDocker(ctx context.Context, cfg runtime.Config) []check {
 	}
 	out = append(out, check{Status: "ok", What: fmt.Sprintf("engine %s answers at %s (cgroup v%s, %s driver, %s storage)",
 		info.ServerVersion, host, info.CgroupVersion, info.CgroupDriver, info.Driver)})
+	out = append(out, dockerIsolationChecks(info.SecurityOptions)...)
 	if !info.MemoryLimit || !info.PidsLimit {
 		out = append(out, check{Status: "warn", What: "the engine cannot enforce memory or pids limits on this kernel",
 			Fix: "enable the memory and pids cgroup controllers"})
@@ -198,6 +199,48 @@ func doctorDocker(ctx context.Context, cfg runtime.Config) []check {
 			Fix: "scripts/build-image (builds it from a debootstrap rootfs), or docker load / docker import one and set docker.image"})
 	}
 	return append(out, check{Status: "ok", What: fmt.Sprintf("default image %s is present", img)})
+}
+
+// dockerIsolationChecks reports the engine-wide isolation settings boxrt
+// cannot set per container: user namespace remapping and seccomp.
+func dockerIsolationChecks(securityOptions []string) []check {
+	var userns, seccomp bool
+	profile := ""
+	for _, opt := range securityOptions {
+		for _, kv := range strings.Split(opt, ",") {
+			switch k, v, _ := strings.Cut(kv, "="); {
+			case k == "name" && v == "userns":
+				userns = true
+			case k == "name" && v == "seccomp":
+				seccomp = true
+			case k == "profile" && seccomp && profile == "":
+				profile = v
+			}
+		}
+	}
+	var out []check
+	if userns {
+		out = append(out, check{Status: "ok", What: "dockerd runs with userns-remap: root in a container is an unprivileged user on the host"})
+	} else {
+		out = append(out, check{Status: "warn", What: "dockerd runs without userns-remap: a sandbox user is the same uid on the host (uid 0 is host root, without capabilities)",
+			Fix: `set "userns-remap": "default" in /etc/docker/daemon.json and restart dockerd (existing images and containers are not visible to the remapped engine)`})
+	}
+	switch {
+	case !seccomp:
+		out = append(out, check{Status: "warn", What: "dockerd applies no seccomp profile", Fix: "use a kernel and dockerd built with seccomp"})
+	case profile == "unconfined":
+		out = append(out, check{Status: "warn", What: "dockerd's seccomp profile is unconfined", Fix: "remove seccomp-profile=unconfined from the dockerd configuration"})
+	default:
+		out = append(out, check{Status: "ok", What: fmt.Sprintf("dockerd applies the %s seccomp profile", orDefault(profile))})
+	}
+	return out
+}
+
+func orDefault(s string) string {
+	if s == "" {
+		return "default"
+	}
+	return s
 }
 
 func doctorBwrap(ctx context.Context, cfg runtime.Config, stateDir string) []check {

@@ -23,7 +23,8 @@ type Backend interface {
 	StopSession(ctx context.Context, info SessionInfo) error
 	// Adopt returns the sessions this installation left running (same
 	// instance id), so a restarted boxrt can serve them again. Sandboxes of
-	// other installations are never returned or touched.
+	// other installations are never returned or touched. An error may come
+	// with sessions: those are adopted, the error says what was not.
 	Adopt(ctx context.Context) ([]SessionInfo, error)
 }
 

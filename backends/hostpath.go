@@ -33,7 +33,7 @@ func ResolveHostPath(field, path string, allowedRoots []string) (string, error) 
 	if strings.ContainsRune(path, 0) {
 		return "", boxerr.Validation(field, "%s must not contain NUL bytes", field)
 	}
-	resolved, err := resolveExisting(filepath.Clean(path))
+	resolved, err := ResolveExisting(filepath.Clean(path))
 	if err != nil {
 		return "", boxerr.Validation(field, "%s %s cannot be resolved: %v", field, path, err).Wrap(err)
 	}
@@ -44,7 +44,7 @@ func ResolveHostPath(field, path string, allowedRoots []string) (string, error) 
 		return "", boxerr.Validation(field, "%s %s refused: no local.allowed_mount_roots are configured", field, path).With("path", path)
 	}
 	for _, root := range allowedRoots {
-		r, err := resolveExisting(filepath.Clean(root))
+		r, err := ResolveExisting(filepath.Clean(root))
 		if err != nil {
 			continue
 		}
@@ -70,9 +70,9 @@ func isBlocked(p string) bool {
 	return false
 }
 
-// resolveExisting resolves symlinks of p, or of its longest existing ancestor
+// ResolveExisting resolves symlinks of p, or of its longest existing ancestor
 // when p does not exist yet, and re-appends the missing tail.
-func resolveExisting(p string) (string, error) {
+func ResolveExisting(p string) (string, error) {
 	var tail []string
 	cur := p
 	for {
@@ -90,6 +90,30 @@ func resolveExisting(p string) (string, error) {
 		tail = append([]string{filepath.Base(cur)}, tail...)
 		cur = parent
 	}
+}
+
+// RecheckHostPath verifies, right before a backend hands path to something
+// that follows symlinks (an engine mounting it), that path is still what
+// ResolveHostPath returned: it resolves to itself (no component was swapped
+// for a symlink since), it is a directory, and it is not blocked. Another
+// session with write access to a parent could otherwise plant a symlink to
+// /etc between the check and the mount.
+func RecheckHostPath(field, path string) error {
+	resolved, err := ResolveExisting(path)
+	if err != nil {
+		return boxerr.Validation(field, "%s %s cannot be resolved any more: %v", field, path, err).With("path", path).Wrap(err)
+	}
+	if resolved != path || resolved == "/" || isBlocked(resolved) {
+		return boxerr.Validation(field, "%s %s changed since it was checked: it now resolves to %s", field, path, resolved).With("path", path)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return boxerr.Validation(field, "%s %s is gone: %v", field, path, err).With("path", path).Wrap(err)
+	}
+	if !fi.IsDir() {
+		return boxerr.Validation(field, "%s %s is no longer a directory", field, path).With("path", path)
+	}
+	return nil
 }
 
 // EnsureDir creates a host directory for a rw mount when it is missing.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path"
 	"strings"
 	"syscall"
 	"time"
@@ -41,6 +42,23 @@ const (
 	MinMaxOutputBytes     = 1024
 	MaxTimeoutSec         = 86400
 	SkillsMountDir        = ".skills"
+)
+
+// Upper bounds of the numeric spec fields. Each keeps its product with the
+// unit a backend needs (bytes, nanoseconds) far inside int64, so no value a
+// caller may send can overflow into "no limit".
+const (
+	// MinCPUs is the smallest CPU share Docker accepts (NanoCPUs 1e7).
+	MinCPUs = 0.01
+	MaxCPUs = 1024.0
+	// MaxMemoryMB is 1 TiB.
+	MaxMemoryMB  = 1 << 20
+	MaxPidsLimit = 1 << 22
+	// MaxWorkspaceQuotaMB is 1 TiB.
+	MaxWorkspaceQuotaMB = 1 << 20
+	// MaxProcessMemoryMB bounds a managed process's memory_mb like a
+	// session's.
+	MaxProcessMemoryMB = MaxMemoryMB
 )
 
 // MountSpec is an extra bind mount of a host directory.
@@ -139,6 +157,11 @@ func (s *Spec) Normalize() error {
 	if s.Workdir == "" {
 		s.Workdir = s.MountPath
 	}
+	// Checked here, reported in the order of the switch below.
+	mountPath, mountPathErr := CheckMountPath("mount_path", s.MountPath)
+	if mountPathErr == nil {
+		s.MountPath = mountPath
+	}
 	switch {
 	case s.SessionID == "":
 		return boxerr.Validation("session_id", "session_id must not be empty")
@@ -152,20 +175,20 @@ func (s *Spec) Normalize() error {
 		return boxerr.Validation("network", "network must be \"off\" or \"on\", got %q", s.Network)
 	case !validMode(s.HostPathMode):
 		return boxerr.Validation("host_path_mode", "host_path_mode must be \"none\", \"ro\" or \"rw\", got %q", s.HostPathMode)
-	case !strings.HasPrefix(s.MountPath, "/"):
-		return boxerr.Validation("mount_path", "mount_path must be absolute, got %q", s.MountPath)
+	case mountPathErr != nil:
+		return mountPathErr
 	case !strings.HasPrefix(s.Workdir, "/"):
 		return boxerr.Validation("workdir", "workdir must be absolute, got %q", s.Workdir)
 	case s.HostPath != "" && !strings.HasPrefix(s.HostPath, "/"):
 		return boxerr.Validation("host_path", "host_path must be absolute, got %q", s.HostPath)
-	case !(s.CPUs > 0) || s.CPUs > 1024:
-		return boxerr.Validation("cpus", "cpus must be greater than 0, got %v", s.CPUs)
-	case s.MemoryMB < MinMemoryMB:
-		return boxerr.Validation("memory_mb", "memory_mb must be at least %d, got %d", MinMemoryMB, s.MemoryMB)
-	case s.PidsLimit < 1:
-		return boxerr.Validation("pids_limit", "pids_limit must be at least 1, got %d", s.PidsLimit)
-	case s.WorkspaceQuotaMB < 0:
-		return boxerr.Validation("workspace_quota_mb", "workspace_quota_mb must be at least 0, got %d", s.WorkspaceQuotaMB)
+	case !(s.CPUs >= MinCPUs && s.CPUs <= MaxCPUs):
+		return boxerr.Validation("cpus", "cpus must be between %v and %v, got %v", MinCPUs, MaxCPUs, s.CPUs)
+	case s.MemoryMB < MinMemoryMB || s.MemoryMB > MaxMemoryMB:
+		return boxerr.Validation("memory_mb", "memory_mb must be between %d and %d, got %d", MinMemoryMB, MaxMemoryMB, s.MemoryMB)
+	case s.PidsLimit < 1 || s.PidsLimit > MaxPidsLimit:
+		return boxerr.Validation("pids_limit", "pids_limit must be between 1 and %d, got %d", MaxPidsLimit, s.PidsLimit)
+	case s.WorkspaceQuotaMB < 0 || s.WorkspaceQuotaMB > MaxWorkspaceQuotaMB:
+		return boxerr.Validation("workspace_quota_mb", "workspace_quota_mb must be between 0 and %d, got %d", MaxWorkspaceQuotaMB, s.WorkspaceQuotaMB)
 	case s.MaxOutputBytes != 0 && (s.MaxOutputBytes < MinMaxOutputBytes || s.MaxOutputBytes > MaxMaxOutputBytes):
 		return boxerr.Validation("max_output_bytes", "max_output_bytes must be between %d and %d, got %d", MinMaxOutputBytes, MaxMaxOutputBytes, s.MaxOutputBytes)
 	}
@@ -192,10 +215,15 @@ func (s *Spec) Normalize() error {
 		switch {
 		case !strings.HasPrefix(m.HostPath, "/"):
 			return boxerr.Validation(field+".host_path", "%s.host_path must be absolute, got %q", field, m.HostPath)
-		case !strings.HasPrefix(m.MountPath, "/"):
-			return boxerr.Validation(field+".mount_path", "%s.mount_path must be absolute, got %q", field, m.MountPath)
 		case !validMode(m.Mode):
 			return boxerr.Validation(field+".mode", "%s.mode must be \"none\", \"ro\" or \"rw\", got %q", field, m.Mode)
+		}
+		var err error
+		if m.MountPath, err = CheckMountPath(field+".mount_path", m.MountPath); err != nil {
+			return err
+		}
+		if m.Mode != MountNone && m.MountPath == s.MountPath {
+			return boxerr.Validation(field+".mount_path", "%s.mount_path must differ from mount_path %s", field, s.MountPath)
 		}
 	}
 	for i := range s.Skills {
@@ -209,6 +237,29 @@ func (s *Spec) Normalize() error {
 		}
 	}
 	return nil
+}
+
+// CheckMountPath validates a sandbox-side mount point and returns it
+// cleaned: absolute, not the root and not inside /proc, /dev or /sys, which
+// belong to the kernel (mounting over them would hide or replace what the
+// backend set up there). Both backends rely on it through Normalize.
+func CheckMountPath(field, p string) (string, error) {
+	if !strings.HasPrefix(p, "/") {
+		return "", boxerr.Validation(field, "%s must be absolute, got %q", field, p)
+	}
+	if strings.ContainsRune(p, 0) {
+		return "", boxerr.Validation(field, "%s must not contain NUL bytes", field)
+	}
+	c := path.Clean(p)
+	if c == "/" {
+		return "", boxerr.Validation(field, "%s must not be /, got %q", field, p)
+	}
+	for _, r := range []string{"/proc", "/dev", "/sys"} {
+		if c == r || strings.HasPrefix(c, r+"/") {
+			return "", boxerr.Validation(field, "%s must not be %s or under it, got %q", field, r, p)
+		}
+	}
+	return c, nil
 }
 
 func validMode(m MountMode) bool { return m == MountNone || m == MountRO || m == MountRW }

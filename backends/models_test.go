@@ -27,6 +27,17 @@ func TestDecodeSpec(t *testing.T) {
 		assert.Equal(t, 128, s.PidsLimit)
 		assert.True(t, s.ReadOnlyRootfs)
 	})
+	t.Run("upper bounds accepted", func(t *testing.T) {
+		s, err := DecodeSpec([]byte(`{"session_id":"s","memory_mb":1048576,"cpus":0.01,"pids_limit":4194304,"workspace_quota_mb":1048576,"timeout_sec":86400}`))
+		require.NoError(t, err)
+		assert.Equal(t, MaxMemoryMB, s.MemoryMB)
+	})
+	t.Run("mount path cleaned", func(t *testing.T) {
+		s, err := DecodeSpec([]byte(`{"session_id":"s","mount_path":"/data//w/","extra_mounts":[{"host_path":"/srv","mount_path":"/x/./y/"}]}`))
+		require.NoError(t, err)
+		assert.Equal(t, "/data/w", s.MountPath)
+		assert.Equal(t, "/x/y", s.ExtraMounts[0].MountPath)
+	})
 	t.Run("workdir defaults to mount_path", func(t *testing.T) {
 		s, err := DecodeSpec([]byte(`{"session_id":"s","mount_path":"/data","workdir":""}`))
 		require.NoError(t, err)
@@ -54,6 +65,31 @@ func TestDecodeSpec(t *testing.T) {
 		{"skill mode", `{"session_id":"s","skills":[{"name":"a","mode":"none"}]}`, "skills[0].mode"},
 		{"output cap", `{"session_id":"s","max_output_bytes":10}`, "max_output_bytes"},
 		{"nul in id", `{"session_id":"a\u0000b"}`, "session_id"},
+		// Numeric bounds: values that overflowed into "no limit" or reached
+		// the engine as BoxError.
+		{"memory 2^44", `{"session_id":"s","memory_mb":17592186044416}`, "memory_mb"},
+		{"memory above 1 TiB", `{"session_id":"s","memory_mb":1048577}`, "memory_mb"},
+		{"memory beyond int64", `{"session_id":"s","memory_mb":1e30}`, "memory_mb"},
+		{"cpus tiny", `{"session_id":"s","cpus":1e-12}`, "cpus"},
+		{"cpus below docker minimum", `{"session_id":"s","cpus":0.009}`, "cpus"},
+		{"cpus huge", `{"session_id":"s","cpus":1e300}`, "cpus"},
+		{"cpus negative", `{"session_id":"s","cpus":-1}`, "cpus"},
+		{"pids huge", `{"session_id":"s","pids_limit":4194305}`, "pids_limit"},
+		{"pids 2^62", `{"session_id":"s","pids_limit":4611686018427387904}`, "pids_limit"},
+		{"quota huge", `{"session_id":"s","workspace_quota_mb":1048577}`, "workspace_quota_mb"},
+		{"timeout huge", `{"session_id":"s","timeout_sec":86401}`, "timeout_sec"},
+		{"timeout 2^62", `{"session_id":"s","timeout_sec":4611686018427387904}`, "timeout_sec"},
+		{"output cap huge", `{"session_id":"s","max_output_bytes":4194305}`, "max_output_bytes"},
+		// Sandbox-side mount points, the same rule for every backend.
+		{"mount root", `{"session_id":"s","mount_path":"/"}`, "mount_path"},
+		{"mount root dotted", `{"session_id":"s","mount_path":"/x/.."}`, "mount_path"},
+		{"mount proc", `{"session_id":"s","mount_path":"/proc"}`, "mount_path"},
+		{"mount under proc", `{"session_id":"s","mount_path":"/proc/x"}`, "mount_path"},
+		{"mount under dev", `{"session_id":"s","mount_path":"/dev/shm"}`, "mount_path"},
+		{"mount under sys", `{"session_id":"s","mount_path":"/sys/fs/cgroup"}`, "mount_path"},
+		{"extra mount root", `{"session_id":"s","extra_mounts":[{"host_path":"/srv","mount_path":"//"}]}`, "extra_mounts[0].mount_path"},
+		{"extra mount proc", `{"session_id":"s","extra_mounts":[{"host_path":"/srv","mount_path":"/proc/x"}]}`, "extra_mounts[0].mount_path"},
+		{"extra mount on workspace", `{"session_id":"s","extra_mounts":[{"host_path":"/srv","mount_path":"/workspace/"}]}`, "extra_mounts[0].mount_path"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/runtime/skills"
 )
 
 // Config is the runtime configuration, in the reference's shape: backend,
@@ -67,7 +68,24 @@ type Docker struct {
 	Image string `json:"image"`
 	// User: "auto" (the image's USER), or "uid[:gid]".
 	User string `json:"user"`
+	// ProcessUser: "" (managed processes run as the sessions' user) or
+	// "uid[:gid]" to run them as another user, whose environment execs
+	// then cannot read.
+	ProcessUser string `json:"process_user"`
+	// WorkspaceQuotaMB bounds the workspace of a session that sets no
+	// workspace_quota_mb (0: unbounded).
+	WorkspaceQuotaMB int `json:"workspace_quota_mb"`
+	// TmpSizeMB is the size of the /tmp tmpfs of read-only-rootfs sessions.
+	TmpSizeMB int `json:"tmp_size_mb"`
 }
+
+// Docker defaults and bounds.
+const (
+	DefaultDockerWorkspaceQuotaMB = 1024
+	DefaultDockerTmpSizeMB        = 64
+	minDockerWorkspaceQuotaMB     = 16
+	maxDockerTmpSizeMB            = 16 << 10
+)
 
 // DefaultConfig returns every default.
 func DefaultConfig() Config {
@@ -90,8 +108,9 @@ func DefaultConfig() Config {
 			MaxSkillZipTotalBytes:        64 << 20,
 			MaxSkillZipRatio:             100,
 		},
-		Local:  Local{SkillsRoot: "skills"},
-		Docker: Docker{CPULimitEnabled: true, Image: "boxrt-sandbox:latest", User: "auto"},
+		Local: Local{SkillsRoot: "skills"},
+		Docker: Docker{CPULimitEnabled: true, Image: "boxrt-sandbox:latest", User: "auto",
+			WorkspaceQuotaMB: DefaultDockerWorkspaceQuotaMB, TmpSizeMB: DefaultDockerTmpSizeMB},
 	}
 }
 
@@ -133,13 +152,21 @@ func (c *Config) Validate() error {
 			return boxerr.Validation("limits."+r.name, "limits.%s must be between %d and %d, got %d", r.name, r.min, r.max, *r.value)
 		}
 	}
-	for _, root := range c.Local.AllowedMountRoots {
-		if root == "/" {
-			return boxerr.Validation("local.allowed_mount_roots", "local.allowed_mount_roots must not contain /")
-		}
+	if _, err := c.mountRoots(""); err != nil {
+		return err
 	}
 	if u := c.Docker.User; u != "" && u != "auto" && strings.ContainsAny(u, " \t\n") {
 		return boxerr.Validation("docker.user", "docker.user must be \"auto\" or uid[:gid], got %q", u)
+	}
+	if u := c.Docker.ProcessUser; strings.ContainsAny(u, " \t\n") {
+		return boxerr.Validation("docker.process_user", "docker.process_user must be empty or uid[:gid], got %q", u)
+	}
+	if q := c.Docker.WorkspaceQuotaMB; q != 0 && (q < minDockerWorkspaceQuotaMB || q > backends.MaxWorkspaceQuotaMB) {
+		return boxerr.Validation("docker.workspace_quota_mb", "docker.workspace_quota_mb must be 0 or between %d and %d, got %d",
+			minDockerWorkspaceQuotaMB, backends.MaxWorkspaceQuotaMB, q)
+	}
+	if t := c.Docker.TmpSizeMB; t < 1 || t > maxDockerTmpSizeMB {
+		return boxerr.Validation("docker.tmp_size_mb", "docker.tmp_size_mb must be between 1 and %d, got %d", maxDockerTmpSizeMB, t)
 	}
 	return nil
 }
@@ -300,20 +327,86 @@ func (f *FlexBool) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// resolvedRoots returns the allowed mount roots made absolute; when none are
-// configured and host_root is set, host_root is the only root (reference).
-func (c Config) resolvedRoots() []string {
-	roots := c.Local.AllowedMountRoots
-	if len(roots) == 0 && c.Local.HostRoot != "" {
-		roots = []string{c.Local.HostRoot}
+// mountRoots returns the roots host paths may come from, cleaned and with
+// symlinks resolved: local.allowed_mount_roots, or when that is empty the
+// default workspace (local.default_workspace, relative to host_root;
+// <host_root>/default when unset) if host_root is set. The reference falls
+// back to host_root itself, which holds the skill store: every session could
+// then rewrite the skills other sessions mount.
+//
+// A root is refused when it is / (in any spelling: //, /tmp/.., a symlink
+// to /), when it overlaps the skill store or stateDir (bwrap sessions'
+// directories, the instance id), or when it contains boxrt's own binary.
+// stateDir "" skips that one check (Config.Validate does not know it).
+func (c Config) mountRoots(stateDir string) ([]string, error) {
+	const field = "local.allowed_mount_roots"
+	roots := []string(c.Local.AllowedMountRoots)
+	if len(roots) == 0 && strings.TrimSpace(c.Local.HostRoot) != "" {
+		roots = []string{c.defaultWorkspace()}
+	}
+	type guarded struct {
+		what, path string
+		dir        bool // a directory: neither may contain the other
+	}
+	var protect []guarded
+	protect = append(protect, guarded{"the skill store (local.host_root + local.skills_root)", resolvePath(skills.ResolveRoot(c.Local.HostRoot, c.Local.SkillsRoot)), true})
+	if stateDir != "" {
+		protect = append(protect, guarded{"the state directory", resolvePath(stateDir), true})
+	}
+	if exe, err := os.Executable(); err == nil {
+		protect = append(protect, guarded{"boxrt's own binary", resolvePath(exe), false})
 	}
 	out := make([]string, 0, len(roots))
-	for _, r := range roots {
-		if abs, err := filepath.Abs(expandHome(r)); err == nil {
-			out = append(out, abs)
+	for _, raw := range roots {
+		r := strings.TrimSpace(raw)
+		if r == "" {
+			return nil, boxerr.Validation(field, "%s must not contain an empty path", field)
 		}
+		r = resolvePath(r)
+		if r == "/" {
+			return nil, boxerr.Validation(field, "%s must not contain / (%q resolves to it)", field, raw).With("path", raw)
+		}
+		for _, p := range protect {
+			if within(p.path, r) || (p.dir && within(r, p.path)) {
+				return nil, boxerr.Validation(field, "%s entry %q (%s) overlaps %s %s: sessions could read or rewrite it", field, raw, r, p.what, p.path).With("path", raw)
+			}
+		}
+		out = append(out, r)
 	}
-	return out
+	return out, nil
+}
+
+// defaultWorkspace is local.default_workspace made absolute: relative to
+// host_root, <host_root>/default when unset.
+func (c Config) defaultWorkspace() string {
+	ws := expandHome(strings.TrimSpace(c.Local.DefaultWorkspace))
+	host := expandHome(c.Local.HostRoot)
+	switch {
+	case ws == "":
+		return filepath.Join(host, "default")
+	case !filepath.IsAbs(ws):
+		return filepath.Join(host, ws)
+	}
+	return ws
+}
+
+// resolvePath makes p absolute and clean and resolves the symlinks of its
+// longest existing ancestor, so that two spellings of one directory compare
+// equal.
+func resolvePath(p string) string {
+	abs, err := filepath.Abs(expandHome(p))
+	if err != nil {
+		return filepath.Clean(p)
+	}
+	if r, err := backends.ResolveExisting(abs); err == nil {
+		return r
+	}
+	return abs
+}
+
+// within reports whether p is root or lies under it.
+func within(p, root string) bool {
+	return p == root || root == "/" || strings.HasPrefix(p, root+"/")
 }
 
 func expandHome(p string) string {

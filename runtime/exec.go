@@ -77,7 +77,7 @@ func (r *Runtime) exec(ctx context.Context, spec backends.Spec) (backends.ExecRe
 		// round trip per call); an exec that fails on a sandbox that turns
 		// out to be gone recreates the session once and runs there.
 		r.log.Warn().Str("session_id", spec.SessionID).Err(err).Msg("sandbox is gone; recreating the session")
-		if derr := r.destroy(ctx, s, "sandbox is gone"); derr != nil {
+		if derr := r.destroy(ctx, s, "sandbox is gone", false); derr != nil {
 			return res, err
 		}
 		r.mu.Lock()
@@ -96,13 +96,21 @@ func (r *Runtime) execIn(ctx context.Context, s *session, spec backends.Spec) (_
 		r.mu.Unlock()
 	}()
 
-	s.op.Lock()
-	defer s.op.Unlock()
+	s.execMu.Lock()
+	defer s.execMu.Unlock()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	r.mu.Lock()
 	deleting, info, b := s.deleting, s.sandboxInfo(), r.backend
 	limit := r.cfg.Limits.MaxOutputBytes
 	r.counters.TotalExecs++
+	s.cancelExec = cancel
 	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		s.cancelExec = nil
+		r.mu.Unlock()
+	}()
 	if deleting || b == nil {
 		return backends.ExecResult{}, false, boxerr.SessionNotFound(spec.SessionID).With("reason", "being deleted")
 	}
@@ -119,6 +127,9 @@ func (r *Runtime) execIn(ctx context.Context, s *session, spec backends.Spec) (_
 		Stdout:  stdout,
 		Stderr:  stderr,
 	})
+	if errors.Is(context.Cause(ctx), errDeleted) {
+		return backends.ExecResult{}, false, boxerr.SessionNotFound(spec.SessionID).With("reason", "deleted").Wrap(errDeleted)
+	}
 	if err != nil {
 		return backends.ExecResult{}, ctx.Err() == nil && !b.Alive(ctx, info), err
 	}

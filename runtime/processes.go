@@ -122,15 +122,32 @@ func NormalizeProcessSpec(spec *backends.ProcessSpec) error {
 		return boxerr.Validation("spec.command", "spec.command must not be empty")
 	case !strings.HasPrefix(spec.Cwd, "/"):
 		return boxerr.Validation("spec.cwd", "spec.cwd must be absolute, got %q", spec.Cwd)
-	case spec.MemoryMB < 0:
-		return boxerr.Validation("spec.memory_mb", "spec.memory_mb must be at least 0")
-	case len(spec.ProcessID) > 128 || strings.ContainsAny(spec.ProcessID, "/\x00"):
-		return boxerr.Validation("spec.process_id", "spec.process_id must be at most 128 bytes without '/' or NUL")
+	case spec.MemoryMB < 0 || spec.MemoryMB > backends.MaxProcessMemoryMB:
+		return boxerr.Validation("spec.memory_mb", "spec.memory_mb must be between 0 and %d, got %d", backends.MaxProcessMemoryMB, spec.MemoryMB)
+	}
+	if err := checkProcessID("spec.process_id", spec.ProcessID); err != nil {
+		return err
 	}
 	for k := range spec.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return boxerr.Validation("spec.env", "env name %q is invalid", k)
 		}
+	}
+	return nil
+}
+
+// checkProcessID refuses ids that cannot name a process safely: the id is a
+// path segment of the relay URL and of backend state, so "." and ".."
+// would address something else, and blank or padded ids would not survive
+// the trimming every other id gets.
+func checkProcessID(field, id string) error {
+	switch {
+	case id == "." || id == "..":
+		return boxerr.Validation(field, "%s must not be %q", field, id)
+	case strings.TrimSpace(id) != id || id == "":
+		return boxerr.Validation(field, "%s must not be blank or start or end with white space, got %q", field, id)
+	case len(id) > 128 || strings.ContainsAny(id, "/\x00"):
+		return boxerr.Validation(field, "%s must be at most 128 bytes without '/' or NUL", field)
 	}
 	return nil
 }
@@ -273,6 +290,9 @@ func (r *Runtime) lookupProcess(sessionID, processID string) (*managedProcess, e
 	if processID == "" {
 		processID = DefaultProcessID
 	}
+	if err := checkProcessID("process_id", processID); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, ok := r.sessions[sessionID]
@@ -290,6 +310,9 @@ func (r *Runtime) lookupProcess(sessionID, processID string) (*managedProcess, e
 func (r *Runtime) StopProcess(ctx context.Context, sessionID, processID string) error {
 	if processID == "" {
 		processID = DefaultProcessID
+	}
+	if err := checkProcessID("process_id", processID); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	s, ok := r.sessions[sessionID]

@@ -66,7 +66,7 @@ func (r *Runtime) Reap(ctx context.Context) int {
 			s.runningProcesses() == 0 && s.info.LastUsedAt.Before(cutoff)
 		r.mu.Unlock()
 		if still {
-			if err := r.destroy(ctx, s, "ttl"); err == nil {
+			if err := r.destroy(ctx, s, "ttl", false); err == nil {
 				n++
 			}
 		}

@@ -35,11 +35,13 @@ type Runtime struct {
 	startedAt  time.Time
 	probeEvery time.Duration
 
-	mu           sync.Mutex
-	cfg          Config
-	backend      backends.Backend
-	health       Health
-	sessions     map[string]*session
+	mu       sync.Mutex
+	cfg      Config
+	backend  backends.Backend
+	health   Health
+	sessions map[string]*session
+	// selecting is closed when the backend selection under way ends.
+	selecting    chan struct{}
 	creating     int
 	closing      int
 	shuttingDown bool
@@ -102,6 +104,9 @@ func New(cfg Config, factory Factory, stateDir string, opts ...Option) (*Runtime
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if _, err := cfg.mountRoots(stateDir); err != nil {
+		return nil, err
+	}
 	r := &Runtime{
 		log:        zerolog.Nop(),
 		clock:      realClock{},
@@ -161,7 +166,7 @@ func (r *Runtime) StartedAt() time.Time { return r.startedAt }
 // Start selects a backend, re-adopts this installation's sandboxes and
 // starts the reaper and the health refresher.
 func (r *Runtime) Start(ctx context.Context) {
-	r.selectBackend(ctx)
+	r.selectBackend(ctx, false)
 	bgCtx, cancel := context.WithCancel(context.Background())
 	r.stopBG = cancel
 	r.bg.Add(2)
@@ -183,6 +188,9 @@ func (r *Runtime) Config() Config {
 func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage) ([]string, error) {
 	r.mu.Lock()
 	next, ignored, err := r.cfg.Merge(patch)
+	if err == nil {
+		_, err = next.mountRoots(r.stateDir)
+	}
 	if err != nil {
 		r.mu.Unlock()
 		return nil, err
@@ -203,7 +211,7 @@ func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage) ([]str
 		}
 	}
 	if reselect {
-		r.selectBackend(ctx)
+		r.selectBackend(ctx, true)
 	}
 	return ignored, nil
 }
@@ -217,9 +225,40 @@ func candidates(choice string) []string {
 	return []string{choice}
 }
 
-// selectBackend probes the candidates in order and keeps the first that
+// selectBackend runs one backend selection, or joins the one under way:
+// concurrent first calls must not each probe, build and adopt a backend.
+// With fresh (a configuration change), a selection already under way is
+// waited for and then run again, as it used the previous configuration.
+func (r *Runtime) selectBackend(ctx context.Context, fresh bool) {
+	for {
+		r.mu.Lock()
+		running := r.selecting
+		if running == nil {
+			done := make(chan struct{})
+			r.selecting = done
+			r.mu.Unlock()
+			r.probeAndAdopt(ctx)
+			r.mu.Lock()
+			r.selecting = nil
+			r.mu.Unlock()
+			close(done)
+			return
+		}
+		r.mu.Unlock()
+		select {
+		case <-running:
+		case <-ctx.Done():
+			return
+		}
+		if !fresh {
+			return
+		}
+	}
+}
+
+// probeAndAdopt probes the candidates in order and keeps the first that
 // works; then it re-adopts that backend's sessions.
-func (r *Runtime) selectBackend(ctx context.Context) {
+func (r *Runtime) probeAndAdopt(ctx context.Context) {
 	cfg := r.Config()
 	var errs []string
 	for _, name := range candidates(cfg.Backend) {
@@ -266,13 +305,27 @@ func (r *Runtime) adopt(ctx context.Context, b backends.Backend) {
 	defer cancel()
 	infos, err := b.Adopt(actx)
 	if err != nil {
-		r.log.Warn().Err(err).Msg("cannot re-adopt sessions")
-		return
+		r.log.Warn().Err(err).Int("adopted", len(infos)).Msg("cannot re-adopt some sessions")
+	}
+	roots, rootsErr := r.Config().mountRoots(r.stateDir)
+	kept := infos[:0:0]
+	for _, info := range infos {
+		if err := errors.Join(rootsErr, adoptedPathsAllowed(info, roots)); err != nil {
+			// The sandbox binds what this configuration no longer allows
+			// (the allow-list changed, or a path was swapped for a symlink
+			// while boxrt was down): it is not served again.
+			r.log.Warn().Err(err).Str("session_id", info.SessionID).Str("backend_session_id", info.BackendSessionID).Msg("not re-adopting session")
+			sctx, cancel := context.WithTimeout(ctx, time.Minute)
+			_ = b.StopSession(sctx, info)
+			cancel()
+			continue
+		}
+		kept = append(kept, info)
 	}
 	now := r.clock.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, info := range infos {
+	for _, info := range kept {
 		if _, exists := r.sessions[info.SessionID]; exists {
 			continue
 		}
@@ -289,6 +342,31 @@ func (r *Runtime) adopt(ctx context.Context, b backends.Backend) {
 	}
 }
 
+// adoptedPathsAllowed checks an adopted session's host paths against the
+// current allow-list: each must still resolve to itself inside a root.
+// Skill mounts are boxrt's own and only re-checked by the backend.
+func adoptedPathsAllowed(info backends.SessionInfo, roots []string) error {
+	check := func(field, p string) error {
+		resolved, err := backends.ResolveHostPath(field, p, roots)
+		if err == nil && resolved != p {
+			err = boxerr.Validation(field, "%s %s now resolves to %s", field, p, resolved)
+		}
+		return err
+	}
+	if info.HostPath != "" && info.HostPathMode != backends.MountNone {
+		if err := check("host_path", info.HostPath); err != nil {
+			return err
+		}
+	}
+	user, _ := splitSkillMounts(info)
+	for i, m := range user {
+		if err := check(fmt.Sprintf("extra_mounts[%d].host_path", i), m.HostPath); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // currentBackend returns the selected backend or BoxBackendUnavailableError.
 func (r *Runtime) currentBackend(ctx context.Context) (backends.Backend, error) {
 	r.mu.Lock()
@@ -297,7 +375,7 @@ func (r *Runtime) currentBackend(ctx context.Context) (backends.Backend, error) 
 	if b != nil {
 		return b, nil
 	}
-	r.selectBackend(ctx)
+	r.selectBackend(ctx, false)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.backend == nil {
@@ -351,7 +429,7 @@ func (r *Runtime) healthLoop(ctx context.Context) {
 		b := r.backend
 		r.mu.Unlock()
 		if b == nil {
-			r.selectBackend(ctx)
+			r.selectBackend(ctx, false)
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -14,11 +15,16 @@ import (
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
-// session is one entry of the table. info is guarded by Runtime.mu; op
-// serialises execs, process starts/stops and destruction on the session.
+// session is one entry of the table. info is guarded by Runtime.mu. execMu
+// serialises the session's execs (the reference's per-session order); op
+// serialises process starts/stops and destruction. Destruction takes both,
+// after cancelling the running exec through cancelExec (guarded by
+// Runtime.mu) when it was asked to interrupt.
 type session struct {
 	info        backends.SessionInfo
+	execMu      sync.Mutex
 	op          sync.Mutex
+	cancelExec  context.CancelCauseFunc
 	activeExecs int
 	deleting    bool
 	deleted     chan struct{}
@@ -94,7 +100,10 @@ func sameMounts(a, b []backends.MountSpec) bool {
 // prepareSpec resolves host paths against the allow-list and fills the
 // backend's default image.
 func (r *Runtime) prepareSpec(b backends.Backend, spec backends.Spec) (backends.Spec, error) {
-	roots := r.Config().resolvedRoots()
+	roots, err := r.Config().mountRoots(r.stateDir)
+	if err != nil {
+		return spec, err
+	}
 	if spec.HostPath != "" && spec.HostPathMode != backends.MountNone {
 		p, err := backends.ResolveHostPath("host_path", spec.HostPath, roots)
 		if err != nil {
@@ -220,7 +229,7 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec ba
 			return s, nil, nil
 		}
 		r.log.Info().Str("session_id", spec.SessionID).Str("reason", reason).Msg("recreating session")
-		if err := r.destroy(ctx, s, "recreate"); err != nil {
+		if err := r.destroy(ctx, s, "recreate", false); err != nil {
 			return nil, nil, err
 		}
 		r.mu.Lock()
@@ -339,8 +348,9 @@ func (r *Runtime) ListSessions() []backends.SessionInfo {
 	return out
 }
 
-// DeleteSession stops the session's processes and destroys its sandbox,
-// waiting for a running exec to finish first.
+// DeleteSession stops the session's processes and destroys its sandbox. A
+// running exec is killed first (its caller gets BoxSessionNotFoundError);
+// a delete never waits for a long command to finish on its own.
 func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
 	unlock := r.idLocks.Lock(id)
 	defer unlock()
@@ -350,11 +360,17 @@ func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
 	if !ok {
 		return boxerr.SessionNotFound(id)
 	}
-	return r.destroy(ctx, s, "delete")
+	return r.destroy(ctx, s, "delete", true)
 }
 
-// destroy removes s from the table and its sandbox from the backend.
-func (r *Runtime) destroy(ctx context.Context, s *session, reason string) error {
+// errDeleted is the cause an exec interrupted by its session's deletion
+// sees.
+var errDeleted = errors.New("session deleted while the command ran")
+
+// destroy removes s from the table and its sandbox from the backend. With
+// interrupt, a running exec is cancelled (its command tree killed by the
+// backend) instead of waited for.
+func (r *Runtime) destroy(ctx context.Context, s *session, reason string, interrupt bool) error {
 	r.mu.Lock()
 	if s.deleting {
 		r.mu.Unlock()
@@ -368,10 +384,15 @@ func (r *Runtime) destroy(ctx context.Context, s *session, reason string) error 
 	s.deleting = true
 	r.closing++
 	b := r.backend
+	if interrupt && s.cancelExec != nil {
+		s.cancelExec(errDeleted)
+	}
 	r.mu.Unlock()
 
 	ctx = context.WithoutCancel(ctx)
-	s.op.Lock() // waits for a running exec or process start
+	s.execMu.Lock() // waits for the exec to end (killed when interrupting)
+	defer s.execMu.Unlock()
+	s.op.Lock() // waits for a process start or stop
 	r.stopSessionProcesses(ctx, s)
 	r.mu.Lock()
 	info := s.info

@@ -50,6 +50,12 @@ func (r *Runtime) resolveSkills(ctx context.Context, spec backends.Spec) ([]back
 		if err != nil {
 			return nil, err
 		}
+		// Backends re-check that a bound path resolves to itself right
+		// before mounting it; a store reached through a symlink would fail
+		// that check.
+		if root, err = backends.ResolveExisting(root); err != nil {
+			return nil, boxerr.Failure("skill %s: cannot resolve %s: %v", w.Name, root, err).Wrap(err)
+		}
 		mode := w.Mode
 		if mode == "" {
 			mode = backends.MountRO

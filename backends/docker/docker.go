@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -51,9 +53,22 @@ type Config struct {
 	// default).
 	CPULimitEnabled bool
 	// TmpSizeMB is the size of the /tmp tmpfs given to read-only-rootfs
-	// sessions; default 64.
+	// sessions; default 64, at most MaxTmpSizeMB.
 	TmpSizeMB int
+	// ProcessUser is "" (managed processes run as the sessions' user) or
+	// "uid[:gid]": managed processes then run as that user, so execs
+	// cannot read their environment from /proc/<pid>/environ.
+	ProcessUser string
+	// StateDir holds the workspace disk images of quota-bounded sessions.
+	StateDir string
+	// DefaultWorkspaceQuotaMB bounds the workspace of a session whose spec
+	// sets no workspace_quota_mb; 0 leaves such workspaces unbounded. It
+	// applies only when the engine is local.
+	DefaultWorkspaceQuotaMB int
 }
+
+// MaxTmpSizeMB bounds Config.TmpSizeMB: the tmpfs lives in memory.
+const MaxTmpSizeMB = 16 << 10
 
 // Backend runs sessions as Docker containers. It is safe for concurrent use.
 type Backend struct {
@@ -63,6 +78,13 @@ type Backend struct {
 	user         string // explicit user, "" for the image's
 	cpuLimit     bool
 	tmpSizeMB    int
+	stateDir     string
+	processUser  string // "" for the sessions' user
+
+	ncpuMu sync.Mutex // guards ncpu, read from the engine on first use
+	ncpu   int
+	// defaultQuotaMB is Config.DefaultWorkspaceQuotaMB.
+	defaultQuotaMB int
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -82,8 +104,16 @@ func New(cfg Config) (*Backend, error) {
 	if user != "" && !userPattern.MatchString(user) {
 		return nil, boxerr.Validation("docker.user", "docker backend: user must be \"auto\" or \"uid[:gid]\", got %q", cfg.User)
 	}
-	if cfg.TmpSizeMB < 0 {
-		return nil, boxerr.Validation("docker.tmp_size_mb", "docker backend: tmp size must not be negative, got %d", cfg.TmpSizeMB)
+	procUser := strings.TrimSpace(cfg.ProcessUser)
+	if procUser != "" && !userPattern.MatchString(procUser) {
+		return nil, boxerr.Validation("docker.process_user", "docker backend: process user must be \"\" or \"uid[:gid]\", got %q", cfg.ProcessUser)
+	}
+	if cfg.TmpSizeMB < 0 || cfg.TmpSizeMB > MaxTmpSizeMB {
+		return nil, boxerr.Validation("docker.tmp_size_mb", "docker backend: tmp size must be between 0 and %d, got %d", MaxTmpSizeMB, cfg.TmpSizeMB)
+	}
+	if q := cfg.DefaultWorkspaceQuotaMB; q != 0 && (q < MinWorkspaceQuotaMB || q > backends.MaxWorkspaceQuotaMB) {
+		return nil, boxerr.Validation("docker.workspace_quota_mb", "docker backend: default workspace quota must be 0 or between %d and %d, got %d",
+			MinWorkspaceQuotaMB, backends.MaxWorkspaceQuotaMB, q)
 	}
 	img := strings.TrimSpace(cfg.DefaultImage)
 	if img == "" {
@@ -98,12 +128,15 @@ func New(cfg Config) (*Backend, error) {
 		return nil, boxerr.BackendUnavailable("docker backend: invalid Docker client settings (DOCKER_HOST, DOCKER_CERT_PATH, DOCKER_API_VERSION): %v", err).Wrap(err)
 	}
 	return &Backend{
-		cli:          cli,
-		instance:     cfg.InstanceID,
-		defaultImage: img,
-		user:         user,
-		cpuLimit:     cfg.CPULimitEnabled,
-		tmpSizeMB:    tmp,
+		cli:            cli,
+		instance:       cfg.InstanceID,
+		defaultImage:   img,
+		user:           user,
+		cpuLimit:       cfg.CPULimitEnabled,
+		tmpSizeMB:      tmp,
+		stateDir:       cfg.StateDir,
+		processUser:    procUser,
+		defaultQuotaMB: cfg.DefaultWorkspaceQuotaMB,
 	}, nil
 }
 
@@ -122,8 +155,9 @@ func (b *Backend) Describe() backends.Description {
 		EnforcedLimits: []string{"memory", "pids"},
 		Isolation:      "container (runc)",
 		Notes: []string{
-			"workspace_quota_mb is not enforced",
+			quotaNote(b),
 			"per-process memory_mb of managed processes is not enforced; the session's memory limit applies",
+			processNote(b),
 			"a container's mounts are fixed at creation: naming a skill the session does not have yet recreates it (its /workspace volume starts empty unless host_path is set)",
 		},
 	}
@@ -133,6 +167,23 @@ func (b *Backend) Describe() backends.Description {
 		d.Notes = append(d.Notes, "cpu limit disabled (docker cpu_limit_enabled=false)")
 	}
 	return d
+}
+
+func processNote(b *Backend) string {
+	if b.processUser == "" {
+		return "managed processes run as the same user as execs: an exec can read their environment (docker.process_user separates them)"
+	}
+	return "managed processes run as " + b.processUser + ": execs cannot read their environment"
+}
+
+func quotaNote(b *Backend) string {
+	if !b.localEngine() || b.stateDir == "" {
+		return "workspace_quota_mb is not enforced: the engine is not on this host"
+	}
+	if b.defaultQuotaMB == 0 {
+		return "workspace_quota_mb bounds the session's own workspace (ext4 image); 0 leaves it unbounded; host_path workspaces are never bounded"
+	}
+	return fmt.Sprintf("workspace_quota_mb bounds the session's own workspace (ext4 image); 0 means the default of %d MB; host_path workspaces are never bounded", b.defaultQuotaMB)
 }
 
 // Probe implements backends.Backend: a Ping bounded by a short timeout.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -25,6 +26,9 @@ const (
 	// helperAttempts: a helper exec needs a free pid in the container, which
 	// a runaway command may hold for a moment.
 	helperAttempts = 5
+	// stopWait is how long an exec that ended by a signal (or with the
+	// engine's 126) waits to learn whether its container is going down.
+	stopWait = time.Second
 )
 
 // killRequest is what Exec writes to the watcher's stdin; any line (or EOF)
@@ -58,13 +62,13 @@ func (b *Backend) Exec(ctx context.Context, info backends.SessionInfo, req backe
 		Cmd:        []string{"sh", "-c", execScript, "boxrt-exec", workdir, req.Cmd, pidFile},
 	})
 	if err != nil {
-		return backends.ExitStatus{}, b.sessionError(info, "creating exec in "+info.BackendSessionID, err)
+		return backends.ExitStatus{}, b.execError(ctx, info, "creating exec in "+info.BackendSessionID, err)
 	}
 	// Attach is the start: the engine runs the exec when the hijacked
 	// stream is set up, so there is no separate ContainerExecStart.
 	hj, err := b.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
 	if err != nil {
-		return backends.ExitStatus{}, b.sessionError(info, "starting exec in "+info.BackendSessionID, err)
+		return backends.ExitStatus{}, b.execError(ctx, info, "starting exec in "+info.BackendSessionID, err)
 	}
 	s := newStream(&hj, orDiscard(req.Stdout), orDiscard(req.Stderr))
 	defer s.close()
@@ -96,15 +100,70 @@ func (b *Backend) Exec(ctx context.Context, info backends.SessionInfo, req backe
 		if werr := s.writeErr(); werr != nil {
 			return backends.ExitStatus{}, boxerr.Failure("writing command output: %v", werr).Wrap(werr)
 		}
-		return backends.ExitStatus{}, b.apiError("reading command output", s.err)
+		return backends.ExitStatus{}, b.execError(ctx, info, "reading command output", s.err)
 	}
 	ictx, cancel := cleanupContext(ctx, helperTimeout)
 	defer cancel()
 	code, err := b.execExitCode(ictx, created.ID)
 	if err != nil {
-		return backends.ExitStatus{}, b.sessionError(info, "reading exit code", err)
+		return backends.ExitStatus{}, b.execError(ictx, info, "reading exit code", err)
+	}
+	// 126 is what the engine reports when it could not start the exec in a
+	// container that was stopping (its error text is then the "output"),
+	// and a signal exit is what every process gets when the container
+	// dies. Either way the result says nothing about the command.
+	if (code == 126 || code > 128) && b.stopping(ictx, info) {
+		return backends.ExitStatus{}, containerGone(info, code)
 	}
 	return backends.ExitStatus{ExitCode: code}, nil
+}
+
+// execError is sessionError for a failed exec: when the container has
+// stopped meanwhile, the failure is the session being gone.
+func (b *Backend) execError(ctx context.Context, info backends.SessionInfo, what string, err error) *boxerr.Error {
+	ictx, cancel := cleanupContext(ctx, helperTimeout)
+	defer cancel()
+	if !cerrdefs.IsNotFound(err) && b.stopped(ictx, info) {
+		return containerGone(info, -1).Wrap(err)
+	}
+	return b.sessionError(info, what, err)
+}
+
+// stopped reports whether the session's container is gone or not running.
+// An engine that cannot answer does not count as stopped.
+func (b *Backend) stopped(ctx context.Context, info backends.SessionInfo) bool {
+	c, err := b.cli.ContainerInspect(ctx, info.BackendSessionID)
+	if err != nil {
+		return cerrdefs.IsNotFound(err)
+	}
+	return c.State == nil || !c.State.Running
+}
+
+// stopping is stopped for a container that may be on its way down: the
+// engine marks it exited only once its runtime has reported the end, a
+// moment after its processes are gone. A container that stays up costs
+// stopWait.
+func (b *Backend) stopping(ctx context.Context, info backends.SessionInfo) bool {
+	ctx, cancel := context.WithTimeout(ctx, stopWait)
+	defer cancel()
+	waitC, errC := b.cli.ContainerWait(ctx, info.BackendSessionID, container.WaitConditionNotRunning)
+	select {
+	case <-waitC:
+		return true
+	case err := <-errC:
+		return cerrdefs.IsNotFound(err)
+	}
+}
+
+// containerGone is the typed error of an exec whose container stopped; the
+// runtime recreates the session on it, as for a vanished container.
+func containerGone(info backends.SessionInfo, code int) *boxerr.Error {
+	e := boxerr.SessionNotFound(info.SessionID).With("reason", "container stopped")
+	e.Msg += ": its container " + info.BackendSessionID + " stopped"
+	if code >= 0 {
+		e = e.With("engine_exit_code", code)
+	}
+	return e
 }
 
 // killExec kills a running exec's process tree. The in-container watcher is
@@ -121,7 +180,7 @@ func (b *Backend) killExec(ctx context.Context, info backends.SessionInfo, execI
 	_ = s.hj.Conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
 	_, _ = s.hj.Conn.Write(killRequest)
 	ended := b.waitExecEnd(ctx, execID, s, streamLive)
-	_ = b.signalSession(ctx, info.BackendSessionID, pidFile, "KILL", true)
+	_ = b.signalSession(ctx, info.BackendSessionID, "", pidFile, "KILL", true)
 	if !ended {
 		b.waitExecEnd(ctx, execID, s, streamLive)
 	}
@@ -179,15 +238,17 @@ func (b *Backend) execExitCode(ctx context.Context, execID string) (int, error) 
 }
 
 // signalSession sends sig to the process session recorded in pidFile inside
-// the container, retrying while the container has no pid to spare.
-func (b *Backend) signalSession(ctx context.Context, containerName, pidFile, sig string, cleanup bool) error {
+// the container, retrying while the container has no pid to spare. user is
+// who the session's processes run as ("" for the container's user): with
+// every capability dropped only the same user may signal them.
+func (b *Backend) signalSession(ctx context.Context, containerName, user, pidFile, sig string, cleanup bool) error {
 	cmd := []string{"sh", "-c", signalScript, "boxrt-signal", pidFile, sig}
 	if cleanup {
 		cmd = append(cmd, "cleanup")
 	}
 	var err error
 	for i := 0; i < helperAttempts; i++ {
-		if err = b.runHelper(ctx, containerName, cmd); err == nil || ctx.Err() != nil {
+		if err = b.runHelper(ctx, containerName, user, cmd); err == nil || ctx.Err() != nil {
 			break
 		}
 		if sleepCtx(ctx, time.Duration(i+1)*100*time.Millisecond) != nil {
@@ -200,10 +261,12 @@ func (b *Backend) signalSession(ctx context.Context, containerName, pidFile, sig
 	return nil
 }
 
-// runHelper runs a short boxrt-owned command in the container and waits for
-// it, returning its output in the error when it fails.
-func (b *Backend) runHelper(ctx context.Context, containerName string, cmd []string) error {
+// runHelper runs a short boxrt-owned command in the container as user (""
+// for the container's) and waits for it, returning its output in the error
+// when it fails.
+func (b *Backend) runHelper(ctx context.Context, containerName, user string, cmd []string) error {
 	created, err := b.cli.ContainerExecCreate(ctx, containerName, container.ExecOptions{
+		User:         user,
 		AttachStdout: true,
 		AttachStderr: true,
 		WorkingDir:   "/",

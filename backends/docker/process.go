@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -36,11 +37,27 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.SessionInfo, s
 	}
 	pidFile := "/tmp/.boxrt-proc-" + randomHex(16) + ".pid"
 	cmd := append([]string{"sh", "-c", procScript, "boxrt-proc", cwd, pidFile, spec.Command}, spec.Args...)
+	env := spec.Env
+	if b.processUser != "" {
+		if _, ok := env["HOME"]; !ok {
+			// The process user owns no home directory in the image; tools
+			// that cache under $HOME (npm, pip) need a writable one.
+			env = maps.Clone(env)
+			if env == nil {
+				env = map[string]string{}
+			}
+			env["HOME"] = "/tmp"
+		}
+	}
 	created, err := b.cli.ContainerExecCreate(ctx, info.BackendSessionID, container.ExecOptions{
+		// Another user than the execs': they share the container's
+		// /proc, and the same user could read the process's environment
+		// (its secrets) from /proc/<pid>/environ.
+		User:         b.processUser,
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,
-		Env:          envList(spec.Env),
+		Env:          envList(env),
 		WorkingDir:   "/",
 		Cmd:          cmd,
 	})
@@ -110,7 +127,7 @@ func (p *process) Signal(sig syscall.Signal) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), helperTimeout)
 	defer cancel()
-	return p.b.signalSession(ctx, p.container, p.pidFile, name, false)
+	return p.b.signalSession(ctx, p.container, p.b.processUser, p.pidFile, name, false)
 }
 
 func (p *process) run(outW, errW *io.PipeWriter) {
@@ -129,12 +146,12 @@ func (p *process) run(outW, errW *io.PipeWriter) {
 	if s.err != nil {
 		// The output can no longer be delivered (a reader went away or the
 		// engine connection broke): do not leave the process running blind.
-		_ = p.b.signalSession(ctx, p.container, p.pidFile, "KILL", false)
+		_ = p.b.signalSession(ctx, p.container, p.b.processUser, p.pidFile, "KILL", false)
 	}
 	code, err := p.b.execExitCode(ctx, p.execID)
 	// Whatever the process left running in its session dies with it, and
 	// its pid file goes.
-	_ = p.b.signalSession(ctx, p.container, p.pidFile, "KILL", true)
+	_ = p.b.signalSession(ctx, p.container, p.b.processUser, p.pidFile, "KILL", true)
 	if err != nil {
 		p.code, p.err = -1, p.b.apiError("reading managed process exit code", err)
 		return

@@ -117,6 +117,22 @@ bk_kill "$2" "$bk_r" $$
 exit 0
 `
 
+// orphanScript kills, in a container being re-adopted, every process tree
+// a previous boxrt started and can no longer reach: managed processes (and
+// any exec whose watcher did not fire) recorded in pid files under /tmp.
+// The new boxrt knows nothing of them, so nobody would ever stop them.
+const orphanScript = killFuncs + `
+exec 2>/dev/null
+for bk_f in /tmp/.boxrt-proc-*.pid /tmp/.boxrt-exec-*.pid; do
+	[ -f "$bk_f" ] || continue
+	bk_r=
+	read -r bk_r <"$bk_f"
+	case $bk_r in '' | *[!0-9]*) ;; *) bk_kill KILL "$bk_r" $$ ;; esac
+	rm -f "$bk_f"
+done
+exit 0
+`
+
 // keepAlive is the container's main process. docker-init (Init: true) is
 // pid 1 and reaps orphans; the loop only has to exist, and to exit promptly
 // on SIGTERM so a plain stop does not wait for the kill timeout.

@@ -105,12 +105,14 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 	info.CreatedAt = time.Now().UTC()
 	info.LastUsedAt = info.CreatedAt
 
-	mounts, err := b.mounts(spec, name, owner)
+	mounts, err := b.mounts(ctx, spec, name, owner)
 	if err != nil {
+		b.removeSession(ctx, name)
 		return backends.SessionInfo{}, err
 	}
 	labels, err := b.labels(info)
 	if err != nil {
+		b.removeSession(ctx, name)
 		return backends.SessionInfo{}, err
 	}
 
@@ -143,6 +145,10 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 		hc.Memory, hc.MemorySwap = 0, 0
 	}
 	if b.cpuLimit && spec.CPUs > 0 {
+		if err := b.checkCPUs(ctx, spec.CPUs); err != nil {
+			b.removeSession(ctx, name)
+			return backends.SessionInfo{}, err
+		}
 		hc.NanoCPUs = int64(spec.CPUs * 1e9)
 	}
 	if spec.Network != backends.NetworkOn {
@@ -154,19 +160,69 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 		hc.Tmpfs = map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", b.tmpSizeMB)}
 	}
 
+	if err := recheckBinds(info); err != nil {
+		b.removeSession(ctx, name)
+		return backends.SessionInfo{}, err
+	}
 	if _, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name); err != nil {
 		if !cerrdefs.IsConflict(err) {
 			// The engine may have created the workspace volume before
 			// failing; a name conflict, though, means the name is not ours.
 			b.removeSession(ctx, name)
+		} else {
+			_ = b.removeQuota(name)
 		}
 		return backends.SessionInfo{}, b.apiError("creating container for session "+spec.SessionID, err)
+	}
+	// The engine binds host paths at start, following symlinks: check
+	// again as late as possible.
+	if err := recheckBinds(info); err != nil {
+		b.removeSession(ctx, name)
+		return backends.SessionInfo{}, err
 	}
 	if err := b.cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
 		b.removeSession(ctx, name)
 		return backends.SessionInfo{}, b.apiError("starting container for session "+spec.SessionID, err)
 	}
 	return info, nil
+}
+
+// recheckBinds re-verifies every host path the session binds (see
+// backends.RecheckHostPath); the paths were resolved when they were
+// checked, so any difference now is a swap.
+func recheckBinds(info backends.SessionInfo) error {
+	if info.HostPath != "" && info.HostPathMode != backends.MountNone {
+		if err := backends.RecheckHostPath("host_path", info.HostPath); err != nil {
+			return err
+		}
+	}
+	for i, m := range info.ExtraMounts {
+		if m.Mode == backends.MountNone {
+			continue
+		}
+		if err := backends.RecheckHostPath(fmt.Sprintf("extra_mounts[%d].host_path", i), m.HostPath); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkCPUs refuses a CPU limit above the engine's CPU count, which the
+// engine would refuse with an error that names no field.
+func (b *Backend) checkCPUs(ctx context.Context, cpus float64) error {
+	b.ncpuMu.Lock()
+	defer b.ncpuMu.Unlock()
+	if b.ncpu == 0 {
+		info, err := b.cli.Info(ctx)
+		if err != nil {
+			return b.apiError("reading the engine's CPU count", err)
+		}
+		b.ncpu = info.NCPU
+	}
+	if cpus > float64(b.ncpu) {
+		return boxerr.Validation("cpus", "cpus must be at most %d (the CPUs of the Docker engine's host), got %v", b.ncpu, cpus)
+	}
+	return nil
 }
 
 // labels renders the container labels that Adopt reads back.
@@ -264,10 +320,16 @@ func (b *Backend) containerOwner(img image.InspectResponse) owner {
 // mounts builds the workspace mount (host bind or named volume) and the
 // extra binds. The runtime has already checked host paths against the
 // allow-list.
-func (b *Backend) mounts(spec backends.Spec, name string, o owner) ([]mount.Mount, error) {
+func (b *Backend) mounts(ctx context.Context, spec backends.Spec, name string, o owner) ([]mount.Mount, error) {
 	var out []mount.Mount
 	if spec.HostPath != "" && spec.HostPathMode != backends.MountNone {
 		m, err := bindMount("host_path", spec.HostPath, spec.MountPath, spec.HostPathMode, o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	} else if quota := b.effectiveQuota(spec); quota > 0 {
+		m, err := b.quotaWorkspace(ctx, name, quota, spec.MountPath, o)
 		if err != nil {
 			return nil, err
 		}
@@ -414,7 +476,7 @@ func (b *Backend) StopSession(ctx context.Context, info backends.SessionInfo) er
 	if err := b.removeContainer(ctx, name); err != nil {
 		return err
 	}
-	return b.removeVolume(ctx, volumeName(name))
+	return errors.Join(b.removeVolume(ctx, volumeName(name)), b.removeQuota(name))
 }
 
 func (b *Backend) removeContainer(ctx context.Context, name string) error {
@@ -459,13 +521,15 @@ func (b *Backend) removeSession(ctx context.Context, name string) {
 	defer cancel()
 	if b.removeContainer(ctx, name) == nil {
 		_ = b.removeVolume(ctx, volumeName(name))
+		_ = b.removeQuota(name)
 	}
 }
 
 // Adopt implements backends.Backend. Running containers of this instance are
 // returned; stopped ones are restarted when persistent (a host reboot must
-// not lose a persistent workspace) and removed otherwise, as the reference's
-// --rm would have. Orphaned workspace volumes of this instance are removed.
+// not lose a persistent workspace) and their host paths still pass
+// RecheckHostPath, and removed otherwise, as the reference's --rm would
+// have. Refused restarts come back as an error next to the adopted sessions. Orphaned workspace volumes of this instance are removed.
 // Containers with unreadable labels are left alone.
 func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 	list, err := b.cli.ContainerList(ctx, container.ListOptions{
@@ -479,6 +543,7 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 		return nil, b.apiError("listing containers", err)
 	}
 	var out []backends.SessionInfo
+	var refused []error
 	keep := map[string]bool{}
 	for _, c := range list {
 		if c.Labels[LabelInstance] != b.instance || c.Labels[LabelManaged] != "true" || len(c.Names) == 0 {
@@ -490,6 +555,9 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 		switch c.State {
 		case container.StateRunning:
 			if infoErr == nil {
+				if err := b.killOrphans(ctx, name); err != nil {
+					refused = append(refused, err)
+				}
 				out = append(out, info)
 			}
 		case container.StateExited, container.StateDead, container.StateCreated:
@@ -497,6 +565,19 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 				continue
 			}
 			if info.Persistent {
+				// Restarting re-binds the host paths: a path swapped for a
+				// symlink while boxrt was down must not be followed. The
+				// container is left stopped for an operator to look at.
+				if err := recheckBinds(info); err != nil {
+					refused = append(refused, fmt.Errorf("not restarting persistent session %s (container %s): %w", info.SessionID, name, err))
+					continue
+				}
+				if b.hasQuota(name) {
+					if err := b.mountQuota(ctx, name); err != nil {
+						refused = append(refused, fmt.Errorf("not restarting persistent session %s (container %s): %w", info.SessionID, name, err))
+						continue
+					}
+				}
 				if b.cli.ContainerStart(ctx, name, container.StartOptions{}) == nil {
 					out = append(out, info)
 				}
@@ -505,11 +586,31 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 			if b.removeContainer(ctx, name) == nil {
 				delete(keep, name)
 				_ = b.removeVolume(ctx, volumeName(name))
+				_ = b.removeQuota(name)
 			}
 		}
 	}
 	b.collectVolumes(ctx, keep)
+	b.collectQuotas(keep)
+	if len(refused) > 0 {
+		return out, boxerr.Failure("docker backend: adopting: %v", errors.Join(refused...)).Wrap(errors.Join(refused...))
+	}
 	return out, nil
+}
+
+// killOrphans kills the managed processes a previous boxrt left running in
+// a container it is adopting (see orphanScript).
+func (b *Backend) killOrphans(ctx context.Context, name string) error {
+	users := []string{""}
+	if b.processUser != "" {
+		users = append(users, b.processUser)
+	}
+	for _, u := range users {
+		if err := b.runHelper(ctx, name, u, []string{"sh", "-c", orphanScript, "boxrt-orphans"}); err != nil {
+			return fmt.Errorf("killing orphaned processes in %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // collectVolumes removes this instance's workspace volumes whose container

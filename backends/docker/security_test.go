@@ -1,0 +1,314 @@
+package docker_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/docker"
+	"github.com/boxrt/boxrt/runtime/boxerr"
+)
+
+// TestExecOnStoppedContainer: an exec whose container is stopped, or stops
+// under it, is a typed "session gone" error (which the runtime answers by
+// recreating the session), never a completed result carrying the engine's
+// error text or the kill signal of the container's end.
+func TestExecOnStoppedContainer(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		before func(t *testing.T, name string)
+		cmd    string
+	}{
+		{
+			name: "stopped before the exec",
+			before: func(t *testing.T, name string) {
+				timeout := 1
+				if err := rawClient(t).ContainerStop(context.Background(), name, container.StopOptions{Timeout: &timeout}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			cmd: "echo hi",
+		},
+		{
+			name: "stops during the exec",
+			cmd:  "kill 1; sleep 10; echo survived",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBackend(t)
+			info := startSession(t, b)
+			if tc.before != nil {
+				tc.before(t, info.BackendSessionID)
+			}
+			r := run(t, b, info, tc.cmd, 30*time.Second)
+			if !isKind(r.err, boxerr.ErrSessionNotFound) {
+				t.Fatalf("exec: status %+v err %v stdout %q stderr %q; want BoxSessionNotFoundError", r.status, r.err, r.stdout, r.stderr)
+			}
+		})
+	}
+}
+
+// TestHostPathSwappedForSymlink: a host path checked when the session was
+// made, then replaced by a symlink out of the allowed roots (what another
+// session with a rw mount of the parent can do), is refused when the engine
+// would bind it again: at a restart of a re-adopted persistent session, and
+// between the check and the start of a new one. Nothing is mounted.
+func TestHostPathSwappedForSymlink(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cli := rawClient(t)
+	// outside plays /etc: a directory outside every allowed root.
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("host secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	swap := func(t *testing.T, path string) {
+		t.Helper()
+		if err := os.RemoveAll(path); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(outside, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name  string
+		field string
+		set   func(s *backends.Spec, path string)
+	}{
+		{"host_path", "host_path", func(s *backends.Spec, p string) { s.HostPath = p }},
+		{"extra mount", "extra_mounts[0].host_path", func(s *backends.Spec, p string) {
+			s.ExtraMounts = []backends.MountSpec{{HostPath: p, MountPath: "/data", Mode: backends.MountRO}}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name+" re-adopted", func(t *testing.T) {
+			t.Parallel()
+			sub := filepath.Join(t.TempDir(), "sub")
+			if err := os.Mkdir(sub, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			b := newBackend(t)
+			info := startSession(t, b, func(s *backends.Spec) { s.Persistent = true; tc.set(s, sub) })
+			if err := cli.ContainerKill(ctx, info.BackendSessionID, "KILL"); err != nil {
+				t.Fatal(err)
+			}
+			waitState(t, info.BackendSessionID, "exited")
+			swap(t, sub)
+
+			restarted, err := docker.New(docker.Config{InstanceID: instanceOf(t, info), DefaultImage: testImage})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer restarted.Close()
+			adopted, err := restarted.Adopt(ctx)
+			if !isKind(err, boxerr.ErrValidation) || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("Adopt err = %v, want a BoxValidationError naming %s", err, tc.field)
+			}
+			if len(adopted) != 0 {
+				t.Errorf("adopted %+v", adopted)
+			}
+			c, err := cli.ContainerInspect(ctx, info.BackendSessionID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.State.Running {
+				t.Error("the container was restarted with a swapped host path")
+			}
+		})
+		t.Run(tc.name+" new session", func(t *testing.T) {
+			t.Parallel()
+			sub := filepath.Join(t.TempDir(), "sub")
+			if err := os.Mkdir(sub, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			swap(t, sub) // checked by the runtime as a directory, swapped since
+			id := instanceID()
+			b := newBackend(t, func(c *docker.Config) { c.InstanceID = id })
+			spec := testSpec(t)
+			tc.set(&spec, sub)
+			if err := spec.Normalize(); err != nil {
+				t.Fatal(err)
+			}
+			_, err := b.StartSession(ctx, spec)
+			if !isKind(err, boxerr.ErrValidation) || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("StartSession err = %v, want a BoxValidationError naming %s", err, tc.field)
+			}
+			list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+				filters.Arg("label", docker.LabelInstance+"="+id))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(list) != 0 {
+				t.Errorf("containers left behind: %d", len(list))
+			}
+		})
+	}
+}
+
+// TestWorkspaceQuota: a session's own workspace is bounded. Filling it is
+// ENOSPC to the command, not a full host disk; the disk image holds at most
+// the quota; deleting the session removes the image and frees its loop
+// device.
+func TestWorkspaceQuota(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name         string
+		defaultQuota int
+		specQuota    int
+	}{
+		{"spec quota", 0, 16},
+		{"configured default", 16, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			state := t.TempDir()
+			b := newBackend(t, func(c *docker.Config) { c.StateDir = state; c.DefaultWorkspaceQuotaMB = tc.defaultQuota })
+			spec := testSpec(t)
+			spec.WorkspaceQuotaMB = tc.specQuota
+			if err := spec.Normalize(); err != nil {
+				t.Fatal(err)
+			}
+			info, err := b.StartSession(context.Background(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := run(t, b, info, "dd if=/dev/zero of=/workspace/fill bs=1M count=64 2>&1; echo rc=$?; ls -A /workspace", 60*time.Second)
+			if r.err != nil || !strings.Contains(r.stdout, "No space left on device") || strings.Contains(r.stdout, "rc=0") {
+				t.Errorf("filling the workspace: err %v stdout %q", r.err, r.stdout)
+			}
+			images, _ := filepath.Glob(filepath.Join(state, "docker", "*", info.BackendSessionID, "disk.ext4"))
+			if len(images) != 1 {
+				t.Fatalf("disk images: %v", images)
+			}
+			var st syscall.Stat_t
+			if err := syscall.Stat(images[0], &st); err != nil {
+				t.Fatal(err)
+			}
+			if used := st.Blocks * 512; used > 17<<20 {
+				t.Errorf("the disk image takes %d bytes of host disk, more than the 16 MB quota", used)
+			}
+			if got := mustRun(t, b, info, "echo still usable > /tmp/x && cat /tmp/x"); got != "still usable\n" {
+				t.Errorf("session after a full workspace: %q", got)
+			}
+			if err := b.StopSession(context.Background(), info); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(filepath.Dir(images[0])); !os.IsNotExist(err) {
+				t.Errorf("session directory left after delete: %v", err)
+			}
+			if loops := loopsBacking(t, images[0]); len(loops) > 0 {
+				t.Errorf("loop devices left: %v", loops)
+			}
+		})
+	}
+	t.Run("too small", func(t *testing.T) {
+		t.Parallel()
+		state := t.TempDir()
+		b := newBackend(t, func(c *docker.Config) { c.StateDir = state })
+		spec := testSpec(t)
+		spec.WorkspaceQuotaMB = 1
+		if _, err := b.StartSession(context.Background(), spec); !isKind(err, boxerr.ErrValidation) {
+			t.Fatalf("quota 1 MB: %v, want BoxValidationError", err)
+		}
+		if left, _ := filepath.Glob(filepath.Join(state, "docker", "*", "*")); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
+		}
+	})
+}
+
+// loopsBacking lists the loop devices whose backing file is path.
+func loopsBacking(t *testing.T, path string) []string {
+	t.Helper()
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), path) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// TestProcessSecretsHiddenFromExecs: with docker.process_user a managed
+// process runs as its own user, so an exec (the agent's code) cannot read
+// its environment from /proc/<pid>/environ; stopping it still works, and it
+// still reads the workspace. Without it (the default) they share a user and
+// the secret is readable: the test shows both.
+func TestProcessSecretsHiddenFromExecs(t *testing.T) {
+	t.Parallel()
+	const secret = "sk-boxrt-test-secret-0123456789"
+	tests := []struct {
+		name        string
+		processUser string
+		visible     bool
+	}{
+		{"shared user", "", true},
+		{"process user", "2000:1000", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBackend(t, func(c *docker.Config) { c.ProcessUser = tc.processUser })
+			info := startSession(t, b)
+			mustRun(t, b, info, "echo shared > /workspace/in.txt")
+			p, _ := startProcess(t, b, info, backends.ProcessSpec{Command: "sh",
+				Args: []string{"-c", "cat /workspace/in.txt; exec sleep 300"}, Env: map[string]string{"MCP_TOKEN": secret}})
+			line, err := bufio.NewReader(p.Stdout()).ReadString('\n')
+			if err != nil || line != "shared\n" {
+				t.Fatalf("the process reads the workspace: %q %v", line, err)
+			}
+			out := mustRun(t, b, info, "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c MCP_TOKEN= || true")
+			if got := strings.TrimSpace(out) != "0"; got != tc.visible {
+				t.Errorf("secret visible to an exec: %v, want %v (grep count %q)", got, tc.visible, out)
+			}
+			if err := p.Signal(syscall.SIGKILL); err != nil {
+				t.Fatalf("Signal: %v", err)
+			}
+			_, _ = io.Copy(io.Discard, p.Stdout())
+			if code, _ := waitProcess(t, p); code != -9 {
+				t.Errorf("exit code %d after SIGKILL", code)
+			}
+		})
+	}
+}
+
+// TestCPUsAboveHost: a cpus value the engine would refuse (more than its
+// host has) is a BoxValidationError naming cpus, with nothing left behind.
+func TestCPUsAboveHost(t *testing.T) {
+	t.Parallel()
+	info, err := rawClient(t).Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := instanceID()
+	b := newBackend(t, func(c *docker.Config) { c.InstanceID = id; c.CPULimitEnabled = true })
+	spec := testSpec(t)
+	spec.CPUs = float64(info.NCPU) + 1
+	_, err = b.StartSession(context.Background(), spec)
+	var be *boxerr.Error
+	if !errors.As(err, &be) || !isKind(err, boxerr.ErrValidation) || be.Details["field"] != "cpus" {
+		t.Fatalf("cpus %v on a %d-CPU engine: %v, want BoxValidationError for cpus", spec.CPUs, info.NCPU, err)
+	}
+	list, err := rawClient(t).ContainerList(context.Background(), container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", docker.LabelInstance+"="+id))})
+	if err != nil || len(list) != 0 {
+		t.Errorf("containers left: %d %v", len(list), err)
+	}
+}

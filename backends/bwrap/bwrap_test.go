@@ -143,7 +143,7 @@ func TestFilesPersistAcrossExecs(t *testing.T) {
 		t.Fatalf("second exec read %q", got)
 	}
 	// and the file is where the session's state says it is
-	data, err := os.ReadFile(filepath.Join(b.root, info.BackendSessionID, "workspace", "f.txt"))
+	data, err := os.ReadFile(filepath.Join(workspaceOnHost(b, info), "f.txt"))
 	if err != nil || string(data) != "persisted\n" {
 		t.Fatalf("host side of the workspace: %q, %v", data, err)
 	}
@@ -331,8 +331,8 @@ func tail(s string, n int) string {
 func TestWritesConfined(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
-	extra := t.TempDir()
-	roDir := t.TempDir()
+	extra := reachableDir(t)
+	roDir := reachableDir(t)
 	info := newSession(t, b, func(s *backends.Spec) {
 		s.ExtraMounts = []backends.MountSpec{
 			{HostPath: extra, MountPath: "/data", Mode: backends.MountRW},
@@ -383,7 +383,7 @@ func TestMountsChangePerExec(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
 	info := newSession(t, b, nil)
-	skill := t.TempDir()
+	skill := reachableDir(t)
 	if err := os.WriteFile(filepath.Join(skill, "SKILL.md"), []byte("# demo\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +402,7 @@ func TestMountsChangePerExec(t *testing.T) {
 func TestHostPathWorkspace(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
-	host := filepath.Join(t.TempDir(), "proj") // created by StartSession
+	host := filepath.Join(reachableDir(t), "proj") // created by StartSession
 	info := newSession(t, b, func(s *backends.Spec) { s.HostPath = host; s.MountPath = "/src" })
 	mustRun(t, b, info, "mkdir -p deep && echo hi > deep/f")
 	if data, err := os.ReadFile(filepath.Join(host, "deep", "f")); err != nil || string(data) != "hi\n" {
@@ -554,7 +554,7 @@ func TestAdopt(t *testing.T) {
 		s.Network = backends.NetworkOn
 		s.MemoryMB = 128
 		s.Persistent = true
-		s.ExtraMounts = []backends.MountSpec{{HostPath: t.TempDir(), MountPath: "/data", Mode: backends.MountRO}}
+		s.ExtraMounts = []backends.MountSpec{{HostPath: reachableDir(t), MountPath: "/data", Mode: backends.MountRO}}
 	})
 	foreign := mk(other, "c", nil)
 	defer func() {
@@ -613,7 +613,7 @@ func TestStartSessionValidation(t *testing.T) {
 		{"rootfs without sh", func(s *backends.Spec) { s.Image = noShell }},
 		{"mount over proc", func(s *backends.Spec) { s.MountPath = "/proc/x"; s.Workdir = "/proc/x" }},
 		{"mount at root", func(s *backends.Spec) {
-			s.ExtraMounts = []backends.MountSpec{{HostPath: t.TempDir(), MountPath: "/", Mode: backends.MountRO}}
+			s.ExtraMounts = []backends.MountSpec{{HostPath: reachableDir(t), MountPath: "/", Mode: backends.MountRO}}
 		}},
 		{"empty session id", func(s *backends.Spec) { s.SessionID = "" }},
 	}
@@ -651,7 +651,7 @@ func busyboxRootfs(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("a static busybox is needed for the rootfs test (apt-get install busybox-static): %v", err)
 	}
-	root := t.TempDir()
+	root := reachableDir(t)
 	for _, d := range []string{"bin", "etc", "workspace"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)

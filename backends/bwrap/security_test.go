@@ -1,0 +1,242 @@
+package bwrap
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+// Regression tests for attacks on the bwrap backend run as root. Each
+// reproduces the attack against the real backend; the "victim" directory
+// stands in for /etc.
+
+// TestHostPathSwappedForSymlink: session A (rw on an allowed directory)
+// replaces the sub-directory session B mounts with a symlink to the
+// victim; B's next exec or managed process must still mount the directory
+// it was created with, never the symlink's target.
+func TestHostPathSwappedForSymlink(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	cases := []struct {
+		name string
+		run  func(t *testing.T, info backends.SessionInfo, cmd string)
+	}{
+		{"exec", func(t *testing.T, info backends.SessionInfo, cmd string) {
+			r := execIn(t, b, info, backends.ExecRequest{Cmd: cmd})
+			t.Logf("exec: err=%v status=%+v stderr=%q", r.err, r.status, r.stderr)
+		}},
+		{"managed process", func(t *testing.T, info backends.SessionInfo, cmd string) {
+			p, err := b.StartProcess(context.Background(), info, backends.ProcessSpec{Command: "/bin/sh", Args: []string{"-c", cmd}})
+			if err != nil {
+				t.Logf("start refused: %v", err)
+				return
+			}
+			p.Stdin().Close()
+			go func() { _, _ = io.Copy(io.Discard, p.Stdout()) }()
+			go func() { _, _ = io.Copy(io.Discard, p.Stderr()) }()
+			code, err := p.Wait()
+			t.Logf("process: code=%d err=%v", code, err)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			allowed, victim := reachableDir(t), reachableDir(t)
+			sub := filepath.Join(allowed, "sub")
+			if err := os.Mkdir(sub, 0o755); err != nil || os.Chmod(sub, 0o777) != nil {
+				t.Fatal(err)
+			}
+			attacker := newSession(t, b, func(s *backends.Spec) { s.SessionID = "a-" + tc.name; s.HostPath = allowed })
+			target := newSession(t, b, func(s *backends.Spec) {
+				s.SessionID = "b-" + tc.name
+				s.ExtraMounts = []backends.MountSpec{{HostPath: sub, MountPath: "/data", Mode: backends.MountRW}}
+			})
+			mustRun(t, b, attacker, "mv /workspace/sub /workspace/sub.old && ln -s "+victim+" /workspace/sub")
+			tc.run(t, target, "touch /data/pwned")
+			if _, err := os.Lstat(filepath.Join(victim, "pwned")); err == nil {
+				t.Fatal("the session's mount followed the planted symlink: a file was created in the victim directory")
+			}
+			if _, err := os.Lstat(filepath.Join(allowed, "sub.old", "pwned")); err != nil {
+				t.Fatalf("the session no longer writes to the directory it was created with: %v", err)
+			}
+		})
+	}
+}
+
+// TestPlantedMountPointSymlink: a command makes /workspace/.skills a
+// relative symlink into ../../oldroot/<victim> (the host's root while
+// bwrap builds the sandbox); the next exec's skill mount must not create
+// anything there.
+func TestPlantedMountPointSymlink(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	victim, skill := reachableDir(t), reachableDir(t)
+	info := newSession(t, b, nil)
+	mustRun(t, b, info, "ln -s ../../oldroot"+victim+" /workspace/.skills")
+	withSkill := info
+	withSkill.ExtraMounts = []backends.MountSpec{{HostPath: skill, MountPath: "/workspace/.skills/demo", Mode: backends.MountRO}}
+	r := execIn(t, b, withSkill, backends.ExecRequest{Cmd: "true"})
+	t.Logf("exec with the skill: err=%v status=%+v stderr=%q", r.err, r.status, r.stderr)
+	if entries, _ := os.ReadDir(victim); len(entries) > 0 {
+		t.Fatalf("the skill mount followed the planted symlink and created %v in the victim directory", entries[0].Name())
+	}
+	if r.err == nil && r.status.ExitCode == 0 {
+		t.Fatal("the exec ran although its mount point is a symlink")
+	}
+}
+
+// TestSandboxIsNotHostRoot: uid 0 inside is an unprivileged host user, so
+// files the sandbox creates on the host are not root's.
+func TestSandboxIsNotHostRoot(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	data := reachableDir(t)
+	info := newSession(t, b, func(s *backends.Spec) {
+		s.ExtraMounts = []backends.MountSpec{{HostPath: data, MountPath: "/data", Mode: backends.MountRW}}
+	})
+	if out := mustRun(t, b, info, "id -u; touch /data/f /workspace/f"); out != "0\n" {
+		t.Fatalf("uid inside is not 0: %q", out)
+	}
+	want := os.Getuid()
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup(SandboxUser)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ = strconv.Atoi(u.Uid)
+	}
+	for _, p := range []string{filepath.Join(data, "f"), filepath.Join(workspaceOnHost(b, info), "f")} {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid := int(fi.Sys().(*syscall.Stat_t).Uid); uid != want {
+			t.Errorf("%s is owned by host uid %d, want %d", p, uid, want)
+		}
+	}
+}
+
+// TestWorkspaceQuota: the workspace, /tmp and /home share the session's
+// disk; filling it is ENOSPC to the command, and freeing space makes it
+// usable again.
+func TestWorkspaceQuota(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, func(s *backends.Spec) { s.WorkspaceQuotaMB = 32 })
+	for _, dir := range []string{"/workspace", "/tmp", "/home"} {
+		t.Run(dir, func(t *testing.T) {
+			r := execIn(t, b, info, backends.ExecRequest{Cmd: "dd if=/dev/zero of=" + dir + "/big bs=1M count=64"})
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if r.status.ExitCode == 0 || !strings.Contains(r.stderr, "No space left on device") {
+				t.Fatalf("64 MiB fit into a 32 MiB quota: status %+v stderr %q", r.status, r.stderr)
+			}
+			mustRun(t, b, info, "rm "+dir+"/big && echo fits > "+dir+"/small")
+		})
+	}
+}
+
+// TestStopSessionLeavesNothing: deleting a session unmounts its disk and
+// frees its loop device, also for a session adopted after a reboot (disk
+// not mounted any more until its first exec).
+func TestStopSessionLeavesNothing(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	cases := []struct {
+		name    string
+		unmount bool
+	}{
+		{"mounted", false},
+		{"remounted after a reboot", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := backends.DefaultSpec()
+			spec.SessionID = "leak-" + strconv.FormatBool(tc.unmount)
+			info, err := b.StartSession(context.Background(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir, _ := b.sessionDir(info)
+			stage := filepath.Join(stageRoot, b.cfg.InstanceID, info.BackendSessionID)
+			mustRun(t, b, info, "echo x > /workspace/f")
+			if !slices.Contains(mountPoints(t), filepath.Join(stage, fsDir)) {
+				t.Fatal("the session's disk is not mounted")
+			}
+			if tc.unmount {
+				if err := b.dropFiles(info.BackendSessionID); err != nil {
+					t.Fatal(err)
+				}
+				if got := mustRun(t, b, info, "cat /workspace/f"); got != "x\n" {
+					t.Fatalf("after remount: %q", got)
+				}
+			}
+			if err := b.StopSession(context.Background(), info); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(dir); err == nil {
+				t.Fatal("session directory left behind")
+			}
+			if _, err := os.Stat(stage); err == nil {
+				t.Fatal("stage directory left behind")
+			}
+			for _, m := range mountPoints(t) {
+				if strings.HasPrefix(m, dir) || strings.HasPrefix(m, stage) {
+					t.Fatalf("mount left behind: %s", m)
+				}
+			}
+			assertNoLoopDevice(t, filepath.Join(dir, diskImage))
+		})
+	}
+}
+
+func mountPoints(t *testing.T) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) > 4 {
+			out = append(out, unescapeMount(f[4]))
+		}
+	}
+	return out
+}
+
+// assertNoLoopDevice fails while a loop device is backed by img (autoclear
+// detaches asynchronously, so allow a moment).
+func assertNoLoopDevice(t *testing.T, img string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+		var held []string
+		for _, f := range files {
+			if data, err := os.ReadFile(f); err == nil && strings.HasPrefix(strings.TrimSpace(string(data)), img) {
+				held = append(held, f)
+			}
+		}
+		if len(held) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("loop devices still backed by %s: %v", img, held)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -139,6 +139,7 @@ func (b *Backend) Describe() backends.Description {
 		"each exec and managed process is a fresh bwrap sandbox (new user, pid, net, ipc, uts, mount and cgroup namespaces, no capabilities); no daemon",
 		"read_only_rootfs is always in effect: the root is the host's system directories (or the image rootfs) bound read-only; only the workspace, rw mounts, /tmp and /home are writable",
 		"commands run as uid 0 without capabilities inside a user namespace of their own; on the host that is the unprivileged user "+b.sandboxUserName()+", never root",
+		"a seccomp filter denies what Docker's default profile denies (io_uring, keyrings, bpf, perf, userfaultfd, mount, namespace changes, ptrace, module and kexec loading…) and every syscall of another ABI",
 	)
 	if b.diskQuota {
 		notes = append(notes, fmt.Sprintf("the workspace, /tmp and /home share a per-session ext4 disk of workspace_quota_mb MiB (%d when 0); a host_path workspace is not counted", DefaultQuotaMB))

@@ -295,6 +295,11 @@ func bwrapArgs(l layout, fds *fdList) ([]string, error) {
 	// points in it); seal it once every mount point exists. Not recursive:
 	// the binds above keep their own modes.
 	a = append(a, "--remount-ro", "/")
+	filter, err := seccompFile()
+	if err != nil {
+		return nil, err
+	}
+	a = append(a, "--seccomp", fds.add(filter, true))
 	if l.workdir != "" {
 		a = append(a, "--chdir", l.workdir)
 	}

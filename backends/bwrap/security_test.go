@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elastic/go-seccomp-bpf/arch"
+	"golang.org/x/sys/unix"
+
 	"github.com/boxrt/boxrt/backends"
 )
 
@@ -238,5 +241,51 @@ func assertNoLoopDevice(t *testing.T, img string) {
 			t.Fatalf("loop devices still backed by %s: %v", img, held)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSyscallFilter: sandboxed code runs under the seccomp filter —
+// io_uring, keyrings, BPF and userfaultfd fail with EPERM or ENOSYS —
+// while ordinary programs (sh, python3) work.
+func TestSyscallFilter(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, nil)
+	native, err := arch.GetInfo("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mustRun(t, b, info, "grep Seccomp: /proc/self/status"); got != "Seccomp:\t2\n" {
+		t.Fatalf("sandbox runs without a syscall filter: %q", got)
+	}
+	cases := []struct {
+		name string
+		args string
+	}{
+		{"io_uring_setup", "1, 0"},
+		{"keyctl", "0, -3, 0"}, // KEYCTL_GET_KEYRING_ID of the session keyring
+		{"add_key", "b\"user\", b\"k\", b\"v\", 1, -3"},
+		{"bpf", "0, 0, 0"},
+		{"userfaultfd", "0"},
+		{"perf_event_open", "0, 0, -1, -1, 0"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			nr, ok := native.SyscallNames[tc.name]
+			if !ok {
+				t.Fatalf("no syscall %s here", tc.name)
+			}
+			script := "import ctypes\n" +
+				"libc = ctypes.CDLL(None, use_errno=True)\n" +
+				"r = libc.syscall(" + strconv.Itoa(nr) + ", " + tc.args + ")\n" +
+				"print(r, ctypes.get_errno())\n"
+			got := strings.Fields(mustRun(t, b, info, "python3 -c '"+script+"'"))
+			if len(got) != 2 || got[0] != "-1" || (got[1] != strconv.Itoa(int(unix.EPERM)) && got[1] != strconv.Itoa(int(unix.ENOSYS))) {
+				t.Fatalf("%s returned %v (result, errno), want -1 with EPERM or ENOSYS", tc.name, got)
+			}
+		})
+	}
+	if got := mustRun(t, b, info, `sh -c 'echo sh' && python3 -c 'import os, subprocess; print(subprocess.run(["echo", "py"], capture_output=True, text=True).stdout.strip())'`); got != "sh\npy\n" {
+		t.Fatalf("ordinary commands under the filter: %q", got)
 	}
 }

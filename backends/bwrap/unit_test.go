@@ -173,6 +173,7 @@ func TestBwrapArgs(t *testing.T) {
 	}
 	t.Run("network off", func(t *testing.T) {
 		fds := &fdList{next: 10}
+		defer fds.close()
 		a, err := bwrapArgs(base, fds)
 		if err != nil {
 			t.Fatal(err)
@@ -184,7 +185,7 @@ func TestBwrapArgs(t *testing.T) {
 			{"--proc", "/proc"}, {"--ro-bind", "/proc/sys", "/proc/sys"}, {"--dev", "/dev"},
 			{"--bind-fd", "10", "/tmp"}, {"--bind-fd", "11", "/home"},
 			{"--bind-fd", "12", "/workspace"}, {"--ro-bind-fd", "13", "/workspace/ref"},
-			{"--remount-ro", "/"}, {"--chdir", "/workspace"}, {"--clearenv"},
+			{"--remount-ro", "/"}, {"--seccomp", "14"}, {"--chdir", "/workspace"}, {"--clearenv"},
 			{"--setenv", "HOME", "/home"}, {"--setenv", "K", "v"}, {"--setenv", "PATH", "/custom"},
 		} {
 			if indexOf(a, want...) < 0 {
@@ -192,7 +193,7 @@ func TestBwrapArgs(t *testing.T) {
 			}
 		}
 		want := []*os.File{base.tmp, base.home, base.binds[0].dir, base.binds[1].dir}
-		if !slices.Equal(fds.files, want) || len(fds.owned) != 0 {
+		if len(fds.files) != 5 || !slices.Equal(fds.files[:4], want) || !slices.Equal(fds.owned, fds.files[4:]) {
 			t.Errorf("descriptors %v (owned %v), want %v", fds.files, fds.owned, want)
 		}
 		if slices.Contains(a, "--share-net") || indexOf(a, "--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf") >= 0 {
@@ -208,7 +209,9 @@ func TestBwrapArgs(t *testing.T) {
 	})
 	t.Run("fresh tmpfs is bounded", func(t *testing.T) {
 		l := layout{userns: true, workdir: "/"}
-		a, err := bwrapArgs(l, &fdList{next: 10})
+		fds := &fdList{next: 10}
+		defer fds.close()
+		a, err := bwrapArgs(l, fds)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +223,9 @@ func TestBwrapArgs(t *testing.T) {
 	t.Run("no userns", func(t *testing.T) {
 		l := base
 		l.userns = false
-		a, _ := bwrapArgs(l, &fdList{next: 10})
+		fds := &fdList{next: 10}
+		defer fds.close()
+		a, _ := bwrapArgs(l, fds)
 		if slices.Contains(a, "--disable-userns") || slices.Contains(a, "--unshare-user") {
 			t.Errorf("userns flags without a user namespace: %q", a)
 		}

@@ -53,6 +53,10 @@ type Backend struct {
 	noDiskWhy   string
 	stageOnce   sync.Once
 	stageErr    error
+	// slirp4netns gives network: on sessions their outbound network;
+	// unshare (util-linux) makes their namespace.
+	slirp, unshare string
+	slirpErr       error
 	// token makes this Backend's cgroup leaf names unique even for sessions
 	// adopted from an earlier boxrt process (whose leaves may linger).
 	token string
@@ -98,6 +102,10 @@ func New(cfg Config) (*Backend, error) {
 		token:    randomHex(4),
 	}
 	b.id, b.idErr = sandboxIdentity()
+	b.slirp, b.slirpErr = exec.LookPath("slirp4netns")
+	if b.slirpErr == nil {
+		b.unshare, b.slirpErr = lookSbin("unshare")
+	}
 	b.mkfs, b.mount, b.noDiskWhy = diskTools()
 	b.diskQuota = b.noDiskWhy == ""
 	name := cfg.BwrapPath
@@ -160,6 +168,11 @@ func (b *Backend) sandboxUserName() string {
 		return fmt.Sprintf("uid %d (boxrt's own)", b.id.uid)
 	}
 	return fmt.Sprintf("%s (uid %d)", SandboxUser, b.id.uid)
+}
+
+func (b *Backend) slirpUnavailable() error {
+	return boxerr.BackendUnavailable(
+		"bwrap: network: on needs slirp4netns and unshare (%v); install them with: apt-get install slirp4netns util-linux", b.slirpErr).Wrap(b.slirpErr)
 }
 
 func (b *Backend) idUnavailable() error {
@@ -237,7 +250,14 @@ func (b *Backend) dryRun(ctx context.Context, l layout) (string, error) {
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
-	err = cmd.Run()
+	if l.netns != nil {
+		err = startIn(l.netns, cmd.Start)
+	} else {
+		err = cmd.Start()
+	}
+	if err == nil {
+		err = cmd.Wait()
+	}
 	return out.String(), err
 }
 
@@ -278,6 +298,9 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 	}
 	if b.idErr != nil {
 		return backends.SessionInfo{}, b.idUnavailable()
+	}
+	if spec.Network == backends.NetworkOn && b.slirpErr != nil {
+		return backends.SessionInfo{}, b.slirpUnavailable()
 	}
 	if err := ctx.Err(); err != nil {
 		return backends.SessionInfo{}, err

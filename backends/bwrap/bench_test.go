@@ -49,12 +49,13 @@ func BenchmarkBareBwrap(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fds := &fdList{next: be.fdBase()}
-	args, err := bwrapArgs(l, fds)
-	if err != nil {
-		b.Fatal(err)
-	}
 	reportP50(b, func() {
+		fds := &fdList{next: be.fdBase()}
+		defer fds.close()
+		args, err := bwrapArgs(l, fds)
+		if err != nil {
+			b.Fatal(err)
+		}
 		f, err := argsFile(args)
 		if err != nil {
 			b.Fatal(err)

@@ -108,6 +108,7 @@ type sessionFiles struct {
 	ready         bool
 	stage         string // "" = no staging (boxrt is not root)
 	ws, tmp, home *os.File
+	net           *sessionNet
 	host          map[string]*os.File
 	staged        int // h<n> names used so far
 	closed        bool
@@ -142,7 +143,8 @@ func (sf *sessionFiles) close() error {
 	for _, f := range sf.host {
 		f.Close()
 	}
-	sf.ws, sf.tmp, sf.home, sf.host = nil, nil, nil, nil
+	sf.net.close()
+	sf.ws, sf.tmp, sf.home, sf.host, sf.net = nil, nil, nil, nil, nil
 	if sf.stage == "" {
 		return nil
 	}
@@ -181,6 +183,27 @@ func (sf *sessionFiles) hostDir(b *Backend, field, path string, create, owned bo
 }
 
 var errSessionClosed = errors.New("session is being stopped")
+
+// network returns the session's network namespace, made (with its
+// slirp4netns) on first use. Only root can make one.
+func (sf *sessionFiles) network(b *Backend) (*os.File, error) {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if err := sf.init(b); err != nil {
+		return nil, err
+	}
+	if sf.net == nil {
+		if sf.stage == "" {
+			return nil, boxerr.BackendUnavailable("bwrap: network: on needs boxrt to run as root (each session gets a network namespace of its own)")
+		}
+		n, err := b.makeNet(sf.stage)
+		if err != nil {
+			return nil, boxerr.Failure("bwrap: the session's network: %v", err).Wrap(err)
+		}
+		sf.net = n
+	}
+	return sf.net.ns, nil
+}
 
 // storage returns the session's workspace, tmp and home below its
 // mounted disk (see disk.go), opened once.

@@ -216,7 +216,7 @@ func (b *Backend) start(l launch) (*run, error) {
 	}
 	r.cg = cg
 
-	cmd, statusR, err := b.startPlaced(r, l, af, fds, cg)
+	cmd, statusR, err := b.startPlaced(r, l, af, fds, cg, lay.netns)
 	if err != nil {
 		cg.remove()
 		return nil, err
@@ -246,18 +246,18 @@ func (b *Backend) start(l launch) (*run, error) {
 // the join script on v1 — and on v2 kernels whose clone3 lacks
 // CLONE_INTO_CGROUP (before 5.7), where the script works the same way.
 // statusR, when not nil, carries the script's verdict.
-func (b *Backend) startPlaced(r *run, l launch, af *os.File, fds *fdList, cg *cgroup) (*exec.Cmd, *os.File, error) {
+func (b *Backend) startPlaced(r *run, l launch, af *os.File, fds *fdList, cg *cgroup, netns *os.File) (*exec.Cmd, *os.File, error) {
 	cloneInto := cg != nil && b.cg.version == cgroupV2 && !b.cg.noCloneInto.Load()
-	cmd, statusR, err := b.startCmd(r, l, af, fds, cg, cloneInto)
+	cmd, statusR, err := b.startCmd(r, l, af, fds, cg, netns, cloneInto)
 	if err != nil && cloneInto && (errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EINVAL) ||
 		errors.Is(err, syscall.E2BIG) || errors.Is(err, syscall.EOPNOTSUPP)) {
 		b.cg.noCloneInto.Store(true)
-		cmd, statusR, err = b.startCmd(r, l, af, fds, cg, false)
+		cmd, statusR, err = b.startCmd(r, l, af, fds, cg, netns, false)
 	}
 	return cmd, statusR, err
 }
 
-func (b *Backend) startCmd(r *run, l launch, af *os.File, fds *fdList, cg *cgroup, cloneInto bool) (*exec.Cmd, *os.File, error) {
+func (b *Backend) startCmd(r *run, l launch, af *os.File, fds *fdList, cg *cgroup, netns *os.File, cloneInto bool) (*exec.Cmd, *os.File, error) {
 	if _, err := af.Seek(0, io.SeekStart); err != nil {
 		return nil, nil, boxerr.Failure("bwrap: rewind argument file: %v", err).Wrap(err)
 	}
@@ -300,12 +300,21 @@ func (b *Backend) startCmd(r *run, l launch, af *os.File, fds *fdList, cg *cgrou
 		cmd.Args = append([]string{b.sh, "-c", cgroupJoinScript, "boxrt-cgroup-join", strconv.Itoa(len(procs))}, bwrapArgv...)
 	}
 	r.mu.Lock()
-	err := cmd.Start()
+	var err error
+	if netns != nil {
+		err = startIn(netns, cmd.Start)
+	} else {
+		err = cmd.Start()
+	}
 	if err == nil {
 		r.cmd = cmd
 	}
 	r.mu.Unlock()
 	if err != nil {
+		if cmd.Process != nil { // started, but its thread could not go home
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
 		if statusR != nil {
 			statusR.Close()
 		}

@@ -64,6 +64,7 @@ type bind struct {
 type layout struct {
 	image   *os.File // nil = host system directories, else a rootfs directory
 	network bool
+	netns   *os.File // the session's network namespace (network only)
 	userns  bool
 	tmp     *os.File // bound at /tmp (nil = a fresh tmpfs)
 	home    *os.File // bound at /home (nil = a fresh tmpfs)
@@ -209,6 +210,12 @@ func (b *Backend) layoutFor(sf *sessionFiles, dir string, info backends.SessionI
 		}
 		wsBind.ro = !rw
 	}
+	var netns *os.File
+	if info.Network == backends.NetworkOn {
+		if netns, err = sf.network(b); err != nil {
+			return layout{}, err
+		}
+	}
 	binds := []bind{wsBind}
 	for i, m := range info.ExtraMounts {
 		if m.Mode == backends.MountNone {
@@ -231,7 +238,8 @@ func (b *Backend) layoutFor(sf *sessionFiles, dir string, info backends.SessionI
 	sort.SliceStable(binds, func(i, j int) bool { return depth(binds[i].dst) < depth(binds[j].dst) })
 	return layout{
 		image:   image,
-		network: info.Network == backends.NetworkOn,
+		network: netns != nil,
+		netns:   netns,
 		userns:  b.userns.Load(),
 		tmp:     tmp,
 		home:    home,
@@ -257,6 +265,8 @@ func bwrapArgs(l layout, fds *fdList) ([]string, error) {
 		a = append(a, "--unshare-user", "--disable-userns", "--uid", "0", "--gid", "0")
 	}
 	if l.network {
+		// The session's own namespace, which bwrap is started in (net.go);
+		// never the host's.
 		a = append(a, "--share-net")
 	}
 	a = append(a,
@@ -266,10 +276,20 @@ func bwrapArgs(l layout, fds *fdList) ([]string, error) {
 		"--hostname", "boxrt",
 	)
 	var err error
+	resolv := l.network
 	if l.image == nil {
-		a = hostRoot(a, l.network)
-	} else if a, err = imageRoot(a, l.image, l.network, fds); err != nil {
+		a = hostRoot(a)
+	} else if a, resolv, err = imageRoot(a, l.image, l.network, fds); err != nil {
 		return nil, err
+	}
+	if resolv {
+		// The network is slirp4netns' (net.go): its DNS forwarder is the
+		// resolver, whatever the host's resolv.conf says.
+		f, err := memFile("boxrt-resolv.conf", []byte(slirpResolvConf))
+		if err != nil {
+			return nil, err
+		}
+		a = append(a, "--ro-bind-data", fds.add(f, true), "/etc/resolv.conf")
 	}
 	a = append(a, "--proc", "/proc")
 	a = procHardening(a)
@@ -353,7 +373,7 @@ func procHardening(a []string) []string {
 	return a
 }
 
-func hostRoot(a []string, network bool) []string {
+func hostRoot(a []string) []string {
 	for _, d := range hostSystemDirs {
 		fi, err := os.Lstat(d)
 		if err != nil {
@@ -369,11 +389,7 @@ func hostRoot(a []string, network bool) []string {
 			a = append(a, "--ro-bind", d, d)
 		}
 	}
-	etc := hostEtcEntries
-	if network {
-		etc = append(slices.Clone(etc), "resolv.conf")
-	}
-	for _, e := range etc {
+	for _, e := range hostEtcEntries {
 		p := "/etc/" + e
 		// Stat follows symlinks (localtime, resolv.conf): bwrap binds the
 		// target, and a dangling link would make bwrap fail.
@@ -389,16 +405,18 @@ func hostRoot(a []string, network bool) []string {
 // so mount points such as /workspace can be created without writing into
 // the image. Entries are opened below the image's descriptor without
 // following symlinks (a symlink entry is re-created as a symlink).
-func imageRoot(a []string, image *os.File, network bool, fds *fdList) ([]string, error) {
+// resolv reports whether the sandbox gets our resolv.conf: with network,
+// when the image has a regular /etc/resolv.conf to mount it on.
+func imageRoot(a []string, image *os.File, network bool, fds *fdList) (_ []string, resolv bool, _ error) {
 	fd, err := unix.Openat(int(image.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, boxerr.Validation("image", "rootfs directory %s cannot be read: %v", image.Name(), err).Wrap(err)
+		return nil, false, boxerr.Validation("image", "rootfs directory %s cannot be read: %v", image.Name(), err).Wrap(err)
 	}
 	d := os.NewFile(uintptr(fd), image.Name())
 	entries, err := d.ReadDir(-1)
 	d.Close()
 	if err != nil {
-		return nil, boxerr.Validation("image", "rootfs directory %s cannot be read: %v", image.Name(), err).Wrap(err)
+		return nil, false, boxerr.Validation("image", "rootfs directory %s cannot be read: %v", image.Name(), err).Wrap(err)
 	}
 	slices.SortFunc(entries, func(x, y fs.DirEntry) int { return strings.Compare(x.Name(), y.Name()) })
 	for _, e := range entries {
@@ -421,17 +439,11 @@ func imageRoot(a []string, image *os.File, network bool, fds *fdList) ([]string,
 		}
 	}
 	if network {
-		// The image's resolv.conf is stale at best; show the host's over it
-		// when there is a regular file to mount on.
 		var st unix.Stat_t
 		err := unix.Fstatat(int(image.Fd()), "etc/resolv.conf", &st, unix.AT_SYMLINK_NOFOLLOW)
-		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-			if _, err := os.Stat("/etc/resolv.conf"); err == nil {
-				a = append(a, "--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf")
-			}
-		}
+		resolv = err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 	}
-	return a, nil
+	return a, resolv, nil
 }
 
 func readlinkat(dirfd int, name string) (string, error) {

@@ -2,7 +2,6 @@ package bwrap
 
 import (
 	"encoding/binary"
-	"fmt"
 	"os"
 	"sync"
 
@@ -117,18 +116,24 @@ func seccompFile() (*os.File, error) {
 	if err != nil {
 		return nil, boxerr.Failure("bwrap: cannot build the syscall filter: %v", err).Wrap(err)
 	}
-	fd, err := unix.MemfdCreate("boxrt-seccomp", unix.MFD_CLOEXEC)
+	return memFile("boxrt-seccomp", prog)
+}
+
+// memFile is data on an anonymous memory file, positioned at its start,
+// for bwrap to read from a descriptor.
+func memFile(name string, data []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
 	if err != nil {
-		return nil, boxerr.Failure("bwrap: memfd for the syscall filter: %v", err).Wrap(err)
+		return nil, boxerr.Failure("bwrap: memfd %s: %v", name, err).Wrap(err)
 	}
-	f := os.NewFile(uintptr(fd), "boxrt-seccomp")
-	if _, err := f.Write(prog); err != nil {
+	f := os.NewFile(uintptr(fd), name)
+	if _, err := f.Write(data); err != nil {
 		f.Close()
-		return nil, boxerr.Failure("bwrap: write the syscall filter: %v", err).Wrap(err)
+		return nil, boxerr.Failure("bwrap: write %s: %v", name, err).Wrap(err)
 	}
 	if _, err := f.Seek(0, 0); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("rewind the syscall filter: %w", err)
+		return nil, boxerr.Failure("bwrap: rewind %s: %v", name, err).Wrap(err)
 	}
 	return f, nil
 }

@@ -129,8 +129,13 @@ func unstage(dir string) error {
 		errs = append(errs, err)
 	}
 	for _, e := range entries {
-		if err := unix.Rmdir(filepath.Join(dir, e.Name())); err != nil {
-			errs = append(errs, fmt.Errorf("remove %s: %w", filepath.Join(dir, e.Name()), err))
+		p := filepath.Join(dir, e.Name())
+		rm := unix.Rmdir
+		if !e.IsDir() {
+			rm = unix.Unlink // the network namespace's pin
+		}
+		if err := rm(p); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", p, err))
 		}
 	}
 	if err := unix.Rmdir(dir); err != nil && len(errs) == 0 {

@@ -2,6 +2,7 @@ package bwrap
 
 import (
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -196,8 +197,8 @@ func TestBwrapArgs(t *testing.T) {
 		if len(fds.files) != 5 || !slices.Equal(fds.files[:4], want) || !slices.Equal(fds.owned, fds.files[4:]) {
 			t.Errorf("descriptors %v (owned %v), want %v", fds.files, fds.owned, want)
 		}
-		if slices.Contains(a, "--share-net") || indexOf(a, "--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf") >= 0 {
-			t.Errorf("network off but args share the network or resolv.conf: %q", a)
+		if slices.Contains(a, "--share-net") || slices.Contains(a, "--ro-bind-data") {
+			t.Errorf("network off but args share the network or set resolv.conf: %q", a)
 		}
 		last := indexOf(a, "--ro-bind-fd", "13", "/workspace/ref")
 		if indexOf(a, "--remount-ro", "/") < last {
@@ -205,6 +206,30 @@ func TestBwrapArgs(t *testing.T) {
 		}
 		if indexOf(a, "--clearenv") > indexOf(a, "--setenv", "K", "v") {
 			t.Error("--clearenv after --setenv would wipe the request env")
+		}
+	})
+	t.Run("network on", func(t *testing.T) {
+		l := base
+		l.network = true
+		fds := &fdList{next: 10}
+		defer fds.close()
+		a, err := bwrapArgs(l, fds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The session's namespace bwrap is started in; never the host's
+		// resolver.
+		if !slices.Contains(a, "--share-net") || indexOf(a, "--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf") >= 0 {
+			t.Errorf("network on: %q", a)
+		}
+		i := indexOf(a, "--ro-bind-data")
+		if i < 0 || a[i+2] != "/etc/resolv.conf" {
+			t.Fatalf("network on without slirp's resolv.conf: %q", a)
+		}
+		n, _ := strconv.Atoi(a[i+1])
+		data, err := io.ReadAll(fds.files[n-fds.next])
+		if err != nil || string(data) != slirpResolvConf {
+			t.Errorf("resolv.conf %q (%v)", data, err)
 		}
 	})
 	t.Run("fresh tmpfs is bounded", func(t *testing.T) {

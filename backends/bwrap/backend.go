@@ -144,9 +144,10 @@ func (b *Backend) Describe() backends.Description {
 		notes = append(notes, "swap accounting is off: the memory limit does not cap swap use")
 	}
 	notes = append(notes,
-		"each exec and managed process is a fresh bwrap sandbox (new user, pid, net, ipc, uts, mount and cgroup namespaces, no capabilities); no daemon",
+		"each exec and managed process is a fresh bwrap sandbox (new user, pid, ipc, uts, mount and cgroup namespaces, no capabilities); no daemon",
 		"read_only_rootfs is always in effect: the root is the host's system directories (or the image rootfs) bound read-only; only the workspace, rw mounts, /tmp and /home are writable",
 		"commands run as uid 0 without capabilities inside a user namespace of their own; on the host that is the unprivileged user "+b.sandboxUserName()+", never root",
+		"network: on gives each session a network namespace of its own behind slirp4netns (no access to the host's loopback); off gives an empty one",
 		"a seccomp filter denies what Docker's default profile denies (io_uring, keyrings, bpf, perf, userfaultfd, mount, namespace changes, ptrace, module and kexec loading…) and every syscall of another ABI",
 	)
 	if b.diskQuota {

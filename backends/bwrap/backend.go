@@ -53,6 +53,9 @@ type Backend struct {
 	noDiskWhy   string
 	stageOnce   sync.Once
 	stageErr    error
+	idmapOnce   sync.Once
+	idmap       *os.File // see idmap.go
+	idmapErr    error
 	// slirp4netns gives network: on sessions their outbound network;
 	// unshare (util-linux) makes their namespace.
 	slirp, unshare string

@@ -152,7 +152,10 @@ func (sf *sessionFiles) close() error {
 }
 
 // hostDir returns the descriptor of a host directory, opening (and
-// staging) it the first time the session uses that path.
+// staging) it the first time the session uses that path. owned (rw): the
+// sandbox must be able to write it. Without root, a directory boxrt
+// creates is the sandbox user's anyway; as root, the stage clone is
+// idmapped instead (idmap.go) and a created directory stays root's.
 func (sf *sessionFiles) hostDir(b *Backend, field, path string, create, owned bool) (*os.File, error) {
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
@@ -162,12 +165,19 @@ func (sf *sessionFiles) hostDir(b *Backend, field, path string, create, owned bo
 	if f := sf.host[path]; f != nil {
 		return f, nil
 	}
-	f, err := openHostDir(field, path, create, owned, b.id)
+	f, err := openHostDir(field, path, create, owned && sf.stage == "", b.id)
 	if err != nil {
 		return nil, err
 	}
 	if sf.stage != "" {
-		staged, err := sf.stageDir(f, sf.staged)
+		var idmap *os.File
+		if owned {
+			if idmap, err = b.idmapUserns(); err != nil {
+				f.Close()
+				return nil, boxerr.Failure("bwrap: %v", err).Wrap(err)
+			}
+		}
+		staged, err := sf.stageDir(f, sf.staged, idmap)
 		sf.staged++
 		f.Close()
 		if err != nil {

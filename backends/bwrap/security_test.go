@@ -98,18 +98,17 @@ func TestPlantedMountPointSymlink(t *testing.T) {
 	}
 }
 
-// TestSandboxIsNotHostRoot: uid 0 inside is an unprivileged host user, so
-// files the sandbox creates on the host are not root's.
+// TestSandboxIsNotHostRoot: uid 0 inside is an unprivileged host user:
+// the sandbox's processes have that host uid, and what they create on the
+// session's disk is that user's. (An rw host directory is idmapped: there
+// the files land as the directory owner's, root's here, as with Docker.)
 func TestSandboxIsNotHostRoot(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
-	data := reachableDir(t)
+	data := t.TempDir() // root's, 0700: writable through the idmapped mount
 	info := newSession(t, b, func(s *backends.Spec) {
 		s.ExtraMounts = []backends.MountSpec{{HostPath: data, MountPath: "/data", Mode: backends.MountRW}}
 	})
-	if out := mustRun(t, b, info, "id -u; touch /data/f /workspace/f"); out != "0\n" {
-		t.Fatalf("uid inside is not 0: %q", out)
-	}
 	want := os.Getuid()
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup(SandboxUser)
@@ -118,14 +117,51 @@ func TestSandboxIsNotHostRoot(t *testing.T) {
 		}
 		want, _ = strconv.Atoi(u.Uid)
 	}
-	for _, p := range []string{filepath.Join(data, "f"), filepath.Join(workspaceOnHost(b, info), "f")} {
-		fi, err := os.Lstat(p)
+	marker := mark("3000.0")
+	p, err := b.StartProcess(context.Background(), info, backends.ProcessSpec{Command: "sh", Args: []string{"-c", "touch /workspace/f /data/g && id -u && exec sleep " + marker}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = p.Signal(syscall.SIGKILL)
+		_, _ = p.Wait()
+	}()
+	p.Stdin().Close()
+	go func() { _, _ = io.Copy(io.Discard, p.Stderr()) }()
+	line, err := bufio.NewReader(p.Stdout()).ReadString('\n')
+	if err != nil || line != "0\n" {
+		t.Fatalf("uid inside: %q %v", line, err)
+	}
+	procs := hostProcsWith(marker)
+	if len(procs) == 0 {
+		t.Fatal("the sandboxed process is not visible on the host")
+	}
+	for _, proc := range procs {
+		pid, _, _ := strings.Cut(proc, ":")
+		status, err := os.ReadFile(filepath.Join("/proc", pid, "status"))
 		if err != nil {
-			t.Fatal(err)
+			continue // gone meanwhile
 		}
-		if uid := int(fi.Sys().(*syscall.Stat_t).Uid); uid != want {
-			t.Errorf("%s is owned by host uid %d, want %d", p, uid, want)
+		for _, l := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(l); len(f) == 5 && f[0] == "Uid:" {
+				for _, id := range f[1:] {
+					if id != strconv.Itoa(want) {
+						t.Errorf("process %s runs as host uids %v, want all %d", proc, f[1:], want)
+						break
+					}
+				}
+			}
 		}
+	}
+	fi, err := os.Lstat(filepath.Join(workspaceOnHost(b, info), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := int(fi.Sys().(*syscall.Stat_t).Uid); uid != want {
+		t.Errorf("a workspace file is owned by host uid %d, want %d", uid, want)
+	}
+	if _, err := os.Lstat(filepath.Join(data, "g")); err != nil {
+		t.Errorf("the rw host directory was not writable: %v", err)
 	}
 }
 

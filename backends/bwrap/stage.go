@@ -82,13 +82,22 @@ func (b *Backend) prepareStageRoot() error {
 }
 
 // stageDir mounts a clone of the directory open as dir at a new h<n> in
-// the session's stage and returns an O_PATH descriptor of the clone.
-func (sf *sessionFiles) stageDir(dir *os.File, n int) (*os.File, error) {
+// the session's stage — nosuid, nodev and, for rw, idmapped (idmap.go) —
+// and returns an O_PATH descriptor of the clone.
+func (sf *sessionFiles) stageDir(dir *os.File, n int, idmap *os.File) (*os.File, error) {
 	tree, err := unix.OpenTree(int(dir.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
 	if err != nil {
 		return nil, fmt.Errorf("clone %s: %w", dir.Name(), err)
 	}
 	defer unix.Close(tree)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if idmap != nil {
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(idmap.Fd())
+	}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		return nil, fmt.Errorf("set the attributes of the clone of %s (a filesystem without idmapped mounts cannot be mounted rw): %w", dir.Name(), err)
+	}
 	target := filepath.Join(sf.stage, "h"+strconv.Itoa(n))
 	if err := os.Mkdir(target, 0o700); err != nil {
 		return nil, err

@@ -64,10 +64,27 @@ func hostListener(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// hostIP is an address of this machine other sandboxes can route to.
+// hostIP is an address of this machine other sandboxes can route to. For
+// bwrap that is not loopback (a network: on sandbox has its own namespace
+// without the host's loopback) but the default route's interface address.
 func hostIP(t *testing.T, backend string) string {
 	if backend == "bwrap" {
-		return "127.0.0.1"
+		data, err := os.ReadFile("/proc/net/route")
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[1] == "00000000" {
+				iface, err := net.InterfaceByName(f[0])
+				require.NoError(t, err)
+				addrs, err := iface.Addrs()
+				require.NoError(t, err)
+				for _, a := range addrs {
+					if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+						return ipn.IP.String()
+					}
+				}
+			}
+		}
+		t.Fatal("no default route with an IPv4 address on this machine")
 	}
 	out, err := exec.Command("docker", "network", "inspect", "bridge", "-f", "{{(index .IPAM.Config 0).Gateway}}").Output()
 	require.NoError(t, err)

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
@@ -46,13 +45,29 @@ type Backend struct {
 	root     string // <StateDir>/bwrap/<InstanceID>
 	cg       *cgroupManager
 	userns   atomic.Bool
+	id       identity // who bwrap runs as
+	idErr    error
+	// The loop-mounted per-session disk (disk.go): used when diskQuota.
+	diskQuota   bool
+	mkfs, mount string
+	noDiskWhy   string
+	stageOnce   sync.Once
+	stageErr    error
+	idmapOnce   sync.Once
+	idmap       *os.File // see idmap.go
+	idmapErr    error
+	// slirp4netns gives network: on sessions their outbound network;
+	// unshare (util-linux) makes their namespace.
+	slirp, unshare string
+	slirpErr       error
 	// token makes this Backend's cgroup leaf names unique even for sessions
 	// adopted from an earlier boxrt process (whose leaves may linger).
 	token string
 	seq   atomic.Uint64
 
 	mu       sync.Mutex
-	sessions map[string]*sessionRuns // by session directory name
+	sessions map[string]*sessionRuns  // by session directory name
+	open     map[string]*sessionFiles // by session directory name
 }
 
 // sessionRuns tracks the bwrap processes of one session, so StopSession can
@@ -65,7 +80,8 @@ type sessionRuns struct {
 var _ backends.Backend = (*Backend)(nil)
 
 // New validates cfg and prepares the backend. It starts no sandbox; it
-// reads a few /proc and cgroupfs files and tries boxrt's parent cgroup
+// looks up (as root, creates if missing) the sandbox user, reads a few
+// /proc and cgroupfs files and tries boxrt's parent cgroup
 // (kept, empty, on cgroup v2; removed again on v1) so Describe can report
 // the enforced limits without I/O.
 func New(cfg Config) (*Backend, error) {
@@ -85,8 +101,16 @@ func New(cfg Config) (*Backend, error) {
 		cfg:      cfg,
 		root:     filepath.Join(stateDir, "bwrap", cfg.InstanceID),
 		sessions: map[string]*sessionRuns{},
+		open:     map[string]*sessionFiles{},
 		token:    randomHex(4),
 	}
+	b.id, b.idErr = sandboxIdentity()
+	b.slirp, b.slirpErr = exec.LookPath("slirp4netns")
+	if b.slirpErr == nil {
+		b.unshare, b.slirpErr = lookSbin("unshare")
+	}
+	b.mkfs, b.mount, b.noDiskWhy = diskTools()
+	b.diskQuota = b.noDiskWhy == ""
 	name := cfg.BwrapPath
 	if name == "" {
 		name = "bwrap"
@@ -123,18 +147,48 @@ func (b *Backend) Describe() backends.Description {
 		notes = append(notes, "swap accounting is off: the memory limit does not cap swap use")
 	}
 	notes = append(notes,
-		"each exec and managed process is a fresh bwrap sandbox (new user, pid, net, ipc, uts, mount and cgroup namespaces, no capabilities); no daemon",
+		"each exec and managed process is a fresh bwrap sandbox (new user, pid, ipc, uts, mount and cgroup namespaces, no capabilities); no daemon",
 		"read_only_rootfs is always in effect: the root is the host's system directories (or the image rootfs) bound read-only; only the workspace, rw mounts, /tmp and /home are writable",
-		"/tmp and /home are per-session directories on the host disk, not tmpfs",
-		"commands run as uid 0 without capabilities; when boxrt runs as root that is the host's uid 0 (files they create on host paths are root-owned; /proc/sys and similar are bound read-only for that reason)",
-		"workspace_quota_mb is not enforced",
+		"commands run as uid 0 without capabilities inside a user namespace of their own; on the host that is the unprivileged user "+b.sandboxUserName()+", never root",
+		"network: on gives each session a network namespace of its own behind slirp4netns (no access to the host's loopback); off gives an empty one",
+		"a seccomp filter denies what Docker's default profile denies (io_uring, keyrings, bpf, perf, userfaultfd, mount, namespace changes, ptrace, module and kexec loading…) and every syscall of another ABI",
 	)
+	if b.diskQuota {
+		notes = append(notes, fmt.Sprintf("the workspace, /tmp and /home share a per-session ext4 disk of workspace_quota_mb MiB (%d when 0); a host_path workspace is not counted", DefaultQuotaMB))
+	} else {
+		notes = append(notes, "workspace_quota_mb is not enforced ("+b.noDiskWhy+"): the workspace, /tmp and /home are plain directories on the host disk")
+	}
 	return backends.Description{
 		EnforcedLimits: b.cg.enforcedLimits(),
 		Isolation:      "namespaces (bubblewrap)",
 		SkillsLive:     true,
 		Notes:          notes,
 	}
+}
+
+// sandboxUserName names the host user sandboxes run as.
+func (b *Backend) sandboxUserName() string {
+	if b.id.cred == nil {
+		return fmt.Sprintf("uid %d (boxrt's own)", b.id.uid)
+	}
+	return fmt.Sprintf("%s (uid %d)", SandboxUser, b.id.uid)
+}
+
+func (b *Backend) slirpUnavailable() error {
+	return boxerr.BackendUnavailable(
+		"bwrap: network: on needs slirp4netns and unshare (%v); install them with: apt-get install slirp4netns util-linux", b.slirpErr).Wrap(b.slirpErr)
+}
+
+func (b *Backend) idUnavailable() error {
+	return boxerr.BackendUnavailable("bwrap: %v", b.idErr).Wrap(b.idErr)
+}
+
+// prepareRoot creates the instance directory.
+func (b *Backend) prepareRoot() error {
+	if err := os.MkdirAll(b.root, 0o700); err != nil {
+		return boxerr.BackendUnavailable("bwrap state directory %s cannot be created: %v", b.root, err).Wrap(err)
+	}
+	return nil
 }
 
 // unavailable is the error for a missing bwrap binary.
@@ -149,8 +203,11 @@ func (b *Backend) Probe(ctx context.Context) error {
 	if b.bwrapErr != nil {
 		return b.unavailable()
 	}
-	if err := os.MkdirAll(b.root, 0o700); err != nil {
-		return boxerr.BackendUnavailable("bwrap state directory %s cannot be created: %v", b.root, err).Wrap(err)
+	if b.idErr != nil {
+		return b.idUnavailable()
+	}
+	if err := b.prepareRoot(); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -181,7 +238,9 @@ func (b *Backend) Probe(ctx context.Context) error {
 // dryRun runs `/bin/sh -c true` in a sandbox with the given layout, without
 // cgroups, and returns bwrap's output on failure.
 func (b *Backend) dryRun(ctx context.Context, l layout) (string, error) {
-	args, err := bwrapArgs(l)
+	fds := &fdList{next: b.fdBase()}
+	defer fds.close()
+	args, err := bwrapArgs(l, fds)
 	if err != nil {
 		return "", err
 	}
@@ -190,15 +249,19 @@ func (b *Backend) dryRun(ctx context.Context, l layout) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	cmd := exec.CommandContext(ctx, b.bwrap, "--args", "3", "/bin/sh", "-c", "true")
-	cmd.Env = []string{}
-	cmd.ExtraFiles = []*os.File{f}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd := b.bwrapCmd(ctx, f, fds, []string{"/bin/sh", "-c", "true"})
 	cmd.WaitDelay = time.Second
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
-	err = cmd.Run()
+	if l.netns != nil {
+		err = startIn(l.netns, cmd.Start)
+	} else {
+		err = cmd.Start()
+	}
+	if err == nil {
+		err = cmd.Wait()
+	}
 	return out.String(), err
 }
 
@@ -232,26 +295,22 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 	if _, err := checkMountPath("mount_path", spec.MountPath); err != nil {
 		return backends.SessionInfo{}, err
 	}
-	// Host directories are created like `docker run -v` does, for ro mounts
-	// too: bwrap cannot bind a missing source.
-	if spec.HostPath != "" && spec.HostPathMode != backends.MountNone {
-		if err := backends.EnsureDir(spec.HostPath); err != nil {
-			return backends.SessionInfo{}, err
-		}
-	}
 	for i, m := range spec.ActiveExtraMounts() {
 		if _, err := checkMountPath(fmt.Sprintf("extra_mounts[%d].mount_path", i), m.MountPath); err != nil {
 			return backends.SessionInfo{}, err
 		}
-		if err := backends.EnsureDir(m.HostPath); err != nil {
-			return backends.SessionInfo{}, err
-		}
+	}
+	if b.idErr != nil {
+		return backends.SessionInfo{}, b.idUnavailable()
+	}
+	if spec.Network == backends.NetworkOn && b.slirpErr != nil {
+		return backends.SessionInfo{}, b.slirpUnavailable()
 	}
 	if err := ctx.Err(); err != nil {
 		return backends.SessionInfo{}, err
 	}
-	if err := os.MkdirAll(b.root, 0o700); err != nil {
-		return backends.SessionInfo{}, boxerr.Failure("bwrap: cannot create state directory %s: %v", b.root, err).Wrap(err)
+	if err := b.prepareRoot(); err != nil {
+		return backends.SessionInfo{}, err
 	}
 	var name, dir string
 	for attempt := 0; ; attempt++ {
@@ -266,11 +325,16 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 		}
 	}
 	info := backends.SessionFromSpec(BackendName, name, spec)
-	if err := b.populate(dir, info); err != nil {
-		_ = removeTree(dir)
+	if err := b.populate(dir, name, info); err != nil {
+		b.discard(name, dir)
 		return backends.SessionInfo{}, boxerr.Failure("bwrap: cannot prepare session directory %s: %v", dir, err).Wrap(err)
 	}
-	l, err := b.layoutFor(dir, info, "/", nil)
+	// Host directories are opened (and created like `docker run -v` does,
+	// for ro mounts too) here, once for the session's lifetime.
+	l, err := b.layoutFor(b.files(name), dir, info, "/", nil)
+	if err == nil {
+		err = prepareMounts(l, b.id)
+	}
 	if err == nil {
 		var out string
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -281,7 +345,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 		}
 	}
 	if err != nil {
-		_ = removeTree(dir)
+		b.discard(name, dir)
 		if ctx.Err() != nil {
 			return backends.SessionInfo{}, ctx.Err()
 		}
@@ -290,20 +354,23 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 	return info, nil
 }
 
-func (b *Backend) populate(dir string, info backends.SessionInfo) error {
-	for _, d := range []string{workspaceDir, tmpDir, homeDir} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
-			return err
-		}
-	}
-	// Sticky and world-writable like any /tmp; the session directory itself
-	// (0700) keeps other host users out.
-	if err := os.Chmod(filepath.Join(dir, tmpDir), 0o1777); err != nil {
+// populate makes the session's storage and records the session.
+func (b *Backend) populate(dir, key string, info backends.SessionInfo) error {
+	if err := b.files(key).makeStorage(b, dir, info); err != nil {
 		return err
 	}
 	saved := info
 	saved.CreatedAt = time.Now().UTC()
 	return writeState(dir, stateFile{Format: stateFormat, InstanceID: b.cfg.InstanceID, Session: saved})
+}
+
+// discard removes everything of a session: its descriptors, its stage
+// with the disk mount (and with it the loop device) and its directory.
+func (b *Backend) discard(key, dir string) error {
+	if err := b.dropFiles(key); err != nil {
+		return err
+	}
+	return removeTree(dir)
 }
 
 func cloneSpec(s backends.Spec) backends.Spec {
@@ -392,8 +459,8 @@ func (b *Backend) StopSession(ctx context.Context, info backends.SessionInfo) er
 			b.cg.existing(b.cfg.InstanceID, leaf).remove()
 		}
 	}
-	if err := removeTree(dir); err != nil {
-		return boxerr.Failure("bwrap: cannot remove session directory %s: %v", dir, err).Wrap(err)
+	if err := b.discard(key, dir); err != nil {
+		return boxerr.Failure("bwrap: cannot remove session %s: %v", dir, err).Wrap(err)
 	}
 	return nil
 }

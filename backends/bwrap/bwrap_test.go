@@ -143,7 +143,7 @@ func TestFilesPersistAcrossExecs(t *testing.T) {
 		t.Fatalf("second exec read %q", got)
 	}
 	// and the file is where the session's state says it is
-	data, err := os.ReadFile(filepath.Join(b.root, info.BackendSessionID, "workspace", "f.txt"))
+	data, err := os.ReadFile(filepath.Join(workspaceOnHost(b, info), "f.txt"))
 	if err != nil || string(data) != "persisted\n" {
 		t.Fatalf("host side of the workspace: %q, %v", data, err)
 	}
@@ -192,10 +192,66 @@ func TestContextCancelKillsTree(t *testing.T) {
 	mustRun(t, b, info, "true")
 }
 
+// TestNetwork: network off has no way out; network on has a namespace of
+// its own with a working outbound interface (tap0 through slirp4netns)
+// that reaches the host's outside address but never its loopback, where
+// boxrt's own listener lives (also not through slirp's gateway).
 func TestNetwork(t *testing.T) {
 	t.Parallel()
 	requireBwrap(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	loop := listen(t, "127.0.0.1:0")
+	outside := listen(t, net.JoinHostPort(defaultRouteAddr(t), "0"))
+	hostNet, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBackend(t)
+	cases := []struct {
+		network backends.NetworkMode
+		target  string
+		wantOK  bool
+	}{
+		{backends.NetworkOff, loop, false},
+		{backends.NetworkOff, outside, false},
+		{backends.NetworkOn, loop, false},
+		{backends.NetworkOn, "10.0.2.2:" + portOf(loop), false}, // slirp's gateway to the host
+		{backends.NetworkOn, outside, true},
+	}
+	sessions := map[backends.NetworkMode]backends.SessionInfo{}
+	for _, mode := range []backends.NetworkMode{backends.NetworkOff, backends.NetworkOn} {
+		sessions[mode] = newSession(t, b, func(s *backends.Spec) { s.SessionID = "net-" + string(mode); s.Network = mode })
+		if got := mustRun(t, b, sessions[mode], "readlink /proc/self/ns/net"); strings.TrimSpace(got) == hostNet {
+			t.Fatalf("network=%s shares the host's network namespace", mode)
+		}
+	}
+	// The default route leaves through tap0.
+	if got := mustRun(t, b, sessions[backends.NetworkOn], "awk '$2 == \"00000000\" {print $1}' /proc/net/route; cat /etc/resolv.conf"); got != "tap0\n"+slirpResolvConf {
+		t.Fatalf("network on: default route and resolv.conf %q", got)
+	}
+	for _, tc := range cases {
+		t.Run(string(tc.network)+"/"+tc.target, func(t *testing.T) {
+			host, port, _ := net.SplitHostPort(tc.target)
+			r := execIn(t, b, sessions[tc.network], backends.ExecRequest{
+				Cmd:     fmt.Sprintf("timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%s' && echo connected", host, port),
+				Timeout: 20 * time.Second,
+			})
+			if r.err != nil || r.status.TimedOut {
+				t.Fatalf("err=%v status=%+v", r.err, r.status)
+			}
+			ok := r.status.ExitCode == 0 && r.stdout == "connected\n"
+			if ok != tc.wantOK {
+				t.Fatalf("network=%s: connect to %s ok=%v, want %v (code=%d stdout=%q stderr=%q)",
+					tc.network, tc.target, ok, tc.wantOK, r.status.ExitCode, r.stdout, r.stderr)
+			}
+		})
+	}
+}
+
+// listen accepts (and closes) connections on addr until the test ends and
+// returns the address it listens on.
+func listen(t *testing.T, addr string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,34 +267,41 @@ func TestNetwork(t *testing.T) {
 			c.Close()
 		}
 	}()
-	defer wg.Wait()
-	defer ln.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
-	b := newBackend(t)
-	cases := []struct {
-		network backends.NetworkMode
-		wantOK  bool
-	}{
-		{backends.NetworkOff, false},
-		{backends.NetworkOn, true},
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	return ln.Addr().String()
+}
+
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
+}
+
+// defaultRouteAddr is the IPv4 address of the interface of this machine's
+// default route: an address of the host that is not loopback.
+func defaultRouteAddr(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/net/route")
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range cases {
-		t.Run(string(tc.network), func(t *testing.T) {
-			info := newSession(t, b, func(s *backends.Spec) { s.Network = tc.network })
-			r := execIn(t, b, info, backends.ExecRequest{
-				Cmd:     fmt.Sprintf("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d' && echo connected", port),
-				Timeout: 10 * time.Second,
-			})
-			if r.err != nil || r.status.TimedOut {
-				t.Fatalf("err=%v status=%+v", r.err, r.status)
+	for _, line := range strings.Split(string(data), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[1] != "00000000" {
+			continue
+		}
+		iface, err := net.InterfaceByName(f[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs, _ := iface.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				return ipn.IP.String()
 			}
-			ok := r.status.ExitCode == 0 && r.stdout == "connected\n"
-			if ok != tc.wantOK {
-				t.Fatalf("network=%s: connect to the host's 127.0.0.1:%d ok=%v, want %v (code=%d stdout=%q stderr=%q)",
-					tc.network, port, ok, tc.wantOK, r.status.ExitCode, r.stdout, r.stderr)
-			}
-		})
+		}
 	}
+	t.Fatal("this machine has no default route with an IPv4 address")
+	return ""
 }
 
 func TestMemoryLimit(t *testing.T) {
@@ -282,11 +345,12 @@ func TestForkBombCapped(t *testing.T) {
 	info := newSession(t, b, func(s *backends.Spec) { s.PidsLimit = 32 })
 	// dash refuses ":" as a function name, so the classic bomb runs in
 	// bash; the sleep keeps the sandbox (and the bomb) alive until the
-	// timeout kills it.
+	// timeout kills it. It is forked first: once the bomb fills the pids
+	// limit, the shell could not fork it any more.
 	bomb := ":(){ :|:& };: # " + mark("") // the comment tells our bomb from another test run's
 	done := make(chan execResult, 1)
 	go func() {
-		done <- execIn(t, b, info, backends.ExecRequest{Cmd: "bash -c '" + bomb + "'; sleep 30.0467", Timeout: 3 * time.Second})
+		done <- execIn(t, b, info, backends.ExecRequest{Cmd: "sleep 30.0467 & bash -c '" + bomb + "'; wait", Timeout: 3 * time.Second})
 	}()
 	// Every process of the sandbox carries the bomb in its command line
 	// (bwrap, its init, sh, the bash copies): sample how many exist.
@@ -303,7 +367,7 @@ sample:
 		time.Sleep(50 * time.Millisecond)
 	}
 	if r.err != nil || !r.status.TimedOut {
-		t.Fatalf("fork bomb exec: err=%v status=%+v", r.err, r.status)
+		t.Fatalf("fork bomb exec: err=%v status=%+v stderr=%q", r.err, r.status, tail(r.stderr, 500))
 	}
 	if r.elapsed > 5*time.Second {
 		t.Fatalf("fork bomb with a 3s timeout took %v", r.elapsed)
@@ -331,8 +395,8 @@ func tail(s string, n int) string {
 func TestWritesConfined(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
-	extra := t.TempDir()
-	roDir := t.TempDir()
+	extra := reachableDir(t)
+	roDir := reachableDir(t)
 	info := newSession(t, b, func(s *backends.Spec) {
 		s.ExtraMounts = []backends.MountSpec{
 			{HostPath: extra, MountPath: "/data", Mode: backends.MountRW},
@@ -383,7 +447,7 @@ func TestMountsChangePerExec(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
 	info := newSession(t, b, nil)
-	skill := t.TempDir()
+	skill := reachableDir(t)
 	if err := os.WriteFile(filepath.Join(skill, "SKILL.md"), []byte("# demo\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +466,7 @@ func TestMountsChangePerExec(t *testing.T) {
 func TestHostPathWorkspace(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
-	host := filepath.Join(t.TempDir(), "proj") // created by StartSession
+	host := filepath.Join(reachableDir(t), "proj") // created by StartSession
 	info := newSession(t, b, func(s *backends.Spec) { s.HostPath = host; s.MountPath = "/src" })
 	mustRun(t, b, info, "mkdir -p deep && echo hi > deep/f")
 	if data, err := os.ReadFile(filepath.Join(host, "deep", "f")); err != nil || string(data) != "hi\n" {
@@ -554,7 +618,7 @@ func TestAdopt(t *testing.T) {
 		s.Network = backends.NetworkOn
 		s.MemoryMB = 128
 		s.Persistent = true
-		s.ExtraMounts = []backends.MountSpec{{HostPath: t.TempDir(), MountPath: "/data", Mode: backends.MountRO}}
+		s.ExtraMounts = []backends.MountSpec{{HostPath: reachableDir(t), MountPath: "/data", Mode: backends.MountRO}}
 	})
 	foreign := mk(other, "c", nil)
 	defer func() {
@@ -594,6 +658,10 @@ func TestAdopt(t *testing.T) {
 	if got := mustRun(t, restarted, got[1], "cat /workspace/k"); got != "kept\n" {
 		t.Fatalf("exec in adopted session: %q", got)
 	}
+	// The restarted process owns the session now (its network included).
+	if err := restarted.StopSession(context.Background(), got[1]); err != nil {
+		t.Fatal(err)
+	}
 	if got, _ := other.Adopt(context.Background()); len(got) != 1 || got[0].SessionID != "c" {
 		t.Fatalf("other installation adopted %+v", got)
 	}
@@ -613,7 +681,7 @@ func TestStartSessionValidation(t *testing.T) {
 		{"rootfs without sh", func(s *backends.Spec) { s.Image = noShell }},
 		{"mount over proc", func(s *backends.Spec) { s.MountPath = "/proc/x"; s.Workdir = "/proc/x" }},
 		{"mount at root", func(s *backends.Spec) {
-			s.ExtraMounts = []backends.MountSpec{{HostPath: t.TempDir(), MountPath: "/", Mode: backends.MountRO}}
+			s.ExtraMounts = []backends.MountSpec{{HostPath: reachableDir(t), MountPath: "/", Mode: backends.MountRO}}
 		}},
 		{"empty session id", func(s *backends.Spec) { s.SessionID = "" }},
 	}
@@ -651,7 +719,7 @@ func busyboxRootfs(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("a static busybox is needed for the rootfs test (apt-get install busybox-static): %v", err)
 	}
-	root := t.TempDir()
+	root := reachableDir(t)
 	for _, d := range []string{"bin", "etc", "workspace"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)

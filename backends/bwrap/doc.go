@@ -2,30 +2,44 @@
 // Linux namespaces, the embedded default on a machine without a container
 // engine.
 //
-// A session is only a state directory,
+// A session is a state directory,
 // <StateDir>/bwrap/<InstanceID>/<sanitised id>-<8 hex>/, holding
-// workspace/, tmp/, home/ and session.json (the spec-derived SessionInfo,
-// from which Adopt rebuilds sessions after a restart). Nothing runs between
-// commands.
+// session.json (the spec-derived SessionInfo, from which Adopt rebuilds
+// sessions after a restart) and, as root, disk.img: the session's own ext4
+// filesystem (workspace/, tmp/, home/; workspace_quota_mb, DefaultQuotaMB
+// when 0), loop-mounted once per session (disk.go). As root, everything a
+// session's sandboxes bind — its disk, clones of its host directories, its
+// network namespace — is mounted in its stage,
+// /run/boxrt/bwrap/<InstanceID>/<session dir>/ (stage.go). Nothing runs
+// between commands except a network: on session's slirp4netns (net.go).
 //
-// Every exec and every managed process is a fresh bwrap process:
+// Host directories (host_path, extra mounts, skills, a rootfs image) are
+// opened once per session without following symlinks and only ever
+// mounted from that descriptor; mount points inside other mounts and the
+// working directory are created below their parent's descriptor, never
+// through a symlink (mounts.go).
+//
+// Every exec and every managed process is a fresh bwrap process, run as
+// the unprivileged host user SandboxUser (identity.go):
 //
 //   - --unshare-all (user, pid, net, ipc, uts, cgroup namespaces) plus
-//     --disable-userns when a user namespace of our own is available;
-//     --share-net only when the session's network is on;
+//     --disable-userns when a user namespace of our own is available, and
+//     uid 0 inside it; with network on, bwrap is started inside the
+//     session's network namespace and shares that one (never the host's);
 //   - --die-with-parent and --new-session, --cap-drop ALL, --clearenv with
 //     a fixed PATH, HOME=/home and the request's env;
 //   - the host's /usr, /bin, /sbin, /lib* and a short list of /etc
-//     essentials read-only (resolv.conf only with network), or, when the
-//     image is an absolute path to a directory, that rootfs read-only;
+//     essentials read-only (resolv.conf naming slirp's DNS with network),
+//     or, when the image is an absolute path to a directory, that rootfs
+//     read-only;
 //   - a new /proc and /dev, the session's tmp at /tmp and home at /home,
 //     the workspace at mount_path (the session's own or the host path with
 //     its mode) and the extra mounts with their modes;
 //   - the root remounted read-only: read_only_rootfs always holds;
 //   - /proc/sys, /proc/sysrq-trigger and friends bound read-only and
-//     /proc/kcore, /proc/keys… masked, as runc does: the sandbox's uid 0 is
-//     the host's root when boxrt runs as root, and the kernel lets global
-//     root write many /proc files on file mode alone.
+//     /proc/kcore, /proc/keys… masked, as runc does;
+//   - a seccomp filter equivalent to Docker's default deny list, compiled
+//     once per process (seccomp.go).
 //
 // bwrap's options travel through --args on a memfd, so env values never
 // appear on a host command line.
@@ -48,5 +62,6 @@
 // nothing survives. A timeout only ends the command: the session directory
 // stays. Signal with any other signal reaches every process of the
 // sandbox except bwrap and its init, so a managed process can shut down
-// gracefully.
+// gracefully. StopSession also detaches the session's stage (its disk and
+// loop device go with it) and removes its directory.
 package bwrap

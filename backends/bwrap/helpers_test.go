@@ -54,6 +54,31 @@ func newBackend(t *testing.T) *Backend {
 	return newBackendAt(t, t.TempDir(), testInstanceID(t))
 }
 
+// workspaceOnHost is where a session's workspace lives on the host.
+func workspaceOnHost(b *Backend, info backends.SessionInfo) string {
+	if b.diskQuota {
+		return filepath.Join(stageRoot, b.cfg.InstanceID, info.BackendSessionID, fsDir, workspaceDir)
+	}
+	dir, _ := b.sessionDir(info)
+	return filepath.Join(dir, fsDir, workspaceDir)
+}
+
+// reachableDir is a t.TempDir the sandbox user may write, as an operator
+// prepares an rw host path (the sandbox is not host root).
+func reachableDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{filepath.Dir(dir), 0o711}, {dir, 0o777}} {
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
 func newBackendAt(t *testing.T, stateDir, instance string) *Backend {
 	t.Helper()
 	b, err := New(Config{InstanceID: instance, StateDir: stateDir})
@@ -66,6 +91,10 @@ func newBackendAt(t *testing.T, stateDir, instance string) *Backend {
 	t.Cleanup(func() {
 		if leaves := b.cg.leaves(instance); len(leaves) > 0 {
 			t.Errorf("cgroups left behind for instance %s: %v", instance, leaves)
+		}
+		// Empty unless a session's stage (its mounts) was left behind.
+		if err := os.Remove(filepath.Join(stageRoot, instance)); err != nil && !os.IsNotExist(err) {
+			t.Errorf("stage of instance %s left behind: %v", instance, err)
 		}
 	})
 	return b

@@ -24,17 +24,35 @@ import (
 // writes its own pid into each cgroup.procs and only then execs bwrap, so
 // bwrap and everything it forks is born inside the cgroups — no window in
 // which a process of the sandbox runs outside them, and nothing to chase
-// afterwards. "ok" on fd 3 tells boxrt the joins succeeded (the exit status
-// alone could not be told apart from the command's). Arguments: the number
-// of cgroup.procs files, the files, then bwrap's argv.
+// afterwards. The cgroup.procs files come opened by boxrt (root) on
+// descriptors fdProcs…: the shell already runs as the sandbox user, which
+// could not open them, and the kernel checks the opener's credentials.
+// "ok" on fdStatus tells boxrt the joins succeeded (the exit status alone
+// could not be told apart from the command's). Arguments: the number of
+// cgroup.procs descriptors, then bwrap's argv.
 const cgroupJoinScript = `n=$1; shift
-while [ "$n" -gt 0 ]; do
-	echo $$ 2>/dev/null >"$1" || exit 125
-	shift; n=$((n-1))
+fd=5
+while [ "$fd" -lt $((5+n)) ]; do
+	echo $$ 2>/dev/null >&$fd || exit 125
+	eval "exec $fd>&-"
+	fd=$((fd+1))
 done
-echo ok >&3
-exec 3>&-
+echo ok >&4
+exec 4>&-
 exec "$@"`
+
+// Descriptors bwrap (or the join script) starts with, at fixed numbers so
+// that bwrap's arguments can name the ones after them before the
+// placement method is known: the argument file, the join script's status
+// pipe, one cgroup.procs per v1 hierarchy, then whatever bwrapArgs adds.
+const (
+	fdArgs   = 3
+	fdStatus = 4
+	fdProcs  = 5
+)
+
+// fdBase is the first descriptor number bwrapArgs may use.
+func (b *Backend) fdBase() int { return fdProcs + len(b.cg.bases) }
 
 // waitDelay bounds how long Wait lingers for output pipes after bwrap has
 // exited. Nothing of the sandbox can hold them then (the pid namespace died
@@ -46,7 +64,9 @@ type launch struct {
 	sessionID string
 	key       string // session directory name
 	dir       string
-	layout    layout
+	info      backends.SessionInfo
+	workdir   string
+	env       map[string]string
 	argv      []string // the command inside the sandbox
 	lim       limits
 	kind      string // "x" exec, "p" managed process (in the cgroup name)
@@ -151,9 +171,8 @@ func (b *Backend) start(l launch) (*run, error) {
 	if b.bwrapErr != nil {
 		return nil, b.unavailable()
 	}
-	args, err := bwrapArgs(l.layout)
-	if err != nil {
-		return nil, err
+	if b.idErr != nil {
+		return nil, b.idUnavailable()
 	}
 	r := &run{b: b, key: l.key, done: make(chan struct{})}
 	r.leaf = fmt.Sprintf("%s.%s.%s%d", l.key, b.token, l.kind, b.seq.Add(1))
@@ -169,9 +188,22 @@ func (b *Backend) start(l launch) (*run, error) {
 			close(r.done)
 		}
 	}()
-	prepareWorkdir(l.layout)
+	// Registered first: StopSession closes the session's descriptors only
+	// after every registered run is done.
+	lay, err := b.layoutFor(b.files(l.key), l.dir, l.info, l.workdir, l.env)
+	if err != nil {
+		return nil, err
+	}
+	if err := prepareMounts(lay, b.id); err != nil {
+		return nil, err
+	}
 	touch(l.dir)
-
+	fds := &fdList{next: b.fdBase()}
+	defer fds.close()
+	args, err := bwrapArgs(lay, fds)
+	if err != nil {
+		return nil, err
+	}
 	af, err := argsFile(args)
 	if err != nil {
 		return nil, err
@@ -184,7 +216,7 @@ func (b *Backend) start(l launch) (*run, error) {
 	}
 	r.cg = cg
 
-	cmd, statusR, err := b.startPlaced(r, l, af, cg)
+	cmd, statusR, err := b.startPlaced(r, l, af, fds, cg, lay.netns)
 	if err != nil {
 		cg.remove()
 		return nil, err
@@ -214,38 +246,27 @@ func (b *Backend) start(l launch) (*run, error) {
 // the join script on v1 — and on v2 kernels whose clone3 lacks
 // CLONE_INTO_CGROUP (before 5.7), where the script works the same way.
 // statusR, when not nil, carries the script's verdict.
-func (b *Backend) startPlaced(r *run, l launch, af *os.File, cg *cgroup) (*exec.Cmd, *os.File, error) {
+func (b *Backend) startPlaced(r *run, l launch, af *os.File, fds *fdList, cg *cgroup, netns *os.File) (*exec.Cmd, *os.File, error) {
 	cloneInto := cg != nil && b.cg.version == cgroupV2 && !b.cg.noCloneInto.Load()
-	cmd, statusR, err := b.startCmd(r, l, af, cg, cloneInto)
+	cmd, statusR, err := b.startCmd(r, l, af, fds, cg, netns, cloneInto)
 	if err != nil && cloneInto && (errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EINVAL) ||
 		errors.Is(err, syscall.E2BIG) || errors.Is(err, syscall.EOPNOTSUPP)) {
 		b.cg.noCloneInto.Store(true)
-		cmd, statusR, err = b.startCmd(r, l, af, cg, false)
+		cmd, statusR, err = b.startCmd(r, l, af, fds, cg, netns, false)
 	}
 	return cmd, statusR, err
 }
 
-func (b *Backend) startCmd(r *run, l launch, af *os.File, cg *cgroup, cloneInto bool) (*exec.Cmd, *os.File, error) {
+func (b *Backend) startCmd(r *run, l launch, af *os.File, fds *fdList, cg *cgroup, netns *os.File, cloneInto bool) (*exec.Cmd, *os.File, error) {
 	if _, err := af.Seek(0, io.SeekStart); err != nil {
 		return nil, nil, boxerr.Failure("bwrap: rewind argument file: %v", err).Wrap(err)
 	}
-	cmd := &exec.Cmd{
-		Env:       []string{}, // not nil: nil would hand bwrap our environment
-		Stdout:    l.stdout,
-		Stderr:    l.stderr,
-		WaitDelay: waitDelay,
-		SysProcAttr: &syscall.SysProcAttr{
-			// Own process group: a terminal's ^C to boxrt's group does not
-			// reach sandboxes.
-			Setpgid: true,
-			// If boxrt dies, bwrap dies, and --die-with-parent takes the
-			// sandbox with it.
-			Pdeathsig: syscall.SIGKILL,
-		},
-	}
+	cmd := b.bwrapCmd(context.Background(), af, fds, l.argv)
+	cmd.Stdout, cmd.Stderr = l.stdout, l.stderr
 	if l.stdin != nil {
 		cmd.Stdin = l.stdin
 	}
+	extra, bwrapArgv := cmd.ExtraFiles, cmd.Args
 	var statusR, statusW *os.File
 	switch {
 	case cloneInto:
@@ -256,9 +277,6 @@ func (b *Backend) startCmd(r *run, l launch, af *os.File, cg *cgroup, cloneInto 
 		defer unix.Close(fd)
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = fd
-		cmd.Path = b.bwrap
-		cmd.Args = append([]string{b.bwrap, "--args", "3"}, l.argv...)
-		cmd.ExtraFiles = []*os.File{af}
 	case cg != nil:
 		var err error
 		if statusR, statusW, err = os.Pipe(); err != nil {
@@ -267,30 +285,66 @@ func (b *Backend) startCmd(r *run, l launch, af *os.File, cg *cgroup, cloneInto 
 		// The child has its own copy after Start; ours must go so that EOF
 		// on statusR comes from the child.
 		defer statusW.Close()
+		extra[fdStatus-3] = statusW
 		procs := cg.procsFiles()
+		for i, p := range procs {
+			f, err := os.OpenFile(p, os.O_WRONLY, 0)
+			if err != nil {
+				statusR.Close()
+				return nil, nil, boxerr.Failure("bwrap: cannot open %s: %v", p, err).Wrap(err)
+			}
+			defer f.Close()
+			extra[fdProcs-3+i] = f
+		}
 		cmd.Path = b.sh
-		cmd.Args = append([]string{b.sh, "-c", cgroupJoinScript, "boxrt-cgroup-join", strconv.Itoa(len(procs))}, procs...)
-		cmd.Args = append(cmd.Args, b.bwrap, "--args", "4")
-		cmd.Args = append(cmd.Args, l.argv...)
-		cmd.ExtraFiles = []*os.File{statusW, af}
-	default:
-		cmd.Path = b.bwrap
-		cmd.Args = append([]string{b.bwrap, "--args", "3"}, l.argv...)
-		cmd.ExtraFiles = []*os.File{af}
+		cmd.Args = append([]string{b.sh, "-c", cgroupJoinScript, "boxrt-cgroup-join", strconv.Itoa(len(procs))}, bwrapArgv...)
 	}
 	r.mu.Lock()
-	err := cmd.Start()
+	var err error
+	if netns != nil {
+		err = startIn(netns, cmd.Start)
+	} else {
+		err = cmd.Start()
+	}
 	if err == nil {
 		r.cmd = cmd
 	}
 	r.mu.Unlock()
 	if err != nil {
+		if cmd.Process != nil { // started, but its thread could not go home
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
 		if statusR != nil {
 			statusR.Close()
 		}
 		return nil, nil, boxerr.Failure("bwrap: cannot start %s: %v", cmd.Path, err).Wrap(err)
 	}
 	return cmd, statusR, nil
+}
+
+// bwrapCmd is bwrap with its options on fdArgs, the fixed descriptor
+// slots (nil = closed in the child) and then bwrapArgs' descriptors,
+// running as the sandbox user.
+func (b *Backend) bwrapCmd(ctx context.Context, af *os.File, fds *fdList, argv []string) *exec.Cmd {
+	extra := make([]*os.File, fds.next-fdArgs, fds.next-fdArgs+len(fds.files))
+	extra[fdArgs-3] = af
+	extra = append(extra, fds.files...)
+	cmd := exec.CommandContext(ctx, b.bwrap, append([]string{"--args", strconv.Itoa(fdArgs)}, argv...)...)
+	cmd.Env = []string{} // not nil: nil would hand bwrap our environment
+	cmd.ExtraFiles = extra
+	cmd.WaitDelay = waitDelay
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// Own process group: a terminal's ^C to boxrt's group does not
+		// reach sandboxes.
+		Setpgid: true,
+		// If boxrt dies, bwrap dies, and --die-with-parent takes the
+		// sandbox with it. (Go arms it after switching credentials.)
+		Pdeathsig: syscall.SIGKILL,
+		// Never host root: see SandboxUser.
+		Credential: b.id.cred,
+	}
+	return cmd
 }
 
 // joinedCgroups reads the join script's status until EOF.
@@ -560,15 +614,13 @@ func (b *Backend) Exec(ctx context.Context, info backends.SessionInfo, req backe
 	if err != nil {
 		return backends.ExitStatus{}, err
 	}
-	l, err := b.layoutFor(dir, info, req.Workdir, req.Env)
-	if err != nil {
-		return backends.ExitStatus{}, err
-	}
 	r, err := b.start(launch{
 		sessionID: info.SessionID,
 		key:       info.BackendSessionID,
 		dir:       dir,
-		layout:    l,
+		info:      info,
+		workdir:   req.Workdir,
+		env:       req.Env,
 		// -l as the reference does (sh -lc): a profile in the image or in
 		// /home/.profile applies.
 		argv:   []string{"/bin/sh", "-lc", req.Cmd},
@@ -652,10 +704,6 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.SessionInfo, s
 	if err != nil {
 		return nil, err
 	}
-	l, err := b.layoutFor(dir, info, strings.TrimSpace(spec.Cwd), spec.Env)
-	if err != nil {
-		return nil, err
-	}
 	var files []*os.File
 	closeAll := func() {
 		for _, f := range files {
@@ -684,7 +732,9 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.SessionInfo, s
 		sessionID: info.SessionID,
 		key:       info.BackendSessionID,
 		dir:       dir,
-		layout:    l,
+		info:      info,
+		workdir:   strings.TrimSpace(spec.Cwd),
+		env:       spec.Env,
 		argv:      argv,
 		lim:       limitsOf(info, spec.MemoryMB),
 		kind:      "p",

@@ -7,7 +7,10 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/boxerr"
@@ -50,21 +53,48 @@ var (
 // imageSkip are rootfs entries replaced by our own mounts.
 var imageSkip = []string{"proc", "dev", "tmp", "home"}
 
+// bind is a host directory bound into the sandbox through its descriptor.
 type bind struct {
-	src, dst string
-	ro       bool
+	dir *os.File
+	dst string
+	ro  bool
 }
 
 // layout is everything one bwrap invocation needs besides the command.
 type layout struct {
-	image   string // "" = host system directories, else a rootfs directory
+	image   *os.File // nil = host system directories, else a rootfs directory
 	network bool
+	netns   *os.File // the session's network namespace (network only)
 	userns  bool
-	tmp     string // host dir bound at /tmp ("" = a fresh tmpfs)
-	home    string // host dir bound at /home ("" = a fresh tmpfs)
-	binds   []bind // workspace and extra mounts
+	tmp     *os.File // bound at /tmp (nil = a fresh tmpfs)
+	home    *os.File // bound at /home (nil = a fresh tmpfs)
+	binds   []bind   // workspace and extra mounts, shallow first
 	workdir string
 	env     map[string]string
+}
+
+// fdList collects the descriptors bwrap inherits, numbered from next in
+// the order they are added; owned ones are closed once bwrap has started.
+type fdList struct {
+	next  int
+	files []*os.File
+	owned []*os.File
+}
+
+func (f *fdList) add(file *os.File, owned bool) string {
+	n := f.next + len(f.files)
+	f.files = append(f.files, file)
+	if owned {
+		f.owned = append(f.owned, file)
+	}
+	return strconv.Itoa(n)
+}
+
+func (f *fdList) close() {
+	for _, file := range f.owned {
+		file.Close()
+	}
+	f.owned = nil
 }
 
 // resolveImage maps a spec image to a rootfs directory ("" for the host).
@@ -138,9 +168,10 @@ func checkEnv(field string, env map[string]string) error {
 
 // layoutFor builds the sandbox layout of a session from the SessionInfo the
 // runtime passes in (so mounts may change between execs) and the session's
-// state directory.
-func (b *Backend) layoutFor(dir string, info backends.SessionInfo, workdir string, env map[string]string) (layout, error) {
-	image, err := resolveImage(info.Image, false)
+// descriptors: every host directory is opened once per session, without
+// following symlinks, and only ever mounted through its descriptor.
+func (b *Backend) layoutFor(sf *sessionFiles, dir string, info backends.SessionInfo, workdir string, env map[string]string) (layout, error) {
+	imageDir, err := resolveImage(info.Image, false)
 	if err != nil {
 		return layout{}, err
 	}
@@ -152,33 +183,6 @@ func (b *Backend) layoutFor(dir string, info backends.SessionInfo, workdir strin
 	if err != nil {
 		return layout{}, err
 	}
-	ws := bind{src: filepath.Join(dir, workspaceDir), dst: mountPath}
-	if info.HostPath != "" && info.HostPathMode != backends.MountNone {
-		if !filepath.IsAbs(info.HostPath) {
-			return layout{}, boxerr.Validation("host_path", "host_path must be absolute, got %q", info.HostPath)
-		}
-		ws.src = filepath.Clean(info.HostPath)
-		ws.ro = info.HostPathMode == backends.MountRO
-	}
-	binds := []bind{ws}
-	for i, m := range info.ExtraMounts {
-		if m.Mode == backends.MountNone {
-			continue
-		}
-		field := fmt.Sprintf("extra_mounts[%d]", i)
-		dst, err := checkMountPath(field+".mount_path", m.MountPath)
-		if err != nil {
-			return layout{}, err
-		}
-		if !filepath.IsAbs(m.HostPath) || strings.ContainsRune(m.HostPath, 0) {
-			return layout{}, boxerr.Validation(field+".host_path", "%s.host_path must be absolute, got %q", field, m.HostPath)
-		}
-		binds = append(binds, bind{src: filepath.Clean(m.HostPath), dst: dst, ro: m.Mode == backends.MountRO})
-	}
-	// bwrap applies mounts in order, so a parent mounted after its child
-	// would hide it: mount shallow paths first.
-	sort.SliceStable(binds, func(i, j int) bool { return depth(binds[i].dst) < depth(binds[j].dst) })
-
 	if workdir == "" {
 		workdir = mountPath
 	}
@@ -188,12 +192,57 @@ func (b *Backend) layoutFor(dir string, info backends.SessionInfo, workdir strin
 	if err := checkEnv("env", env); err != nil {
 		return layout{}, err
 	}
+	ws, tmp, home, err := sf.storage(b, dir)
+	if err != nil {
+		return layout{}, boxerr.Failure("bwrap: session storage: %v", err).Wrap(err)
+	}
+	var image *os.File
+	if imageDir != "" {
+		if image, err = sf.hostDir(b, "image", imageDir, false, false); err != nil {
+			return layout{}, err
+		}
+	}
+	wsBind := bind{dir: ws, dst: mountPath}
+	if info.HostPath != "" && info.HostPathMode != backends.MountNone {
+		rw := info.HostPathMode == backends.MountRW
+		if wsBind.dir, err = sf.hostDir(b, "host_path", info.HostPath, true, rw); err != nil {
+			return layout{}, err
+		}
+		wsBind.ro = !rw
+	}
+	var netns *os.File
+	if info.Network == backends.NetworkOn {
+		if netns, err = sf.network(b); err != nil {
+			return layout{}, err
+		}
+	}
+	binds := []bind{wsBind}
+	for i, m := range info.ExtraMounts {
+		if m.Mode == backends.MountNone {
+			continue
+		}
+		field := fmt.Sprintf("extra_mounts[%d]", i)
+		dst, err := checkMountPath(field+".mount_path", m.MountPath)
+		if err != nil {
+			return layout{}, err
+		}
+		rw := m.Mode == backends.MountRW
+		d, err := sf.hostDir(b, field+".host_path", m.HostPath, true, rw)
+		if err != nil {
+			return layout{}, err
+		}
+		binds = append(binds, bind{dir: d, dst: dst, ro: !rw})
+	}
+	// bwrap applies mounts in order, so a parent mounted after its child
+	// would hide it: mount shallow paths first.
+	sort.SliceStable(binds, func(i, j int) bool { return depth(binds[i].dst) < depth(binds[j].dst) })
 	return layout{
 		image:   image,
-		network: info.Network == backends.NetworkOn,
+		network: netns != nil,
+		netns:   netns,
 		userns:  b.userns.Load(),
-		tmp:     filepath.Join(dir, tmpDir),
-		home:    filepath.Join(dir, homeDir),
+		tmp:     tmp,
+		home:    home,
 		binds:   binds,
 		workdir: filepath.Clean(workdir),
 		env:     env,
@@ -202,49 +251,22 @@ func (b *Backend) layoutFor(dir string, info backends.SessionInfo, workdir strin
 
 func depth(p string) int { return strings.Count(filepath.Clean(p), "/") }
 
-// prepareWorkdir creates the working directory on the host when it lies in
-// a writable directory we bind (the workspace above all), because bwrap's
-// --chdir needs it to exist. The deepest matching mount wins, as it does
-// inside the sandbox. Errors are ignored: bwrap then reports the failed
-// chdir itself.
-func prepareWorkdir(l layout) {
-	// Mount order is tmp, home, then binds (shallow first), so among equally
-	// deep matches the later one is what the sandbox sees.
-	mounts := []bind{}
-	if l.tmp != "" {
-		mounts = append(mounts, bind{src: l.tmp, dst: "/tmp"})
-	}
-	if l.home != "" {
-		mounts = append(mounts, bind{src: l.home, dst: "/home"})
-	}
-	mounts = append(mounts, l.binds...)
-	var best *bind
-	for i := range mounts {
-		m := &mounts[i]
-		under := l.workdir == m.dst || strings.HasPrefix(l.workdir, m.dst+"/")
-		if under && (best == nil || depth(m.dst) >= depth(best.dst)) {
-			best = m
-		}
-	}
-	if best == nil || best.ro {
-		return
-	}
-	rel := strings.TrimPrefix(strings.TrimPrefix(l.workdir, best.dst), "/")
-	_ = mkdirUnder(best.src, rel)
-}
-
 // bwrapArgs turns a layout into bwrap options (everything before the
-// command). They travel through --args on a memfd, never on bwrap's command
-// line, so env values (API keys…) are not visible in the host's process
-// list.
-func bwrapArgs(l layout) ([]string, error) {
+// command), adding the descriptors they name to fds. They travel through
+// --args on a memfd, never on bwrap's command line, so env values (API
+// keys…) are not visible in the host's process list.
+func bwrapArgs(l layout, fds *fdList) ([]string, error) {
 	a := []string{"--unshare-all"}
 	if l.userns {
 		// A user namespace of our own lets --disable-userns forbid nested
-		// ones, closing a large kernel attack surface to the command.
-		a = append(a, "--unshare-user", "--disable-userns")
+		// ones, closing a large kernel attack surface to the command. The
+		// command is uid 0 inside it, which is the unprivileged sandbox
+		// user (or boxrt's own user) outside.
+		a = append(a, "--unshare-user", "--disable-userns", "--uid", "0", "--gid", "0")
 	}
 	if l.network {
+		// The session's own namespace, which bwrap is started in (net.go);
+		// never the host's.
 		a = append(a, "--share-net")
 	}
 	a = append(a,
@@ -254,35 +276,50 @@ func bwrapArgs(l layout) ([]string, error) {
 		"--hostname", "boxrt",
 	)
 	var err error
-	if l.image == "" {
-		a = hostRoot(a, l.network)
-	} else if a, err = imageRoot(a, l.image, l.network); err != nil {
+	resolv := l.network
+	if l.image == nil {
+		a = hostRoot(a)
+	} else if a, resolv, err = imageRoot(a, l.image, l.network, fds); err != nil {
 		return nil, err
+	}
+	if resolv {
+		// The network is slirp4netns' (net.go): its DNS forwarder is the
+		// resolver, whatever the host's resolv.conf says.
+		f, err := memFile("boxrt-resolv.conf", []byte(slirpResolvConf))
+		if err != nil {
+			return nil, err
+		}
+		a = append(a, "--ro-bind-data", fds.add(f, true), "/etc/resolv.conf")
 	}
 	a = append(a, "--proc", "/proc")
 	a = procHardening(a)
 	a = append(a, "--dev", "/dev")
-	if l.tmp != "" {
-		a = append(a, "--bind", l.tmp, "/tmp")
-	} else {
-		a = append(a, "--tmpfs", "/tmp")
-	}
-	if l.home != "" {
-		a = append(a, "--bind", l.home, "/home")
-	} else {
-		a = append(a, "--tmpfs", "/home")
+	for _, m := range []struct {
+		dir *os.File
+		dst string
+	}{{l.tmp, "/tmp"}, {l.home, "/home"}} {
+		if m.dir != nil {
+			a = append(a, "--bind-fd", fds.add(m.dir, false), m.dst)
+		} else {
+			a = append(a, "--size", strconv.Itoa(freshTmpfsBytes), "--tmpfs", m.dst)
+		}
 	}
 	for _, m := range l.binds {
-		op := "--bind"
+		op := "--bind-fd"
 		if m.ro {
-			op = "--ro-bind"
+			op = "--ro-bind-fd"
 		}
-		a = append(a, op, m.src, m.dst)
+		a = append(a, op, fds.add(m.dir, false), m.dst)
 	}
 	// bwrap builds the new root on a writable tmpfs (it has to create mount
 	// points in it); seal it once every mount point exists. Not recursive:
 	// the binds above keep their own modes.
 	a = append(a, "--remount-ro", "/")
+	filter, err := seccompFile()
+	if err != nil {
+		return nil, err
+	}
+	a = append(a, "--seccomp", fds.add(filter, true))
 	if l.workdir != "" {
 		a = append(a, "--chdir", l.workdir)
 	}
@@ -306,6 +343,10 @@ func bwrapArgs(l layout) ([]string, error) {
 	}
 	return a, nil
 }
+
+// freshTmpfsBytes bounds a /tmp or /home that is a fresh tmpfs rather than
+// the session's disk (only the probe's sandbox has those).
+const freshTmpfsBytes = 64 << 20
 
 // procHardening binds the host's entries over the sandbox's fresh /proc.
 // Using the host's /proc/sys as the source is equivalent: sysctl files
@@ -332,7 +373,7 @@ func procHardening(a []string) []string {
 	return a
 }
 
-func hostRoot(a []string, network bool) []string {
+func hostRoot(a []string) []string {
 	for _, d := range hostSystemDirs {
 		fi, err := os.Lstat(d)
 		if err != nil {
@@ -348,11 +389,7 @@ func hostRoot(a []string, network bool) []string {
 			a = append(a, "--ro-bind", d, d)
 		}
 	}
-	etc := hostEtcEntries
-	if network {
-		etc = append(slices.Clone(etc), "resolv.conf")
-	}
-	for _, e := range etc {
+	for _, e := range hostEtcEntries {
 		p := "/etc/" + e
 		// Stat follows symlinks (localtime, resolv.conf): bwrap binds the
 		// target, and a dangling link would make bwrap fail.
@@ -366,36 +403,54 @@ func hostRoot(a []string, network bool) []string {
 // imageRoot binds every top-level entry of the rootfs directory read-only
 // into bwrap's tmpfs root (rather than binding the directory itself at /),
 // so mount points such as /workspace can be created without writing into
-// the image.
-func imageRoot(a []string, dir string, network bool) ([]string, error) {
-	entries, err := os.ReadDir(dir)
+// the image. Entries are opened below the image's descriptor without
+// following symlinks (a symlink entry is re-created as a symlink).
+// resolv reports whether the sandbox gets our resolv.conf: with network,
+// when the image has a regular /etc/resolv.conf to mount it on.
+func imageRoot(a []string, image *os.File, network bool, fds *fdList) (_ []string, resolv bool, _ error) {
+	fd, err := unix.Openat(int(image.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, boxerr.Validation("image", "rootfs directory %s cannot be read: %v", dir, err).Wrap(err)
+		return nil, false, boxerr.Validation("image", "rootfs directory %s cannot be read: %v", image.Name(), err).Wrap(err)
 	}
+	d := os.NewFile(uintptr(fd), image.Name())
+	entries, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		return nil, false, boxerr.Validation("image", "rootfs directory %s cannot be read: %v", image.Name(), err).Wrap(err)
+	}
+	slices.SortFunc(entries, func(x, y fs.DirEntry) int { return strings.Compare(x.Name(), y.Name()) })
 	for _, e := range entries {
 		name := e.Name()
 		if slices.Contains(imageSkip, name) {
 			continue
 		}
-		src, dst := filepath.Join(dir, name), "/"+name
+		dst := "/" + name
 		switch t := e.Type(); {
 		case t&fs.ModeSymlink != 0:
-			if target, err := os.Readlink(src); err == nil {
+			if target, err := readlinkat(int(image.Fd()), name); err == nil {
 				a = append(a, "--symlink", target, dst)
 			}
 		case t.IsDir() || t.IsRegular():
-			a = append(a, "--ro-bind", src, dst)
+			efd, err := unix.Openat(int(image.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				continue // gone since ReadDir
+			}
+			a = append(a, "--ro-bind-fd", fds.add(os.NewFile(uintptr(efd), name), true), dst)
 		}
 	}
 	if network {
-		// The image's resolv.conf is stale at best; show the host's over it
-		// when there is a regular file to mount on.
-		fi, err := os.Lstat(filepath.Join(dir, "etc", "resolv.conf"))
-		if err == nil && fi.Mode().IsRegular() {
-			if _, err := os.Stat("/etc/resolv.conf"); err == nil {
-				a = append(a, "--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf")
-			}
-		}
+		var st unix.Stat_t
+		err := unix.Fstatat(int(image.Fd()), "etc/resolv.conf", &st, unix.AT_SYMLINK_NOFOLLOW)
+		resolv = err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 	}
-	return a, nil
+	return a, resolv, nil
+}
+
+func readlinkat(dirfd int, name string) (string, error) {
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Readlinkat(dirfd, name, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
 }

@@ -17,7 +17,7 @@ import (
 )
 
 // Session directory layout: <StateDir>/bwrap/<InstanceID>/<dir>/ holding
-// these entries.
+// session.json, disk.img and fs/ (see disk.go), and in fs/ these entries.
 const (
 	workspaceDir = "workspace"
 	tmpDir       = "tmp"
@@ -25,7 +25,9 @@ const (
 	sessionFile  = "session.json"
 
 	maxSanitisedLen = 32
-	stateFormat     = 1
+	// stateFormat 2: storage moved into fs/ (a disk of its own). Format 1
+	// sessions are not adopted.
+	stateFormat = 2
 )
 
 // instanceIDRe bounds what an instance id may be: it becomes a directory
@@ -143,19 +145,4 @@ func removeTree(dir string) error {
 		return err
 	}
 	return nil
-}
-
-// mkdirUnder creates rel below the host directory root without ever
-// leaving it: os.Root refuses symlinks that point outside (a sandboxed
-// command can plant any symlink in its workspace).
-func mkdirUnder(root, rel string) error {
-	if rel == "" || rel == "." {
-		return nil
-	}
-	r, err := os.OpenRoot(root)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	return r.MkdirAll(rel, 0o755)
 }

@@ -2,6 +2,7 @@ package bwrap
 
 import (
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/boxerr"
@@ -143,43 +146,61 @@ func indexOf(args []string, run ...string) int {
 	return -1
 }
 
+// openDir opens a directory as the O_PATH descriptor layouts hold.
+func openDir(t *testing.T, path string) *os.File {
+	t.Helper()
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
 func TestBwrapArgs(t *testing.T) {
+	d := t.TempDir()
 	base := layout{
 		userns: true,
-		tmp:    "/s/tmp", home: "/s/home",
+		tmp:    openDir(t, filepath.Join(d, "tmp")), home: openDir(t, filepath.Join(d, "home")),
 		binds: []bind{
-			{src: "/s/ws", dst: "/workspace"},
-			{src: "/h/ref", dst: "/workspace/ref", ro: true},
+			{dir: openDir(t, filepath.Join(d, "ws")), dst: "/workspace"},
+			{dir: openDir(t, filepath.Join(d, "ref")), dst: "/workspace/ref", ro: true},
 		},
 		workdir: "/workspace",
 		env:     map[string]string{"K": "v", "PATH": "/custom"},
 	}
 	t.Run("network off", func(t *testing.T) {
-		a, err := bwrapArgs(base)
+		fds := &fdList{next: 10}
+		defer fds.close()
+		a, err := bwrapArgs(base, fds)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, want := range [][]string{
-			{"--unshare-all", "--unshare-user", "--disable-userns"},
+			{"--unshare-all", "--unshare-user", "--disable-userns", "--uid", "0", "--gid", "0"},
 			{"--die-with-parent"}, {"--new-session"}, {"--cap-drop", "ALL"},
 			{"--ro-bind", "/usr", "/usr"},
 			{"--proc", "/proc"}, {"--ro-bind", "/proc/sys", "/proc/sys"}, {"--dev", "/dev"},
-			{"--bind", "/s/tmp", "/tmp"}, {"--bind", "/s/home", "/home"},
-			{"--bind", "/s/ws", "/workspace"}, {"--ro-bind", "/h/ref", "/workspace/ref"},
-			{"--remount-ro", "/"}, {"--chdir", "/workspace"}, {"--clearenv"},
+			{"--bind-fd", "10", "/tmp"}, {"--bind-fd", "11", "/home"},
+			{"--bind-fd", "12", "/workspace"}, {"--ro-bind-fd", "13", "/workspace/ref"},
+			{"--remount-ro", "/"}, {"--seccomp", "14"}, {"--chdir", "/workspace"}, {"--clearenv"},
 			{"--setenv", "HOME", "/home"}, {"--setenv", "K", "v"}, {"--setenv", "PATH", "/custom"},
 		} {
 			if indexOf(a, want...) < 0 {
 				t.Errorf("args lack %q:\n%q", want, a)
 			}
 		}
-		if slices.Contains(a, "--share-net") || indexOf(a, "--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf") >= 0 {
-			t.Errorf("network off but args share the network or resolv.conf: %q", a)
+		want := []*os.File{base.tmp, base.home, base.binds[0].dir, base.binds[1].dir}
+		if len(fds.files) != 5 || !slices.Equal(fds.files[:4], want) || !slices.Equal(fds.owned, fds.files[4:]) {
+			t.Errorf("descriptors %v (owned %v), want %v", fds.files, fds.owned, want)
 		}
-		if indexOf(a, "--bind", "/s/ws", "/workspace") > indexOf(a, "--ro-bind", "/h/ref", "/workspace/ref") {
-			t.Error("child mount before its parent")
+		if slices.Contains(a, "--share-net") || slices.Contains(a, "--ro-bind-data") {
+			t.Errorf("network off but args share the network or set resolv.conf: %q", a)
 		}
-		last := indexOf(a, "--ro-bind", "/h/ref", "/workspace/ref")
+		last := indexOf(a, "--ro-bind-fd", "13", "/workspace/ref")
 		if indexOf(a, "--remount-ro", "/") < last {
 			t.Error("root sealed before the last mount point was created")
 		}
@@ -190,21 +211,46 @@ func TestBwrapArgs(t *testing.T) {
 	t.Run("network on", func(t *testing.T) {
 		l := base
 		l.network = true
-		a, err := bwrapArgs(l)
+		fds := &fdList{next: 10}
+		defer fds.close()
+		a, err := bwrapArgs(l, fds)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Contains(a, "--share-net") {
-			t.Errorf("network on without --share-net: %q", a)
+		// The session's namespace bwrap is started in; never the host's
+		// resolver.
+		if !slices.Contains(a, "--share-net") || indexOf(a, "--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf") >= 0 {
+			t.Errorf("network on: %q", a)
 		}
-		if _, err := os.Stat("/etc/resolv.conf"); err == nil && indexOf(a, "--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf") < 0 {
-			t.Errorf("network on without resolv.conf: %q", a)
+		i := indexOf(a, "--ro-bind-data")
+		if i < 0 || a[i+2] != "/etc/resolv.conf" {
+			t.Fatalf("network on without slirp's resolv.conf: %q", a)
+		}
+		n, _ := strconv.Atoi(a[i+1])
+		data, err := io.ReadAll(fds.files[n-fds.next])
+		if err != nil || string(data) != slirpResolvConf {
+			t.Errorf("resolv.conf %q (%v)", data, err)
+		}
+	})
+	t.Run("fresh tmpfs is bounded", func(t *testing.T) {
+		l := layout{userns: true, workdir: "/"}
+		fds := &fdList{next: 10}
+		defer fds.close()
+		a, err := bwrapArgs(l, fds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if indexOf(a, "--size", strconv.Itoa(freshTmpfsBytes), "--tmpfs", "/tmp") < 0 ||
+			indexOf(a, "--size", strconv.Itoa(freshTmpfsBytes), "--tmpfs", "/home") < 0 {
+			t.Errorf("unbounded tmpfs: %q", a)
 		}
 	})
 	t.Run("no userns", func(t *testing.T) {
 		l := base
 		l.userns = false
-		a, _ := bwrapArgs(l)
+		fds := &fdList{next: 10}
+		defer fds.close()
+		a, _ := bwrapArgs(l, fds)
 		if slices.Contains(a, "--disable-userns") || slices.Contains(a, "--unshare-user") {
 			t.Errorf("userns flags without a user namespace: %q", a)
 		}
@@ -212,67 +258,148 @@ func TestBwrapArgs(t *testing.T) {
 	t.Run("NUL refused", func(t *testing.T) {
 		l := base
 		l.env = map[string]string{"A": "x\x00y"}
-		if _, err := bwrapArgs(l); !errors.Is(err, boxerr.ErrValidation) {
+		if _, err := bwrapArgs(l, &fdList{next: 10}); !errors.Is(err, boxerr.ErrValidation) {
 			t.Errorf("NUL in an argument: %v", err)
 		}
 	})
 }
 
 func TestLayoutSortsMounts(t *testing.T) {
-	b := &Backend{}
+	d := t.TempDir()
+	b := &Backend{open: map[string]*sessionFiles{}}
 	b.userns.Store(true)
+	sf := b.files("s-00000000")
+	sf.ws, sf.tmp, sf.home = openDir(t, filepath.Join(d, "ws")), openDir(t, filepath.Join(d, "tmp")), openDir(t, filepath.Join(d, "home"))
+	t.Cleanup(func() { sf.host = nil }) // openDir's cleanup closes them
+	host := func(name string) string { return filepath.Join(d, "h", name) }
 	info := backends.SessionInfo{
 		MountPath: "/workspace",
 		ExtraMounts: []backends.MountSpec{
-			{HostPath: "/h/deep", MountPath: "/workspace/a/b", Mode: backends.MountRW},
-			{HostPath: "/h/none", MountPath: "/none", Mode: backends.MountNone},
-			{HostPath: "/h/a", MountPath: "/workspace/a", Mode: backends.MountRO},
+			{HostPath: host("deep"), MountPath: "/workspace/a/b", Mode: backends.MountRW},
+			{HostPath: host("none"), MountPath: "/none", Mode: backends.MountNone},
+			{HostPath: host("a"), MountPath: "/workspace/a", Mode: backends.MountRO},
 		},
 	}
-	l, err := b.layoutFor("/state/s-00000000", info, "", nil)
+	l, err := b.layoutFor(sf, d, info, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dsts []string
+	var dsts, srcs []string
 	for _, m := range l.binds {
 		dsts = append(dsts, m.dst)
+		srcs = append(srcs, m.dir.Name())
 	}
 	if !slices.Equal(dsts, []string{"/workspace", "/workspace/a", "/workspace/a/b"}) {
 		t.Fatalf("binds in order %v", dsts)
 	}
-	if l.workdir != "/workspace" || l.binds[0].src != "/state/s-00000000/workspace" || !l.binds[1].ro {
-		t.Fatalf("layout %+v", l)
+	if !slices.Equal(srcs, []string{sf.ws.Name(), host("a"), host("deep")}) || !l.binds[1].ro || l.workdir != "/workspace" {
+		t.Fatalf("layout %v %+v", srcs, l)
 	}
-	info.HostPath, info.HostPathMode = "/h/proj", backends.MountRO
-	l, _ = b.layoutFor("/state/s-00000000", info, "/workspace/x", nil)
-	if l.binds[0].src != "/h/proj" || !l.binds[0].ro {
+	if _, err := os.Stat(host("none")); err == nil {
+		t.Error("a mount with mode none was created")
+	}
+	info.HostPath, info.HostPathMode = host("proj"), backends.MountRO
+	l, _ = b.layoutFor(sf, d, info, "/workspace/x", nil)
+	if l.binds[0].dir.Name() != host("proj") || !l.binds[0].ro {
 		t.Fatalf("host_path workspace: %+v", l.binds[0])
 	}
 	info.HostPathMode = backends.MountNone
-	l, _ = b.layoutFor("/state/s-00000000", info, "", nil)
-	if l.binds[0].src != "/state/s-00000000/workspace" {
+	l, _ = b.layoutFor(sf, d, info, "", nil)
+	if l.binds[0].dir != sf.ws {
 		t.Fatalf("host_path with mode none must use the session workspace: %+v", l.binds[0])
+	}
+	// A host path is opened once: replacing it by a symlink later changes
+	// nothing for the session.
+	if err := os.Rename(host("a"), host("a.moved")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc", host("a")); err != nil {
+		t.Fatal(err)
+	}
+	l, err = b.layoutFor(sf, d, info, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(l.binds[1].dir.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	var moved unix.Stat_t
+	if err := unix.Stat(host("a.moved"), &moved); err != nil || st.Ino != moved.Ino {
+		t.Fatalf("the session's mount now names another directory (ino %d, want %d)", st.Ino, moved.Ino)
 	}
 }
 
-func TestPrepareWorkdirStaysInside(t *testing.T) {
-	ws := t.TempDir()
-	outside := t.TempDir()
-	// A command planted a symlink pointing out of the workspace.
-	if err := os.Symlink(outside, filepath.Join(ws, "escape")); err != nil {
+func TestOpenHostDirRefusesSymlinks(t *testing.T) {
+	d := t.TempDir()
+	if err := os.Symlink("/etc", filepath.Join(d, "link")); err != nil {
 		t.Fatal(err)
 	}
-	prepareWorkdir(layout{binds: []bind{{src: ws, dst: "/workspace"}}, workdir: "/workspace/escape/x"})
-	if _, err := os.Stat(filepath.Join(outside, "x")); err == nil {
-		t.Fatal("workdir creation followed a symlink out of the workspace")
+	cases := []struct {
+		name, path string
+		create     bool
+	}{
+		{"symlink itself", filepath.Join(d, "link"), false},
+		{"symlink on the way", filepath.Join(d, "link", "ssl"), false},
+		{"creating through a symlink", filepath.Join(d, "link", "boxrt-created"), true},
 	}
-	prepareWorkdir(layout{binds: []bind{{src: ws, dst: "/workspace"}}, workdir: "/workspace/a/b"})
-	if fi, err := os.Stat(filepath.Join(ws, "a", "b")); err != nil || !fi.IsDir() {
-		t.Fatalf("workdir not created: %v", err)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := openHostDir("host_path", tc.path, tc.create, false, identity{})
+			if err == nil {
+				f.Close()
+				t.Fatalf("opened %s through a symlink", tc.path)
+			}
+			if !errors.Is(err, boxerr.ErrValidation) {
+				t.Errorf("error %v is not a validation error", err)
+			}
+		})
 	}
-	ro := t.TempDir()
-	prepareWorkdir(layout{binds: []bind{{src: ro, dst: "/ref", ro: true}}, workdir: "/ref/new"})
-	if _, err := os.Stat(filepath.Join(ro, "new")); err == nil {
+	if _, err := os.Stat("/etc/boxrt-created"); err == nil {
+		t.Fatal("a directory was created through the symlink in /etc")
+	}
+}
+
+// TestPrepareMountsRefusesSymlinks: a command planted symlinks where the
+// next sandbox mounts something or starts in; nothing may be created
+// through them, and a mount point behind one fails the start.
+func TestPrepareMountsRefusesSymlinks(t *testing.T) {
+	d := t.TempDir()
+	ws, outside := filepath.Join(d, "ws"), filepath.Join(d, "outside")
+	wsDir, skill := openDir(t, ws), openDir(t, filepath.Join(d, "skill"))
+	openDir(t, outside)
+	if err := os.Symlink("../outside", filepath.Join(ws, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name    string
+		l       layout
+		wantErr bool
+		created string // must exist afterwards (relative to ws)
+	}{
+		{"mount point behind a symlink", layout{binds: []bind{{dir: wsDir, dst: "/workspace"}, {dir: skill, dst: "/workspace/escape/x"}}, workdir: "/"}, true, ""},
+		{"workdir behind a symlink", layout{binds: []bind{{dir: wsDir, dst: "/workspace"}}, workdir: "/workspace/escape/x"}, false, ""},
+		{"plain mount point", layout{binds: []bind{{dir: wsDir, dst: "/workspace"}, {dir: skill, dst: "/workspace/.skills/s"}}, workdir: "/"}, false, ".skills/s"},
+		{"plain workdir", layout{binds: []bind{{dir: wsDir, dst: "/workspace"}}, workdir: "/workspace/a/b"}, false, "a/b"},
+		{"read-only parent", layout{binds: []bind{{dir: wsDir, dst: "/ref", ro: true}}, workdir: "/ref/new"}, false, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := prepareMounts(tc.l, identity{})
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("prepareMounts: %v, want error %v", err, tc.wantErr)
+			}
+			if entries, _ := os.ReadDir(outside); len(entries) > 0 {
+				t.Fatalf("created %v through the symlink", entries)
+			}
+			if tc.created != "" {
+				if fi, err := os.Stat(filepath.Join(ws, tc.created)); err != nil || !fi.IsDir() {
+					t.Fatalf("%s not created: %v", tc.created, err)
+				}
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(ws, "new")); err == nil {
 		t.Fatal("workdir created inside a read-only mount")
 	}
 }
@@ -354,7 +481,7 @@ func TestCgroupJoinScript(t *testing.T) {
 		joined bool
 	}{
 		{"joins", procs, true},
-		{"cannot join", t.TempDir(), false}, // a directory: the write fails
+		{"cannot join", "/dev/full", false}, // the write fails with ENOSPC
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -363,9 +490,14 @@ func TestCgroupJoinScript(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer statusR.Close()
+			pf, err := os.OpenFile(tc.procs, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pf.Close()
 			var out strings.Builder
-			cmd := exec.Command("/bin/sh", "-c", cgroupJoinScript, "join", "1", tc.procs, "/bin/echo", "ran")
-			cmd.ExtraFiles = []*os.File{statusW}
+			cmd := exec.Command("/bin/sh", "-c", cgroupJoinScript, "join", "1", "/bin/sh", "-c", "echo ran; [ -e /proc/self/fd/4 ] || [ -e /proc/self/fd/5 ] || echo closed")
+			cmd.ExtraFiles = []*os.File{nil, statusW, pf}
 			cmd.Stdout = &out
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -376,7 +508,8 @@ func TestCgroupJoinScript(t *testing.T) {
 			if joined != tc.joined {
 				t.Fatalf("joined = %v, want %v (wait: %v)", joined, tc.joined, err)
 			}
-			if ran := out.String() == "ran\n"; ran != tc.joined {
+			// The command does not inherit the status pipe or cgroup.procs.
+			if ran := out.String() == "ran\nclosed\n"; ran != tc.joined {
 				t.Fatalf("command ran = %v after joined = %v (out %q)", ran, joined, out.String())
 			}
 			if tc.joined {

@@ -1,0 +1,349 @@
+package bwrap
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
+)
+
+// Every directory bwrap binds from the host is an O_PATH descriptor boxrt
+// opened without following a symlink, passed with --bind-fd /
+// --ro-bind-fd. A path string is resolved exactly once, when its
+// descriptor is opened; later execs and managed processes mount the same
+// descriptor, so a directory swapped for a symlink (to /etc, say) after
+// the allow-list check can no longer redirect a mount. bwrap re-checks
+// that what it mounted is the descriptor's inode and refuses otherwise.
+
+// openBeneath opens rel below the directory dirfd (AT_FDCWD with an
+// absolute rel for the host's root) as an O_PATH directory descriptor,
+// refusing every symlink on the way and, below a real directory, any
+// escape through "..". With create, missing components are made one at a
+// time below their already opened parent (0755, given to id when owned);
+// created reports whether the last component was made by this call.
+func openBeneath(dirfd int, rel string, create, owned bool, id identity) (fd int, created bool, err error) {
+	resolve := uint64(unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS)
+	if dirfd != unix.AT_FDCWD {
+		resolve |= unix.RESOLVE_BENEATH
+	}
+	open := func(dir int, name string) (int, error) {
+		for {
+			fd, err := unix.Openat2(dir, name, &unix.OpenHow{
+				Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+				Resolve: resolve,
+			})
+			if err != unix.EINTR && err != unix.EAGAIN {
+				return fd, err
+			}
+		}
+	}
+	fd, err = open(dirfd, rel)
+	if err != unix.ENOENT || !create {
+		return fd, false, err
+	}
+	// Walk from the start, creating as we go: each component is opened (or
+	// made) below the descriptor of its parent, never through a path.
+	start := "."
+	if filepath.IsAbs(rel) {
+		start = "/"
+	}
+	cur, err := open(dirfd, start)
+	if err != nil {
+		return -1, false, err
+	}
+	for _, name := range strings.Split(strings.Trim(filepath.Clean(rel), "/"), "/") {
+		next, err := open(cur, name)
+		created = false
+		if err == unix.ENOENT {
+			err = unix.Mkdirat(cur, name, 0o755)
+			if created = err == nil; created && owned {
+				err = id.chown(cur, name)
+			}
+			if err == nil || err == unix.EEXIST {
+				next, err = open(cur, name)
+			}
+		}
+		unix.Close(cur)
+		if err != nil {
+			return -1, false, err
+		}
+		cur = next
+	}
+	return cur, created, nil
+}
+
+// openHostDir opens a caller's host directory (already checked against the
+// allow-list by the runtime, as a symlink-free path) for mounting.
+func openHostDir(field, path string, create, owned bool, id identity) (*os.File, error) {
+	if !filepath.IsAbs(path) || strings.ContainsRune(path, 0) {
+		return nil, boxerr.Validation(field, "%s must be absolute, got %q", field, path)
+	}
+	path = filepath.Clean(path)
+	fd, _, err := openBeneath(unix.AT_FDCWD, path, create, owned, id)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return nil, boxerr.Validation(field, "%s %s is not a plain directory (a symlink or a file is in its path)", field, path).
+				With("path", path).Wrap(err)
+		}
+		return nil, boxerr.Failure("bwrap: cannot open host directory %s: %v", path, err).Wrap(err)
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// sessionFiles are the descriptors of one session, opened on first use and
+// kept until StopSession: its own workspace, tmp and home, and every host
+// directory (host_path, extra mounts, skills, image) by path — staged
+// (stage.go) when boxrt is root.
+type sessionFiles struct {
+	key string
+
+	mu            sync.Mutex
+	ready         bool
+	stage         string // "" = no staging (boxrt is not root)
+	ws, tmp, home *os.File
+	net           *sessionNet
+	host          map[string]*os.File
+	staged        int // h<n> names used so far
+	closed        bool
+}
+
+// init makes the session's stage on first use (under sf.mu).
+func (sf *sessionFiles) init(b *Backend) error {
+	if sf.closed {
+		return errSessionClosed
+	}
+	if !sf.ready {
+		stage, err := b.stageFor(sf.key)
+		if err != nil {
+			return fmt.Errorf("stage directory: %w", err)
+		}
+		sf.stage, sf.ready = stage, true
+	}
+	return nil
+}
+
+// close closes the descriptors and detaches the stage with everything
+// mounted in it (the disk, and with it its loop device).
+func (sf *sessionFiles) close() error {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	sf.closed = true
+	for _, f := range []*os.File{sf.ws, sf.tmp, sf.home} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	for _, f := range sf.host {
+		f.Close()
+	}
+	sf.net.close()
+	sf.ws, sf.tmp, sf.home, sf.host, sf.net = nil, nil, nil, nil, nil
+	if sf.stage == "" {
+		return nil
+	}
+	return unstage(sf.stage)
+}
+
+// hostDir returns the descriptor of a host directory, opening (and
+// staging) it the first time the session uses that path. owned (rw): the
+// sandbox must be able to write it. Without root, a directory boxrt
+// creates is the sandbox user's anyway; as root, the stage clone is
+// idmapped instead (idmap.go) and a created directory stays root's.
+func (sf *sessionFiles) hostDir(b *Backend, field, path string, create, owned bool) (*os.File, error) {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if err := sf.init(b); err != nil {
+		return nil, err
+	}
+	if f := sf.host[path]; f != nil {
+		return f, nil
+	}
+	f, err := openHostDir(field, path, create, owned && sf.stage == "", b.id)
+	if err != nil {
+		return nil, err
+	}
+	if sf.stage != "" {
+		var idmap *os.File
+		if owned {
+			if idmap, err = b.idmapUserns(); err != nil {
+				f.Close()
+				return nil, boxerr.Failure("bwrap: %v", err).Wrap(err)
+			}
+		}
+		staged, err := sf.stageDir(f, sf.staged, idmap)
+		sf.staged++
+		f.Close()
+		if err != nil {
+			return nil, boxerr.Failure("bwrap: cannot stage %s %s: %v", field, path, err).Wrap(err)
+		}
+		f = staged
+	}
+	if sf.host == nil {
+		sf.host = map[string]*os.File{}
+	}
+	sf.host[path] = f
+	return f, nil
+}
+
+var errSessionClosed = errors.New("session is being stopped")
+
+// network returns the session's network namespace, made (with its
+// slirp4netns) on first use. Only root can make one.
+func (sf *sessionFiles) network(b *Backend) (*os.File, error) {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if err := sf.init(b); err != nil {
+		return nil, err
+	}
+	if sf.net == nil {
+		if sf.stage == "" {
+			return nil, boxerr.BackendUnavailable("bwrap: network: on needs boxrt to run as root (each session gets a network namespace of its own)")
+		}
+		n, err := b.makeNet(sf.stage)
+		if err != nil {
+			return nil, boxerr.Failure("bwrap: the session's network: %v", err).Wrap(err)
+		}
+		sf.net = n
+	}
+	return sf.net.ns, nil
+}
+
+// storage returns the session's workspace, tmp and home below its
+// mounted disk (see disk.go), opened once.
+func (sf *sessionFiles) storage(b *Backend, dir string) (ws, tmp, home *os.File, err error) {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if err := sf.init(b); err != nil {
+		return nil, nil, nil, err
+	}
+	if sf.ws == nil {
+		root, err := b.mountDisk(dir, sf)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		defer root.Close()
+		var files [3]*os.File
+		for i, name := range []string{workspaceDir, tmpDir, homeDir} {
+			fd, _, err := openBeneath(int(root.Fd()), name, false, false, b.id)
+			if err != nil {
+				for _, f := range files[:i] {
+					f.Close()
+				}
+				return nil, nil, nil, fmt.Errorf("open %s of session %s: %w", name, dir, err)
+			}
+			files[i] = os.NewFile(uintptr(fd), filepath.Join(root.Name(), name))
+		}
+		sf.ws, sf.tmp, sf.home = files[0], files[1], files[2]
+	}
+	return sf.ws, sf.tmp, sf.home, nil
+}
+
+// makeStorage creates the session's disk (StartSession).
+func (sf *sessionFiles) makeStorage(b *Backend, dir string, info backends.SessionInfo) error {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if err := sf.init(b); err != nil {
+		return err
+	}
+	return b.makeDisk(dir, sf, info)
+}
+
+// files returns the descriptor set of a session, making it on first use.
+func (b *Backend) files(key string) *sessionFiles {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sf := b.open[key]
+	if sf == nil {
+		sf = &sessionFiles{key: key}
+		b.open[key] = sf
+	}
+	return sf
+}
+
+// dropFiles closes a session's descriptors and detaches its stage
+// (StopSession, once nothing of the session runs any more).
+func (b *Backend) dropFiles(key string) error {
+	b.mu.Lock()
+	sf := b.open[key]
+	delete(b.open, key)
+	b.mu.Unlock()
+	if sf == nil {
+		// Not used by this process: a stage an earlier one left.
+		sf = &sessionFiles{key: key, ready: true}
+		if b.id.cred != nil {
+			sf.stage = filepath.Join(stageRoot, b.cfg.InstanceID, key)
+		}
+	}
+	return sf.close()
+}
+
+// mountParent is a directory bwrap binds that later mount points may lie
+// in.
+type mountParent struct {
+	dst string
+	dir *os.File
+	rw  bool
+}
+
+// prepareMounts creates every mount point that lies inside another bound
+// host directory (skills under the workspace, extra mounts under /home…)
+// and the working directory, before bwrap runs. bwrap itself would create
+// them by path, following whatever symlink a command planted there (a
+// relative link into ../../oldroot/… is the host's root while bwrap builds
+// the sandbox); here each component is opened or made below its parent's
+// descriptor without following any symlink, given to the sandbox user,
+// and a symlink in the way fails the start instead. Mount points in
+// read-only directories are only checked: bwrap cannot create them either.
+func prepareMounts(l layout, id identity) error {
+	var parents []mountParent
+	if l.tmp != nil {
+		parents = append(parents, mountParent{"/tmp", l.tmp, true})
+	}
+	if l.home != nil {
+		parents = append(parents, mountParent{"/home", l.home, true})
+	}
+	for _, m := range l.binds { // shallow first (layoutFor sorts them)
+		if p, rel := deepestParent(parents, m.dst); p != nil && rel != "" {
+			fd, _, err := openBeneath(int(p.dir.Fd()), rel, p.rw, true, id)
+			switch {
+			case err == nil:
+				unix.Close(fd)
+			case p.rw || err != unix.ENOENT:
+				return boxerr.Failure("bwrap: mount point %s cannot be used: %v (a symlink or a file is in its path)", m.dst, err).Wrap(err)
+			}
+		}
+		parents = append(parents, mountParent{m.dst, m.dir, !m.ro})
+	}
+	// bwrap's --chdir needs the working directory; a failure here is left
+	// for bwrap to report.
+	if p, rel := deepestParent(parents, l.workdir); p != nil && p.rw && rel != "" {
+		if fd, _, err := openBeneath(int(p.dir.Fd()), rel, true, true, id); err == nil {
+			unix.Close(fd)
+		}
+	}
+	return nil
+}
+
+// deepestParent finds the mount that holds p inside the sandbox (the
+// deepest; among equally deep ones the later, which bwrap mounts on top)
+// and p's path relative to it ("" for the mount point itself).
+func deepestParent(parents []mountParent, p string) (*mountParent, string) {
+	var best *mountParent
+	for i := range parents {
+		m := &parents[i]
+		if (p == m.dst || strings.HasPrefix(p, m.dst+"/")) && (best == nil || depth(m.dst) >= depth(best.dst)) {
+			best = m
+		}
+	}
+	if best == nil {
+		return nil, ""
+	}
+	return best, strings.TrimPrefix(strings.TrimPrefix(p, best.dst), "/")
+}

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/boxrt/boxrt/actions"
 	"github.com/boxrt/boxrt/relay"
@@ -38,7 +39,8 @@ The HTTP listener (--listen) also serves the managed-process relay
 (/v1/sessions/{id}/managed-process/{pid}/ws), /healthz, /readyz and
 /metrics. Every route but the health checks needs the control token as
 "Authorization: Bearer <token>". The token comes from --token-file,
-BOXRT_CONTROL_TOKEN or LANGBOT_BOX_CONTROL_TOKEN. boxrt refuses to listen
+BOXRT_CONTROL_TOKEN or LANGBOT_BOX_CONTROL_TOKEN and must be at least 32
+characters without whitespace (boxrt exits 2 otherwise). boxrt refuses to listen
 on a non-loopback address without one; in --stdio mode without one it
 generates a token and returns it as relay_token from box_health (over
 stdio only).
@@ -118,12 +120,21 @@ func loadToken(file string, stdio bool) (string, bool, error) {
 	return base64.RawURLEncoding.EncodeToString(buf), true, nil
 }
 
-// minTokenLen is the reference's rule for control tokens.
+// minTokenLen is the shortest control token boxrt accepts, counted in
+// characters. The token is a bearer credential that guards command
+// execution in every session, so a guessable one is refused at start
+// rather than warned about (the reference runtime has the same rule).
 const minTokenLen = 32
 
+// checkToken validates a configured token; from names its source (the
+// flag with its file, or the environment variable) so the error says
+// which setting to fix.
 func checkToken(from, tok string) (string, bool, error) {
-	if len(tok) < minTokenLen || strings.ContainsAny(tok, " \t\r\n") {
-		return "", false, &exitError{code: 2, msg: fmt.Sprintf("%s: the control token must be at least %d characters without whitespace (e.g. openssl rand -base64 48)", from, minTokenLen)}
+	if strings.ContainsAny(tok, " \t\r\n") {
+		return "", false, &exitError{code: 2, msg: fmt.Sprintf("%s: the control token must not contain whitespace", from)}
+	}
+	if n := utf8.RuneCountInString(tok); n < minTokenLen {
+		return "", false, &exitError{code: 2, msg: fmt.Sprintf("%s: the control token is %d characters long; it must be at least %d (generate one with: openssl rand -base64 48)", from, n, minTokenLen)}
 	}
 	return tok, false, nil
 }

@@ -80,20 +80,20 @@ func defaultStateDir() string {
 	return filepath.Join(os.TempDir(), "boxrt")
 }
 
-func newLogger(format, level string) (zerolog.Logger, error) {
+// newLogger returns the logger on stderr (through a logSink, so logging
+// never blocks) and the sink, which the caller closes at shutdown.
+func newLogger(format, level string) (zerolog.Logger, *logSink, error) {
 	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
 	if err != nil || level == "" {
-		return zerolog.Logger{}, &exitError{code: 2, msg: fmt.Sprintf("--log-level %q: use debug, info, warn or error", level)}
+		return zerolog.Logger{}, nil, &exitError{code: 2, msg: fmt.Sprintf("--log-level %q: use debug, info, warn or error", level)}
 	}
-	var out = zerolog.New(os.Stderr)
 	switch format {
-	case "json":
-	case "console":
-		out = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339})
+	case "json", "console":
 	default:
-		return zerolog.Logger{}, &exitError{code: 2, msg: fmt.Sprintf("--log-format %q: use json or console", format)}
+		return zerolog.Logger{}, nil, &exitError{code: 2, msg: fmt.Sprintf("--log-format %q: use json or console", format)}
 	}
-	return out.Level(lvl).With().Timestamp().Logger(), nil
+	sink, log := newLogSink(os.Stderr, format, lvl)
+	return log, sink, nil
 }
 
 // loadToken returns the control token and whether it was generated.
@@ -189,10 +189,15 @@ func isLoopback(addr string) bool {
 }
 
 func runServe(c *cli.Context) error {
-	log, err := newLogger(c.String("log-format"), c.String("log-level"))
+	log, sink, err := newLogger(c.String("log-format"), c.String("log-level"))
 	if err != nil {
 		return err
 	}
+	// Deferred first, so it runs last: every line logged during shutdown
+	// is written out unless stderr is stuck, and then only briefly waited
+	// for.
+	defer sink.Close(2 * time.Second)
+	sink.captureStdlog(log)
 	stdio := c.Bool("stdio")
 	listen := c.String("listen")
 	token, generated, err := loadToken(c.String("token-file"), stdio)
@@ -221,6 +226,7 @@ func runServe(c *cli.Context) error {
 	}
 
 	metrics := newMetrics()
+	metrics.logDrops(sink.Dropped)
 	rt, err := runtime.New(cfg, newBackend, c.String("state-dir"),
 		runtime.WithLogger(log.With().Str("component", "runtime").Logger()),
 		runtime.WithExecObserver(metrics.exec))

@@ -236,6 +236,7 @@ func runServe(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rt.Start(ctx)
+	go newBurstReleaser().run(ctx, memoryCheckEvery, log.With().Str("component", "memory").Logger())
 
 	dispatcher := actions.New(rt, actions.Server{
 		Version:    buildVersion(),

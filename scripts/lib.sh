@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034 # variables are used by the scripts that source this file
 # Shared helpers for boxrt's scripts. Source it; it changes nothing by itself.
 
 export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
@@ -38,7 +38,6 @@ ensure_dockerd() {
 
 # The images the scripts build, and the label every one of them carries so
 # scripts/clean can find them whatever their tag (build-image --tag).
-# shellcheck disable=SC2034 # used by the scripts that source this file
 TEST_IMAGE=${BOXRT_TEST_IMAGE:-boxrt-test:busybox}
 SANDBOX_IMAGE=boxrt-sandbox:latest
 IMAGE_LABEL=boxrt.built-by=boxrt-scripts

@@ -59,6 +59,14 @@ func newMetrics() *metrics {
 	return m
 }
 
+// logDrops exports the log lines lost to a stuck stderr (see logSink).
+func (m *metrics) logDrops(dropped func() uint64) {
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "boxrt_log_dropped_lines_total",
+		Help: "Log lines dropped because stderr was not read fast enough (logging never blocks requests).",
+	}, func() float64 { return float64(dropped()) }))
+}
+
 func (m *metrics) register(rt *runtime.Runtime, methods []string) {
 	for _, name := range methods {
 		m.known[name] = true

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/boxrt/boxrt/actions"
 	"github.com/boxrt/boxrt/relay"
@@ -38,7 +39,8 @@ The HTTP listener (--listen) also serves the managed-process relay
 (/v1/sessions/{id}/managed-process/{pid}/ws), /healthz, /readyz and
 /metrics. Every route but the health checks needs the control token as
 "Authorization: Bearer <token>". The token comes from --token-file,
-BOXRT_CONTROL_TOKEN or LANGBOT_BOX_CONTROL_TOKEN. boxrt refuses to listen
+BOXRT_CONTROL_TOKEN or LANGBOT_BOX_CONTROL_TOKEN and must be at least 32
+characters without whitespace (boxrt exits 2 otherwise). boxrt refuses to listen
 on a non-loopback address without one; in --stdio mode without one it
 generates a token and returns it as relay_token from box_health (over
 stdio only).
@@ -78,20 +80,20 @@ func defaultStateDir() string {
 	return filepath.Join(os.TempDir(), "boxrt")
 }
 
-func newLogger(format, level string) (zerolog.Logger, error) {
+// newLogger returns the logger on stderr (through a logSink, so logging
+// never blocks) and the sink, which the caller closes at shutdown.
+func newLogger(format, level string) (zerolog.Logger, *logSink, error) {
 	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
 	if err != nil || level == "" {
-		return zerolog.Logger{}, &exitError{code: 2, msg: fmt.Sprintf("--log-level %q: use debug, info, warn or error", level)}
+		return zerolog.Logger{}, nil, &exitError{code: 2, msg: fmt.Sprintf("--log-level %q: use debug, info, warn or error", level)}
 	}
-	var out = zerolog.New(os.Stderr)
 	switch format {
-	case "json":
-	case "console":
-		out = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339})
+	case "json", "console":
 	default:
-		return zerolog.Logger{}, &exitError{code: 2, msg: fmt.Sprintf("--log-format %q: use json or console", format)}
+		return zerolog.Logger{}, nil, &exitError{code: 2, msg: fmt.Sprintf("--log-format %q: use json or console", format)}
 	}
-	return out.Level(lvl).With().Timestamp().Logger(), nil
+	sink, log := newLogSink(os.Stderr, format, lvl)
+	return log, sink, nil
 }
 
 // loadToken returns the control token and whether it was generated.
@@ -118,12 +120,21 @@ func loadToken(file string, stdio bool) (string, bool, error) {
 	return base64.RawURLEncoding.EncodeToString(buf), true, nil
 }
 
-// minTokenLen is the reference's rule for control tokens.
+// minTokenLen is the shortest control token boxrt accepts, counted in
+// characters. The token is a bearer credential that guards command
+// execution in every session, so a guessable one is refused at start
+// rather than warned about (the reference runtime has the same rule).
 const minTokenLen = 32
 
+// checkToken validates a configured token; from names its source (the
+// flag with its file, or the environment variable) so the error says
+// which setting to fix.
 func checkToken(from, tok string) (string, bool, error) {
-	if len(tok) < minTokenLen || strings.ContainsAny(tok, " \t\r\n") {
-		return "", false, &exitError{code: 2, msg: fmt.Sprintf("%s: the control token must be at least %d characters without whitespace (e.g. openssl rand -base64 48)", from, minTokenLen)}
+	if strings.ContainsAny(tok, " \t\r\n") {
+		return "", false, &exitError{code: 2, msg: fmt.Sprintf("%s: the control token must not contain whitespace", from)}
+	}
+	if n := utf8.RuneCountInString(tok); n < minTokenLen {
+		return "", false, &exitError{code: 2, msg: fmt.Sprintf("%s: the control token is %d characters long; it must be at least %d (generate one with: openssl rand -base64 48)", from, n, minTokenLen)}
 	}
 	return tok, false, nil
 }
@@ -178,10 +189,15 @@ func isLoopback(addr string) bool {
 }
 
 func runServe(c *cli.Context) error {
-	log, err := newLogger(c.String("log-format"), c.String("log-level"))
+	log, sink, err := newLogger(c.String("log-format"), c.String("log-level"))
 	if err != nil {
 		return err
 	}
+	// Deferred first, so it runs last: every line logged during shutdown
+	// is written out unless stderr is stuck, and then only briefly waited
+	// for.
+	defer sink.Close(2 * time.Second)
+	sink.captureStdlog(log)
 	stdio := c.Bool("stdio")
 	listen := c.String("listen")
 	token, generated, err := loadToken(c.String("token-file"), stdio)
@@ -210,6 +226,7 @@ func runServe(c *cli.Context) error {
 	}
 
 	metrics := newMetrics()
+	metrics.logDrops(sink.Dropped)
 	rt, err := runtime.New(cfg, newBackend, c.String("state-dir"),
 		runtime.WithLogger(log.With().Str("component", "runtime").Logger()),
 		runtime.WithExecObserver(metrics.exec))
@@ -219,6 +236,7 @@ func runServe(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rt.Start(ctx)
+	go newBurstReleaser().run(ctx, memoryCheckEvery, log.With().Str("component", "memory").Logger())
 
 	dispatcher := actions.New(rt, actions.Server{
 		Version:    buildVersion(),

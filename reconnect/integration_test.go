@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -68,6 +67,7 @@ func TestRealKillChildDuringExec(t *testing.T) {
 	defer cancel()
 	c, err := Spawn(ctx,
 		WithCommand(realBin, "serve", "--stdio", "--listen", "127.0.0.1:0", "--state-dir", state),
+		WithEnv(realEnv()),
 		WithStderr(stderr),
 		WithLogger(testLogger()),
 		WithOnStateChange(states.hook),
@@ -246,7 +246,7 @@ func startServe(t *testing.T, state string, stderr io.Writer) string {
 	require.NoError(t, l.Close())
 	cmd := exec.Command(realBin, "serve", "--listen", addr, "--state-dir", state)
 	cmd.Stderr = stderr
-	cmd.Env = os.Environ()
+	cmd.Env = realEnv()
 	require.NoError(t, cmd.Start())
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
@@ -356,7 +356,7 @@ func TestRealNoLeakAfterClose(t *testing.T) {
 	addr := startServe(t, t.TempDir(), stderr)
 	before := goleak.IgnoreCurrent()
 
-	spawned, err := Spawn(ctx, WithCommand(realBin, "serve", "--stdio", "--listen", "", "--state-dir", t.TempDir()),
+	spawned, err := Spawn(ctx, WithCommand(realBin, "serve", "--stdio", "--listen", "", "--state-dir", t.TempDir()), WithEnv(realEnv()),
 		WithStderr(stderr), WithHeartbeat(50*time.Millisecond, 50*time.Millisecond, 3))
 	require.NoError(t, err)
 	dialed, err := Dial(ctx, "ws://"+addr, WithHeartbeat(50*time.Millisecond, 50*time.Millisecond, 3))

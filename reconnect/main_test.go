@@ -58,6 +58,23 @@ func buildBoxrt() (dir, bin, failure string) {
 	return dir, bin, ""
 }
 
+// testImage is the image the real-binary tests' docker sessions use: the
+// small busybox image scripts/setup builds (scripts/build-test-image), not
+// the default boxrt-sandbox:latest, which these tests do not need.
+func testImage() string {
+	if img := os.Getenv("BOXRT_TEST_IMAGE"); img != "" {
+		return img
+	}
+	return "boxrt-test:busybox"
+}
+
+// realEnv is the environment of a real boxrt child: this process's, with
+// a configuration that points the docker backend at testImage. bwrap, the
+// fallback when no engine answers, ignores it.
+func realEnv() []string {
+	return append(os.Environ(), fmt.Sprintf(`BOXRT_CONFIG={"docker":{"image":%q}}`, testImage()))
+}
+
 func needRealBinary(t *testing.T) {
 	t.Helper()
 	if testing.Short() {

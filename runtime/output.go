@@ -8,46 +8,68 @@ import (
 
 // headTail keeps at most limit bytes of a stream: the first 60 % and the
 // last 40 %, counting everything it was given. Memory is bounded by limit
-// whatever the command prints.
+// whatever the command prints, and is allocated as output arrives: most
+// commands print a few bytes, and reserving the whole cap for each of the
+// two streams of every exec in flight made a burst of concurrent execs cost
+// hundreds of megabytes for nothing.
 type headTail struct {
 	limit   int
+	headCap int // the head holds at most this many bytes
+	tailCap int // the tail ring holds at most this many bytes
 	head    []byte
-	tail    []byte // ring buffer once full
-	tailPos int
+	tail    []byte // grows until tailCap, then is a ring buffer
+	tailPos int    // oldest byte of the ring once len(tail) == tailCap
 	total   int64
 }
 
+// minGrow is the first allocation of a buffer: enough for the typical
+// short output in one step, small enough not to matter per exec.
+const minGrow = 512
+
 func newHeadTail(limit int) *headTail {
 	headCap := limit * 6 / 10
-	return &headTail{limit: limit, head: make([]byte, 0, headCap), tail: make([]byte, 0, limit-headCap)}
+	return &headTail{limit: limit, headCap: headCap, tailCap: limit - headCap}
+}
+
+// appendBounded appends p to b, growing its capacity geometrically (so the
+// copying stays amortised O(n)) but never past bound. The caller makes sure
+// len(b)+len(p) <= bound.
+func appendBounded(b, p []byte, bound int) []byte {
+	need := len(b) + len(p)
+	if need > cap(b) {
+		c := min(max(2*cap(b), need, minGrow), bound)
+		nb := make([]byte, len(b), c)
+		copy(nb, b)
+		b = nb
+	}
+	return append(b, p...)
 }
 
 func (h *headTail) Write(p []byte) (int, error) {
 	n := len(p)
 	h.total += int64(n)
-	if room := cap(h.head) - len(h.head); room > 0 {
+	if room := h.headCap - len(h.head); room > 0 {
 		take := min(room, len(p))
-		h.head = append(h.head, p[:take]...)
+		h.head = appendBounded(h.head, p[:take], h.headCap)
 		p = p[take:]
 	}
-	tailCap := cap(h.tail)
-	if tailCap == 0 {
+	if h.tailCap == 0 || len(p) == 0 {
 		return n, nil
 	}
-	if len(p) >= tailCap {
-		h.tail = append(h.tail[:0], p[len(p)-tailCap:]...)
+	if len(p) >= h.tailCap {
+		// Only the last tailCap bytes survive: the ring restarts full.
+		h.tail = appendBounded(h.tail[:0], p[len(p)-h.tailCap:], h.tailCap)
 		h.tailPos = 0
 		return n, nil
 	}
-	for len(p) > 0 {
-		if len(h.tail) < tailCap {
-			take := min(tailCap-len(h.tail), len(p))
-			h.tail = append(h.tail, p[:take]...)
-			p = p[take:]
-			continue
-		}
+	if room := h.tailCap - len(h.tail); room > 0 {
+		take := min(room, len(p))
+		h.tail = appendBounded(h.tail, p[:take], h.tailCap)
+		p = p[take:]
+	}
+	for len(p) > 0 { // the ring is full: overwrite the oldest bytes
 		c := copy(h.tail[h.tailPos:], p)
-		h.tailPos = (h.tailPos + c) % tailCap
+		h.tailPos = (h.tailPos + c) % h.tailCap
 		p = p[c:]
 	}
 	return n, nil
@@ -60,12 +82,19 @@ func (h *headTail) Truncated() bool { return h.total > int64(h.limit) }
 // U+FFFD, nothing is stripped), with a marker naming the dropped byte count
 // between head and tail when the stream was longer than the limit.
 func (h *headTail) String() string {
+	if !h.Truncated() {
+		// Everything fits: one allocation for the result (ToValidUTF8
+		// returns valid input as is).
+		var sb strings.Builder
+		sb.Grow(len(h.head) + len(h.tail))
+		sb.Write(h.head)
+		sb.Write(h.tail[h.tailPos:])
+		sb.Write(h.tail[:h.tailPos])
+		return strings.ToValidUTF8(sb.String(), "\uFFFD")
+	}
 	tail := make([]byte, 0, len(h.tail))
 	tail = append(tail, h.tail[h.tailPos:]...)
 	tail = append(tail, h.tail[:h.tailPos]...)
-	if !h.Truncated() {
-		return strings.ToValidUTF8(string(h.head)+string(tail), "\uFFFD")
-	}
 	head := h.head
 	// Cut on rune boundaries so the cut itself does not produce U+FFFD.
 	for i := 0; i < utf8.UTFMax && len(head) > 0 && !utf8.FullRune(head[lastRuneStart(head):]); i++ {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -58,4 +59,98 @@ func TestHeadTailRuneBoundary(t *testing.T) {
 	assert.NotContains(t, out, "\uFFFD")
 	assert.True(t, strings.HasPrefix(out, "ééé"))
 	assert.True(t, strings.HasSuffix(out, "éé"))
+}
+
+// naiveHeadTail is the specification: keep every byte, then cut.
+func naiveHeadTail(all []byte, limit int) (head, tail []byte) {
+	headCap := limit * 6 / 10
+	tailCap := limit - headCap
+	head = all[:min(len(all), headCap)]
+	rest := all[len(head):]
+	tail = rest[max(0, len(rest)-tailCap):]
+	return head, tail
+}
+
+// Any sequence of writes keeps exactly the first 60 % and the last 40 %,
+// whatever the write sizes and however the buffers grew.
+func TestHeadTailMatchesNaive(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for iter := range 500 {
+		limit := 1024 + rng.IntN(8192)
+		var all []byte
+		h := newHeadTail(limit)
+		writes := rng.IntN(40)
+		for range writes {
+			size := rng.IntN(limit / 2)
+			if rng.IntN(10) == 0 {
+				size = limit + rng.IntN(limit) // a write longer than the whole cap
+			}
+			chunk := make([]byte, size)
+			for i := range chunk {
+				chunk[i] = byte('a' + rng.IntN(26))
+			}
+			all = append(all, chunk...)
+			n, err := h.Write(chunk)
+			require.NoError(t, err)
+			require.Equal(t, size, n)
+		}
+		head, tail := naiveHeadTail(all, limit)
+		ringTail := append(append([]byte{}, h.tail[h.tailPos:]...), h.tail[:h.tailPos]...)
+		require.Equal(t, string(head), string(h.head), "iteration %d: head", iter)
+		require.Equal(t, string(tail), string(ringTail), "iteration %d: tail", iter)
+		require.Equal(t, int64(len(all)), h.total)
+		require.Equal(t, len(all) > limit, h.Truncated())
+		require.LessOrEqual(t, cap(h.head), h.headCap, "head never grows past its share")
+		require.LessOrEqual(t, cap(h.tail), h.tailCap, "tail never grows past its share")
+		if !h.Truncated() {
+			require.Equal(t, string(all), h.String())
+		}
+	}
+}
+
+// A command that prints a few bytes costs a few hundred bytes, not the
+// 1 MiB cap: nothing is reserved up front.
+func TestHeadTailSmallOutputDoesNotAllocateTheCap(t *testing.T) {
+	h := newHeadTail(1 << 20)
+	assert.Zero(t, cap(h.head)+cap(h.tail), "nothing allocated before output arrives")
+	_, _ = h.Write([]byte("hello\n"))
+	assert.Equal(t, minGrow, cap(h.head))
+	assert.Zero(t, cap(h.tail))
+
+	var bytesPerExec float64
+	allocs := testing.AllocsPerRun(100, func() {
+		out, errs := newHeadTail(1<<20), newHeadTail(1<<20)
+		_, _ = out.Write([]byte("hello\n"))
+		bytesPerExec = float64(cap(out.head) + cap(out.tail) + cap(errs.head) + cap(errs.tail))
+		if out.String() != "hello\n" || errs.String() != "" {
+			t.Fatal("wrong output")
+		}
+	})
+	// two structs, one head buffer, one result string
+	assert.LessOrEqual(t, allocs, 4.0)
+	assert.LessOrEqual(t, bytesPerExec, float64(minGrow))
+}
+
+// Growth is geometric: a stream that fills the cap in small writes
+// reallocates O(log cap) times, not once per write.
+func TestHeadTailGrowthIsAmortised(t *testing.T) {
+	line := []byte(strings.Repeat("y", 99) + "\n")
+	allocs := testing.AllocsPerRun(5, func() {
+		h := newHeadTail(1 << 20)
+		for range (1 << 20) / len(line) {
+			_, _ = h.Write(line)
+		}
+	})
+	// head: 512 B → 629 KiB in ~11 doublings; tail: ~11 more; plus the struct
+	assert.Less(t, allocs, 30.0)
+}
+
+// Once the ring is full it is reused in place: writing more output
+// allocates nothing.
+func TestHeadTailRingDoesNotAllocate(t *testing.T) {
+	h := newHeadTail(4096)
+	_, _ = h.Write(bytes.Repeat([]byte("z"), 10000))
+	chunk := []byte("0123456789abcdef")
+	allocs := testing.AllocsPerRun(100, func() { _, _ = h.Write(chunk) })
+	assert.Zero(t, allocs)
 }

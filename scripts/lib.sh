@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034 # variables are used by the scripts that source this file
 # Shared helpers for boxrt's scripts. Source it; it changes nothing by itself.
 
 export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
@@ -34,4 +34,32 @@ ensure_dockerd() {
 	done
 	tail -20 /var/log/boxrt-dockerd.log >&2 || true
 	die "dockerd did not come up in 30 s"
+}
+
+# The images the scripts build, and the label every one of them carries so
+# scripts/clean can find them whatever their tag (build-image --tag).
+TEST_IMAGE=${BOXRT_TEST_IMAGE:-boxrt-test:busybox}
+SANDBOX_IMAGE=boxrt-sandbox:latest
+IMAGE_LABEL=boxrt.built-by=boxrt-scripts
+
+# default_state_dir prints the state directory boxrt uses when --state-dir
+# is not given; it mirrors defaultStateDir in serve.go.
+default_state_dir() {
+	if [[ -n ${BOXRT_STATE_DIR:-} ]]; then
+		echo "$BOXRT_STATE_DIR"
+	elif is_root; then
+		echo /var/lib/boxrt
+	elif [[ -n ${XDG_STATE_HOME:-} ]]; then
+		echo "$XDG_STATE_HOME/boxrt"
+	elif [[ -n ${HOME:-} ]]; then
+		echo "$HOME/.local/state/boxrt"
+	else
+		echo "${TMPDIR:-/tmp}/boxrt"
+	fi
+}
+
+# elapsed prints the seconds since $1 (a $SECONDS value) as "1 min 5 s".
+elapsed() {
+	local s=$((SECONDS - $1))
+	if ((s >= 60)); then echo "$((s / 60)) min $((s % 60)) s"; else echo "$s s"; fi
 }

@@ -242,6 +242,58 @@ func TestRefuseNonLoopbackWithoutToken(t *testing.T) {
 	assert.Contains(t, string(out), "refusing to listen on 0.0.0.0:0 without a control token")
 }
 
+// Every configured control token must be at least 32 characters: a short
+// one stops boxrt at start with exit 2 and an error that names where the
+// token came from and how long it was, never the token itself.
+func TestShortControlTokenRefused(t *testing.T) {
+	short := "only-twenty-chars-xx"
+	ok := strings.Repeat("k", 32)
+	file := func(content string) string {
+		path := t.TempDir() + "/token"
+		require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+		return path
+	}
+	shortFile, okFile, spaceFile := file(short+"\n"), file(ok+"\n"), file(ok+" "+ok)
+	tests := []struct {
+		name    string
+		env     []string
+		args    []string
+		wantErr string // "" = boxrt starts
+	}{
+		{name: "BOXRT_CONTROL_TOKEN too short", env: []string{"BOXRT_CONTROL_TOKEN=" + short},
+			wantErr: "BOXRT_CONTROL_TOKEN: the control token is 20 characters long; it must be at least 32"},
+		{name: "LANGBOT_BOX_CONTROL_TOKEN too short", env: []string{"LANGBOT_BOX_CONTROL_TOKEN=" + short},
+			wantErr: "LANGBOT_BOX_CONTROL_TOKEN: the control token is 20 characters long; it must be at least 32"},
+		{name: "--token-file too short", args: []string{"--token-file", shortFile},
+			wantErr: "--token-file " + shortFile + ": the control token is 20 characters long; it must be at least 32"},
+		{name: "--token-file with whitespace inside", args: []string{"--token-file", spaceFile},
+			wantErr: "--token-file " + spaceFile + ": the control token must not contain whitespace"},
+		{name: "--token-file wins over a short environment token", env: []string{"BOXRT_CONTROL_TOKEN=" + short},
+			args: []string{"--token-file", okFile}},
+		{name: "exactly 32 characters", env: []string{"BOXRT_CONTROL_TOKEN=" + ok}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", t.TempDir(), "--stdio"}, tc.args...)
+			cmd := exec.Command(binPath, args...)
+			cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir()}, tc.env...)
+			if tc.wantErr == "" {
+				// Started: it answers a ping on stdin, then exits at EOF.
+				cmd.Stdin = strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"__ping","params":{}}` + "\n")
+				out, err := cmd.Output()
+				require.NoError(t, err)
+				assert.JSONEq(t, `{"jsonrpc":"2.0","id":1,"result":{}}`, strings.TrimSpace(string(out)))
+				return
+			}
+			out, err := cmd.CombinedOutput()
+			require.Error(t, err)
+			assert.Equal(t, 2, cmd.ProcessState.ExitCode())
+			assert.Contains(t, string(out), tc.wantErr)
+			assert.NotContains(t, string(out), short, "the token itself is never printed")
+		})
+	}
+}
+
 func TestBusyPort(t *testing.T) {
 	p := Start(t, Options{})
 	cmd := exec.Command(binPath, "serve", "--listen", p.Addr, "--state-dir", t.TempDir())

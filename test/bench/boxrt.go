@@ -4,13 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -180,21 +178,7 @@ func (p *boxrtProc) kill() {
 func (p *boxrtProc) wsURL() string { return "ws://" + p.addr + "/rpc/ws" }
 
 // rssKiB reads VmRSS of a process from /proc.
-func rssKiB(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(rest)
-			if len(f) > 0 {
-				return strconv.ParseInt(f[0], 10, 64)
-			}
-		}
-	}
-	return 0, errors.New("no VmRSS line")
-}
+func rssKiB(pid int) (int64, error) { return statusKiB(pid, "VmRSS:") }
 
 // filteredEnv is os.Environ without the named variables.
 func filteredEnv(drop ...string) []string {

@@ -7,6 +7,7 @@
 //	go run ./test/bench -boxrt bin/boxrt -out docs/benchmarks.md
 //	go run ./test/bench -boxrt bin/boxrt -quick            # ~1 minute smoke run
 //	go run ./test/bench -boxrt bin/boxrt -only ping,relay  # a subset
+//	go run ./test/bench -boxrt bin/boxrt -only burst -out /tmp/burst.md
 package main
 
 import (
@@ -51,19 +52,27 @@ type config struct {
 	scaleConc    int
 	reconnectN   int // respawn/restart cycles per run (passed to the hook)
 	reconnectRep int // repetitions of the reconnect scenario (0 = -reps)
-	timeoutTotal time.Duration
-	waitQuiet    time.Duration
+	// burst: memory after many concurrent execs
+	burstSessions int
+	burstExecs    int
+	burstInFlight int
+	burstIdle     time.Duration
+	burstReps     int
+	timeoutTotal  time.Duration
+	waitQuiet     time.Duration
 }
 
 func defaults(quick bool) config {
 	if quick {
 		return config{reps: 3, pingN: 2000, pingConcN: 40, pingCallers: 64, execNDocker: 15, execNCLI: 6,
 			execNBwrap: 30, coldNDocker: 2, coldNBwrap: 5, relayN: 300, streamSec: 0.5, scaleDocker: 10,
-			scaleBwrap: 50, scaleReps: 1, scaleConc: 4, reconnectN: 2, reconnectRep: 1, timeoutTotal: 10 * time.Minute}
+			scaleBwrap: 50, scaleReps: 1, scaleConc: 4, reconnectN: 2, reconnectRep: 1, burstSessions: 20, burstExecs: 60,
+			burstInFlight: 32, burstIdle: 5 * time.Second, burstReps: 1, timeoutTotal: 10 * time.Minute}
 	}
 	return config{reps: 3, pingN: 20000, pingConcN: 500, pingCallers: 64, execNDocker: 100, execNCLI: 40,
 		execNBwrap: 300, coldNDocker: 8, coldNBwrap: 30, relayN: 3000, streamSec: 3, scaleDocker: 200,
-		scaleBwrap: 1000, scaleReps: 3, scaleConc: 4, reconnectN: 6, timeoutTotal: 40 * time.Minute}
+		scaleBwrap: 1000, scaleReps: 3, scaleConc: 4, reconnectN: 6, burstSessions: 100, burstExecs: 300,
+		burstInFlight: 128, burstIdle: 30 * time.Second, burstReps: 1, timeoutTotal: 40 * time.Minute}
 }
 
 func main() {
@@ -74,7 +83,7 @@ func main() {
 	fs.StringVar(&c.boxrtBin, "boxrt", "bin/boxrt", "the boxrt binary to measure")
 	fs.StringVar(&c.out, "out", "docs/benchmarks.md", "where to write the report")
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: small counts, about a minute")
-	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,reconnect,scale (default all)")
+	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,reconnect,scale,burst (default all)")
 	fs.BoolVar(&c.keepWork, "keep-work", false, "keep the work directory (boxrt logs, state dirs)")
 	fs.StringVar(&c.image, "image", envOr("BOXRT_TEST_IMAGE", "boxrt-test:busybox"), "docker image for the docker cases")
 	d := defaults(false)
@@ -95,6 +104,11 @@ func main() {
 	fs.IntVar(&c.scaleConc, "scale-concurrency", d.scaleConc, "concurrent box_create_session callers in the scale scenario")
 	fs.IntVar(&c.reconnectN, "reconnect-n", d.reconnectN, "respawn/restart cycles per run (reconnect hook)")
 	fs.IntVar(&c.reconnectRep, "reconnect-reps", 0, "repetitions of the reconnect scenario (default: -reps; 1 with -quick)")
+	fs.IntVar(&c.burstSessions, "burst-sessions", d.burstSessions, "bwrap sessions in the burst scenario")
+	fs.IntVar(&c.burstExecs, "burst-execs", d.burstExecs, "execs in the burst scenario")
+	fs.IntVar(&c.burstInFlight, "burst-in-flight", d.burstInFlight, "concurrent box_exec callers in the burst scenario (at most 128, boxrt's per-connection bound)")
+	fs.DurationVar(&c.burstIdle, "burst-idle", d.burstIdle, "idle wait after the burst before the last RSS reading")
+	fs.IntVar(&c.burstReps, "burst-reps", d.burstReps, "repetitions of the burst scenario")
 	fs.DurationVar(&c.timeoutTotal, "timeout", d.timeoutTotal, "give up on the remaining scenarios after this long")
 	fs.DurationVar(&c.waitQuiet, "wait-quiet", 0, "before starting, wait up to this long for the machine to be idle (CPU busy under 20% over 5 s)")
 	_ = fs.Parse(os.Args[1:])
@@ -141,6 +155,13 @@ func main() {
 		apply("scale-reps", &c.scaleReps, q.scaleReps)
 		apply("reconnect-n", &c.reconnectN, q.reconnectN)
 		apply("reconnect-reps", &c.reconnectRep, q.reconnectRep)
+		apply("burst-sessions", &c.burstSessions, q.burstSessions)
+		apply("burst-execs", &c.burstExecs, q.burstExecs)
+		apply("burst-in-flight", &c.burstInFlight, q.burstInFlight)
+		apply("burst-reps", &c.burstReps, q.burstReps)
+		if !set["burst-idle"] {
+			c.burstIdle = q.burstIdle
+		}
 		if !set["stream-sec"] {
 			c.streamSec = q.streamSec
 		}
@@ -149,6 +170,9 @@ func main() {
 		}
 	}
 	c.reps = max(c.reps, 1)
+	c.burstReps = max(c.burstReps, 1)
+	c.burstInFlight = min(max(c.burstInFlight, 1), 128)
+	c.burstSessions = max(c.burstSessions, 1)
 	if c.reconnectRep <= 0 {
 		c.reconnectRep = c.reps
 	}
@@ -260,6 +284,7 @@ func run(c config) error {
 		{"relay", b.scenarioRelay},
 		{"reconnect", b.scenarioReconnect},
 		{"scale", b.scenarioScale},
+		{"burst", b.scenarioBurst},
 	}
 	for _, s := range steps {
 		if !b.want(s.name) {

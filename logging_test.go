@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// gatedWriter blocks every Write until open is closed, like a pipe whose
+// reader stopped reading, then appends to buf.
+type gatedWriter struct {
+	open chan struct{}
+	mu   sync.Mutex
+	buf  bytes.Buffer
+}
+
+func newGatedWriter() *gatedWriter { return &gatedWriter{open: make(chan struct{})} }
+
+func (g *gatedWriter) Write(p []byte) (int, error) {
+	<-g.open
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.buf.Write(p)
+}
+
+func (g *gatedWriter) String() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.buf.String()
+}
+
+type collisionCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *collisionCounter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n += bytes.Count(p, []byte("collision"))
+	return len(p), nil
+}
+
+func (c *collisionCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+type logLine struct {
+	Level        string `json:"level"`
+	Message      string `json:"message"`
+	Component    string `json:"component"`
+	N            int    `json:"n"`
+	Dropped      int    `json:"dropped_lines"`
+	DroppedTotal int    `json:"dropped_lines_total"`
+}
+
+func parseLines(t *testing.T, out string) []logLine {
+	t.Helper()
+	var lines []logLine
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var l logLine
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &l), "not a JSON line: %q", sc.Text())
+		lines = append(lines, l)
+	}
+	return lines
+}
+
+// A writer that does not drain never blocks the logging goroutines: the
+// lines that do not fit are dropped, counted exactly, and reported in one
+// line once the writer drains.
+func TestLogSinkNeverBlocksAndCountsDrops(t *testing.T) {
+	// The diode reports a write collision (two writers lapping each
+	// other; the line is retried in a later slot, and the skipped slot
+	// counts as dropped) on the standard logger: count them.
+	collisions := &collisionCounter{}
+	prevOut, prevFlags := log.Writer(), log.Flags()
+	log.SetOutput(collisions)
+	defer func() { log.SetOutput(prevOut); log.SetFlags(prevFlags) }()
+
+	w := newGatedWriter()
+	sink, logger := newLogSink(w, "json", zerolog.InfoLevel)
+	const total = 5 * logRingLines
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := range 4 { // several goroutines, as request handlers log
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < total; i += 4 {
+				logger.Info().Int("n", i).Msg("line")
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Less(t, time.Since(start), 5*time.Second, "logging must not wait for the writer")
+	// While the writer is stuck the reader cannot notice drops: the metric
+	// counts the lines that cannot fit in the ring any more.
+	stuck := sink.Dropped()
+	assert.GreaterOrEqual(t, stuck, uint64(total-logRingLines-1), "drops are counted while stderr is stuck")
+
+	close(w.open)
+	require.True(t, sink.Close(10*time.Second), "Close flushes once the writer drains")
+
+	var kept, reports, reported int
+	seen := map[int]bool{}
+	for _, l := range parseLines(t, w.String()) {
+		switch l.Message {
+		case "line":
+			kept++
+			assert.False(t, seen[l.N], "line %d written twice", l.N)
+			seen[l.N] = true
+		case "log lines dropped: stderr was not read fast enough":
+			reports++
+			reported += l.Dropped
+			assert.Equal(t, "warn", l.Level)
+			assert.Equal(t, reported, l.DroppedTotal)
+		default:
+			t.Errorf("unexpected line %+v", l)
+		}
+	}
+	t.Logf("kept %d, dropped %d in %d report(s), %d write collision(s)", kept, reported, reports, collisions.count())
+	assert.GreaterOrEqual(t, reports, 1)
+	assert.LessOrEqual(t, kept, logRingLines+1, "the ring (plus the line blocked in Write) bounds what is kept")
+	assert.Equal(t, total+collisions.count(), kept+reported, "every line is either written or counted as dropped")
+	assert.Equal(t, uint64(reported), sink.Dropped(), "the reader's exact count takes over")
+	assert.GreaterOrEqual(t, sink.Dropped(), stuck, "the counter never goes down")
+}
+
+// In the normal case nothing is lost: Close writes out the lines still in
+// the ring, so the last lines of a shutdown reach stderr.
+func TestLogSinkCloseFlushes(t *testing.T) {
+	var buf bytes.Buffer
+	w := &gatedWriter{open: make(chan struct{})}
+	close(w.open)
+	sink, logger := newLogSink(w, "json", zerolog.InfoLevel)
+	for i := range 500 {
+		logger.Info().Int("n", i).Msg("line")
+	}
+	logger.Info().Msg("boxrt stopped")
+	require.True(t, sink.Close(10*time.Second))
+	buf.WriteString(w.String())
+	lines := parseLines(t, buf.String())
+	require.Len(t, lines, 501)
+	for i := range 500 {
+		assert.Equal(t, i, lines[i].N, "in order")
+	}
+	assert.Equal(t, "boxrt stopped", lines[500].Message)
+	assert.Zero(t, sink.Dropped())
+}
+
+// A writer that never drains cannot hold shutdown: Close gives up.
+func TestLogSinkCloseGivesUpOnAStuckWriter(t *testing.T) {
+	w := newGatedWriter()
+	defer close(w.open)
+	sink, logger := newLogSink(w, "console", zerolog.InfoLevel)
+	logger.Info().Msg("stuck")
+	start := time.Now()
+	assert.False(t, sink.Close(200*time.Millisecond))
+	assert.Less(t, time.Since(start), 2*time.Second)
+}
+
+// The standard library's log package (net/http's server errors) goes
+// through the sink too, so it cannot block on stderr either.
+func TestLogSinkCapturesStdlog(t *testing.T) {
+	w := newGatedWriter()
+	sink, logger := newLogSink(w, "json", zerolog.InfoLevel)
+	sink.captureStdlog(logger)
+	start := time.Now()
+	for i := range 2000 {
+		log.Printf("http: something %d", i)
+	}
+	assert.Less(t, time.Since(start), 5*time.Second, "log.Printf must not wait for the writer")
+	close(w.open)
+	require.True(t, sink.Close(10*time.Second))
+	lines := parseLines(t, w.String())
+	require.NotEmpty(t, lines)
+	var got int
+	for _, l := range lines {
+		if l.Component == "stdlib" {
+			got++
+			assert.True(t, strings.HasPrefix(l.Message, "http: something "), l.Message)
+			assert.Equal(t, "warn", l.Level)
+		}
+	}
+	assert.Positive(t, got)
+	assert.Equal(t, log.Writer() != nil, true)
+	assert.NotEqual(t, fmt.Sprintf("%T", log.Writer()), "main.stdlogWriter", "Close restores the standard logger")
+}

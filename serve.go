@@ -351,7 +351,7 @@ func runServe(c *cli.Context) error {
 		rpc.WithObserver(func(call rpc.Call) { logCall(rpcLog, call); metrics.observe(call) }),
 	)
 	auth := rpc.NewAuthenticator(token.value)
-	relayHandler := relay.New(rt, relay.WithLogger(log.With().Str("component", "relay").Logger()),
+	relayHandler := relay.New(rt, relay.WithOperator(auth), relay.WithLogger(log.With().Str("component", "relay").Logger()),
 		relay.WithObserver(metrics.relay), relay.WithKeepalive(keepalive, keepalive/2))
 
 	var httpServer *http.Server
@@ -374,8 +374,10 @@ func runServe(c *cli.Context) error {
 		if !stdio {
 			mux.Handle("GET /rpc/ws", auth.Require(server))
 		}
-		mux.Handle("GET /v1/sessions/{session_id}/managed-process/{process_id}/ws", auth.Require(relayHandler))
-		mux.Handle("GET /v1/sessions/{session_id}/managed-process/ws", auth.Require(relayHandler))
+		// The relay checks its own credentials: the control token, or the
+		// relay_token of the one process addressed.
+		mux.Handle("GET /v1/sessions/{session_id}/managed-process/{process_id}/ws", relayHandler)
+		mux.Handle("GET /v1/sessions/{session_id}/managed-process/ws", relayHandler)
 		if c.Bool("metrics-public") {
 			mux.Handle("GET /metrics", metrics.handler())
 		} else {

@@ -51,6 +51,7 @@ type Event struct {
 // Handler is the relay's http.Handler.
 type Handler struct {
 	rt           *runtime.Runtime
+	operator     *rpc.Authenticator
 	log          zerolog.Logger
 	observe      func(Event)
 	pingInterval time.Duration
@@ -63,6 +64,10 @@ type Handler struct {
 
 // Option configures a Handler.
 type Option func(*Handler)
+
+// WithOperator also lets the control token's holder attach to every
+// process; without it only each process's own relay_token opens its relay.
+func WithOperator(a *rpc.Authenticator) Option { return func(h *Handler) { h.operator = a } }
 
 // WithLogger sets the logger.
 func WithLogger(l zerolog.Logger) Option { return func(h *Handler) { h.log = l } }
@@ -131,6 +136,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if processID == "" {
 		processID = runtime.DefaultProcessID
 	}
+	if !h.authorized(r, sessionID, processID) {
+		rpc.WriteUnauthorized(w, r)
+		return
+	}
 	if err := h.rt.CheckAttach(sessionID, processID); err != nil {
 		writeError(w, err)
 		return
@@ -169,6 +178,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s := &bridge{h: h, c: c, att: att, proc: proc, sessionID: sessionID, processID: processID, log: log}
 	s.run()
+}
+
+// authorized reports whether r carries the control token (when the
+// operator may attach) or the relay token of exactly this session's
+// process. An unknown session or process is unauthorized too, so a
+// client without a valid credential learns nothing about what exists.
+func (h *Handler) authorized(r *http.Request, sessionID, processID string) bool {
+	if h.operator != nil && h.operator.Check(r) {
+		return true
+	}
+	info, err := h.rt.Process(sessionID, processID)
+	return err == nil && rpc.TokenMatches(rpc.OfferedTokens(r), []byte(info.RelayToken))
 }
 
 // bridge is one attached socket.

@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"io"
 	"sort"
 	"strings"
@@ -41,6 +43,10 @@ type ProcessInfo struct {
 	StderrPreview string     `json:"stderr_preview"`
 	// PendingLines is how many stdout lines wait for the next attacher.
 	PendingLines int `json:"pending_lines"`
+	// RelayToken opens the relay of this process only (this session, this
+	// process id, this start: a replacement gets a new one). Hosts hand it
+	// to the MCP client instead of the control token.
+	RelayToken string `json:"relay_token"`
 }
 
 type managedProcess struct {
@@ -51,6 +57,8 @@ type managedProcess struct {
 	stdout    *lineHub
 	stderr    *stderrPreview
 	done      chan struct{}
+	// relayToken is the credential for this process's relay alone.
+	relayToken string
 	// touch marks the session used; relay traffic calls it per line, so it
 	// is throttled rather than taking the runtime lock every time.
 	touch func()
@@ -84,6 +92,7 @@ func (p *managedProcess) info() ProcessInfo {
 		Command: p.spec.Command, Args: args, Cwd: p.spec.Cwd, EnvKeys: keys,
 		Attached: p.stdout.attached(), StartedAt: p.startedAt.UTC(),
 		StderrPreview: p.stderr.String(), PendingLines: p.stdout.pending(),
+		RelayToken: p.relayToken,
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -178,20 +187,25 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 	lines, bytes := r.cfg.Limits.RelayReplayLines, r.cfg.Limits.RelayReplayBytes
 	r.mu.Unlock()
 
+	relayToken, err := newRelayToken()
+	if err != nil {
+		return ProcessInfo{}, err
+	}
 	proc, err := b.StartProcess(context.WithoutCancel(ctx), info, spec)
 	if err != nil {
 		return ProcessInfo{}, err
 	}
 	touch := r.throttledTouch(sessionID)
 	p := &managedProcess{
-		sessionID: sessionID,
-		spec:      spec,
-		proc:      proc,
-		startedAt: r.clock.Now(),
-		stdout:    newLineHub(lines, bytes, touch),
-		stderr:    newStderrPreview(4000),
-		done:      make(chan struct{}),
-		touch:     touch,
+		sessionID:  sessionID,
+		spec:       spec,
+		proc:       proc,
+		startedAt:  r.clock.Now(),
+		stdout:     newLineHub(lines, bytes, touch),
+		stderr:     newStderrPreview(4000),
+		done:       make(chan struct{}),
+		touch:      touch,
+		relayToken: relayToken,
 	}
 	var drained sync.WaitGroup
 	drained.Add(2)
@@ -207,6 +221,16 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 	r.log.Info().Str("session_id", sessionID).Str("process_id", spec.ProcessID).
 		Str("command", preview(spec.Command, 200)).Strs("env_keys", p.info().EnvKeys).Msg("managed process started")
 	return p.info(), nil
+}
+
+// newRelayToken returns 32 random bytes, base64url: unguessable, and safe
+// in a header or a WebSocket subprotocol.
+func newRelayToken() (string, error) {
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		return "", boxerr.Failure("cannot generate a relay token: %v", err).Wrap(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(buf), nil
 }
 
 // watch records the exit of p once its output is drained.

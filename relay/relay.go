@@ -228,7 +228,7 @@ func (b *bridge) run() {
 func (b *bridge) writeLoop(ctx context.Context, readDone <-chan error) closeReason {
 	for i, line := range b.att.Backlog {
 		if why, ok := b.send(ctx, line); !ok {
-			b.att.Detach(b.att.Backlog[i:]...)
+			b.att.Detach(unsent(line, b.att.Backlog[i+1:])...)
 			return why
 		}
 	}
@@ -241,11 +241,7 @@ func (b *bridge) writeLoop(ctx context.Context, readDone <-chan error) closeReas
 				return closeReason{websocket.StatusNormalClosure, fmt.Sprintf("process exited with code %d", b.proc.ExitCode())}
 			}
 			if why, ok := b.send(ctx, line); !ok {
-				if why.code != websocket.StatusMessageTooBig {
-					b.att.Detach(line)
-				} else {
-					b.att.Detach()
-				}
+				b.att.Detach(unsent(line, nil)...)
 				return why
 			}
 		case <-b.att.TakenOver:
@@ -260,8 +256,22 @@ func (b *bridge) writeLoop(ctx context.Context, readDone <-chan error) closeReas
 	}
 }
 
-func (b *bridge) send(ctx context.Context, line runtime.Line) (closeReason, bool) {
+// unsent returns what goes back to the replay buffer when sending failed
+// at line: the line and the rest, except a dropped line's marker. The 1009
+// close is that line's one report; handing the marker back made every later
+// attach close with 1009 before delivering anything.
+func unsent(line runtime.Line, rest []runtime.Line) []runtime.Line {
 	if line.TooLong {
+		return rest
+	}
+	return append([]runtime.Line{line}, rest...)
+}
+
+func (b *bridge) send(ctx context.Context, line runtime.Line) (closeReason, bool) {
+	switch {
+	case line.OverBudget:
+		return closeReason{websocket.StatusMessageTooBig, "stdout line dropped: unfinished lines exceed limits.relay_line_buffer_bytes"}, false
+	case line.TooLong:
 		return closeReason{websocket.StatusMessageTooBig, fmt.Sprintf("stdout line exceeds %d bytes", MaxMessageBytes)}, false
 	}
 	data := line.Data

@@ -196,12 +196,16 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 		return ProcessInfo{}, err
 	}
 	touch := r.throttledTouch(sessionID)
+	onDrop := func(overBudget bool) {
+		r.log.Warn().Str("session_id", sessionID).Str("process_id", spec.ProcessID).Bool("over_budget", overBudget).
+			Msg("stdout line dropped unfinished")
+	}
 	p := &managedProcess{
 		sessionID:  sessionID,
 		spec:       spec,
 		proc:       proc,
 		startedAt:  r.clock.Now(),
-		stdout:     newLineHub(lines, bytes, touch),
+		stdout:     newLineHub(lines, bytes, r.lineBudget, touch, onDrop),
 		stderr:     newStderrPreview(4000),
 		done:       make(chan struct{}),
 		touch:      touch,

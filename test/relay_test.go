@@ -38,7 +38,7 @@ type relayEnv struct {
 	procs map[string]string // "session/process" → relay_token
 }
 
-func newRelayEnv(t *testing.T, backend string, extraLimits string) *relayEnv {
+func newRelayEnv(t *testing.T, backend string, extraLimits string, env ...string) *relayEnv {
 	t.Helper()
 	root := t.TempDir()
 	require.NoError(t, os.Chmod(root, 0o755))
@@ -50,7 +50,7 @@ func newRelayEnv(t *testing.T, backend string, extraLimits string) *relayEnv {
 		limits += "," + extraLimits
 	}
 	cfg := fmt.Sprintf(`{%s,"local":{"allowed_mount_roots":[%q]},"limits":{%s}}`, backendConfigs[backend], root, limits)
-	p := Start(t, Options{Stdio: true, Config: cfg})
+	p := Start(t, Options{Stdio: true, Config: cfg, Env: env})
 	var health struct {
 		RelayToken string `json:"relay_token"`
 	}
@@ -411,6 +411,72 @@ func TestRelayReplayAndTakeover(t *testing.T) {
 		writeText(t, b, "still here")
 		assert.Equal(t, "still here", readText(t, b))
 	})
+}
+
+// TestRelayTooLongLineDroppedOnce: a stdout line over 16 MiB printed while
+// nobody was attached used to wedge the relay: its marker went back into
+// the replay buffer, so every later attach closed with 1009 and no frames.
+// Now the first attach reports it (1009) and the next one continues after
+// it.
+func TestRelayTooLongLineDroppedOnce(t *testing.T) {
+	e := newRelayEnv(t, "bwrap", "")
+	e.session(t, "long")
+	e.start(t, "long", "p", "sh", "-c", `echo before; head -c 17000000 /dev/zero | tr '\0' x; echo; echo after; sleep 600`)
+	require.Eventually(t, func() bool {
+		var got map[string]any
+		e.p.MustCall("box_get_managed_process", map[string]any{"session_id": "long", "process_id": "p"}, &got)
+		return got["pending_lines"] == float64(3)
+	}, 30*time.Second, 50*time.Millisecond)
+
+	c, resp := e.dial(t, "long", "p")
+	assert.Equal(t, "3", resp.Header.Get("X-Boxrt-Replay-Lines"))
+	assert.Equal(t, "before", readText(t, c))
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_, _, err := c.Read(ctx)
+	var ce websocket.CloseError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, websocket.StatusMessageTooBig, ce.Code)
+	assert.Contains(t, ce.Reason, "exceeds 16777216 bytes")
+
+	c2, resp := e.dial(t, "long", "p")
+	assert.Equal(t, "1", resp.Header.Get("X-Boxrt-Replay-Lines"), "the dropped line's marker is not replayed again")
+	assert.Equal(t, "after", readText(t, c2), "the line after the dropped one is delivered")
+}
+
+// TestRelayUnfinishedLineBudget: every managed process could hold a 16 MiB
+// unfinished stdout line (6 processes reached 228 MiB). One budget now
+// bounds them together; a line that would grow past it is dropped and
+// reported.
+func TestRelayUnfinishedLineBudget(t *testing.T) {
+	const budget = 16 << 20
+	const procs, lineBytes = 8, 12_000_000 // 96 MB unbounded
+	// A low GOGC keeps garbage from passing for held memory.
+	e := newRelayEnv(t, "bwrap", fmt.Sprintf(`"relay_line_buffer_bytes":%d`, budget), "GOGC=10")
+	e.session(t, "hog")
+	for i := range procs {
+		e.start(t, "hog", fmt.Sprintf("p%d", i), "sh", "-c",
+			fmt.Sprintf(`head -c %d /dev/zero | tr '\0' x; touch /workspace/printed-%d; sleep 600`, lineBytes, i))
+	}
+	require.Eventually(t, func() bool {
+		for i := range procs {
+			if _, err := os.Stat(filepath.Join(e.ws, fmt.Sprintf("printed-%d", i))); err != nil {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 100*time.Millisecond, "every process printed its unfinished line")
+
+	peak := 0.0
+	for range 10 {
+		v, err := strconv.ParseFloat(metricValue(t, scrape(t, e.p.Addr, e.token), "go_memstats_heap_inuse_bytes"), 64)
+		require.NoError(t, err)
+		peak = max(peak, v)
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("heap in use: %.1f MiB with a %d MiB budget", peak/(1<<20), budget>>20)
+	assert.Less(t, peak, float64(budget+32<<20), "unfinished lines stay within the budget (plus boxrt's own heap)")
+	assert.Contains(t, e.p.Stderr(), "stdout line dropped unfinished", "the drop is reported")
 }
 
 func TestRelayProcessLifetime(t *testing.T) {

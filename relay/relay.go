@@ -56,11 +56,20 @@ type Handler struct {
 	observe      func(Event)
 	pingInterval time.Duration
 	pingTimeout  time.Duration
+	// stdinTimeout bounds writing one frame to the process's stdin.
+	stdinTimeout time.Duration
 
-	mu      sync.Mutex
-	closed  bool
-	sockets map[*websocket.Conn]struct{}
+	mu     sync.Mutex
+	closed bool
+	// bridges stops each attached socket's bridge.
+	bridges map[*bridge]context.CancelCauseFunc
 }
+
+// Why a bridge was stopped from outside its own loops.
+var (
+	errShuttingDown = errors.New("boxrt shutting down")
+	errPeerGone     = errors.New("peer did not answer a keepalive ping")
+)
 
 // Option configures a Handler.
 type Option func(*Handler)
@@ -83,7 +92,7 @@ func WithKeepalive(interval, timeout time.Duration) Option {
 // New returns the relay handler for rt.
 func New(rt *runtime.Runtime, opts ...Option) *Handler {
 	h := &Handler{rt: rt, log: zerolog.Nop(), observe: func(Event) {}, pingInterval: 20 * time.Second,
-		pingTimeout: 10 * time.Second, sockets: map[*websocket.Conn]struct{}{}}
+		pingTimeout: 10 * time.Second, stdinTimeout: 30 * time.Second, bridges: map[*bridge]context.CancelCauseFunc{}}
 	for _, o := range opts {
 		o(h)
 	}
@@ -95,25 +104,25 @@ func (h *Handler) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closed = true
-	for c := range h.sockets {
-		go c.Close(websocket.StatusGoingAway, "boxrt shutting down")
+	for _, stop := range h.bridges {
+		stop(errShuttingDown)
 	}
 }
 
-func (h *Handler) track(c *websocket.Conn) bool {
+func (h *Handler) track(b *bridge, stop context.CancelCauseFunc) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return false
 	}
-	h.sockets[c] = struct{}{}
+	h.bridges[b] = stop
 	return true
 }
 
-func (h *Handler) untrack(c *websocket.Conn) {
+func (h *Handler) untrack(b *bridge) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	delete(h.sockets, c)
+	delete(h.bridges, b)
 }
 
 func writeError(w http.ResponseWriter, err error) {
@@ -163,12 +172,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.log.Debug().Err(err).Msg("relay upgrade failed")
 		return
 	}
-	if !h.track(c) {
-		att.Detach(att.Backlog...)
-		_ = c.Close(websocket.StatusGoingAway, "boxrt shutting down")
-		return
-	}
-	defer h.untrack(c)
 	c.SetReadLimit(MaxMessageBytes)
 	log := h.log.With().Str("session_id", sessionID).Str("process_id", processID).Logger()
 	log.Info().Int("replay_lines", len(att.Backlog)).Int("replay_dropped", att.Dropped).Msg("relay attached")
@@ -208,17 +211,41 @@ type closeReason struct {
 }
 
 func (b *bridge) run() {
+	// ctx is the socket's: reads and stdin writes end with it. stop ends the
+	// bridge from outside (shutdown, a peer that stopped answering pings)
+	// while ctx stays up for the close handshake.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go rpc.Keepalive(ctx, b.c, b.h.pingInterval, b.h.pingTimeout, b.log)
+	stop, stopBridge := context.WithCancelCause(ctx)
+	defer stopBridge(nil)
+	if !b.h.track(b, stopBridge) {
+		b.att.Detach(b.att.Backlog...)
+		_ = b.c.Close(websocket.StatusGoingAway, errShuttingDown.Error())
+		return
+	}
+	defer b.h.untrack(b)
+	keepaliveEnded := make(chan struct{})
+	go func() {
+		defer close(keepaliveEnded)
+		rpc.Keepalive(ctx, b.c, b.h.pingInterval, b.h.pingTimeout, b.log)
+		stopBridge(errPeerGone)
+	}()
 
 	readDone := make(chan error, 1)
-	go func() { readDone <- b.readLoop(ctx) }()
-	why := b.writeLoop(ctx, readDone)
+	readEnded := make(chan struct{})
+	go func() {
+		defer close(readEnded)
+		readDone <- b.readLoop(ctx)
+	}()
+	why := b.writeLoop(stop, readDone)
 	// Close before cancelling: cancelling a pending read makes the websocket
 	// library drop the connection without the close frame and its reason.
 	_ = b.c.Close(why.code, why.reason)
 	cancel()
+	// The reader ends with the socket, even one blocked writing to a
+	// process that stopped reading its stdin (cancel aborts that write).
+	<-readEnded
+	<-keepaliveEnded
 	b.log.Info().Int("code", int(why.code)).Str("reason", why.reason).Msg("relay closed")
 	b.h.observe(Event{Kind: "close", SessionID: b.sessionID, ProcessID: b.processID})
 }
@@ -246,6 +273,9 @@ func (b *bridge) writeLoop(ctx context.Context, readDone <-chan error) closeReas
 			}
 		case <-b.att.TakenOver:
 			return closeReason{CloseTakenOver, "taken over by a newer attach"}
+		case <-ctx.Done():
+			b.att.Detach()
+			return closeReason{websocket.StatusGoingAway, context.Cause(ctx).Error()}
 		case err := <-readDone:
 			b.att.Detach()
 			if err != nil && errors.Is(err, errStdin) {
@@ -308,7 +338,10 @@ func (b *bridge) readLoop(ctx context.Context) error {
 		if len(msg) == 0 || msg[len(msg)-1] != '\n' {
 			msg = append(msg, '\n')
 		}
-		if err := b.proc.Write(msg); err != nil {
+		wctx, cancel := context.WithTimeout(ctx, b.h.stdinTimeout)
+		err = b.proc.Write(wctx, msg)
+		cancel()
+		if err != nil {
 			return fmt.Errorf("%w: %v", errStdin, err)
 		}
 		b.h.observe(Event{Kind: "in", SessionID: b.sessionID, ProcessID: b.processID, Bytes: len(msg)})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"sort"
 	"strings"
@@ -59,6 +60,8 @@ type managedProcess struct {
 	done      chan struct{}
 	// relayToken is the credential for this process's relay alone.
 	relayToken string
+	// stdinSlot holds one token while a relay writes to stdin.
+	stdinSlot chan struct{}
 	// touch marks the session used; relay traffic calls it per line, so it
 	// is throttled rather than taking the runtime lock every time.
 	touch func()
@@ -210,6 +213,7 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 		done:       make(chan struct{}),
 		touch:      touch,
 		relayToken: relayToken,
+		stdinSlot:  make(chan struct{}, 1),
 	}
 	var drained sync.WaitGroup
 	drained.Add(2)
@@ -372,11 +376,51 @@ func (r *Runtime) Attach(sessionID, processID string) (*Attachment, *ProcessHand
 // ProcessHandle lets a relay write to a process and learn how it ended.
 type ProcessHandle struct{ p *managedProcess }
 
+// deadlineWriter is a stdin that can bound a blocked write: an os.File
+// pipe (bwrap) or the engine connection (docker).
+type deadlineWriter interface {
+	SetWriteDeadline(time.Time) error
+}
+
 // Write writes one message to the process's stdin; it counts as session
-// activity.
-func (h *ProcessHandle) Write(b []byte) error {
-	_, err := h.p.proc.Stdin().Write(b)
-	h.p.touch()
+// activity. A process that stops reading fills its pipe and would block
+// the write forever: the write gives up at ctx's deadline or when ctx ends
+// (the relay socket went away), as far as the stdin can bound a write.
+// Writers are serialised, so a socket taking over never interleaves its
+// bytes with the previous socket's last message.
+func (h *ProcessHandle) Write(ctx context.Context, b []byte) error {
+	p := h.p
+	select {
+	case p.stdinSlot <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-p.stdinSlot }()
+	defer p.touch()
+	w := p.proc.Stdin()
+	dw, ok := w.(deadlineWriter)
+	if !ok {
+		_, err := w.Write(b)
+		return err
+	}
+	deadline, _ := ctx.Deadline() // zero: none
+	if err := dw.SetWriteDeadline(deadline); err != nil {
+		_, err := w.Write(b)
+		return err
+	}
+	aborted := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = dw.SetWriteDeadline(time.Unix(1, 0))
+		close(aborted)
+	})
+	_, err := w.Write(b)
+	if !stop() {
+		<-aborted // its past deadline must not outlive this write
+	}
+	_ = dw.SetWriteDeadline(time.Time{})
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
 	return err
 }
 

@@ -8,7 +8,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -37,7 +41,9 @@ with exit status 1, so scripts can read error.type (BoxSessionNotFoundError,
 
 Reach a running runtime with --url (ws, wss, http or https; the path
 defaults to /rpc/ws). The control token comes from --token-file, else
-BOXRT_CONTROL_TOKEN (or LANGBOT_BOX_CONTROL_TOKEN), and is sent only as
+BOXRT_CONTROL_TOKEN (or LANGBOT_BOX_CONTROL_TOKEN), else, for a loopback
+--url, the token a local "boxrt serve" generated in STATE_DIR/control-token
+(--state-dir, the same default as serve's); it is sent only as
 "Authorization: Bearer …". Or start a private runtime with --spawn: this
 executable runs "serve --stdio --listen ''" (or --spawn-cmd) for the one
 call and is shut down afterwards. Its log is shown only if the call fails,
@@ -52,7 +58,8 @@ Examples:
   boxrt call box_get_session '{"session_id":"nope"}' --url ws://127.0.0.1:5410 | jq -r .error.type`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "url", Usage: "runtime URL to dial, e.g. ws://127.0.0.1:5410"},
-			&cli.StringFlag{Name: "token-file", Usage: "read the control token from this file (default: $BOXRT_CONTROL_TOKEN)"},
+			&cli.StringFlag{Name: "token-file", Usage: "read the control token from this file (default: $BOXRT_CONTROL_TOKEN, else for a loopback --url STATE_DIR/control-token)"},
+			&cli.StringFlag{Name: "state-dir", Value: defaultStateDir(), Usage: "state directory of the local runtime whose generated control token to use"},
 			&cli.BoolFlag{Name: "spawn", Usage: "spawn a runtime for this call: this executable with serve --stdio --listen ''"},
 			&cli.StringFlag{Name: "spawn-cmd", Usage: "command line to spawn instead (implies --spawn); quotes work as in a shell"},
 			&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "give up on the call after this long (reaching the runtime: at most 10s of it)"},
@@ -208,7 +215,27 @@ func parseCallArgs(c *cli.Context, stdin io.Reader) (*callArgs, error) {
 			}
 		}
 	}
+	if a.token == "" && a.url != "" && loopbackURL(a.url) {
+		path := filepath.Join(str("state-dir"), controlTokenFileName)
+		tok, err := readTokenFile(path, false)
+		switch {
+		case err == nil:
+			a.token = tok
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, usageErr("reading the generated control token: %v (pass --token-file or BOXRT_CONTROL_TOKEN)", err)
+		}
+	}
 	return a, nil
+}
+
+// loopbackURL reports whether raw names this machine by a loopback name,
+// where a runtime sharing our state directory may be listening.
+func loopbackURL(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false
+	}
+	return isLoopback(net.JoinHostPort(u.Hostname(), "0"))
 }
 
 // errShowHelp: --help came after the arguments, where urfave/cli does not

@@ -37,13 +37,18 @@ clients connect to ws://ADDR/rpc/ws.
 
 The HTTP listener (--listen) also serves the managed-process relay
 (/v1/sessions/{id}/managed-process/{pid}/ws), /healthz, /readyz and
-/metrics. Every route but the health checks needs the control token as
-"Authorization: Bearer <token>". The token comes from --token-file,
-BOXRT_CONTROL_TOKEN or LANGBOT_BOX_CONTROL_TOKEN and must be at least 32
-characters without whitespace (boxrt exits 2 otherwise). boxrt refuses to listen
-on a non-loopback address without one; in --stdio mode without one it
-generates a token and returns it as relay_token from box_health (over
-stdio only).
+/metrics. Every route but the health checks needs a token as
+"Authorization: Bearer <token>": the control token, or on a relay route
+that process's relay_token. The control token comes from --token-file,
+BOXRT_CONTROL_TOKEN or LANGBOT_BOX_CONTROL_TOKEN. Without one boxrt
+generates it: with --stdio it is returned as relay_token from box_health
+(over stdio only); otherwise it is kept in STATE_DIR/control-token (0600,
+reused on the next start) and "boxrt call" finds it there. boxrt refuses to
+listen on a non-loopback address without a configured token. A configured
+token must be at least 32 characters without whitespace (boxrt exits 2
+otherwise). Every route
+refuses a Host or Origin header naming another host than the listener's
+(loopback names on a loopback listener; add names with --allowed-hosts).
 
 Configuration (JSON/YAML file, or JSON in BOXRT_CONFIG / LANGBOT_BOX_CONFIG,
 then box_init at run time), for example:
@@ -58,6 +63,7 @@ then box_init at run time), for example:
 			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "log format on stderr: json or console"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn, error"},
 			&cli.BoolFlag{Name: "metrics-public", Usage: "serve /metrics without the control token"},
+			&cli.StringSliceFlag{Name: "allowed-hosts", EnvVars: []string{"BOXRT_ALLOWED_HOSTS"}, Usage: "more host names or IPs clients may use in Host and Origin headers (comma-separated), e.g. the name a reverse proxy forwards"},
 			&cli.DurationFlag{Name: "keepalive", Value: 20 * time.Second, Usage: "ping idle WebSocket peers (control and relay) this often; a peer that misses a pong for half as long is closed"},
 		},
 		Action: runServe,
@@ -96,12 +102,26 @@ func newLogger(format, level string) (zerolog.Logger, *logSink, error) {
 	return log, sink, nil
 }
 
-// loadToken returns the control token and whether it was generated.
-func loadToken(file string, stdio bool) (string, bool, error) {
+// controlTokenFileName is the file in the state directory that holds the
+// control token boxrt generated for a --listen runtime.
+const controlTokenFileName = "control-token"
+
+// controlToken is the token every authenticated route checks.
+type controlToken struct {
+	value string
+	// generated: boxrt made it up (nobody configured one).
+	generated bool
+	// file holds a generated token of a --listen runtime; "" otherwise.
+	file string
+}
+
+// configuredToken returns the control token from --token-file or the
+// environment; its value is "" when none is configured.
+func configuredToken(file string) (controlToken, error) {
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
-			return "", false, &exitError{code: 2, msg: fmt.Sprintf("--token-file: %v", err)}
+			return controlToken{}, &exitError{code: 2, msg: fmt.Sprintf("--token-file: %v", err)}
 		}
 		return checkToken("--token-file "+file, strings.TrimSpace(string(b)))
 	}
@@ -110,14 +130,92 @@ func loadToken(file string, stdio bool) (string, bool, error) {
 			return checkToken(env, tok)
 		}
 	}
-	if !stdio {
-		return "", false, nil
+	return controlToken{}, nil
+}
+
+// generateToken makes up the control token when none is configured: in
+// stdio mode a fresh one the host learns over stdio; otherwise the one kept
+// in the state directory, created there when missing, so a developer's
+// client keeps working across restarts.
+func generateToken(stdio bool, stateDir string) (controlToken, error) {
+	if stdio {
+		tok, err := randomToken()
+		return controlToken{value: tok, generated: true}, err
 	}
+	path := filepath.Join(stateDir, controlTokenFileName)
+	if tok, err := readTokenFile(path, true); err == nil {
+		return controlToken{value: tok, generated: true, file: path}, nil
+	}
+	tok, err := randomToken()
+	if err != nil {
+		return controlToken{}, err
+	}
+	if err := writeTokenFile(path, tok); err != nil {
+		return controlToken{}, &exitError{code: 2, msg: fmt.Sprintf("cannot keep the generated control token in %s: %v (set BOXRT_CONTROL_TOKEN or --token-file instead)", path, err)}
+	}
+	return controlToken{value: tok, generated: true, file: path}, nil
+}
+
+func randomToken() (string, error) {
 	buf := make([]byte, 32)
 	if _, err := rand.Read(buf); err != nil {
-		return "", false, err
+		return "", err
 	}
-	return base64.RawURLEncoding.EncodeToString(buf), true, nil
+	return base64.RawURLEncoding.EncodeToString(buf), nil
+}
+
+// readTokenFile reads a generated token file. private refuses a file that
+// is not a regular file only its owner can read: such a token may be known
+// to others and is replaced rather than reused.
+func readTokenFile(path string, private bool) (string, error) {
+	if private {
+		fi, err := os.Lstat(path)
+		if err != nil {
+			return "", err
+		}
+		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 != 0 {
+			return "", fmt.Errorf("%s is not a private regular file", path)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if _, err := checkToken(path, tok); err != nil {
+		return "", err
+	}
+	return tok, nil
+}
+
+// writeTokenFile writes tok to path with mode 0600 through a temp file and
+// a rename, so a crash never leaves a half-written token behind.
+func writeTokenFile(path, tok string) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+controlTokenFileName+"-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(tok + "\n")
+	if err == nil {
+		err = f.Chmod(0o600)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+	}
+	return err
 }
 
 // minTokenLen is the shortest control token boxrt accepts, counted in
@@ -129,14 +227,14 @@ const minTokenLen = 32
 // checkToken validates a configured token; from names its source (the
 // flag with its file, or the environment variable) so the error says
 // which setting to fix.
-func checkToken(from, tok string) (string, bool, error) {
+func checkToken(from, tok string) (controlToken, error) {
 	if strings.ContainsAny(tok, " \t\r\n") {
-		return "", false, &exitError{code: 2, msg: fmt.Sprintf("%s: the control token must not contain whitespace", from)}
+		return controlToken{}, &exitError{code: 2, msg: fmt.Sprintf("%s: the control token must not contain whitespace", from)}
 	}
 	if n := utf8.RuneCountInString(tok); n < minTokenLen {
-		return "", false, &exitError{code: 2, msg: fmt.Sprintf("%s: the control token is %d characters long; it must be at least %d (generate one with: openssl rand -base64 48)", from, n, minTokenLen)}
+		return controlToken{}, &exitError{code: 2, msg: fmt.Sprintf("%s: the control token is %d characters long; it must be at least %d (generate one with: openssl rand -base64 48)", from, n, minTokenLen)}
 	}
-	return tok, false, nil
+	return controlToken{value: tok}, nil
 }
 
 func loadConfig(file string) (runtime.Config, error) {
@@ -200,11 +298,11 @@ func runServe(c *cli.Context) error {
 	sink.captureStdlog(log)
 	stdio := c.Bool("stdio")
 	listen := c.String("listen")
-	token, generated, err := loadToken(c.String("token-file"), stdio)
+	token, err := configuredToken(c.String("token-file"))
 	if err != nil {
 		return err
 	}
-	if listen != "" && token == "" && !isLoopback(listen) {
+	if listen != "" && token.value == "" && !isLoopback(listen) {
 		return &exitError{code: 2, msg: fmt.Sprintf("refusing to listen on %s without a control token: set BOXRT_CONTROL_TOKEN or --token-file, or listen on 127.0.0.1", listen)}
 	}
 	cfg, err := loadConfig(c.String("config"))
@@ -212,8 +310,22 @@ func runServe(c *cli.Context) error {
 		return err
 	}
 
+	if token.value == "" {
+		if token, err = generateToken(stdio, c.String("state-dir")); err != nil {
+			return err
+		}
+	}
+	if token.file != "" {
+		// Where, never what: the token itself is not logged.
+		fmt.Fprintf(os.Stderr, "boxrt: no control token configured; using the generated one in %s (clients send \"Authorization: Bearer $(cat %s)\"; boxrt call --url reads it itself)\n", token.file, token.file)
+	}
 	var ln net.Listener
+	var guard *rpc.HostGuard
 	if listen != "" {
+		guard, err = rpc.NewHostGuard(listen, c.StringSlice("allowed-hosts"))
+		if err != nil {
+			return &exitError{code: 2, msg: fmt.Sprintf("--listen: %v", err)}
+		}
 		ln, err = net.Listen("tcp", listen)
 		if err != nil {
 			return &exitError{code: 2, msg: fmt.Sprintf("cannot listen on %s: %v (use --listen 127.0.0.1:0 for a free port, or --listen '' for none)", listen, err)}
@@ -238,10 +350,16 @@ func runServe(c *cli.Context) error {
 	rt.Start(ctx)
 	go newBurstReleaser().run(ctx, memoryCheckEvery, log.With().Str("component", "memory").Logger())
 
+	// Only a token boxrt made up for this stdio session goes back to the
+	// host; a configured one is the host's already.
+	var relayToken string
+	if token.generated && stdio {
+		relayToken = token.value
+	}
 	dispatcher := actions.New(rt, actions.Server{
 		Version:    buildVersion(),
 		RelayURL:   func() string { return relayURL.Load().(string) },
-		RelayToken: map[bool]string{true: token}[generated],
+		RelayToken: relayToken,
 	})
 	skillStore := actions.NewSkillStore(rt)
 	defer skillStore.Close()
@@ -257,35 +375,40 @@ func runServe(c *cli.Context) error {
 		rpc.WithLogger(rpcLog),
 		rpc.WithObserver(func(call rpc.Call) { logCall(rpcLog, call); metrics.observe(call) }),
 	)
-	auth := rpc.NewAuthenticator(token)
-	relayHandler := relay.New(rt, relay.WithLogger(log.With().Str("component", "relay").Logger()),
+	auth := rpc.NewAuthenticator(token.value)
+	relayHandler := relay.New(rt, relay.WithOperator(auth), relay.WithLogger(log.With().Str("component", "relay").Logger()),
 		relay.WithObserver(metrics.relay), relay.WithKeepalive(keepalive, keepalive/2))
 
 	var httpServer *http.Server
 	if ln != nil {
 		mux := http.NewServeMux()
+		// The health probes need no token, so they say nothing beyond
+		// live/ready: version, backend and instance id are for token
+		// holders (box_health, box_status).
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-			writeJSON(w, http.StatusOK, map[string]any{"live": true, "version": buildVersion(), "uptime_sec": time.Since(rt.StartedAt()).Seconds()})
+			writeJSON(w, http.StatusOK, map[string]any{"live": true})
 		})
 		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-			info := rt.BackendInfo()
+			ready := rt.BackendInfo().Available
 			status := http.StatusOK
-			if !info.Available {
+			if !ready {
 				status = http.StatusServiceUnavailable
 			}
-			writeJSON(w, status, map[string]any{"ready": info.Available, "backend": info})
+			writeJSON(w, status, map[string]any{"ready": ready})
 		})
 		if !stdio {
 			mux.Handle("GET /rpc/ws", auth.Require(server))
 		}
-		mux.Handle("GET /v1/sessions/{session_id}/managed-process/{process_id}/ws", auth.Require(relayHandler))
-		mux.Handle("GET /v1/sessions/{session_id}/managed-process/ws", auth.Require(relayHandler))
+		// The relay checks its own credentials: the control token, or the
+		// relay_token of the one process addressed.
+		mux.Handle("GET /v1/sessions/{session_id}/managed-process/{process_id}/ws", relayHandler)
+		mux.Handle("GET /v1/sessions/{session_id}/managed-process/ws", relayHandler)
 		if c.Bool("metrics-public") {
 			mux.Handle("GET /metrics", metrics.handler())
 		} else {
 			mux.Handle("GET /metrics", auth.Require(metrics.handler()))
 		}
-		httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		httpServer = &http.Server{Handler: guard.Wrap(mux), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := httpServer.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error().Err(err).Msg("http listener failed")
@@ -293,7 +416,7 @@ func runServe(c *cli.Context) error {
 		}()
 	}
 	log.Info().Str("version", buildVersion()).Bool("stdio", stdio).Str("listen", relayURL.Load().(string)).
-		Bool("token_required", auth.Enabled()).Str("instance_id", rt.InstanceID()).Msg("boxrt serving")
+		Str("token_file", token.file).Str("instance_id", rt.InstanceID()).Msg("boxrt serving")
 
 	if stdio {
 		done := make(chan struct{})

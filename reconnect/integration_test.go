@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -238,7 +240,8 @@ func (p *stallProxy) close() {
 }
 
 // startServe runs `boxrt serve --listen ADDR` and waits for its listener.
-func startServe(t *testing.T, state string, stderr io.Writer) string {
+// It returns the address and the control token boxrt generated in state.
+func startServe(t *testing.T, state string, stderr io.Writer) (string, string) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -266,7 +269,9 @@ func startServe(t *testing.T, state string, stderr io.Writer) string {
 		}
 		return err == nil
 	})
-	return addr
+	token, err := os.ReadFile(filepath.Join(state, "control-token"))
+	require.NoError(t, err, "boxrt keeps its generated control token in the state directory")
+	return addr, strings.TrimSpace(string(token))
 }
 
 // A proxy that silently stops forwarding: the heartbeat declares the link
@@ -277,7 +282,7 @@ func TestRealProxyStall(t *testing.T) {
 	needRealBinary(t)
 	stderr := &syncBuffer{}
 	logTail(t, stderr)
-	addr := startServe(t, t.TempDir(), stderr)
+	addr, token := startServe(t, t.TempDir(), stderr)
 	proxy := newStallProxy(t, addr)
 
 	interval, timeout, failures := 300*time.Millisecond, 200*time.Millisecond, 3
@@ -286,6 +291,7 @@ func TestRealProxyStall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := Dial(ctx, "http://"+proxy.addr(),
+		WithToken(token),
 		WithHeartbeat(interval, timeout, failures),
 		WithBackoff(200*time.Millisecond, time.Second),
 		WithConnectTimeout(time.Second),
@@ -353,13 +359,13 @@ func TestRealNoLeakAfterClose(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	addr := startServe(t, t.TempDir(), stderr)
+	addr, token := startServe(t, t.TempDir(), stderr)
 	before := goleak.IgnoreCurrent()
 
 	spawned, err := Spawn(ctx, WithCommand(realBin, "serve", "--stdio", "--listen", "", "--state-dir", t.TempDir()), WithEnv(realEnv()),
 		WithStderr(stderr), WithHeartbeat(50*time.Millisecond, 50*time.Millisecond, 3))
 	require.NoError(t, err)
-	dialed, err := Dial(ctx, "ws://"+addr, WithHeartbeat(50*time.Millisecond, 50*time.Millisecond, 3))
+	dialed, err := Dial(ctx, "ws://"+addr, WithToken(token), WithHeartbeat(50*time.Millisecond, 50*time.Millisecond, 3))
 	require.NoError(t, err)
 
 	var wg sync.WaitGroup

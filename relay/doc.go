@@ -3,5 +3,6 @@
 // incoming text frame becomes one line on the process's stdin; each stdout
 // line becomes exactly one text frame. The runtime drains stdout even while
 // nobody is attached and replays it on the next attach; the latest attacher
-// takes over.
+// takes over. The relay checks its own credentials: a process's relay_token
+// opens that process alone, the control token (operator) opens every one.
 package relay

@@ -51,18 +51,32 @@ type Event struct {
 // Handler is the relay's http.Handler.
 type Handler struct {
 	rt           *runtime.Runtime
+	operator     *rpc.Authenticator
 	log          zerolog.Logger
 	observe      func(Event)
 	pingInterval time.Duration
 	pingTimeout  time.Duration
+	// stdinTimeout bounds writing one frame to the process's stdin.
+	stdinTimeout time.Duration
 
-	mu      sync.Mutex
-	closed  bool
-	sockets map[*websocket.Conn]struct{}
+	mu     sync.Mutex
+	closed bool
+	// bridges stops each attached socket's bridge.
+	bridges map[*bridge]context.CancelCauseFunc
 }
+
+// Why a bridge was stopped from outside its own loops.
+var (
+	errShuttingDown = errors.New("boxrt shutting down")
+	errPeerGone     = errors.New("peer did not answer a keepalive ping")
+)
 
 // Option configures a Handler.
 type Option func(*Handler)
+
+// WithOperator also lets the control token's holder attach to every
+// process; without it only each process's own relay_token opens its relay.
+func WithOperator(a *rpc.Authenticator) Option { return func(h *Handler) { h.operator = a } }
 
 // WithLogger sets the logger.
 func WithLogger(l zerolog.Logger) Option { return func(h *Handler) { h.log = l } }
@@ -78,7 +92,7 @@ func WithKeepalive(interval, timeout time.Duration) Option {
 // New returns the relay handler for rt.
 func New(rt *runtime.Runtime, opts ...Option) *Handler {
 	h := &Handler{rt: rt, log: zerolog.Nop(), observe: func(Event) {}, pingInterval: 20 * time.Second,
-		pingTimeout: 10 * time.Second, sockets: map[*websocket.Conn]struct{}{}}
+		pingTimeout: 10 * time.Second, stdinTimeout: 30 * time.Second, bridges: map[*bridge]context.CancelCauseFunc{}}
 	for _, o := range opts {
 		o(h)
 	}
@@ -90,25 +104,25 @@ func (h *Handler) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closed = true
-	for c := range h.sockets {
-		go c.Close(websocket.StatusGoingAway, "boxrt shutting down")
+	for _, stop := range h.bridges {
+		stop(errShuttingDown)
 	}
 }
 
-func (h *Handler) track(c *websocket.Conn) bool {
+func (h *Handler) track(b *bridge, stop context.CancelCauseFunc) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return false
 	}
-	h.sockets[c] = struct{}{}
+	h.bridges[b] = stop
 	return true
 }
 
-func (h *Handler) untrack(c *websocket.Conn) {
+func (h *Handler) untrack(b *bridge) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	delete(h.sockets, c)
+	delete(h.bridges, b)
 }
 
 func writeError(w http.ResponseWriter, err error) {
@@ -130,6 +144,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	processID := r.PathValue("process_id")
 	if processID == "" {
 		processID = runtime.DefaultProcessID
+	}
+	if !h.authorized(r, sessionID, processID) {
+		rpc.WriteUnauthorized(w, r)
+		return
 	}
 	if err := h.rt.CheckAttach(sessionID, processID); err != nil {
 		writeError(w, err)
@@ -154,12 +172,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.log.Debug().Err(err).Msg("relay upgrade failed")
 		return
 	}
-	if !h.track(c) {
-		att.Detach(att.Backlog...)
-		_ = c.Close(websocket.StatusGoingAway, "boxrt shutting down")
-		return
-	}
-	defer h.untrack(c)
 	c.SetReadLimit(MaxMessageBytes)
 	log := h.log.With().Str("session_id", sessionID).Str("process_id", processID).Logger()
 	log.Info().Int("replay_lines", len(att.Backlog)).Int("replay_dropped", att.Dropped).Msg("relay attached")
@@ -169,6 +181,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s := &bridge{h: h, c: c, att: att, proc: proc, sessionID: sessionID, processID: processID, log: log}
 	s.run()
+}
+
+// authorized reports whether r carries the control token (when the
+// operator may attach) or the relay token of exactly this session's
+// process. An unknown session or process is unauthorized too, so a
+// client without a valid credential learns nothing about what exists.
+func (h *Handler) authorized(r *http.Request, sessionID, processID string) bool {
+	if h.operator != nil && h.operator.Check(r) {
+		return true
+	}
+	info, err := h.rt.Process(sessionID, processID)
+	return err == nil && rpc.TokenMatches(rpc.OfferedTokens(r), []byte(info.RelayToken))
 }
 
 // bridge is one attached socket.
@@ -187,17 +211,41 @@ type closeReason struct {
 }
 
 func (b *bridge) run() {
+	// ctx is the socket's: reads and stdin writes end with it. stop ends the
+	// bridge from outside (shutdown, a peer that stopped answering pings)
+	// while ctx stays up for the close handshake.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go rpc.Keepalive(ctx, b.c, b.h.pingInterval, b.h.pingTimeout, b.log)
+	stop, stopBridge := context.WithCancelCause(ctx)
+	defer stopBridge(nil)
+	if !b.h.track(b, stopBridge) {
+		b.att.Detach(b.att.Backlog...)
+		_ = b.c.Close(websocket.StatusGoingAway, errShuttingDown.Error())
+		return
+	}
+	defer b.h.untrack(b)
+	keepaliveEnded := make(chan struct{})
+	go func() {
+		defer close(keepaliveEnded)
+		rpc.Keepalive(ctx, b.c, b.h.pingInterval, b.h.pingTimeout, b.log)
+		stopBridge(errPeerGone)
+	}()
 
 	readDone := make(chan error, 1)
-	go func() { readDone <- b.readLoop(ctx) }()
-	why := b.writeLoop(ctx, readDone)
+	readEnded := make(chan struct{})
+	go func() {
+		defer close(readEnded)
+		readDone <- b.readLoop(ctx)
+	}()
+	why := b.writeLoop(stop, readDone)
 	// Close before cancelling: cancelling a pending read makes the websocket
 	// library drop the connection without the close frame and its reason.
 	_ = b.c.Close(why.code, why.reason)
 	cancel()
+	// The reader ends with the socket, even one blocked writing to a
+	// process that stopped reading its stdin (cancel aborts that write).
+	<-readEnded
+	<-keepaliveEnded
 	b.log.Info().Int("code", int(why.code)).Str("reason", why.reason).Msg("relay closed")
 	b.h.observe(Event{Kind: "close", SessionID: b.sessionID, ProcessID: b.processID})
 }
@@ -207,7 +255,7 @@ func (b *bridge) run() {
 func (b *bridge) writeLoop(ctx context.Context, readDone <-chan error) closeReason {
 	for i, line := range b.att.Backlog {
 		if why, ok := b.send(ctx, line); !ok {
-			b.att.Detach(b.att.Backlog[i:]...)
+			b.att.Detach(unsent(line, b.att.Backlog[i+1:])...)
 			return why
 		}
 	}
@@ -220,15 +268,14 @@ func (b *bridge) writeLoop(ctx context.Context, readDone <-chan error) closeReas
 				return closeReason{websocket.StatusNormalClosure, fmt.Sprintf("process exited with code %d", b.proc.ExitCode())}
 			}
 			if why, ok := b.send(ctx, line); !ok {
-				if why.code != websocket.StatusMessageTooBig {
-					b.att.Detach(line)
-				} else {
-					b.att.Detach()
-				}
+				b.att.Detach(unsent(line, nil)...)
 				return why
 			}
 		case <-b.att.TakenOver:
 			return closeReason{CloseTakenOver, "taken over by a newer attach"}
+		case <-ctx.Done():
+			b.att.Detach()
+			return closeReason{websocket.StatusGoingAway, context.Cause(ctx).Error()}
 		case err := <-readDone:
 			b.att.Detach()
 			if err != nil && errors.Is(err, errStdin) {
@@ -239,8 +286,22 @@ func (b *bridge) writeLoop(ctx context.Context, readDone <-chan error) closeReas
 	}
 }
 
-func (b *bridge) send(ctx context.Context, line runtime.Line) (closeReason, bool) {
+// unsent returns what goes back to the replay buffer when sending failed
+// at line: the line and the rest, except a dropped line's marker. The 1009
+// close is that line's one report; handing the marker back made every later
+// attach close with 1009 before delivering anything.
+func unsent(line runtime.Line, rest []runtime.Line) []runtime.Line {
 	if line.TooLong {
+		return rest
+	}
+	return append([]runtime.Line{line}, rest...)
+}
+
+func (b *bridge) send(ctx context.Context, line runtime.Line) (closeReason, bool) {
+	switch {
+	case line.OverBudget:
+		return closeReason{websocket.StatusMessageTooBig, "stdout line dropped: unfinished lines exceed limits.relay_line_buffer_bytes"}, false
+	case line.TooLong:
 		return closeReason{websocket.StatusMessageTooBig, fmt.Sprintf("stdout line exceeds %d bytes", MaxMessageBytes)}, false
 	}
 	data := line.Data
@@ -277,7 +338,10 @@ func (b *bridge) readLoop(ctx context.Context) error {
 		if len(msg) == 0 || msg[len(msg)-1] != '\n' {
 			msg = append(msg, '\n')
 		}
-		if err := b.proc.Write(msg); err != nil {
+		wctx, cancel := context.WithTimeout(ctx, b.h.stdinTimeout)
+		err = b.proc.Write(wctx, msg)
+		cancel()
+		if err != nil {
 			return fmt.Errorf("%w: %v", errStdin, err)
 		}
 		b.h.observe(Event{Kind: "in", SessionID: b.sessionID, ProcessID: b.processID, Bytes: len(msg)})

@@ -43,6 +43,10 @@ type Limits struct {
 	MaxOutputBytes               int `json:"max_output_bytes"`
 	RelayReplayLines             int `json:"relay_replay_lines"`
 	RelayReplayBytes             int `json:"relay_replay_bytes"`
+	// RelayLineBufferBytes bounds the unfinished stdout lines of all
+	// managed processes together; a line that would grow past it is
+	// dropped (the first 64 KiB of each line are not counted).
+	RelayLineBufferBytes int `json:"relay_line_buffer_bytes"`
 	// Skill ZIP upload limits (reference §8.5, fixed there, configurable
 	// here): archive size, entry count, per-entry and total uncompressed
 	// bytes, and the uncompressed/compressed ratio.
@@ -102,6 +106,7 @@ func DefaultConfig() Config {
 			MaxOutputBytes:               backends.DefaultMaxOutputBytes,
 			RelayReplayLines:             4096,
 			RelayReplayBytes:             4 << 20,
+			RelayLineBufferBytes:         64 << 20,
 			MaxSkillZipBytes:             20 << 20,
 			MaxSkillZipEntries:           512,
 			MaxSkillZipEntryBytes:        16 << 20,
@@ -132,6 +137,7 @@ func (l *Limits) ranges() []limitRange {
 		{"max_output_bytes", &l.MaxOutputBytes, backends.MinMaxOutputBytes, backends.MaxMaxOutputBytes},
 		{"relay_replay_lines", &l.RelayReplayLines, 0, 1 << 20},
 		{"relay_replay_bytes", &l.RelayReplayBytes, 0, 256 << 20},
+		{"relay_line_buffer_bytes", &l.RelayLineBufferBytes, 1 << 20, 16 << 30},
 		{"max_skill_zip_bytes", &l.MaxSkillZipBytes, 1, 100 << 20},
 		{"max_skill_zip_entries", &l.MaxSkillZipEntries, 1, 65535},
 		{"max_skill_zip_entry_bytes", &l.MaxSkillZipEntryBytes, 1, 1 << 30},

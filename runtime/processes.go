@@ -2,6 +2,9 @@ package runtime
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
 	"io"
 	"sort"
 	"strings"
@@ -41,6 +44,10 @@ type ProcessInfo struct {
 	StderrPreview string     `json:"stderr_preview"`
 	// PendingLines is how many stdout lines wait for the next attacher.
 	PendingLines int `json:"pending_lines"`
+	// RelayToken opens the relay of this process only (this session, this
+	// process id, this start: a replacement gets a new one). Hosts hand it
+	// to the MCP client instead of the control token.
+	RelayToken string `json:"relay_token"`
 }
 
 type managedProcess struct {
@@ -51,6 +58,10 @@ type managedProcess struct {
 	stdout    *lineHub
 	stderr    *stderrPreview
 	done      chan struct{}
+	// relayToken is the credential for this process's relay alone.
+	relayToken string
+	// stdinSlot holds one token while a relay writes to stdin.
+	stdinSlot chan struct{}
 	// touch marks the session used; relay traffic calls it per line, so it
 	// is throttled rather than taking the runtime lock every time.
 	touch func()
@@ -84,6 +95,7 @@ func (p *managedProcess) info() ProcessInfo {
 		Command: p.spec.Command, Args: args, Cwd: p.spec.Cwd, EnvKeys: keys,
 		Attached: p.stdout.attached(), StartedAt: p.startedAt.UTC(),
 		StderrPreview: p.stderr.String(), PendingLines: p.stdout.pending(),
+		RelayToken: p.relayToken,
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -195,20 +207,30 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 	lines, bytes := r.cfg.Limits.RelayReplayLines, r.cfg.Limits.RelayReplayBytes
 	r.mu.Unlock()
 
+	relayToken, err := newRelayToken()
+	if err != nil {
+		return ProcessInfo{}, err
+	}
 	proc, err := b.StartProcess(context.WithoutCancel(ctx), info, spec)
 	if err != nil {
 		return ProcessInfo{}, err
 	}
 	touch := r.throttledTouch(sessionID)
+	onDrop := func(overBudget bool) {
+		r.log.Warn().Str("session_id", sessionID).Str("process_id", spec.ProcessID).Bool("over_budget", overBudget).
+			Msg("stdout line dropped unfinished")
+	}
 	p := &managedProcess{
-		sessionID: sessionID,
-		spec:      spec,
-		proc:      proc,
-		startedAt: r.clock.Now(),
-		stdout:    newLineHub(lines, bytes, touch),
-		stderr:    newStderrPreview(4000),
-		done:      make(chan struct{}),
-		touch:     touch,
+		sessionID:  sessionID,
+		spec:       spec,
+		proc:       proc,
+		startedAt:  r.clock.Now(),
+		stdout:     newLineHub(lines, bytes, r.lineBudget, touch, onDrop),
+		stderr:     newStderrPreview(4000),
+		done:       make(chan struct{}),
+		touch:      touch,
+		relayToken: relayToken,
+		stdinSlot:  make(chan struct{}, 1),
 	}
 	var drained sync.WaitGroup
 	drained.Add(2)
@@ -224,6 +246,16 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 	r.log.Info().Str("session_id", sessionID).Str("process_id", spec.ProcessID).
 		Str("command", preview(spec.Command, 200)).Strs("env_keys", p.info().EnvKeys).Msg("managed process started")
 	return p.info(), nil
+}
+
+// newRelayToken returns 32 random bytes, base64url: unguessable, and safe
+// in a header or a WebSocket subprotocol.
+func newRelayToken() (string, error) {
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		return "", boxerr.Failure("cannot generate a relay token: %v", err).Wrap(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(buf), nil
 }
 
 // watch records the exit of p once its output is drained.
@@ -367,11 +399,51 @@ func (r *Runtime) Attach(sessionID, processID string) (*Attachment, *ProcessHand
 // ProcessHandle lets a relay write to a process and learn how it ended.
 type ProcessHandle struct{ p *managedProcess }
 
+// deadlineWriter is a stdin that can bound a blocked write: an os.File
+// pipe (bwrap) or the engine connection (docker).
+type deadlineWriter interface {
+	SetWriteDeadline(time.Time) error
+}
+
 // Write writes one message to the process's stdin; it counts as session
-// activity.
-func (h *ProcessHandle) Write(b []byte) error {
-	_, err := h.p.proc.Stdin().Write(b)
-	h.p.touch()
+// activity. A process that stops reading fills its pipe and would block
+// the write forever: the write gives up at ctx's deadline or when ctx ends
+// (the relay socket went away), as far as the stdin can bound a write.
+// Writers are serialised, so a socket taking over never interleaves its
+// bytes with the previous socket's last message.
+func (h *ProcessHandle) Write(ctx context.Context, b []byte) error {
+	p := h.p
+	select {
+	case p.stdinSlot <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-p.stdinSlot }()
+	defer p.touch()
+	w := p.proc.Stdin()
+	dw, ok := w.(deadlineWriter)
+	if !ok {
+		_, err := w.Write(b)
+		return err
+	}
+	deadline, _ := ctx.Deadline() // zero: none
+	if err := dw.SetWriteDeadline(deadline); err != nil {
+		_, err := w.Write(b)
+		return err
+	}
+	aborted := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = dw.SetWriteDeadline(time.Unix(1, 0))
+		close(aborted)
+	})
+	_, err := w.Write(b)
+	if !stop() {
+		<-aborted // its past deadline must not outlive this write
+	}
+	_ = dw.SetWriteDeadline(time.Time{})
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
 	return err
 }
 

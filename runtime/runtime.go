@@ -35,11 +35,13 @@ type Runtime struct {
 	startedAt  time.Time
 	probeEvery time.Duration
 
-	mu       sync.Mutex
-	cfg      Config
-	backend  backends.Backend
-	health   Health
-	sessions map[string]*session
+	mu  sync.Mutex
+	cfg Config
+	// lineBudget is shared by every managed process's unfinished stdout line.
+	lineBudget *lineBudget
+	backend    backends.Backend
+	health     Health
+	sessions   map[string]*session
 	// selecting is closed when the backend selection under way ends.
 	selecting    chan struct{}
 	creating     int
@@ -117,6 +119,7 @@ func New(cfg Config, factory Factory, stateDir string, opts ...Option) (*Runtime
 		probeEvery: 30 * time.Second,
 		reaperKick: make(chan struct{}, 1),
 	}
+	r.lineBudget = newLineBudget(func() int { return r.Config().Limits.RelayLineBufferBytes })
 	for _, o := range opts {
 		o(r)
 	}

@@ -11,11 +11,47 @@ import (
 // relay closes with 1009 on a longer one.
 const MaxLineBytes = 16 << 20
 
+// freeLineBytes of each unfinished line are not charged to the shared
+// budget, so one process hoarding it cannot make every other process's
+// ordinary lines drop.
+const freeLineBytes = 64 << 10
+
 // Line is one stdout line without its newline. TooLong marks a line that
-// exceeded MaxLineBytes; its data was discarded.
+// was dropped unfinished, its data discarded: longer than MaxLineBytes, or
+// (OverBudget) growing past what the unfinished-line budget had left.
 type Line struct {
-	Data    []byte
-	TooLong bool
+	Data       []byte
+	TooLong    bool
+	OverBudget bool
+}
+
+// lineBudget bounds the memory that the unfinished stdout lines of all
+// managed processes hold together (limits.relay_line_buffer_bytes): without
+// it every process could sit on a 16 MiB partial line.
+type lineBudget struct {
+	limit func() int
+
+	mu   sync.Mutex
+	used int
+}
+
+func newLineBudget(limit func() int) *lineBudget { return &lineBudget{limit: limit} }
+
+// reserve takes n bytes if the budget has them.
+func (b *lineBudget) reserve(n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.limit() {
+		return false
+	}
+	b.used += n
+	return true
+}
+
+func (b *lineBudget) release(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used -= n
 }
 
 // lineHub drains a managed process's stdout continuously, line by line, and
@@ -30,11 +66,17 @@ type lineHub struct {
 	maxBytes    int
 	dropped     int
 	eof         bool
+	budget      *lineBudget
 	onLine      func()
+	onDrop      func(overBudget bool)
 }
 
-func newLineHub(maxLines, maxBytes int, onLine func()) *lineHub {
-	return &lineHub{maxLines: maxLines, maxBytes: maxBytes, onLine: onLine}
+// newLineHub returns a hub whose replay buffer keeps at most maxLines lines
+// and maxBytes bytes and whose unfinished lines draw on budget. It calls
+// onLine for every line read, and onDrop as soon as it starts discarding
+// one (the line may not end for a long time).
+func newLineHub(maxLines, maxBytes int, budget *lineBudget, onLine func(), onDrop func(overBudget bool)) *lineHub {
+	return &lineHub{maxLines: maxLines, maxBytes: maxBytes, budget: budget, onLine: onLine, onDrop: onDrop}
 }
 
 // Attachment is one relay's view of the stream. Backlog is delivered first,
@@ -54,9 +96,9 @@ type Attachment struct {
 func (h *lineHub) pump(r io.Reader) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
-		line, tooLong, err := readLine(br, MaxLineBytes)
-		if len(line) > 0 || tooLong || err == nil {
-			h.deliver(Line{Data: line, TooLong: tooLong})
+		line, err := readLine(br, MaxLineBytes, h.budget, h.onDrop)
+		if len(line.Data) > 0 || line.TooLong || err == nil {
+			h.deliver(line)
 		}
 		if err != nil {
 			break
@@ -70,28 +112,58 @@ func (h *lineHub) pump(r io.Reader) {
 	h.mu.Unlock()
 }
 
-// readLine returns the next line without "\n"; a line longer than limit is
-// skipped to its end and reported as tooLong.
-func readLine(br *bufio.Reader, limit int) ([]byte, bool, error) {
-	var line []byte
-	tooLong := false
+// readLine returns the next line without "\n". A line longer than limit,
+// or one whose growth past freeLineBytes the budget cannot cover, is
+// skipped to its end and reported TooLong. The line's buffer is charged to
+// the budget while it is unfinished and released once it is returned: from
+// then on the replay bounds account for it. dropped is called when the
+// line starts being skipped.
+func readLine(br *bufio.Reader, limit int, budget *lineBudget, dropped func(overBudget bool)) (Line, error) {
+	var l Line
+	charged := 0
+	defer func() { budget.release(charged) }()
 	for {
 		chunk, err := br.ReadSlice('\n')
-		if !tooLong {
-			if len(line)+len(chunk) > limit+1 {
-				tooLong, line = true, nil
+		if !l.TooLong {
+			need := len(l.Data) + len(chunk)
+			if need > cap(l.Data) && need <= limit+1 {
+				l.Data, charged, l.OverBudget = grow(l.Data, need, limit+1, charged, budget)
+			}
+			if need > limit+1 || l.OverBudget {
+				l.TooLong, l.Data = true, nil
+				budget.release(charged)
+				charged = 0
+				if dropped != nil {
+					dropped(l.OverBudget)
+				}
 			} else {
-				line = append(line, chunk...)
+				l.Data = append(l.Data, chunk...)
 			}
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
-		if n := len(line); n > 0 && line[n-1] == '\n' {
-			line = line[:n-1]
+		if n := len(l.Data); n > 0 && l.Data[n-1] == '\n' {
+			l.Data = l.Data[:n-1]
 		}
-		return line, tooLong, err
+		return l, err
 	}
+}
+
+// grow gives buf room for need bytes (doubling, at most limit), charging
+// the capacity beyond freeLineBytes to budget. It reports overBudget,
+// leaving buf alone, when the budget cannot cover the growth.
+func grow(buf []byte, need, limit, charged int, budget *lineBudget) ([]byte, int, bool) {
+	newCap := max(min(limit, 2*cap(buf)), need)
+	if charge := max(0, newCap-freeLineBytes); charge > charged {
+		if !budget.reserve(charge - charged) {
+			return buf, charged, true
+		}
+		charged = charge
+	}
+	grown := make([]byte, len(buf), newCap)
+	copy(grown, buf)
+	return grown, charged, false
 }
 
 func (h *lineHub) deliver(l Line) {

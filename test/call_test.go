@@ -60,21 +60,24 @@ func decodeCallError(t *testing.T, stdout string) callError {
 func TestCallURL(t *testing.T) {
 	p := Start(t, Options{})
 	url := "ws://" + p.Addr
+	// No token is configured: call reads the one boxrt generated in the
+	// state directory they share.
+	env := []string{"BOXRT_STATE_DIR=" + p.State}
 
 	t.Run("ping prints {} and exits 0", func(t *testing.T) {
-		stdout, stderr, code := runCall(t, nil, "", "__ping", "--url", url)
+		stdout, stderr, code := runCall(t, env, "", "__ping", "--url", url)
 		assert.Equal(t, 0, code, "stderr: %s", stderr)
 		assert.Equal(t, "{}\n", stdout)
 	})
 
 	t.Run("flags before the method work too", func(t *testing.T) {
-		stdout, _, code := runCall(t, nil, "", "--url", "http://"+p.Addr, "__ping", "{}")
+		stdout, _, code := runCall(t, env, "", "--url", "http://"+p.Addr, "__ping", "{}")
 		assert.Equal(t, 0, code)
 		assert.Equal(t, "{}\n", stdout)
 	})
 
 	t.Run("unknown method exits 1 with the error as JSON", func(t *testing.T) {
-		stdout, _, code := runCall(t, nil, "", "no_such_method", "--url", url)
+		stdout, _, code := runCall(t, env, "", "no_such_method", "--url", url)
 		assert.Equal(t, 1, code)
 		ce := decodeCallError(t, stdout)
 		assert.Equal(t, int64(-32601), ce.Error.Code)
@@ -85,7 +88,7 @@ func TestCallURL(t *testing.T) {
 	})
 
 	t.Run("typed box error with params from stdin", func(t *testing.T) {
-		stdout, _, code := runCall(t, nil, `{"session_id":"nope"}`, "box_get_session", "-", "--url", url)
+		stdout, _, code := runCall(t, env, `{"session_id":"nope"}`, "box_get_session", "-", "--url", url)
 		assert.Equal(t, 1, code)
 		ce := decodeCallError(t, stdout)
 		assert.Equal(t, int64(-32004), ce.Error.Code)
@@ -94,7 +97,7 @@ func TestCallURL(t *testing.T) {
 	})
 
 	t.Run("result is indented JSON", func(t *testing.T) {
-		stdout, _, code := runCall(t, nil, "", "box_get_backend_info", "--url", url)
+		stdout, _, code := runCall(t, env, "", "box_get_backend_info", "--url", url)
 		assert.Equal(t, 0, code)
 		var info map[string]any
 		require.NoError(t, json.Unmarshal([]byte(stdout), &info))
@@ -104,7 +107,7 @@ func TestCallURL(t *testing.T) {
 
 	t.Run("nothing listening: exit 1, retryable runtime-unavailable", func(t *testing.T) {
 		start := time.Now()
-		stdout, _, code := runCall(t, nil, "", "__ping", "--url", "ws://"+freeAddr(t))
+		stdout, _, code := runCall(t, env, "", "__ping", "--url", "ws://"+freeAddr(t))
 		assert.Equal(t, 1, code)
 		assert.Less(t, time.Since(start), 10*time.Second, "fails fast, no reconnect backoff")
 		ce := decodeCallError(t, stdout)

@@ -70,13 +70,16 @@ func (e *WireError) Type() string {
 
 // Proc is a running boxrt.
 type Proc struct {
-	t       *testing.T
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	lines   chan []byte
-	stderr  *syncBuffer
-	Addr    string // HTTP listener, host:port
-	State   string
+	t      *testing.T
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan []byte
+	stderr *syncBuffer
+	Addr   string // HTTP listener, host:port
+	State  string
+	// Token is the control token boxrt generated in its state directory
+	// (WebSocket mode without a configured token); "" otherwise.
+	Token   string
 	done    chan struct{}
 	mu      sync.Mutex
 	nextID  int
@@ -157,6 +160,11 @@ func Start(t *testing.T, o Options) *Proc {
 		}
 	})
 	p.waitHTTP()
+	if !o.Stdio {
+		if b, err := os.ReadFile(filepath.Join(o.StateDir, "control-token")); err == nil {
+			p.Token = strings.TrimSpace(string(b))
+		}
+	}
 	return p
 }
 

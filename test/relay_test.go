@@ -28,14 +28,17 @@ var backendConfigs = map[string]string{
 }
 
 // relayEnv is a stdio boxrt with a workspace directory the sandbox sees at
-// /workspace, and the relay token it returned.
+// /workspace, the control token it returned, and the relay token of each
+// process started through it.
 type relayEnv struct {
 	p     *Proc
 	ws    string // host side of /workspace
 	token string
+	mu    sync.Mutex
+	procs map[string]string // "session/process" → relay_token
 }
 
-func newRelayEnv(t *testing.T, backend string, extraLimits string) *relayEnv {
+func newRelayEnv(t *testing.T, backend string, extraLimits string, env ...string) *relayEnv {
 	t.Helper()
 	root := t.TempDir()
 	require.NoError(t, os.Chmod(root, 0o755))
@@ -47,13 +50,13 @@ func newRelayEnv(t *testing.T, backend string, extraLimits string) *relayEnv {
 		limits += "," + extraLimits
 	}
 	cfg := fmt.Sprintf(`{%s,"local":{"allowed_mount_roots":[%q]},"limits":{%s}}`, backendConfigs[backend], root, limits)
-	p := Start(t, Options{Stdio: true, Config: cfg})
+	p := Start(t, Options{Stdio: true, Config: cfg, Env: env})
 	var health struct {
 		RelayToken string `json:"relay_token"`
 	}
 	p.MustCall("box_health", map[string]any{}, &health)
 	require.NotEmpty(t, health.RelayToken, "stdio mode without a token generates one")
-	return &relayEnv{p: p, ws: ws, token: health.RelayToken}
+	return &relayEnv{p: p, ws: ws, token: health.RelayToken, procs: map[string]string{}}
 }
 
 func (e *relayEnv) session(t *testing.T, id string) {
@@ -67,7 +70,22 @@ func (e *relayEnv) start(t *testing.T, sid, pid, command string, args ...string)
 	var info map[string]any
 	e.p.MustCall("box_start_managed_process", map[string]any{"session_id": sid,
 		"spec": map[string]any{"process_id": pid, "command": command, "args": args, "env": map[string]string{"SECRET_VALUE": "hunter2"}}}, &info)
+	tok, _ := info["relay_token"].(string)
+	require.NotEmpty(t, tok, "every started process gets its own relay token")
+	e.mu.Lock()
+	e.procs[sid+"/"+pid] = tok
+	e.mu.Unlock()
 	return info
+}
+
+// relayToken is the relay token of the process last started as sid/pid.
+func (e *relayEnv) relayToken(sid, pid string) string {
+	if pid == "" {
+		pid = "default"
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.procs[sid+"/"+pid]
 }
 
 func (e *relayEnv) url(sid, pid string) string {
@@ -78,12 +96,21 @@ func (e *relayEnv) url(sid, pid string) string {
 	return u + "/ws"
 }
 
+// dial attaches with the process's own relay token, the credential a host
+// hands its MCP client.
 func (e *relayEnv) dial(t *testing.T, sid, pid string) (*websocket.Conn, *http.Response) {
+	t.Helper()
+	tok := e.relayToken(sid, pid)
+	require.NotEmpty(t, tok, "no process %s/%s was started", sid, pid)
+	return e.dialWith(t, sid, pid, tok)
+}
+
+func (e *relayEnv) dialWith(t *testing.T, sid, pid, token string) (*websocket.Conn, *http.Response) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, resp, err := websocket.Dial(ctx, e.url(sid, pid), &websocket.DialOptions{
-		HTTPHeader: http.Header{"Authorization": {"Bearer " + e.token}}, Subprotocols: []string{"mcp"}})
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}, Subprotocols: []string{"mcp"}})
 	require.NoError(t, err)
 	c.SetReadLimit(32 << 20)
 	t.Cleanup(func() { c.CloseNow() })
@@ -171,6 +198,9 @@ func TestRelayPreUpgradeErrors(t *testing.T) {
 		typ                   string
 	}{
 		{"no token", "pre", "done", "", http.StatusUnauthorized, "Unauthorized"},
+		{"process token on an unknown session", "nope", "done", e.relayToken("pre", "done"), http.StatusUnauthorized, "Unauthorized"},
+		{"process token on an unknown process", "pre", "x", e.relayToken("pre", "done"), http.StatusUnauthorized, "Unauthorized"},
+		{"process token of an exited process", "pre", "done", e.relayToken("pre", "done"), http.StatusConflict, "BoxManagedProcessConflictError"},
 		{"unknown session", "nope", "x", e.token, http.StatusNotFound, "BoxSessionNotFoundError"},
 		{"unknown process", "pre", "x", e.token, http.StatusNotFound, "BoxManagedProcessNotFoundError"},
 		{"exited process", "pre", "done", e.token, http.StatusConflict, "BoxManagedProcessConflictError"},
@@ -193,6 +223,74 @@ func TestRelayPreUpgradeErrors(t *testing.T) {
 			assert.NotEmpty(t, body.Error.Message)
 		})
 	}
+}
+
+// TestRelayTokenScope: one relay token used to open every session's
+// processes, and any holder could take over a live MCP stream. Each
+// process's relay_token now opens that process alone: not a sibling, not
+// the same process id in another session, not a replacement.
+func TestRelayTokenScope(t *testing.T) {
+	e := newRelayEnv(t, "bwrap", "")
+	e.session(t, "s1")
+	e.session(t, "s2")
+	e.start(t, "s1", "a", "cat")
+	e.start(t, "s1", "b", "cat")
+	e.start(t, "s2", "a", "cat")
+	tokA := e.relayToken("s1", "a")
+	require.NotEqual(t, tokA, e.relayToken("s2", "a"))
+
+	status := func(sid, pid, token string, subprotocol bool) int {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		opts := &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}}
+		if subprotocol {
+			opts = &websocket.DialOptions{Subprotocols: []string{"mcp", "boxrt.bearer." + base64url(token)}}
+		}
+		c, resp, err := websocket.Dial(ctx, e.url(sid, pid), opts)
+		if err == nil {
+			c.Close(websocket.StatusNormalClosure, "")
+		}
+		require.NotNil(t, resp, "dial %s/%s: %v", sid, pid, err)
+		if resp.Body != nil {
+			resp.Body.Close()
+		}
+		return resp.StatusCode
+	}
+	tests := []struct {
+		name, sid, pid, token string
+		subprotocol           bool
+		want                  int
+	}{
+		{"own process", "s1", "a", tokA, false, http.StatusSwitchingProtocols},
+		{"own process, subprotocol", "s1", "a", tokA, true, http.StatusSwitchingProtocols},
+		{"sibling process", "s1", "b", tokA, false, http.StatusUnauthorized},
+		{"sibling process, subprotocol", "s1", "b", tokA, true, http.StatusUnauthorized},
+		{"same process id in another session", "s2", "a", tokA, false, http.StatusUnauthorized},
+		{"default route of another process", "s1", "", tokA, false, http.StatusUnauthorized},
+		{"control token still opens any process", "s2", "a", e.token, false, http.StatusSwitchingProtocols},
+		{"wrong token", "s1", "a", "x" + tokA, false, http.StatusUnauthorized},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, status(tc.sid, tc.pid, tc.token, tc.subprotocol))
+		})
+	}
+
+	t.Run("a replaced process gets a new token; the old one is dead", func(t *testing.T) {
+		e.start(t, "s1", "b", "cat")
+		tokB := e.relayToken("s1", "b")
+		e.start(t, "s1", "b", "cat")
+		assert.NotEqual(t, tokB, e.relayToken("s1", "b"))
+		assert.Equal(t, http.StatusUnauthorized, status("s1", "b", tokB, false))
+		assert.Equal(t, http.StatusSwitchingProtocols, status("s1", "b", e.relayToken("s1", "b"), false))
+	})
+
+	t.Run("another process's token cannot take over a live stream", func(t *testing.T) {
+		c, _ := e.dial(t, "s1", "a")
+		assert.Equal(t, http.StatusUnauthorized, status("s1", "a", e.relayToken("s2", "a"), false))
+		writeText(t, c, "still mine")
+		assert.Equal(t, "still mine", readText(t, c))
+	})
 }
 
 func TestRelayFraming(t *testing.T) {
@@ -313,6 +411,72 @@ func TestRelayReplayAndTakeover(t *testing.T) {
 		writeText(t, b, "still here")
 		assert.Equal(t, "still here", readText(t, b))
 	})
+}
+
+// TestRelayTooLongLineDroppedOnce: a stdout line over 16 MiB printed while
+// nobody was attached used to wedge the relay: its marker went back into
+// the replay buffer, so every later attach closed with 1009 and no frames.
+// Now the first attach reports it (1009) and the next one continues after
+// it.
+func TestRelayTooLongLineDroppedOnce(t *testing.T) {
+	e := newRelayEnv(t, "bwrap", "")
+	e.session(t, "long")
+	e.start(t, "long", "p", "sh", "-c", `echo before; head -c 17000000 /dev/zero | tr '\0' x; echo; echo after; sleep 600`)
+	require.Eventually(t, func() bool {
+		var got map[string]any
+		e.p.MustCall("box_get_managed_process", map[string]any{"session_id": "long", "process_id": "p"}, &got)
+		return got["pending_lines"] == float64(3)
+	}, 30*time.Second, 50*time.Millisecond)
+
+	c, resp := e.dial(t, "long", "p")
+	assert.Equal(t, "3", resp.Header.Get("X-Boxrt-Replay-Lines"))
+	assert.Equal(t, "before", readText(t, c))
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_, _, err := c.Read(ctx)
+	var ce websocket.CloseError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, websocket.StatusMessageTooBig, ce.Code)
+	assert.Contains(t, ce.Reason, "exceeds 16777216 bytes")
+
+	c2, resp := e.dial(t, "long", "p")
+	assert.Equal(t, "1", resp.Header.Get("X-Boxrt-Replay-Lines"), "the dropped line's marker is not replayed again")
+	assert.Equal(t, "after", readText(t, c2), "the line after the dropped one is delivered")
+}
+
+// TestRelayUnfinishedLineBudget: every managed process could hold a 16 MiB
+// unfinished stdout line (6 processes reached 228 MiB). One budget now
+// bounds them together; a line that would grow past it is dropped and
+// reported.
+func TestRelayUnfinishedLineBudget(t *testing.T) {
+	const budget = 16 << 20
+	const procs, lineBytes = 8, 12_000_000 // 96 MB unbounded
+	// A low GOGC keeps garbage from passing for held memory.
+	e := newRelayEnv(t, "bwrap", fmt.Sprintf(`"relay_line_buffer_bytes":%d`, budget), "GOGC=10")
+	e.session(t, "hog")
+	for i := range procs {
+		e.start(t, "hog", fmt.Sprintf("p%d", i), "sh", "-c",
+			fmt.Sprintf(`head -c %d /dev/zero | tr '\0' x; touch /workspace/printed-%d; sleep 600`, lineBytes, i))
+	}
+	require.Eventually(t, func() bool {
+		for i := range procs {
+			if _, err := os.Stat(filepath.Join(e.ws, fmt.Sprintf("printed-%d", i))); err != nil {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 100*time.Millisecond, "every process printed its unfinished line")
+
+	peak := 0.0
+	for range 10 {
+		v, err := strconv.ParseFloat(metricValue(t, scrape(t, e.p.Addr, e.token), "go_memstats_heap_inuse_bytes"), 64)
+		require.NoError(t, err)
+		peak = max(peak, v)
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("heap in use: %.1f MiB with a %d MiB budget", peak/(1<<20), budget>>20)
+	assert.Less(t, peak, float64(budget+32<<20), "unfinished lines stay within the budget (plus boxrt's own heap)")
+	assert.Contains(t, e.p.Stderr(), "stdout line dropped unfinished", "the drop is reported")
 }
 
 func TestRelayProcessLifetime(t *testing.T) {

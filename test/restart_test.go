@@ -34,7 +34,7 @@ func TestRuntimeRestartWithRelay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, _, err := relay.Read(ctx)
-	assert.Equal(t, websocket.StatusGoingAway, websocket.CloseStatus(err), "the relay client is told the runtime went away")
+	assert.Equal(t, websocket.StatusGoingAway, websocket.CloseStatus(err), "the relay client is told the runtime went away (%v)", err)
 
 	opts.Addr = p.Addr // same address: the host redials what it knows
 	p2 := Start(t, opts)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
@@ -205,5 +206,9 @@ func (w *processStdin) Close() error {
 	})
 	return w.err
 }
+
+// SetWriteDeadline bounds Write like the connection's own deadline, so the
+// relay can give up on a process that stopped reading its stdin.
+func (w *processStdin) SetWriteDeadline(t time.Time) error { return w.conn.SetWriteDeadline(t) }
 
 func (w *processStdin) markDone() { w.ended.Store(true) }

@@ -328,11 +328,16 @@ func (s *Store) InstallZip(ctx context.Context, src ZipSource, opts ZipOptions) 
 		}
 	}
 
-	staging, err := os.MkdirTemp(root, internalPrefix+"staging-")
+	staging, err := os.MkdirTemp(root, stagingPrefix)
 	if err != nil {
 		return nil, boxerr.Failure("create staging dir: %v", err).Wrap(err)
 	}
 	defer os.RemoveAll(staging)
+	stagingLock, err := lockDir(staging)
+	if err != nil {
+		return nil, boxerr.Failure("lock staging dir: %v", err).Wrap(err)
+	}
+	defer stagingLock.Close()
 	for _, c := range selected {
 		dst := filepath.Join(staging, c.target)
 		if err := copyTree(ctx, c.dir, dst); err != nil {

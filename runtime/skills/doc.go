@@ -16,7 +16,10 @@
 //   - ZIP sizes are enforced on the bytes actually decompressed, never on
 //     the sizes the archive declares, and an install is all-or-nothing;
 //   - list/get failures are BoxValidationError/BoxError values like the
-//     rest, instead of raw exception classes.
+//     rest, instead of raw exception classes;
+//   - work directories (the private temp directory, install staging) are
+//     flock-ed while in use, and opening the store removes those a killed
+//     boxrt left behind.
 //
 // Every error returned by the Store is a *boxerr.Error.
 package skills

@@ -31,6 +31,9 @@ const (
 // trash directories, temp files); discovery and file listings skip them.
 const internalPrefix = ".boxrt-"
 
+// stagingPrefix names install staging directories in the root.
+const stagingPrefix = internalPrefix + "staging-"
+
 // Limits are the configurable ZIP and upload limits (runtime.Limits).
 type Limits struct {
 	MaxUploadBytes   int64 // limits.max_rpc_file_bytes
@@ -94,9 +97,10 @@ type Store struct {
 	locks   keyedLocks
 	uploads uploads
 
-	privMu sync.Mutex
-	priv   string // private 0700 work dir (uploads, extraction); "" until needed
-	closed bool
+	privMu   sync.Mutex
+	priv     string   // private 0700 work dir (uploads, extraction); "" until needed
+	privLock *os.File // holds priv's flock: it is in use
+	closed   bool
 }
 
 // Option configures a Store.
@@ -124,6 +128,12 @@ func New(root func() string, limits func() Limits, opts ...Option) *Store {
 		o(s)
 	}
 	s.uploads.store = s
+	// A boxrt killed with -9 leaves its work directories behind: remove
+	// those no live boxrt holds.
+	removeLeftovers(s.tempParent, privatePrefix)
+	if root := s.rootFn(); strings.TrimSpace(root) != "" {
+		removeLeftovers(root, stagingPrefix)
+	}
 	return s
 }
 
@@ -138,7 +148,8 @@ func (s *Store) Close() error {
 		return nil
 	}
 	err := os.RemoveAll(s.priv)
-	s.priv = ""
+	s.privLock.Close()
+	s.priv, s.privLock = "", nil
 	return err
 }
 
@@ -156,14 +167,19 @@ func (s *Store) privateDir() (string, error) {
 	if err := os.MkdirAll(s.tempParent, 0o755); err != nil {
 		return "", boxerr.Failure("cannot create temp dir %s: %v", s.tempParent, err).Wrap(err)
 	}
-	dir, err := os.MkdirTemp(s.tempParent, "boxrt-skills-")
+	dir, err := os.MkdirTemp(s.tempParent, privatePrefix)
 	if err != nil {
 		return "", boxerr.Failure("cannot create private temp dir: %v", err).Wrap(err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", boxerr.Failure("cannot lock private temp dir: %v", err).Wrap(err)
 	}
 	if real, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = real
 	}
-	s.priv = dir
+	s.priv, s.privLock = dir, lock
 	return dir, nil
 }
 

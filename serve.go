@@ -210,9 +210,14 @@ func runServe(c *cli.Context) error {
 	}
 
 	metrics := newMetrics()
-	rt, err := runtime.New(cfg, newBackend, c.String("state-dir"),
+	// The skill store reads the live configuration (box_init may move its
+	// root) through rt, and rt resolves skill mounts through the store.
+	var rt *runtime.Runtime
+	skillStore := actions.NewSkillStore(func() runtime.Config { return rt.Config() })
+	defer skillStore.Close()
+	rt, err = runtime.New(cfg, newBackend, c.String("state-dir"),
 		runtime.WithLogger(log.With().Str("component", "runtime").Logger()),
-		runtime.WithExecObserver(metrics.exec))
+		runtime.WithExecObserver(metrics.exec), runtime.WithSkillResolver(skillStore))
 	if err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}
@@ -220,15 +225,11 @@ func runServe(c *cli.Context) error {
 	defer stop()
 	rt.Start(ctx)
 
-	dispatcher := actions.New(rt, actions.Server{
+	dispatcher := actions.New(rt, skillStore, actions.Server{
 		Version:    buildVersion(),
 		RelayURL:   func() string { return relayURL.Load().(string) },
 		RelayToken: map[bool]string{true: token}[generated],
 	})
-	skillStore := actions.NewSkillStore(rt)
-	defer skillStore.Close()
-	actions.RegisterSkills(dispatcher, skillStore)
-	rt.SetSkillResolver(skillStore)
 	metrics.register(rt, dispatcher.Methods())
 	rpcLog := log.With().Str("component", "rpc").Logger()
 	keepalive := c.Duration("keepalive")

@@ -319,12 +319,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // duration, error type. Params are never logged, only those two ids. The
 // heartbeat logs at debug so it does not drown the rest.
 func logCall(log zerolog.Logger, call rpc.Call) {
-	ev := log.Info()
+	var ev *zerolog.Event
 	switch {
 	case call.Err != nil:
-		ev = ev.Str("error_type", call.Err.Type).Str("error", truncate(call.Err.Message, 300))
+		ev = log.Info().Str("error_type", call.Err.Type).Str("error", truncate(call.Err.Message, 300))
 	case call.Method == "__ping":
-		ev = log.Debug()
+		ev = log.Debug() // decided before an Info event is built: this runs for every heartbeat
+	default:
+		ev = log.Info()
 	}
 	if !ev.Enabled() {
 		return

@@ -13,8 +13,11 @@ import (
 
 // metrics is boxrt's Prometheus registry.
 type metrics struct {
-	reg          *prometheus.Registry
-	known        map[string]bool
+	reg *prometheus.Registry
+	// known holds each registered method's success counter and duration
+	// histogram, looked up once: label hashing on every call shows in the
+	// heartbeat's profile.
+	known        map[string]methodMetrics
 	rpcRequests  *prometheus.CounterVec
 	rpcDuration  *prometheus.HistogramVec
 	relayEvents  *prometheus.CounterVec
@@ -29,7 +32,7 @@ type metrics struct {
 func newMetrics() *metrics {
 	m := &metrics{
 		reg:   prometheus.NewRegistry(),
-		known: map[string]bool{},
+		known: map[string]methodMetrics{},
 		rpcRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxrt_rpc_requests_total", Help: "JSON-RPC requests answered, by method and error type (\"\" on success).",
 		}, []string{"method", "error_type"}),
@@ -69,7 +72,7 @@ func (m *metrics) logDrops(dropped func() uint64) {
 
 func (m *metrics) register(rt *runtime.Runtime, methods []string) {
 	for _, name := range methods {
-		m.known[name] = true
+		m.known[name] = methodMetrics{ok: m.rpcRequests.WithLabelValues(name, ""), duration: m.rpcDuration.WithLabelValues(name)}
 	}
 	m.reg.MustRegister(&statusCollector{rt: rt})
 }
@@ -82,17 +85,27 @@ func (m *metrics) exec(ev runtime.ExecEvent) {
 	m.execDuration.WithLabelValues(ev.Backend, status).Observe(ev.Duration.Seconds())
 }
 
+type methodMetrics struct {
+	ok       prometheus.Counter
+	duration prometheus.Observer
+}
+
 func (m *metrics) observe(call rpc.Call) {
+	mm, known := m.known[call.Method]
 	method := call.Method
-	if !m.known[method] {
+	if !known {
 		method = "unknown" // bounded label set
+		mm.duration = m.rpcDuration.WithLabelValues(method)
 	}
-	errType := ""
-	if call.Err != nil {
-		errType = call.Err.Type
+	switch {
+	case call.Err != nil:
+		m.rpcRequests.WithLabelValues(method, call.Err.Type).Inc()
+	case known:
+		mm.ok.Inc()
+	default:
+		m.rpcRequests.WithLabelValues(method, "").Inc()
 	}
-	m.rpcRequests.WithLabelValues(method, errType).Inc()
-	m.rpcDuration.WithLabelValues(method).Observe(call.Duration.Seconds())
+	mm.duration.Observe(call.Duration.Seconds())
 }
 
 func (m *metrics) relay(ev relay.Event) {

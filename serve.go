@@ -339,9 +339,21 @@ func runServe(c *cli.Context) error {
 
 	metrics := newMetrics()
 	metrics.logDrops(sink.Dropped)
-	rt, err := runtime.New(cfg, newBackend, c.String("state-dir"),
+	// The skill store reads the live configuration (box_init may move its
+	// root) through rt, and rt resolves skill mounts through the store; the
+	// store opens (and clears leftovers) before rt exists, on the start-up
+	// configuration.
+	var rt *runtime.Runtime
+	skillStore := actions.NewSkillStore(func() runtime.Config {
+		if rt == nil {
+			return cfg
+		}
+		return rt.Config()
+	})
+	defer skillStore.Close()
+	rt, err = runtime.New(cfg, newBackend, c.String("state-dir"),
 		runtime.WithLogger(log.With().Str("component", "runtime").Logger()),
-		runtime.WithExecObserver(metrics.exec))
+		runtime.WithExecObserver(metrics.exec), runtime.WithSkillResolver(skillStore))
 	if err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}
@@ -356,15 +368,11 @@ func runServe(c *cli.Context) error {
 	if token.generated && stdio {
 		relayToken = token.value
 	}
-	dispatcher := actions.New(rt, actions.Server{
+	dispatcher := actions.New(rt, skillStore, actions.Server{
 		Version:    buildVersion(),
 		RelayURL:   func() string { return relayURL.Load().(string) },
 		RelayToken: relayToken,
 	})
-	skillStore := actions.NewSkillStore(rt)
-	defer skillStore.Close()
-	actions.RegisterSkills(dispatcher, skillStore)
-	rt.SetSkillResolver(skillStore)
 	metrics.register(rt, dispatcher.Methods())
 	rpcLog := log.With().Str("component", "rpc").Logger()
 	keepalive := c.Duration("keepalive")
@@ -459,12 +467,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // duration, error type. Params are never logged, only those two ids. The
 // heartbeat logs at debug so it does not drown the rest.
 func logCall(log zerolog.Logger, call rpc.Call) {
-	ev := log.Info()
+	var ev *zerolog.Event
 	switch {
 	case call.Err != nil:
-		ev = ev.Str("error_type", call.Err.Type).Str("error", truncate(call.Err.Message, 300))
+		ev = log.Info().Str("error_type", call.Err.Type).Str("error", truncate(call.Err.Message, 300))
 	case call.Method == "__ping":
-		ev = log.Debug()
+		ev = log.Debug() // decided before an Info event is built: this runs for every heartbeat
+	default:
+		ev = log.Info()
 	}
 	if !ev.Enabled() {
 		return

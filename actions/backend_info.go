@@ -3,13 +3,10 @@ package actions
 import (
 	"context"
 
-	"github.com/boxrt/boxrt/rpc"
+	"github.com/boxrt/boxrt/runtime"
 )
 
 // backendInfo answers from the health cache, never from the engine.
-func (d *Dispatcher) backendInfo(_ context.Context, req *rpc.Request) (any, error) {
-	if err := noParams(req.Params); err != nil {
-		return nil, err
-	}
+func (d *Dispatcher) backendInfo(context.Context, none) (runtime.BackendInfo, error) {
 	return d.rt.BackendInfo(), nil
 }

@@ -6,13 +6,10 @@ import (
 	"sort"
 	"time"
 
-	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
+	"github.com/boxrt/boxrt/runtime/skills"
 )
-
-// method serves one JSON-RPC method.
-type method func(ctx context.Context, req *rpc.Request) (any, error)
 
 // Server is what the actions need from the process around them.
 type Server struct {
@@ -26,40 +23,47 @@ type Server struct {
 // Dispatcher routes requests to methods. It implements rpc.Handler.
 type Dispatcher struct {
 	rt      *runtime.Runtime
+	skills  *skills.Store
 	server  Server
-	methods map[string]method
+	methods map[string]handler
 	errors  errorRing
 }
 
-// New returns a Dispatcher with every method that works registered.
-func New(rt *runtime.Runtime, server Server) *Dispatcher {
-	d := &Dispatcher{rt: rt, server: server}
-	d.methods = map[string]method{
-		"__ping":               d.ping,
-		"box_init":             d.init,
-		"box_health":           d.health,
-		"box_status":           d.status,
-		"box_get_backend_info": d.backendInfo,
-		"box_shutdown":         d.shutdown,
-		"box_exec":             d.exec,
-		"box_create_session":   d.createSession,
-		"box_get_session":      d.getSession,
-		"box_get_sessions":     d.getSessions,
-		"box_delete_session":   d.deleteSession,
+// New returns a Dispatcher with every method registered: the runtime's and
+// the skill store's.
+func New(rt *runtime.Runtime, store *skills.Store, server Server) *Dispatcher {
+	d := &Dispatcher{rt: rt, skills: store, server: server}
+	d.methods = map[string]handler{
+		"__ping":               method(d.ping),
+		"box_init":             method(d.init),
+		"box_health":           method(d.health),
+		"box_status":           method(d.status),
+		"box_get_backend_info": method(d.backendInfo),
+		"box_shutdown":         method(d.shutdown),
+		"box_exec":             method(d.exec),
+		"box_create_session":   method(d.createSession),
+		"box_get_session":      method(d.getSession),
+		"box_get_sessions":     method(d.getSessions),
+		"box_delete_session":   method(d.deleteSession),
 
-		"box_start_managed_process": d.startProcess,
-		"box_get_managed_process":   d.getProcess,
-		"box_stop_managed_process":  d.stopProcess,
+		"box_start_managed_process": method(d.startProcess),
+		"box_get_managed_process":   method(d.getProcess),
+		"box_stop_managed_process":  method(d.stopProcess),
+
+		"box_list_skills":          method(d.listSkills),
+		"box_get_skill":            method(d.getSkill),
+		"box_create_skill":         method(d.createSkill),
+		"box_update_skill":         method(d.updateSkill),
+		"box_delete_skill":         method(d.deleteSkill),
+		"box_scan_skill_directory": method(d.scanSkillDirectory),
+		"box_list_skill_files":     method(d.listSkillFiles),
+		"box_read_skill_file":      method(d.readSkillFile),
+		"box_write_skill_file":     method(d.writeSkillFile),
+		"box_preview_skill_zip":    method(d.previewSkillZip),
+		"box_install_skill_zip":    method(d.installSkillZip),
+		"__file_chunk":             method(d.fileChunk),
 	}
 	return d
-}
-
-// Register adds (or replaces) a method; used to plug in method families
-// that live with their own state, such as the skill store.
-func (d *Dispatcher) Register(name string, fn func(ctx context.Context, params json.RawMessage, transport string) (any, error)) {
-	d.methods[name] = func(ctx context.Context, req *rpc.Request) (any, error) {
-		return fn(ctx, req.Params, req.Transport)
-	}
 }
 
 // Methods lists the registered method names.
@@ -74,11 +78,11 @@ func (d *Dispatcher) Methods() []string {
 
 // Handle implements rpc.Handler. Failures are also kept in the ring of
 // recent errors box_status reports.
-func (d *Dispatcher) Handle(ctx context.Context, req *rpc.Request) (any, error) {
-	var res any
+func (d *Dispatcher) Handle(ctx context.Context, req *rpc.Request) (json.RawMessage, error) {
+	var res json.RawMessage
 	var err error
 	if m, ok := d.methods[req.Method]; ok {
-		res, err = m(ctx, req)
+		res, err = m(ctx, req.Params)
 	} else {
 		err = &rpc.MethodNotFoundError{Method: req.Method}
 	}
@@ -88,10 +92,4 @@ func (d *Dispatcher) Handle(ctx context.Context, req *rpc.Request) (any, error) 
 			Message: truncateText(e.Message, 500), SessionID: sessionIDOf(req.Params)})
 	}
 	return res, err
-}
-
-// noParams checks that params is empty.
-func noParams(raw json.RawMessage) error {
-	var none struct{}
-	return backends.DecodeParams(raw, &none)
 }

@@ -2,9 +2,7 @@ package actions
 
 import (
 	"context"
-	"encoding/json"
 
-	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 	"github.com/boxrt/boxrt/runtime/skills"
 )
@@ -18,24 +16,18 @@ type fileChunkParams struct {
 	ChunkSize   *int   `json:"chunk_size"`
 }
 
+func (p *fileChunkParams) validate() error {
+	if p.ChunkIndex == nil || p.ChunkAmount == nil {
+		return boxerr.Validation("chunk_index", "Invalid file chunk position: chunk_index and chunk_amount are required")
+	}
+	return nil
+}
+
 // fileChunk: __file_chunk {"file_key", "file_length", "chunk_base64",
 // "chunk_index", "chunk_amount", "chunk_size"} → {}. Chunks are staged
 // privately until box_preview_skill_zip / box_install_skill_zip consumes
 // the key. chunk_index and chunk_amount must be JSON integers.
-func fileChunk(store *skills.Store) skillMethod {
-	return func(_ context.Context, raw json.RawMessage, _ string) (any, error) {
-		var p fileChunkParams
-		if err := backends.DecodeParams(raw, &p); err != nil {
-			return nil, err
-		}
-		if p.ChunkIndex == nil || p.ChunkAmount == nil {
-			return nil, boxerr.Validation("chunk_index", "Invalid file chunk position: chunk_index and chunk_amount are required")
-		}
-		err := store.PutChunk(skills.Chunk{FileKey: p.FileKey, FileLength: p.FileLength, ChunkBase64: p.ChunkBase64,
-			ChunkIndex: *p.ChunkIndex, ChunkAmount: *p.ChunkAmount, ChunkSize: p.ChunkSize})
-		if err != nil {
-			return nil, skillErr(err)
-		}
-		return map[string]any{}, nil
-	}
+func (d *Dispatcher) fileChunk(_ context.Context, p fileChunkParams) (struct{}, error) {
+	return struct{}{}, skillErr(d.skills.PutChunk(skills.Chunk{FileKey: p.FileKey, FileLength: p.FileLength,
+		ChunkBase64: p.ChunkBase64, ChunkIndex: *p.ChunkIndex, ChunkAmount: *p.ChunkAmount, ChunkSize: p.ChunkSize}))
 }

@@ -17,13 +17,10 @@ type healthResult struct {
 // health reports the cached backend state and where the relay listens.
 // The generated relay token is only ever returned over stdio, the channel
 // the host already trusts.
-func (d *Dispatcher) health(_ context.Context, req *rpc.Request) (any, error) {
-	if err := noParams(req.Params); err != nil {
-		return nil, err
-	}
+func (d *Dispatcher) health(ctx context.Context, _ none) (healthResult, error) {
 	info := d.rt.BackendInfo()
 	res := healthResult{Name: info.Name, Available: info.Available, Version: d.server.Version, RelayURL: d.relayURL()}
-	if req.Transport == rpc.TransportStdio {
+	if rpc.TransportFrom(ctx) == rpc.TransportStdio {
 		res.RelayToken = d.server.RelayToken
 	}
 	return res, nil

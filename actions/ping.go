@@ -1,15 +1,6 @@
 package actions
 
-import (
-	"context"
-
-	"github.com/boxrt/boxrt/rpc"
-)
+import "context"
 
 // ping answers {} with {}: the heartbeat.
-func (d *Dispatcher) ping(_ context.Context, req *rpc.Request) (any, error) {
-	if err := noParams(req.Params); err != nil {
-		return nil, err
-	}
-	return struct{}{}, nil
-}
+func (d *Dispatcher) ping(context.Context, none) (struct{}, error) { return struct{}{}, nil }

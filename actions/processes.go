@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/rpc"
+	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -14,19 +14,19 @@ type startProcessParams struct {
 	Spec      *backends.ProcessSpec `json:"spec"`
 }
 
-// startProcess starts (or replaces) a managed process in a session.
-func (d *Dispatcher) startProcess(ctx context.Context, req *rpc.Request) (any, error) {
-	var p startProcessParams
-	if err := backends.DecodeParams(req.Params, &p); err != nil {
-		return nil, err
-	}
+func (p *startProcessParams) validate() error {
 	p.SessionID = strings.TrimSpace(p.SessionID)
 	if p.SessionID == "" {
-		return nil, boxerr.Validation("session_id", "session_id is required")
+		return boxerr.Validation("session_id", "session_id is required")
 	}
 	if p.Spec == nil {
-		return nil, boxerr.Validation("spec", "spec is required")
+		return boxerr.Validation("spec", "spec is required")
 	}
+	return nil
+}
+
+// startProcess starts (or replaces) a managed process in a session.
+func (d *Dispatcher) startProcess(ctx context.Context, p startProcessParams) (runtime.ProcessInfo, error) {
 	return d.rt.StartProcess(ctx, p.SessionID, *p.Spec)
 }
 
@@ -35,39 +35,31 @@ type processRef struct {
 	ProcessID string `json:"process_id"`
 }
 
-func decodeProcessRef(raw []byte) (processRef, error) {
-	var ref processRef
-	if err := backends.DecodeParams(raw, &ref); err != nil {
-		return ref, err
+func (p *processRef) validate() error {
+	p.SessionID = strings.TrimSpace(p.SessionID)
+	if p.SessionID == "" {
+		return boxerr.Validation("session_id", "session_id is required")
 	}
-	ref.SessionID = strings.TrimSpace(ref.SessionID)
-	if ref.SessionID == "" {
-		return ref, boxerr.Validation("session_id", "session_id is required")
-	}
-	return ref, nil
+	return nil
 }
 
 // getProcess reports a managed process; env values are never returned.
-func (d *Dispatcher) getProcess(_ context.Context, req *rpc.Request) (any, error) {
-	ref, err := decodeProcessRef(req.Params)
-	if err != nil {
-		return nil, err
-	}
-	return d.rt.Process(ref.SessionID, ref.ProcessID)
+func (d *Dispatcher) getProcess(_ context.Context, p processRef) (runtime.ProcessInfo, error) {
+	return d.rt.Process(p.SessionID, p.ProcessID)
+}
+
+type stopped struct {
+	Stopped string `json:"stopped"`
 }
 
 // stopProcess terminates a managed process (stdin close, SIGTERM, 5 s,
 // SIGKILL, whole tree) and forgets it.
-func (d *Dispatcher) stopProcess(ctx context.Context, req *rpc.Request) (any, error) {
-	ref, err := decodeProcessRef(req.Params)
-	if err != nil {
-		return nil, err
+func (d *Dispatcher) stopProcess(ctx context.Context, p processRef) (stopped, error) {
+	if err := d.rt.StopProcess(ctx, p.SessionID, p.ProcessID); err != nil {
+		return stopped{}, err
 	}
-	if err := d.rt.StopProcess(ctx, ref.SessionID, ref.ProcessID); err != nil {
-		return nil, err
+	if p.ProcessID == "" {
+		p.ProcessID = "default"
 	}
-	if ref.ProcessID == "" {
-		ref.ProcessID = "default"
-	}
-	return map[string]string{"stopped": ref.ProcessID}, nil
+	return stopped{Stopped: p.ProcessID}, nil
 }

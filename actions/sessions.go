@@ -2,63 +2,59 @@ package actions
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/rpc"
+	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
+// specParams is a session spec (box_exec, box_create_session), decoded with
+// the spec's defaults and normalisation.
+type specParams struct{ spec backends.Spec }
+
+func (p *specParams) decodeParams(raw json.RawMessage) (err error) {
+	p.spec, err = backends.DecodeSpec(raw)
+	return err
+}
+
 // createSession creates or reuses a session; cmd is ignored.
-func (d *Dispatcher) createSession(ctx context.Context, req *rpc.Request) (any, error) {
-	spec, err := backends.DecodeSpec(req.Params)
-	if err != nil {
-		return nil, err
-	}
-	return d.rt.EnsureSession(ctx, spec)
+func (d *Dispatcher) createSession(ctx context.Context, p specParams) (backends.SessionInfo, error) {
+	return d.rt.EnsureSession(ctx, p.spec)
 }
 
 type sessionRef struct {
 	SessionID string `json:"session_id"`
 }
 
-func decodeSessionRef(raw []byte) (string, error) {
-	var ref sessionRef
-	if err := backends.DecodeParams(raw, &ref); err != nil {
-		return "", err
+func (p *sessionRef) validate() error {
+	p.SessionID = strings.TrimSpace(p.SessionID)
+	if p.SessionID == "" {
+		return boxerr.Validation("session_id", "session_id is required")
 	}
-	id := strings.TrimSpace(ref.SessionID)
-	if id == "" {
-		return "", boxerr.Validation("session_id", "session_id is required")
-	}
-	return id, nil
+	return nil
 }
 
 // getSession returns a session and its managed processes.
-func (d *Dispatcher) getSession(_ context.Context, req *rpc.Request) (any, error) {
-	id, err := decodeSessionRef(req.Params)
-	if err != nil {
-		return nil, err
-	}
-	return d.rt.GetSession(id)
+func (d *Dispatcher) getSession(_ context.Context, p sessionRef) (runtime.SessionDetails, error) {
+	return d.rt.GetSession(p.SessionID)
+}
+
+type sessionList struct {
+	Sessions []backends.SessionInfo `json:"sessions"`
 }
 
 // getSessions lists every session.
-func (d *Dispatcher) getSessions(_ context.Context, req *rpc.Request) (any, error) {
-	if err := noParams(req.Params); err != nil {
-		return nil, err
-	}
-	return map[string]any{"sessions": d.rt.ListSessions()}, nil
+func (d *Dispatcher) getSessions(context.Context, none) (sessionList, error) {
+	return sessionList{Sessions: d.rt.ListSessions()}, nil
+}
+
+type deleted struct {
+	Deleted string `json:"deleted"`
 }
 
 // deleteSession stops a session's processes and removes its sandbox.
-func (d *Dispatcher) deleteSession(ctx context.Context, req *rpc.Request) (any, error) {
-	id, err := decodeSessionRef(req.Params)
-	if err != nil {
-		return nil, err
-	}
-	if err := d.rt.DeleteSession(ctx, id); err != nil {
-		return nil, err
-	}
-	return map[string]string{"deleted": id}, nil
+func (d *Dispatcher) deleteSession(ctx context.Context, p sessionRef) (deleted, error) {
+	return deleted{Deleted: p.SessionID}, d.rt.DeleteSession(ctx, p.SessionID)
 }

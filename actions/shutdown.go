@@ -1,19 +1,9 @@
 package actions
 
-import (
-	"context"
-
-	"github.com/boxrt/boxrt/rpc"
-)
+import "context"
 
 // shutdown destroys every session, persistent ones included; the runtime
 // keeps serving (reference semantics).
-func (d *Dispatcher) shutdown(ctx context.Context, req *rpc.Request) (any, error) {
-	if err := noParams(req.Params); err != nil {
-		return nil, err
-	}
-	if err := d.rt.ShutdownAll(ctx); err != nil {
-		return nil, err
-	}
-	return struct{}{}, nil
+func (d *Dispatcher) shutdown(ctx context.Context, _ none) (struct{}, error) {
+	return struct{}{}, d.rt.ShutdownAll(ctx)
 }

@@ -2,9 +2,7 @@ package actions
 
 import (
 	"context"
-	"encoding/json"
 
-	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/skills"
 )
 
@@ -16,16 +14,7 @@ type writeSkillFileParams struct {
 
 // writeSkillFile: box_write_skill_file {"name", "path", "content"=""} →
 // {"skill": {"name"}, "path", "bytes_written"}.
-func writeSkillFile(store *skills.Store) skillMethod {
-	return func(ctx context.Context, raw json.RawMessage, _ string) (any, error) {
-		var p writeSkillFileParams
-		if err := backends.DecodeParams(raw, &p); err != nil {
-			return nil, err
-		}
-		out, err := store.WriteFile(ctx, p.Name, p.Path, p.Content)
-		if err != nil {
-			return nil, skillErr(err)
-		}
-		return out, nil
-	}
+func (d *Dispatcher) writeSkillFile(ctx context.Context, p writeSkillFileParams) (skills.WriteResult, error) {
+	out, err := d.skills.WriteFile(ctx, p.Name, p.Path, p.Content)
+	return out, skillErr(err)
 }

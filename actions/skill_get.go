@@ -2,9 +2,7 @@ package actions
 
 import (
 	"context"
-	"encoding/json"
 
-	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/skills"
 )
 
@@ -12,17 +10,13 @@ type skillNameParams struct {
 	Name string `json:"name"`
 }
 
+// skillResult is {"skill": Skill|null}.
+type skillResult struct {
+	Skill *skills.Skill `json:"skill"`
+}
+
 // getSkill: box_get_skill {"name"} → {"skill": Skill|null}.
-func getSkill(store *skills.Store) skillMethod {
-	return func(ctx context.Context, raw json.RawMessage, _ string) (any, error) {
-		var p skillNameParams
-		if err := backends.DecodeParams(raw, &p); err != nil {
-			return nil, err
-		}
-		sk, err := store.Get(ctx, p.Name)
-		if err != nil {
-			return nil, skillErr(err)
-		}
-		return map[string]any{"skill": sk}, nil
-	}
+func (d *Dispatcher) getSkill(ctx context.Context, p skillNameParams) (skillResult, error) {
+	sk, err := d.skills.Get(ctx, p.Name)
+	return skillResult{Skill: sk}, skillErr(err)
 }

@@ -2,21 +2,17 @@ package actions
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/boxrt/boxrt/runtime/skills"
 )
 
+// skillList is the result of the methods that answer with several skills.
+type skillList[S any] struct {
+	Skills []S `json:"skills"`
+}
+
 // listSkills: box_list_skills {} → {"skills": [Skill…]}, newest first.
-func listSkills(store *skills.Store) skillMethod {
-	return func(ctx context.Context, raw json.RawMessage, _ string) (any, error) {
-		if err := noParams(raw); err != nil {
-			return nil, err
-		}
-		list, err := store.List(ctx)
-		if err != nil {
-			return nil, skillErr(err)
-		}
-		return map[string]any{"skills": list}, nil
-	}
+func (d *Dispatcher) listSkills(ctx context.Context, _ none) (skillList[skills.Skill], error) {
+	list, err := d.skills.List(ctx)
+	return skillList[skills.Skill]{Skills: list}, skillErr(err)
 }

@@ -2,9 +2,7 @@ package actions
 
 import (
 	"context"
-	"encoding/json"
 
-	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/skills"
 )
 
@@ -17,22 +15,9 @@ type installZipParams struct {
 // installSkillZip: box_install_skill_zip {"file_key" | "zip_base64",
 // "filename", "source_paths"=[], "source_path"="", "source_subdir"="",
 // "target_suffix"="upload"} → {"skills": [Skill…]}. All-or-nothing.
-func installSkillZip(store *skills.Store) skillMethod {
-	return func(ctx context.Context, raw json.RawMessage, _ string) (any, error) {
-		p := installZipParams{zipParams: defaultZipParams()}
-		if err := backends.DecodeParams(raw, &p); err != nil {
-			return nil, err
-		}
-		src, err := p.source()
-		if err != nil {
-			return nil, err
-		}
-		list, err := store.InstallZip(ctx, src, skills.ZipOptions{
-			Filename: p.Filename, SourceSubdir: p.SourceSubdir, TargetSuffix: p.TargetSuffix,
-			SourcePaths: p.SourcePaths, SourcePath: p.SourcePath})
-		if err != nil {
-			return nil, skillErr(err)
-		}
-		return map[string]any{"skills": list}, nil
-	}
+func (d *Dispatcher) installSkillZip(ctx context.Context, p installZipParams) (skillList[skills.Skill], error) {
+	list, err := d.skills.InstallZip(ctx, p.source(), skills.ZipOptions{
+		Filename: p.Filename, SourceSubdir: p.SourceSubdir, TargetSuffix: p.TargetSuffix,
+		SourcePaths: p.SourcePaths, SourcePath: p.SourcePath})
+	return skillList[skills.Skill]{Skills: list}, skillErr(err)
 }

@@ -10,39 +10,17 @@ import (
 	"github.com/boxrt/boxrt/runtime/skills"
 )
 
-// skillMethod is the shape Dispatcher.Register takes.
-type skillMethod = func(ctx context.Context, params json.RawMessage, transport string) (any, error)
-
-// RegisterSkills adds the skill store methods and __file_chunk.
-func RegisterSkills(d *Dispatcher, store *skills.Store) {
-	for name, fn := range map[string]skillMethod{
-		"box_list_skills":          listSkills(store),
-		"box_get_skill":            getSkill(store),
-		"box_create_skill":         createSkill(store),
-		"box_update_skill":         updateSkill(store),
-		"box_delete_skill":         deleteSkill(store),
-		"box_scan_skill_directory": scanSkillDirectory(store),
-		"box_list_skill_files":     listSkillFiles(store),
-		"box_read_skill_file":      readSkillFile(store),
-		"box_write_skill_file":     writeSkillFile(store),
-		"box_preview_skill_zip":    previewSkillZip(store),
-		"box_install_skill_zip":    installSkillZip(store),
-		"__file_chunk":             fileChunk(store),
-	} {
-		d.Register(name, fn)
-	}
-}
-
-// NewSkillStore builds the store on the runtime's live configuration: the
-// root (local.host_root + local.skills_root) and the limits are read on
-// every call, so box_init changes apply at once. Close it on shutdown.
-func NewSkillStore(rt *runtime.Runtime, opts ...skills.Option) *skills.Store {
+// NewSkillStore builds the store on the live configuration config
+// returns: the root (local.host_root + local.skills_root) and the limits
+// are read on every call, so box_init changes apply at once. Close it on
+// shutdown.
+func NewSkillStore(config func() runtime.Config, opts ...skills.Option) *skills.Store {
 	return skills.New(
 		func() string {
-			cfg := rt.Config()
+			cfg := config()
 			return skills.ResolveRoot(cfg.Local.HostRoot, cfg.Local.SkillsRoot)
 		},
-		func() skills.Limits { return SkillLimits(rt.Config().Limits) },
+		func() skills.Limits { return SkillLimits(config().Limits) },
 		opts...)
 }
 
@@ -104,17 +82,21 @@ type zipParams struct {
 	TargetSuffix string `json:"target_suffix"`
 }
 
-func defaultZipParams() zipParams {
-	return zipParams{Filename: "skill.zip", TargetSuffix: "upload"}
+func (p *zipParams) setDefaults() {
+	p.Filename, p.TargetSuffix = "skill.zip", "upload"
 }
 
-// source checks that exactly one of file_key and zip_base64 is given.
-func (p *zipParams) source() (skills.ZipSource, error) {
+// validate checks that exactly one of file_key and zip_base64 is given.
+func (p *zipParams) validate() error {
 	switch {
 	case p.FileKey != "" && p.ZipBase64 != "":
-		return skills.ZipSource{}, boxerr.Validation("zip_base64", "give either file_key or zip_base64, not both")
+		return boxerr.Validation("zip_base64", "give either file_key or zip_base64, not both")
 	case p.FileKey == "" && p.ZipBase64 == "":
-		return skills.ZipSource{}, boxerr.Validation("file_key", "file_key (from __file_chunk) or zip_base64 is required")
+		return boxerr.Validation("file_key", "file_key (from __file_chunk) or zip_base64 is required")
 	}
-	return skills.ZipSource{FileKey: p.FileKey, Base64: p.ZipBase64}, nil
+	return nil
+}
+
+func (p *zipParams) source() skills.ZipSource {
+	return skills.ZipSource{FileKey: p.FileKey, Base64: p.ZipBase64}
 }

@@ -3,7 +3,6 @@ package actions
 import (
 	"context"
 
-	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
 )
 
@@ -15,10 +14,7 @@ type statusResult struct {
 }
 
 // status is the dashboard view: backend, counts, counters, limits, uptime.
-func (d *Dispatcher) status(_ context.Context, req *rpc.Request) (any, error) {
-	if err := noParams(req.Params); err != nil {
-		return nil, err
-	}
+func (d *Dispatcher) status(context.Context, none) (statusResult, error) {
 	return statusResult{Status: d.rt.Status(), Version: d.server.Version, RelayURL: d.relayURL(),
 		RecentErrors: d.errors.newestFirst()}, nil
 }

@@ -1,9 +1,13 @@
-// Package rpc is boxrt's JSON-RPC 2.0 plumbing on top of
-// sourcegraph/jsonrpc2: line-framed stdio and WebSocket (coder/websocket)
-// transports, frame validation (size, UTF-8, envelope, batches), per
-// connection in-flight limits, bearer-token authentication, the Host/Origin
-// guard in front of every HTTP route, and the encoding
-// of typed errors into JSON-RPC error objects.
+// Package rpc is boxrt's RPC plumbing: one frame loop per connection over
+// line-framed stdio or WebSocket (coder/websocket) text messages, with a
+// pluggable Codec for the envelope (JSON-RPC 2.0 here, LangBot's
+// action-RPC envelope later). The loop owns what every envelope shares:
+// frame size limits, decoding each frame once, the per-connection
+// in-flight bound, cancellation when the connection ends, encoding each
+// answer once, coalesced writes, and server-initiated notifications
+// (Notify). It also owns bearer-token authentication, the Host/Origin guard in
+// front of every HTTP route, and the encoding of errors into wire errors. jsonrpc2 contributes its Error type; its Conn
+// is the reconnect client's, not the server's.
 //
 // It knows nothing about sandboxes: it serves any Handler, and an
 // ErrorEncoder supplied by the caller decides how a Go error looks on the

@@ -10,7 +10,6 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/rs/zerolog"
-	"github.com/sourcegraph/jsonrpc2"
 )
 
 // Transports, as reported in Request.Transport.
@@ -25,18 +24,24 @@ const DefaultMaxInFlight = 128
 // Request is one call as a Handler sees it.
 type Request struct {
 	Method string
-	// ID is the caller's id as sent (JSON), for logs.
-	ID        json.RawMessage
-	Params    json.RawMessage
-	Meta      json.RawMessage
+	// ID is the caller's id as the codec decoded it (for JSON-RPC the raw
+	// JSON, echoed back verbatim); nil for a notification.
+	ID     json.RawMessage
+	Params json.RawMessage
+	// Meta is the tenant context, nil when the request carried none.
+	Meta      *Meta
 	Notif     bool
 	Transport string
 }
 
-// Handler serves requests. The returned result is JSON-encoded; a returned
-// error goes through the Server's ErrorEncoder.
+// Handler serves requests. It returns the result already encoded as JSON
+// (nil means {}), so the server splices it into the answer without
+// encoding it again; a returned error goes through the Server's
+// ErrorEncoder. The context carries the connection (Notify,
+// TransportFrom) and the tenant context (MetaFrom), and is cancelled when
+// the connection ends.
 type Handler interface {
-	Handle(ctx context.Context, req *Request) (any, error)
+	Handle(ctx context.Context, req *Request) (json.RawMessage, error)
 }
 
 // Call describes a finished request, for logs and metrics.
@@ -60,6 +65,7 @@ type Server struct {
 	pingTimeout  time.Duration
 	observe      func(Call)
 	inline       map[string]bool
+	newCodec     func() Codec
 
 	mu      sync.Mutex
 	closed  bool
@@ -95,6 +101,10 @@ func WithInline(methods ...string) Option {
 	}
 }
 
+// WithCodec sets the envelope; newCodec is called once per connection.
+// The default is JSON-RPC 2.0.
+func WithCodec(newCodec func() Codec) Option { return func(s *Server) { s.newCodec = newCodec } }
+
 // WithObserver is called after every answered request.
 func WithObserver(f func(Call)) Option { return func(s *Server) { s.observe = f } }
 
@@ -108,6 +118,7 @@ func NewServer(h Handler, opts ...Option) *Server {
 		pingTimeout:  10 * time.Second,
 		sockets:      map[*websocket.Conn]struct{}{},
 		inline:       map[string]bool{},
+		newCodec:     func() Codec { return JSONRPC{} },
 	}
 	for _, o := range opts {
 		o(s)
@@ -118,8 +129,7 @@ func NewServer(h Handler, opts ...Option) *Server {
 // ServeStdio serves one connection on r/w (one JSON object per line) until
 // r reaches EOF or ctx ends.
 func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) {
-	fc := newLineConn(r, w, MaxMessageBytes, nil)
-	s.serve(ctx, newServerStream(fc, s.log, s.encoder), TransportStdio)
+	s.serve(ctx, newLineConn(r, w, MaxMessageBytes, nil), TransportStdio)
 }
 
 // ServeHTTP upgrades to a WebSocket and serves one JSON-RPC connection on
@@ -139,7 +149,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go Keepalive(ctx, c, s.pingInterval, s.pingTimeout, s.log)
-	s.serve(ctx, newServerStream(&wsConn{ctx: ctx, c: c}, s.log, s.encoder), TransportWebSocket)
+	s.serve(ctx, &wsConn{ctx: ctx, c: c}, TransportWebSocket)
 }
 
 // Keepalive pings c every interval until ctx ends; a peer that does not
@@ -203,112 +213,3 @@ func (s *Server) Close(ctx context.Context) {
 	case <-ctx.Done():
 	}
 }
-
-func (s *Server) serve(ctx context.Context, stream *serverStream, transport string) {
-	ctx, cancel := context.WithCancel(ctx)
-	a := &adapter{server: s, stream: stream, transport: transport, sem: make(chan struct{}, s.maxInFlight)}
-	conn := jsonrpc2.NewConn(ctx, stream, a, jsonrpc2.SetLogger(printfLogger{s.log}))
-	select {
-	case <-conn.DisconnectNotify():
-	case <-ctx.Done():
-	}
-	// In-flight handlers of a dead connection are cancelled, as in the
-	// reference; sessions and managed processes do not depend on it.
-	cancel()
-	_ = conn.Close()
-	// Handlers see their context cancelled and their replies refused; one
-	// stuck writing to a peer that stopped reading must not hold shutdown.
-	done := make(chan struct{})
-	go func() { a.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(handlerDrainTimeout):
-		s.log.Warn().Msg("request handlers still running after the connection ended; not waiting for them")
-	}
-}
-
-// handlerDrainTimeout bounds how long a closed connection waits for its
-// in-flight handlers.
-const handlerDrainTimeout = 3 * time.Second
-
-// adapter bridges jsonrpc2 to Handler: one goroutine per request, bounded.
-type adapter struct {
-	server    *Server
-	stream    *serverStream
-	transport string
-	sem       chan struct{}
-	wg        sync.WaitGroup
-}
-
-func (a *adapter) Handle(ctx context.Context, conn *jsonrpc2.Conn, r *jsonrpc2.Request) {
-	req := &Request{Method: r.Method, Notif: r.Notif, Transport: a.transport}
-	if r.Params != nil {
-		req.Params = *r.Params
-	}
-	if r.Meta != nil {
-		req.Meta = *r.Meta
-	}
-	if !r.Notif {
-		req.ID = a.stream.peekID(r.ID.Num)
-	}
-	if a.server.inline[req.Method] {
-		start := time.Now()
-		result, err := a.server.handler.Handle(ctx, req)
-		if !r.Notif {
-			a.reply(ctx, conn, r, req, start, result, err)
-		}
-		return
-	}
-	select {
-	case a.sem <- struct{}{}:
-	default:
-		if !r.Notif {
-			a.reply(ctx, conn, r, req, time.Now(), nil, ErrBusy)
-		}
-		return
-	}
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		defer func() { <-a.sem }()
-		start := time.Now()
-		result, err := a.server.handler.Handle(ctx, req)
-		if r.Notif {
-			return
-		}
-		a.reply(ctx, conn, r, req, start, result, err)
-	}()
-}
-
-func (a *adapter) reply(ctx context.Context, conn *jsonrpc2.Conn, r *jsonrpc2.Request, req *Request, start time.Time, result any, err error) {
-	call := Call{Method: req.Method, ID: req.ID, Params: req.Params, Transport: a.transport}
-	var sendErr error
-	if err != nil {
-		call.Err = Encode(a.server.encoder, err)
-		sendErr = conn.ReplyWithError(ctx, r.ID, call.Err.jsonrpc())
-	} else {
-		if result == nil {
-			result = struct{}{}
-		}
-		sendErr = conn.Reply(ctx, r.ID, result)
-	}
-	call.Duration = time.Since(start)
-	if sendErr != nil {
-		a.server.log.Debug().Err(sendErr).Str("method", req.Method).Msg("cannot send response")
-	}
-	if a.server.observe != nil {
-		a.server.observe(call)
-	}
-}
-
-// peekID returns the caller's original id for an internal one without
-// forgetting it (the response write does that).
-func (s *serverStream) peekID(internal uint64) json.RawMessage {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ids[internal]
-}
-
-type printfLogger struct{ log zerolog.Logger }
-
-func (p printfLogger) Printf(format string, v ...any) { p.log.Debug().Msgf(format, v...) }

@@ -2,15 +2,17 @@ package rpc
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -20,8 +22,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func nopLogger() zerolog.Logger { return zerolog.Nop() }
-
 // blockingHandler answers "wait" only when released and everything else at
 // once.
 type blockingHandler struct {
@@ -30,7 +30,7 @@ type blockingHandler struct {
 	notifs  int
 }
 
-func (h *blockingHandler) Handle(ctx context.Context, req *Request) (any, error) {
+func (h *blockingHandler) Handle(ctx context.Context, req *Request) (json.RawMessage, error) {
 	if req.Notif {
 		h.mu.Lock()
 		h.notifs++
@@ -43,9 +43,9 @@ func (h *blockingHandler) Handle(ctx context.Context, req *Request) (any, error)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		return "released", nil
+		return json.RawMessage(`"released"`), nil
 	case "echo":
-		return json.RawMessage(req.Params), nil
+		return req.Params, nil
 	}
 	return nil, &MethodNotFoundError{Method: req.Method}
 }
@@ -162,4 +162,163 @@ func TestInlineMethodAnsweredWhenBusy(t *testing.T) {
 	assert.Equal(t, map[string]any{"alive": true}, r["result"])
 	close(h.release)
 	assert.Equal(t, "released", c.read(t)["result"])
+}
+
+// funcHandler serves every request with one function.
+type funcHandler func(ctx context.Context, req *Request) (json.RawMessage, error)
+
+func (f funcHandler) Handle(ctx context.Context, req *Request) (json.RawMessage, error) {
+	return f(ctx, req)
+}
+
+// countingWriter counts Write calls: each is one syscall on a real pipe.
+type countingWriter struct {
+	bytes.Buffer
+	writes int
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.writes++
+	return w.Buffer.Write(p)
+}
+
+// serveAll serves in to completion on a writer that counts writes.
+func serveAll(t *testing.T, h Handler, in string, opts ...Option) ([]map[string]any, int) {
+	t.Helper()
+	var out countingWriter
+	NewServer(h, opts...).ServeStdio(context.Background(), strings.NewReader(in), &out)
+	var msgs []map[string]any
+	for _, line := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
+		msgs = append(msgs, m)
+	}
+	return msgs, out.writes
+}
+
+func TestServe(t *testing.T) {
+	ok := funcHandler(func(context.Context, *Request) (json.RawMessage, error) { return json.RawMessage(`{"ok":true}`), nil })
+	pings := func(n int) string {
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, `{"jsonrpc":"2.0","id":%d,"method":"ping"}`+"\n", i)
+		}
+		return b.String()
+	}
+	tests := []struct {
+		name    string
+		handler Handler
+		opts    []Option
+		in      string
+		check   func(t *testing.T, msgs []map[string]any, writes int)
+	}{
+		{
+			name: "inline answers to a buffered burst share one write", handler: ok, opts: []Option{WithInline("ping")}, in: pings(100),
+			check: func(t *testing.T, msgs []map[string]any, writes int) {
+				require.Len(t, msgs, 100)
+				for i, m := range msgs {
+					assert.Equal(t, float64(i), m["id"], "inline answers keep request order")
+				}
+				assert.Equal(t, 1, writes)
+			},
+		},
+		{
+			name: "notification sent on the request's connection before its answer",
+			handler: funcHandler(func(ctx context.Context, req *Request) (json.RawMessage, error) {
+				require.NoError(t, Notify(ctx, "box_exec_output", map[string]string{"chunk": "hi"}))
+				return nil, nil
+			}),
+			in: `{"jsonrpc":"2.0","id":"n","method":"box_exec"}` + "\n",
+			check: func(t *testing.T, msgs []map[string]any, _ int) {
+				require.Len(t, msgs, 2)
+				assert.Equal(t, map[string]any{"jsonrpc": "2.0", "method": "box_exec_output", "params": map[string]any{"chunk": "hi"}}, msgs[0])
+				assert.Equal(t, map[string]any{"jsonrpc": "2.0", "id": "n", "result": map[string]any{}}, msgs[1])
+			},
+		},
+		{
+			name: "meta and transport reach the handler",
+			handler: funcHandler(func(ctx context.Context, req *Request) (json.RawMessage, error) {
+				m, ok := MetaFrom(ctx)
+				require.True(t, ok)
+				assert.Equal(t, req.Meta, m)
+				return json.Marshal([]any{m.WorkspaceUUID, m.PlacementGeneration, TransportFrom(ctx)})
+			}),
+			in: `{"jsonrpc":"2.0","id":1,"method":"m","meta":{"instance_uuid":"i","workspace_uuid":"w","placement_generation":3}}` + "\n",
+			check: func(t *testing.T, msgs []map[string]any, _ int) {
+				require.Len(t, msgs, 1)
+				assert.Equal(t, []any{"w", float64(3), TransportStdio}, msgs[0]["result"])
+			},
+		},
+		{
+			name: "answer over the message limit becomes an error",
+			handler: funcHandler(func(context.Context, *Request) (json.RawMessage, error) {
+				return json.Marshal(strings.Repeat("a", MaxMessageBytes))
+			}),
+			in: `{"jsonrpc":"2.0","id":"big","method":"m"}` + "\n",
+			check: func(t *testing.T, msgs []map[string]any, _ int) {
+				require.Len(t, msgs, 1)
+				assert.Equal(t, "big", msgs[0]["id"])
+				assert.Equal(t, float64(boxerr.ErrInternal.Code), msgs[0]["error"].(map[string]any)["code"])
+			},
+		},
+		{
+			name: "malformed frames are answered and the loop goes on", handler: ok, in: "nope\n[1]\n" + pings(1),
+			check: func(t *testing.T, msgs []map[string]any, _ int) {
+				require.Len(t, msgs, 3)
+				assert.Equal(t, float64(boxerr.ErrParse.Code), msgs[0]["error"].(map[string]any)["code"])
+				assert.Equal(t, float64(boxerr.ErrInvalidRequest.Code), msgs[1]["error"].(map[string]any)["code"])
+				assert.Equal(t, map[string]any{"ok": true}, msgs[2]["result"])
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			msgs, writes := serveAll(t, tc.handler, tc.in, tc.opts...)
+			tc.check(t, msgs, writes)
+		})
+	}
+}
+
+// lineCodec is a second envelope, "<id> <method>" → "<id> ok|<error type>"
+// and "! <method>" for notifications: the frame loop serves it unchanged.
+type lineCodec struct{}
+
+func (lineCodec) Decode(frame []byte) (*Request, error) {
+	id, method, ok := strings.Cut(string(frame), " ")
+	if !ok {
+		return nil, &DecodeError{Err: invalidRequest("want <id> <method>")}
+	}
+	return &Request{Method: method, ID: json.RawMessage(id)}, nil
+}
+
+func (lineCodec) Encode(m *Message) ([][]byte, error) {
+	switch {
+	case m.Method != "":
+		return [][]byte{[]byte("! " + m.Method)}, nil
+	case m.Error != nil:
+		return [][]byte{[]byte(string(orNull(m.ID)) + " " + m.Error.Type)}, nil
+	}
+	return [][]byte{[]byte(string(m.ID) + " ok")}, nil
+}
+
+func TestCodecIsPluggable(t *testing.T) {
+	h := funcHandler(func(ctx context.Context, req *Request) (json.RawMessage, error) {
+		if req.Method == "tick" {
+			return nil, Notify(ctx, "tock", nil)
+		}
+		return nil, &MethodNotFoundError{Method: req.Method}
+	})
+	var out bytes.Buffer
+	NewServer(h, WithCodec(func() Codec { return lineCodec{} })).
+		ServeStdio(context.Background(), strings.NewReader("1 tick\n2 nope\nbad\n"), &out)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	sort.Strings(lines)
+	assert.Equal(t, []string{"! tock", "1 ok", "2 MethodNotFound", "null InvalidRequest"}, lines)
+}
+
+func TestNotifyOutsideARequest(t *testing.T) {
+	assert.Error(t, Notify(context.Background(), "m", nil))
 }

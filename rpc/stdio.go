@@ -13,6 +13,7 @@ type lineConn struct {
 	r     *bufio.Reader
 	w     *bufio.Writer
 	limit int
+	line  []byte // reused for lines longer than the read buffer
 	close func() error
 	once  sync.Once
 }
@@ -21,57 +22,78 @@ func newLineConn(r io.Reader, w io.Writer, limit int, closeFn func() error) *lin
 	return &lineConn{r: bufio.NewReaderSize(r, 64<<10), w: bufio.NewWriterSize(w, 64<<10), limit: limit, close: closeFn}
 }
 
-// ReadFrame returns the next non-empty line without its terminator. A line
-// longer than the limit is discarded up to its newline — never held in
-// memory whole — and reported as errFrameTooLarge so the caller can answer
-// it and carry on with the next line.
+// ReadFrame returns the next non-empty line without its terminator, valid
+// until the next call: a line that fits the read buffer is not copied. A
+// line longer than the limit is discarded up to its newline — never held
+// in memory whole — and reported as errFrameTooLarge so the caller can
+// answer it and carry on with the next line.
 func (c *lineConn) ReadFrame() ([]byte, error) {
 	for {
-		var line []byte
-		tooLarge := false
-		for {
-			chunk, err := c.r.ReadSlice('\n')
-			if !tooLarge {
-				if len(line)+len(chunk) > c.limit+1 { // +1: the newline itself
-					tooLarge = true
-					line = nil
-				} else {
-					line = append(line, chunk...)
-				}
-			}
-			if err == nil {
-				break
-			}
-			if errors.Is(err, bufio.ErrBufferFull) {
-				continue
-			}
-			if errors.Is(err, io.EOF) && len(line) > 0 && !tooLarge {
-				return bytes.TrimRight(line, "\r\n"), nil
-			}
+		line, err := c.readLine()
+		if err != nil {
 			return nil, err
 		}
-		if tooLarge {
-			return nil, errFrameTooLarge
+		if len(bytes.TrimSpace(line)) > 0 {
+			return line, nil
 		}
-		line = bytes.TrimRight(line, "\r\n")
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		return line, nil
 	}
 }
 
-// WriteFrame writes one line and flushes it, so a host reading line by line
-// never waits on a buffer.
+func (c *lineConn) readLine() ([]byte, error) {
+	chunk, err := c.r.ReadSlice('\n')
+	if err == nil && len(chunk) <= c.limit+1 { // +1: the newline itself
+		return bytes.TrimRight(chunk, "\r\n"), nil
+	}
+	line := c.line[:0]
+	tooLarge := false
+	for {
+		if !tooLarge {
+			if len(line)+len(chunk) > c.limit+1 {
+				tooLarge = true
+				line = line[:0]
+			} else {
+				line = append(line, chunk...)
+			}
+		}
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			if errors.Is(err, io.EOF) && len(line) > 0 && !tooLarge {
+				break
+			}
+			return nil, err
+		}
+		chunk, err = c.r.ReadSlice('\n')
+	}
+	if cap(line) <= 1<<20 {
+		c.line = line // keep a modest buffer for the next long line
+	}
+	if tooLarge {
+		return nil, errFrameTooLarge
+	}
+	return bytes.TrimRight(line, "\r\n"), nil
+}
+
+// More reports whether a whole line is already buffered.
+func (c *lineConn) More() bool {
+	n := c.r.Buffered()
+	if n == 0 {
+		return false
+	}
+	b, _ := c.r.Peek(n)
+	return bytes.IndexByte(b, '\n') >= 0
+}
+
+// WriteFrame buffers one line; Flush sends what is buffered.
 func (c *lineConn) WriteFrame(b []byte) error {
 	if _, err := c.w.Write(b); err != nil {
 		return err
 	}
-	if err := c.w.WriteByte('\n'); err != nil {
-		return err
-	}
-	return c.w.Flush()
+	return c.w.WriteByte('\n')
 }
+
+func (c *lineConn) Flush() error { return c.w.Flush() }
 
 func (c *lineConn) Close() error {
 	var err error

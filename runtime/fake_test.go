@@ -161,7 +161,7 @@ func (c *fakeClock) NewTicker(time.Duration) (<-chan time.Time, func()) {
 	return make(chan time.Time), func() {}
 }
 
-func newTestRuntime(t *testing.T, fb *fakeBackend, patch string) (*Runtime, *fakeClock) {
+func newTestRuntime(t *testing.T, fb *fakeBackend, patch string, opts ...Option) (*Runtime, *fakeClock) {
 	t.Helper()
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	cfg := DefaultConfig()
@@ -171,7 +171,7 @@ func newTestRuntime(t *testing.T, fb *fakeBackend, patch string) (*Runtime, *fak
 		require.NoError(t, err)
 	}
 	factory := func(string, Config, string, string) (backends.Backend, error) { return fb, nil }
-	rt, err := New(cfg, factory, t.TempDir(), WithClock(clock))
+	rt, err := New(cfg, factory, t.TempDir(), append([]Option{WithClock(clock)}, opts...)...)
 	require.NoError(t, err)
 	rt.Start(context.Background())
 	t.Cleanup(func() { _ = rt.Close(context.Background()) })

@@ -323,8 +323,7 @@ func TestSkillMounts(t *testing.T) {
 
 	t.Run("backend that cannot add mounts recreates once per new skill", func(t *testing.T) {
 		fb := newFake()
-		rt, _ := newTestRuntime(t, fb, "")
-		rt.SetSkillResolver(store)
+		rt, _ := newTestRuntime(t, fb, "", WithSkillResolver(store))
 		require.NoError(t, run(rt, "alpha"))
 		require.Len(t, fb.specs, 1)
 		assert.Equal(t, []backends.MountSpec{alpha}, fb.specs[0].ExtraMounts, "skill_name mounts read-only")
@@ -341,8 +340,7 @@ func TestSkillMounts(t *testing.T) {
 	t.Run("live backend gets mounts per exec without recreating", func(t *testing.T) {
 		fb := newFake()
 		fb.live = true
-		rt, _ := newTestRuntime(t, fb, "")
-		rt.SetSkillResolver(store)
+		rt, _ := newTestRuntime(t, fb, "", WithSkillResolver(store))
 		require.NoError(t, run(rt, "alpha"))
 		require.NoError(t, run(rt, "", backends.SkillMount{Name: "beta", Mode: backends.MountRW}))
 		require.NoError(t, run(rt, ""))
@@ -355,8 +353,7 @@ func TestSkillMounts(t *testing.T) {
 	})
 	t.Run("unknown skill is a validation error", func(t *testing.T) {
 		fb := newFake()
-		rt, _ := newTestRuntime(t, fb, "")
-		rt.SetSkillResolver(store)
+		rt, _ := newTestRuntime(t, fb, "", WithSkillResolver(store))
 		require.ErrorIs(t, run(rt, "gamma"), boxerr.ErrValidation)
 	})
 	t.Run("no store", func(t *testing.T) {

@@ -15,13 +15,9 @@ type SkillResolver interface {
 	PackageRoot(ctx context.Context, name string) (string, error)
 }
 
-// SetSkillResolver plugs in the skill store; until then specs naming skills
-// are refused. Call it before Start.
-func (r *Runtime) SetSkillResolver(sr SkillResolver) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.skills = sr
-}
+// WithSkillResolver plugs in the skill store; without one, specs naming
+// skills are refused.
+func WithSkillResolver(sr SkillResolver) Option { return func(r *Runtime) { r.skills = sr } }
 
 // resolveSkills turns spec.SkillName (read-only, the reference's field) and
 // spec.Skills into mounts at <mount_path>/.skills/<name>.
@@ -33,9 +29,7 @@ func (r *Runtime) resolveSkills(ctx context.Context, spec backends.Spec) ([]back
 	if len(wanted) == 0 {
 		return nil, nil
 	}
-	r.mu.Lock()
 	sr := r.skills
-	r.mu.Unlock()
 	if sr == nil {
 		return nil, boxerr.Validation("skills", "this runtime has no skill store")
 	}

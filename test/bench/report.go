@@ -1,6 +1,7 @@
 package main
 
 import (
+	_ "embed"
 	"fmt"
 	"math"
 	"os"
@@ -74,6 +75,12 @@ type Row struct {
 	Boxrt *Measure
 	Base  *Measure
 }
+
+// whereTimeGoes is the hand-measured breakdown of a __ping's cost,
+// reproduced in every report that has the ping scenario.
+//
+//go:embed where_time_goes.md
+var whereTimeGoes string
 
 // Goal is a target stated in the report, with whether it was met.
 type Goal struct {
@@ -334,6 +341,10 @@ func (b *bench) writeReport(total time.Duration) error {
 			fmt.Fprintf(&sb, "- %s\n", note)
 		}
 		fmt.Fprintf(&sb, "\n_Scenario time: %s; load average when it started: %s._\n\n", s.Elapsed.Round(100*time.Millisecond), s.LoadStart)
+	}
+
+	if b.want("ping") {
+		sb.WriteString(strings.TrimSpace(whereTimeGoes) + "\n\n")
 	}
 
 	if len(b.cleanup) > 0 {

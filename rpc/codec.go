@@ -1,0 +1,56 @@
+package rpc
+
+import (
+	"encoding/json"
+)
+
+// Codec is the envelope of one connection: it turns an inbound frame into
+// a Request and an outbound Message into frames. The frame loop decodes
+// each frame once and encodes each answer once; everything between (the
+// in-flight bound, cancellation, size limits, write coalescing) is the
+// loop's and the same for every codec. A codec may keep per-connection
+// state (reassembling a message sent in chunks), so the Server makes one
+// per connection; the loop calls Decode from one goroutine and Encode from
+// many, so Encode must be safe for concurrent use.
+type Codec interface {
+	// Decode turns one frame into a request. A nil request with a nil
+	// error means there is nothing to do (a response from the peer, one
+	// chunk of a message still incomplete). A malformed frame is a
+	// *DecodeError, answered with its error to its id.
+	Decode(frame []byte) (*Request, error)
+	// Encode turns m into the frames that carry it, in order: one for
+	// JSON-RPC, several for an envelope that splits large messages. The
+	// frames are the caller's; the codec keeps no reference.
+	Encode(m *Message) ([][]byte, error)
+}
+
+// Message is what the server sends: the answer to a request (Result or
+// Error, with the request's ID) or a notification (Method, Params).
+type Message struct {
+	// ID is the request's ID as the codec decoded it; nil when it could not
+	// be read (the codec encodes its "no id", JSON-RPC's null).
+	ID     json.RawMessage
+	Result json.RawMessage
+	Error  *Error
+
+	Method string
+	Params json.RawMessage
+}
+
+// DecodeError is a frame the codec refused, with the id to answer to (nil
+// when it could not be read).
+type DecodeError struct {
+	ID  json.RawMessage
+	Err *Error
+}
+
+func (e *DecodeError) Error() string { return e.Err.Error() }
+
+// Meta is the tenant context a request carries: JSON-RPC's "meta" member,
+// the LangBot envelope's "context". boxrt is single-tenant today, so
+// handlers receive it (Request.Meta, MetaFrom) and ignore it.
+type Meta struct {
+	InstanceUUID        string `json:"instance_uuid"`
+	WorkspaceUUID       string `json:"workspace_uuid"`
+	PlacementGeneration int64  `json:"placement_generation"`
+}

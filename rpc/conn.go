@@ -1,0 +1,355 @@
+package rpc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// frameConn moves whole messages. ReadFrame returns errFrameTooLarge
+// (after discarding the oversized message) when the connection can go on;
+// the frame it returns is valid until the next ReadFrame. WriteFrame may
+// buffer until Flush.
+type frameConn interface {
+	ReadFrame() ([]byte, error)
+	// More reports whether a whole frame is already buffered, so the next
+	// ReadFrame will not block.
+	More() bool
+	WriteFrame([]byte) error
+	Flush() error
+	Close() error
+}
+
+var errFrameTooLarge = errors.New("message exceeds the size limit")
+
+// ErrClosed is returned by Notify once the connection has ended.
+var ErrClosed = errors.New("connection closed")
+
+// drainTimeout bounds how long a connection whose peer stopped sending
+// waits for the answers still owed before cancelling them, and then how
+// long it waits for the cancelled handlers to return.
+const drainTimeout = 3 * time.Second
+
+// conn is one connection's frame loop: read a frame, decode it once,
+// dispatch it (inline, or on its own goroutine within the in-flight
+// bound), encode the answer once.
+type conn struct {
+	srv       *Server
+	fc        frameConn
+	codec     Codec
+	transport string
+	out       outbox
+	sem       chan struct{}
+
+	mu       sync.Mutex // guards closed against handlers.Add
+	closed   bool
+	handlers sync.WaitGroup
+}
+
+type connKey struct{}
+type metaKey struct{}
+
+func (s *Server) serve(ctx context.Context, fc frameConn, transport string) {
+	c := &conn{srv: s, fc: fc, codec: s.newCodec(), transport: transport, sem: make(chan struct{}, s.maxInFlight)}
+	c.out.init(fc)
+	ctx, cancel := context.WithCancel(context.WithValue(ctx, connKey{}, c))
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.readLoop(ctx)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	// In-flight handlers of a dead connection are cancelled, as in the
+	// reference; sessions and managed processes do not depend on it.
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	cancel()
+	_ = fc.Close()
+	// One handler stuck writing to a peer that stopped reading must not
+	// hold shutdown.
+	if !waitTimeout(&c.handlers, drainTimeout) {
+		s.log.Warn().Msg("request handlers still running after the connection ended; not waiting for them")
+	}
+	c.out.close()
+}
+
+func (c *conn) readLoop(ctx context.Context) {
+	for {
+		// Answers of inline calls wait in the outbox while more requests
+		// are already buffered, so a burst costs one write, not one each.
+		if !c.fc.More() {
+			if err := c.out.flush(); err != nil {
+				c.srv.log.Debug().Err(err).Msg("cannot send responses")
+			}
+		}
+		frame, err := c.fc.ReadFrame()
+		if errors.Is(err, errFrameTooLarge) {
+			c.srv.log.Warn().Int("limit", MaxMessageBytes).Msg("refused oversized message")
+			c.send(&Message{Error: invalidRequest("message exceeds the %d-byte limit", MaxMessageBytes)}, false)
+			continue
+		}
+		if err != nil {
+			// The peer stopped sending (stdin EOF): answer what is already
+			// in flight before the connection is torn down.
+			_ = c.out.flush()
+			waitTimeout(&c.handlers, drainTimeout)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		req, err := c.codec.Decode(frame)
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				de = &DecodeError{Err: parseError("%v", err)}
+			}
+			c.srv.log.Debug().Str("error_type", de.Err.Type).Str("error", de.Err.Message).Msg("rejected malformed message")
+			c.send(&Message{ID: de.ID, Error: de.Err}, false)
+			continue
+		}
+		if req != nil {
+			req.Transport = c.transport
+			c.dispatch(ctx, req)
+		}
+	}
+}
+
+// dispatch runs inline methods on the reading goroutine and everything
+// else on its own goroutine, at most maxInFlight at a time; the next one
+// is refused at once with ErrBusy.
+func (c *conn) dispatch(ctx context.Context, req *Request) {
+	if c.srv.inline[req.Method] {
+		c.run(ctx, req, false)
+		return
+	}
+	select {
+	case c.sem <- struct{}{}:
+	default:
+		if !req.Notif {
+			c.reply(req, time.Now(), nil, ErrBusy, false)
+		}
+		return
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		<-c.sem
+		return
+	}
+	c.handlers.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.handlers.Done()
+		defer func() { <-c.sem }()
+		c.run(ctx, req, true)
+	}()
+}
+
+func (c *conn) run(ctx context.Context, req *Request, flush bool) {
+	start := time.Now()
+	if req.Meta != nil {
+		ctx = context.WithValue(ctx, metaKey{}, req.Meta)
+	}
+	result, err := c.srv.handler.Handle(ctx, req)
+	if !req.Notif {
+		c.reply(req, start, result, err, flush)
+	}
+}
+
+func (c *conn) reply(req *Request, start time.Time, result json.RawMessage, err error, flush bool) {
+	call := Call{Method: req.Method, ID: req.ID, Params: req.Params, Transport: c.transport}
+	m := &Message{ID: req.ID, Result: result}
+	if err != nil {
+		call.Err = Encode(c.srv.encoder, err)
+		m.Error = call.Err
+	}
+	if sendErr := c.send(m, flush); sendErr != nil {
+		c.srv.log.Debug().Err(sendErr).Str("method", req.Method).Msg("cannot send response")
+	}
+	call.Duration = time.Since(start)
+	if c.srv.observe != nil {
+		c.srv.observe(call)
+	}
+}
+
+// send encodes m and queues it; an answer that would exceed the message
+// limit is replaced by an error saying so.
+func (c *conn) send(m *Message, flush bool) error {
+	frames, err := c.encode(m)
+	if err != nil {
+		return err
+	}
+	return c.out.send(frames, flush)
+}
+
+func (c *conn) encode(m *Message) ([][]byte, error) {
+	frames, err := c.codec.Encode(m)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range frames {
+		if len(f) > MaxMessageBytes {
+			if m.Method != "" {
+				return nil, fmt.Errorf("notification %s: %w (%d bytes, limit %d)", m.Method, ErrResponseTooLarge, len(f), MaxMessageBytes)
+			}
+			c.srv.log.Error().Int("bytes", len(f)).Msg("response exceeds the message limit; sending an error instead")
+			e := Encode(c.srv.encoder, fmt.Errorf("%w (%d bytes, limit %d)", ErrResponseTooLarge, len(f), MaxMessageBytes))
+			return c.codec.Encode(&Message{ID: m.ID, Error: e})
+		}
+	}
+	return frames, nil
+}
+
+// Notify sends a server-initiated notification (no id, no answer) on the
+// connection the request in ctx arrived on.
+func Notify(ctx context.Context, method string, params any) error {
+	c, ok := ctx.Value(connKey{}).(*conn)
+	if !ok {
+		return errors.New("rpc: Notify outside a request")
+	}
+	raw, err := json.Marshal(params)
+	if err != nil {
+		return err
+	}
+	return c.send(&Message{Method: method, Params: raw}, true)
+}
+
+// TransportFrom returns the transport the request in ctx arrived on
+// (TransportStdio, TransportWebSocket), "" outside a request.
+func TransportFrom(ctx context.Context) string {
+	if c, ok := ctx.Value(connKey{}).(*conn); ok {
+		return c.transport
+	}
+	return ""
+}
+
+// MetaFrom returns the tenant context of the request in ctx, if it had
+// one.
+func MetaFrom(ctx context.Context) (*Meta, bool) {
+	m, ok := ctx.Value(metaKey{}).(*Meta)
+	return m, ok
+}
+
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// maxQueuedBytes bounds the answers waiting for the writer: past it the
+// producer waits (backpressure on a peer that does not read) or, on the
+// reading goroutine, flushes instead of deferring.
+const maxQueuedBytes = 256 << 10
+
+// outbox serialises writes and coalesces them: frames queued while a
+// write is in progress go out together in the next one (group commit), so
+// concurrent answers share syscalls, yet a lone answer is written at once
+// by the goroutine that produced it — no writer goroutine, no handoff.
+type outbox struct {
+	fc frameConn
+
+	mu       sync.Mutex
+	cond     *sync.Cond // a write round ended
+	queue    [][]byte
+	spare    [][]byte
+	queued   int
+	flushing bool
+	err      error
+}
+
+func (o *outbox) init(fc frameConn) {
+	o.fc = fc
+	o.cond = sync.NewCond(&o.mu)
+}
+
+// send queues frames and writes them unless another goroutine is writing
+// (it will pick them up) or defer is asked for and the queue is small (the
+// reading goroutine flushes before it next blocks).
+func (o *outbox) send(frames [][]byte, flush bool) error {
+	o.mu.Lock()
+	for o.err == nil && o.flushing && o.queued >= maxQueuedBytes {
+		o.cond.Wait()
+	}
+	if o.err != nil {
+		err := o.err
+		o.mu.Unlock()
+		return err
+	}
+	o.queue = append(o.queue, frames...)
+	for _, f := range frames {
+		o.queued += len(f)
+	}
+	if o.flushing || (!flush && o.queued < maxQueuedBytes) {
+		o.mu.Unlock()
+		return nil
+	}
+	return o.writeLocked()
+}
+
+// flush writes whatever is queued, unless a write is already under way.
+func (o *outbox) flush() error {
+	o.mu.Lock()
+	if o.flushing || len(o.queue) == 0 {
+		err := o.err
+		o.mu.Unlock()
+		return err
+	}
+	return o.writeLocked()
+}
+
+// writeLocked writes rounds until the queue is empty; o.mu is held on
+// entry and released on return, and not held during the writes.
+func (o *outbox) writeLocked() error {
+	o.flushing = true
+	for len(o.queue) > 0 && o.err == nil {
+		batch := o.queue
+		o.queue, o.queued = o.spare[:0], 0
+		o.mu.Unlock()
+		var err error
+		for _, f := range batch {
+			if err = o.fc.WriteFrame(f); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = o.fc.Flush()
+		}
+		clear(batch)
+		o.mu.Lock()
+		o.spare = batch[:0]
+		if err != nil {
+			o.err = err
+		}
+		o.cond.Broadcast()
+	}
+	o.flushing = false
+	err := o.err
+	o.mu.Unlock()
+	return err
+}
+
+// close makes later sends fail with ErrClosed.
+func (o *outbox) close() {
+	o.mu.Lock()
+	if o.err == nil {
+		o.err = ErrClosed
+	}
+	o.cond.Broadcast()
+	o.mu.Unlock()
+}

@@ -1,0 +1,312 @@
+package rpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// MaxMessageBytes is the largest message either transport accepts or
+// sends.
+const MaxMessageBytes = 16 << 20
+
+// JSONRPC is the JSON-RPC 2.0 codec: one request object per frame (batches
+// are refused), ids of any JSON-RPC type echoed back byte for byte, and the
+// "meta" member as the tenant context. It is stateless, so one value
+// serves every connection.
+type JSONRPC struct{}
+
+// envelope is a JSON-RPC 2.0 request as it arrives.
+type envelope struct {
+	JSONRPC *string         `json:"jsonrpc"`
+	Method  *string         `json:"method"`
+	Params  json.RawMessage `json:"params"`
+	ID      json.RawMessage `json:"id"`
+	Meta    json.RawMessage `json:"meta"`
+	Result  json.RawMessage `json:"result"`
+	Error   json.RawMessage `json:"error"`
+}
+
+var nullID = json.RawMessage("null")
+
+// Decode validates one frame and decodes it in a single pass. The id is
+// kept as raw JSON — a string, any number, or null — because
+// jsonrpc2.ID holds only strings and unsigned integers, and the answer
+// must carry the id exactly as sent.
+func (JSONRPC) Decode(frame []byte) (*Request, error) {
+	trimmed := bytes.TrimSpace(frame)
+	if len(trimmed) == 0 {
+		return nil, nil
+	}
+	if !utf8.Valid(trimmed) {
+		return nil, refuse(nil, parseError("message is not valid UTF-8"))
+	}
+	switch trimmed[0] {
+	case '[':
+		if !json.Valid(trimmed) {
+			return nil, refuse(nil, parseError("message is not valid JSON"))
+		}
+		return nil, refuse(nil, invalidRequest("batch requests are not supported; send one request per message"))
+	case '{':
+	default:
+		if !json.Valid(trimmed) {
+			return nil, refuse(nil, parseError("message is not valid JSON"))
+		}
+		return nil, refuse(nil, invalidRequest("a request must be a JSON object"))
+	}
+	if req, ok := decodeFast(trimmed); ok {
+		return req, nil
+	}
+	return decodeGeneral(trimmed)
+}
+
+// decodeGeneral decodes a request object with encoding/json and words
+// every refusal.
+func decodeGeneral(trimmed []byte) (*Request, error) {
+	var env envelope
+	if err := json.Unmarshal(trimmed, &env); err != nil {
+		if !json.Valid(trimmed) {
+			return nil, refuse(nil, parseError("message is not valid JSON: %v", err))
+		}
+		// Valid JSON whose members have the wrong types.
+		return nil, refuse(idOf(trimmed), invalidRequest("malformed request: %v", err))
+	}
+	var id json.RawMessage
+	if env.ID != nil {
+		if !validID(env.ID) {
+			return nil, refuse(nil, invalidRequest("id must be a string, a number or null"))
+		}
+		id = env.ID
+	}
+	if env.Method == nil && (env.Result != nil || env.Error != nil) {
+		return nil, nil // a response from the peer: the server sends no requests
+	}
+	if env.JSONRPC == nil || *env.JSONRPC != "2.0" {
+		return nil, refuse(id, invalidRequest(`"jsonrpc" must be exactly "2.0"`))
+	}
+	if env.Method == nil || *env.Method == "" {
+		return nil, refuse(id, invalidRequest(`"method" must be a non-empty string`))
+	}
+	if p := bytes.TrimSpace(env.Params); len(p) > 0 && p[0] != '{' && p[0] != '[' {
+		return nil, refuse(id, invalidRequest(`"params" must be an object or an array`))
+	}
+	return &Request{Method: *env.Method, Params: env.Params, ID: id, Notif: id == nil, Meta: decodeMeta(env.Meta)}, nil
+}
+
+// decodeFast reads a well-formed request in one pass without reflection:
+// the members are found by a structural scan and kept as raw JSON. It only
+// accepts; anything it is not sure of — invalid JSON, a response, a member
+// name with escapes or in other case (encoding/json matches names
+// case-insensitively), a duplicate, a member of the wrong type, a request
+// that fails validation — is left to the general path, which decides and
+// words the error. The fuzz test holds the two paths to the same answer.
+func decodeFast(b []byte) (*Request, bool) {
+	if !json.Valid(b) {
+		return nil, false
+	}
+	var jsonrpc, method, id, params, meta []byte
+	i := skipSpace(b, 1)
+	if b[i] == '}' {
+		return nil, false
+	}
+	for {
+		if b[i] != '"' {
+			return nil, false
+		}
+		end := skipString(b, i)
+		key := b[i+1 : end-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return nil, false
+		}
+		i = skipSpace(b, end)
+		i = skipSpace(b, i+1) // the colon
+		end = skipValue(b, i)
+		val := b[i:end]
+		var dst *[]byte
+		switch string(key) {
+		case "jsonrpc":
+			dst = &jsonrpc
+		case "method":
+			dst = &method
+		case "id":
+			dst = &id
+		case "params":
+			dst = &params
+		case "meta":
+			dst = &meta
+		default:
+			for _, known := range [...]string{"jsonrpc", "method", "id", "params", "meta", "result", "error"} {
+				if bytes.EqualFold(key, []byte(known)) {
+					return nil, false
+				}
+			}
+		}
+		if dst != nil {
+			if *dst != nil {
+				return nil, false
+			}
+			*dst = val
+		}
+		i = skipSpace(b, end)
+		if b[i] == '}' {
+			break
+		}
+		i = skipSpace(b, i+1) // the comma
+	}
+	if string(jsonrpc) != `"2.0"` || len(method) < 3 || method[0] != '"' || bytes.IndexByte(method, '\\') >= 0 ||
+		(id != nil && !validID(id)) || (params != nil && params[0] != '{' && params[0] != '[') {
+		return nil, false
+	}
+	// One allocation holds everything kept; the frame is reused.
+	keep := make([]byte, 0, len(id)+len(params))
+	keep = append(append(keep, id...), params...)
+	req := &Request{Method: string(method[1 : len(method)-1]), Notif: id == nil, Meta: decodeMeta(meta)}
+	if id != nil {
+		req.ID = keep[:len(id):len(id)]
+	}
+	if params != nil {
+		req.Params = keep[len(id):]
+	}
+	return req, true
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at b[i]; b is
+// valid JSON.
+func skipString(b []byte, i int) int {
+	for i++; ; i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+}
+
+// skipValue returns the index after the value starting at b[i]; b is
+// valid JSON.
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+	}
+	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
+		i++
+	}
+	return i
+}
+
+// decodeMeta reads the tenant context. It is reserved and ignored today,
+// so one that does not have the expected shape is dropped rather than
+// refused, as before tenancy existed.
+func decodeMeta(raw json.RawMessage) *Meta {
+	if len(raw) == 0 || raw[0] != '{' {
+		return nil
+	}
+	var m Meta
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	return &m
+}
+
+func refuse(id json.RawMessage, e *Error) *DecodeError { return &DecodeError{ID: id, Err: e} }
+
+func validID(id json.RawMessage) bool {
+	t := bytes.TrimSpace(id)
+	if len(t) == 0 {
+		return false
+	}
+	switch t[0] {
+	case '"':
+		return true
+	case 'n':
+		return string(t) == "null"
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return true
+	}
+	return false
+}
+
+// idOf digs the id out of a request whose other members are malformed, so
+// the error can still be correlated.
+func idOf(frame []byte) json.RawMessage {
+	var probe struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(frame, &probe) == nil && probe.ID != nil && validID(probe.ID) {
+		return probe.ID
+	}
+	return nil
+}
+
+// Encode writes m as one JSON-RPC object. The result and the id are
+// already JSON, so they are spliced in rather than encoded again.
+func (JSONRPC) Encode(m *Message) ([][]byte, error) {
+	var b []byte
+	switch {
+	case m.Method != "":
+		method, err := json.Marshal(m.Method)
+		if err != nil {
+			return nil, err
+		}
+		b = make([]byte, 0, 40+len(method)+len(m.Params))
+		b = append(b, `{"jsonrpc":"2.0","method":`...)
+		b = append(b, method...)
+		if len(m.Params) > 0 {
+			b = append(b, `,"params":`...)
+			b = append(b, m.Params...)
+		}
+	case m.Error != nil:
+		e, err := json.Marshal(m.Error.jsonrpc())
+		if err != nil {
+			return nil, err
+		}
+		b = appendHead(make([]byte, 0, 40+len(m.ID)+len(e)), m.ID)
+		b = append(b, `,"error":`...)
+		b = append(b, e...)
+	default:
+		result := m.Result
+		if len(result) == 0 {
+			result = emptyResult
+		}
+		b = appendHead(make([]byte, 0, 40+len(m.ID)+len(result)), m.ID)
+		b = append(b, `,"result":`...)
+		b = append(b, result...)
+	}
+	return [][]byte{append(b, '}')}, nil
+}
+
+var emptyResult = json.RawMessage("{}")
+
+func appendHead(b []byte, id json.RawMessage) []byte {
+	if id == nil {
+		id = nullID
+	}
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	return append(b, id...)
+}

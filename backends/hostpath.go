@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/boxrt/boxrt/runtime/boxerr"
+	"golang.org/x/sys/unix"
 )
 
 // blockedHostPaths may never be bound into a sandbox, nor anything under
@@ -118,8 +119,16 @@ func RecheckHostPath(field, path string) error {
 
 // EnsureDir creates a host directory for a rw mount when it is missing.
 func EnsureDir(path string) error {
-	if err := os.MkdirAll(path, 0o755); err != nil {
+	// Never MkdirAll: as root it would follow a symlink swapped into the
+	// path after the allow-list check and create directories wherever it
+	// points. Each component is made below its opened parent instead.
+	fd, _, err := OpenDir(unix.AT_FDCWD, filepath.Clean(path), true, nil)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return boxerr.Validation("host_path", "host directory %s is not a plain directory (a symlink or a file is in its path)", path).
+				With("path", path).Wrap(err)
+		}
 		return boxerr.Failure("cannot create host directory %s: %v", path, err).Wrap(err)
 	}
-	return nil
+	return unix.Close(fd)
 }

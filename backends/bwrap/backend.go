@@ -255,7 +255,7 @@ func (b *Backend) dryRun(ctx context.Context, l layout) (string, error) {
 	cmd.Stdout = &out
 	cmd.Stderr = &out
 	if l.netns != nil {
-		err = startIn(l.netns, cmd.Start)
+		err = startOnThread(l.netns, nil, cmd.Start)
 	} else {
 		err = cmd.Start()
 	}

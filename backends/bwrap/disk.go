@@ -80,37 +80,125 @@ func (b *Backend) makeDisk(dir string, sf *sessionFiles, info backends.SessionIn
 	return placeDisk(d.mnt, sf.stage)
 }
 
-// newDisk formats a sparse ext4 image of mb MiB at img and mounts it as a
-// detached mount with the session's directories in it.
+// newDisk makes a disk image of mb MiB at img, its directories included,
+// and mounts it as a detached mount. A default-size image is a copy of the
+// Backend's template (diskTemplate), which is much cheaper than mkfs.ext4;
+// other sizes are formatted.
 func (b *Backend) newDisk(img string, mb int) (*pooledDisk, error) {
-	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	err = f.Truncate(int64(mb) << 20)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	var err error
+	if mb == DefaultQuotaMB {
+		var tmpl string
+		if tmpl, err = b.diskTemplate(); err == nil {
+			err = copySparse(tmpl, img)
+		}
+	} else {
+		err = b.formatDisk(img, mb)
 	}
 	d := &pooledDisk{img: img}
 	if err == nil {
-		// Lazy inode-table and journal init keep the image sparse; the
-		// small journal keeps the fs overhead of a small quota small.
-		if out, merr := exec.Command(b.mkfs, "-q", "-F", "-m", "0", "-J", "size=4",
-			"-E", "lazy_itable_init=1,lazy_journal_init=1", img).CombinedOutput(); merr != nil {
-			err = fmt.Errorf("mkfs.ext4 %s: %v: %s", img, merr, strings.TrimSpace(string(out)))
-		}
-	}
-	if err == nil {
 		d.mnt, err = attachDisk(img, false)
-	}
-	if err == nil {
-		err = b.initDisk(d.mnt)
 	}
 	if err != nil {
 		d.release()
 		return nil, err
 	}
 	return d, nil
+}
+
+// formatDisk makes a sparse image of mb MiB at img holding an ext4 with
+// workspace/, tmp/ and home/ in it, owned by the sandbox user.
+func (b *Backend) formatDisk(img string, mb int) error {
+	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(int64(mb) << 20)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	// mkfs copies the directories (owners and modes included) from a
+	// skeleton: the image is complete without ever being mounted here.
+	skel, err := os.MkdirTemp(filepath.Dir(img), ".skel-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(skel)
+	root, err := os.OpenFile(skel, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	err = b.initDisk(root)
+	root.Close()
+	if err != nil {
+		return err
+	}
+	// Lazy inode-table and journal init keep the image sparse; the small
+	// journal keeps the fs overhead of a small quota small.
+	if out, err := exec.Command(b.mkfs, "-q", "-F", "-m", "0", "-J", "size=4",
+		"-E", "lazy_itable_init=1,lazy_journal_init=1,root_owner=0:0", "-d", skel, img).CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs.ext4 %s: %v: %s", img, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// copySparse copies the image src to a new file dst, leaving src's holes
+// holes (a fresh ext4 image is almost all hole).
+func copySparse(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	err = copyData(int(in.Fd()), int(out.Fd()), fi.Size())
+	if err == nil {
+		err = out.Truncate(fi.Size())
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(dst)
+	}
+	return err
+}
+
+// copyData copies the data extents of in to the same offsets of out.
+func copyData(in, out int, size int64) error {
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(in, off, unix.SEEK_DATA)
+		if err == unix.ENXIO {
+			return nil // only a hole is left
+		}
+		if err != nil {
+			return err
+		}
+		hole, err := unix.Seek(in, data, unix.SEEK_HOLE)
+		if err != nil {
+			return err
+		}
+		for r, w := data, data; r < hole; {
+			n, err := unix.CopyFileRange(in, &r, out, &w, int(hole-r), 0)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("copy: unexpected end of file at %d", r)
+			}
+		}
+		off = hole
+	}
+	return nil
 }
 
 // initDisk makes workspace/, tmp/ and home/ in a fresh disk's root,

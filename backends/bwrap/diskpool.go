@@ -7,11 +7,11 @@ import (
 	"sync"
 )
 
-// Formatting and mounting a session's disk (mkfs.ext4, a loop device, an
-// ext4 mount) takes longer than everything else a new session and its
-// first exec do together. So disks of the default size are made ahead of
-// time: the pool keeps diskPoolSize of them formatted, with their
-// directories made and mounted as detached mounts (attachDisk), and
+// Making and mounting a session's disk (an image, a loop device, an ext4
+// mount) takes longer than everything else a new session and its first
+// exec do together. So disks of the default size are made ahead of time:
+// the pool keeps diskPoolSize of them — copies of a template formatted once
+// (diskTemplate), mounted as detached mounts (attachDisk) — and
 // StartSession takes one — a rename and a move_mount — while the pool
 // refills in the background. A pooled disk is taken by exactly one session
 // and never returned: no session sees another's data, nor a disk anyone
@@ -46,6 +46,9 @@ func (d *pooledDisk) release() {
 }
 
 type diskPool struct {
+	tmplMu sync.Mutex
+	tmpl   string // the default-size template once made (diskTemplate)
+
 	mu      sync.Mutex
 	ready   []*pooledDisk
 	filling bool
@@ -57,6 +60,31 @@ type diskPool struct {
 // poolDir is this Backend's pool directory.
 func (b *Backend) poolDir() string {
 	return filepath.Join(b.root, diskPoolDir, b.token)
+}
+
+// diskTemplate returns the Backend's formatted default-size image, made on
+// first use, which default-size disks are copies of. It is never mounted;
+// every copy is one session's alone. (The copies share the filesystem's
+// UUID, which neither the kernel nor boxrt uses.)
+func (b *Backend) diskTemplate() (string, error) {
+	p := &b.pool
+	p.tmplMu.Lock()
+	defer p.tmplMu.Unlock()
+	if p.tmpl != "" {
+		return p.tmpl, nil
+	}
+	dir := b.poolDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	tmpl := filepath.Join(dir, "template.img")
+	_ = os.Remove(tmpl) // a half-made one of an earlier failure
+	if err := b.formatDisk(tmpl, DefaultQuotaMB); err != nil {
+		_ = os.Remove(tmpl)
+		return "", err
+	}
+	p.tmpl = tmpl
+	return tmpl, nil
 }
 
 // take returns a pooled disk (nil when none is ready) and makes sure the
@@ -122,6 +150,12 @@ func (p *diskPool) close(dir string) {
 	for _, d := range ready {
 		d.release()
 	}
+	p.tmplMu.Lock()
+	if p.tmpl != "" {
+		_ = os.Remove(p.tmpl)
+		p.tmpl = ""
+	}
+	p.tmplMu.Unlock()
 	_ = os.Remove(dir)
 	_ = os.Remove(filepath.Dir(dir)) // when no other pool is left
 }

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
@@ -65,6 +67,8 @@ type Backend struct {
 	// adopted from an earlier boxrt process (whose leaves may linger).
 	token string
 	seq   atomic.Uint64
+	// subreaper: boxrt adopts orphaned bwrap inits and reaps them (run.go).
+	subreaper bool
 
 	mu       sync.Mutex
 	sessions map[string]*sessionRuns  // by session directory name
@@ -127,6 +131,7 @@ func New(cfg Config) (*Backend, error) {
 	// us one. Probe refines this by trying.
 	b.userns.Store(exists("/proc/self/ns/user") && strings.TrimSpace(readString("/proc/sys/user/max_user_namespaces")) != "0")
 	b.cg = detectCgroups(cfg.InstanceID)
+	b.subreaper = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == nil
 	return b, nil
 }
 
@@ -245,6 +250,14 @@ func (b *Backend) dryRun(ctx context.Context, l layout) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	args, infoR, infoW, err := b.withInfoFd(args, fds)
+	if err != nil {
+		return "", err
+	}
+	if infoR != nil {
+		defer infoR.Close()
+		defer infoW.Close()
+	}
 	f, err := argsFile(args)
 	if err != nil {
 		return "", err
@@ -261,7 +274,13 @@ func (b *Backend) dryRun(ctx context.Context, l layout) (string, error) {
 		err = cmd.Start()
 	}
 	if err == nil {
+		init := -1
+		if infoR != nil {
+			infoW.Close()
+			init = initPidfd(infoR, cmd.Process.Pid)
+		}
 		err = cmd.Wait()
+		reapInit(init)
 	}
 	return out.String(), err
 }

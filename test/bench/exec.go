@@ -205,6 +205,9 @@ Latency is the whole call as a host sees it: request written → answer with the
 		g3.Measured = "not measured"
 	}
 	sc.Goals = []Goal{g1, g2, g3}
+	if b.wantBackend("bwrap") {
+		sc.Notes = append(sc.Notes, bwrapCostNotes...)
+	}
 	return sc
 }
 

@@ -27,7 +27,7 @@ func TestDependencyDirection(t *testing.T) {
 		"rpc":                     {"runtime/boxerr"},
 		"reconnect":               {"runtime/boxerr"},
 		"test":                    {"*"},
-		"test/bench":              {"reconnect", "runtime/boxerr"},
+		"test/bench":              {"reconnect", "runtime/boxerr", "backends/bwrap"},
 		"test/fixtures/mcpserver": {},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...").Output()

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
@@ -48,14 +50,15 @@ type Backend struct {
 	id       identity // who bwrap runs as
 	idErr    error
 	// The loop-mounted per-session disk (disk.go): used when diskQuota.
-	diskQuota   bool
-	mkfs, mount string
-	noDiskWhy   string
-	stageOnce   sync.Once
-	stageErr    error
-	idmapOnce   sync.Once
-	idmap       *os.File // see idmap.go
-	idmapErr    error
+	diskQuota bool
+	mkfs      string
+	noDiskWhy string
+	pool      diskPool // default-size disks made ahead (diskpool.go)
+	stageOnce sync.Once
+	stageErr  error
+	idmapOnce sync.Once
+	idmap     *os.File // see idmap.go
+	idmapErr  error
 	// slirp4netns gives network: on sessions their outbound network;
 	// unshare (util-linux) makes their namespace.
 	slirp, unshare string
@@ -64,6 +67,8 @@ type Backend struct {
 	// adopted from an earlier boxrt process (whose leaves may linger).
 	token string
 	seq   atomic.Uint64
+	// subreaper: boxrt adopts orphaned bwrap inits and reaps them (run.go).
+	subreaper bool
 
 	mu       sync.Mutex
 	sessions map[string]*sessionRuns  // by session directory name
@@ -109,7 +114,7 @@ func New(cfg Config) (*Backend, error) {
 	if b.slirpErr == nil {
 		b.unshare, b.slirpErr = lookSbin("unshare")
 	}
-	b.mkfs, b.mount, b.noDiskWhy = diskTools()
+	b.mkfs, b.noDiskWhy = diskTools()
 	b.diskQuota = b.noDiskWhy == ""
 	name := cfg.BwrapPath
 	if name == "" {
@@ -126,6 +131,7 @@ func New(cfg Config) (*Backend, error) {
 	// us one. Probe refines this by trying.
 	b.userns.Store(exists("/proc/self/ns/user") && strings.TrimSpace(readString("/proc/sys/user/max_user_namespaces")) != "0")
 	b.cg = detectCgroups(cfg.InstanceID)
+	b.subreaper = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == nil
 	return b, nil
 }
 
@@ -244,6 +250,14 @@ func (b *Backend) dryRun(ctx context.Context, l layout) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	args, infoR, infoW, err := b.withInfoFd(args, fds)
+	if err != nil {
+		return "", err
+	}
+	if infoR != nil {
+		defer infoR.Close()
+		defer infoW.Close()
+	}
 	f, err := argsFile(args)
 	if err != nil {
 		return "", err
@@ -255,12 +269,18 @@ func (b *Backend) dryRun(ctx context.Context, l layout) (string, error) {
 	cmd.Stdout = &out
 	cmd.Stderr = &out
 	if l.netns != nil {
-		err = startIn(l.netns, cmd.Start)
+		err = startOnThread(l.netns, nil, cmd.Start)
 	} else {
 		err = cmd.Start()
 	}
 	if err == nil {
+		init := -1
+		if infoR != nil {
+			infoW.Close()
+			init = initPidfd(infoR, cmd.Process.Pid)
+		}
 		err = cmd.Wait()
+		reapInit(init)
 	}
 	return out.String(), err
 }
@@ -279,8 +299,12 @@ func oneLine(out string, err error) string {
 }
 
 // StartSession implements backends.Backend: it creates the session's state
-// directory and checks with a dry run that bwrap can build its sandbox, so
-// a bad mount or image fails here rather than on every exec.
+// directory and disk, and, when the session brings directories of the
+// caller's (a rootfs image, host_path, extra mounts), checks with a dry run
+// that bwrap can build its sandbox, so a bad mount or image fails here
+// rather than on every exec. Without such directories the sandbox is the
+// one Probe built plus the session's own disk, made by boxrt just now: a
+// dry run would cost as much as the first exec and tell nothing new.
 func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backends.SessionInfo, error) {
 	spec = cloneSpec(spec)
 	if err := spec.Normalize(); err != nil {
@@ -335,7 +359,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 	if err == nil {
 		err = prepareMounts(l, b.id)
 	}
-	if err == nil {
+	if err == nil && callerDirs(info) {
 		var out string
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		out, err = b.dryRun(dctx, l)
@@ -352,6 +376,13 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 		return backends.SessionInfo{}, err
 	}
 	return info, nil
+}
+
+// callerDirs reports whether a session's sandbox binds directories the
+// caller chose.
+func callerDirs(info backends.SessionInfo) bool {
+	image, _ := resolveImage(info.Image, false)
+	return image != "" || (info.HostPath != "" && info.HostPathMode != backends.MountNone) || len(info.ExtraMounts) > 0
 }
 
 // populate makes the session's storage and records the session.
@@ -496,6 +527,7 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 	}
 	slices.SortFunc(out, func(a, c backends.SessionInfo) int { return a.CreatedAt.Compare(c.CreatedAt) })
 
+	b.removeStalePools()
 	// Leaves carry the token of the Backend that made them; any other
 	// token is a previous boxrt process of this installation.
 	for _, leaf := range b.cg.leaves(b.cfg.InstanceID) {

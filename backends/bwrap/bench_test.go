@@ -83,6 +83,9 @@ func benchSession(b *testing.B, network backends.NetworkMode) (*Backend, backend
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = be.StopSession(context.Background(), info) })
+	b.Cleanup(func() {
+		_ = be.StopSession(context.Background(), info)
+		_ = be.Close()
+	})
 	return be, info
 }

@@ -60,7 +60,8 @@ const cpuPeriodUS = 100000
 
 // pidsOverhead is added to the session's pids limit so that bwrap's own two
 // processes (the outer monitor and the namespace's init), which live in the
-// same cgroup, do not eat into what the command may fork.
+// same cgroup, do not eat into what a command may fork. Execs running at
+// the same time share the session's cgroup, and each brings its own two.
 const pidsOverhead = 2
 
 // cgroupManager knows where boxrt's cgroups live on this machine and which
@@ -92,6 +93,10 @@ type cgroupManager struct {
 type cgroupBase struct {
 	dir         string // e.g. /sys/fs/cgroup/memory/some/own/path
 	controllers []string
+	// mount and mountRoot are the hierarchy's mount point and the path
+	// of the hierarchy it exposes there (mountinfo's root): v1 placement
+	// maps a thread's /proc cgroup path to a directory with them.
+	mount, mountRoot string
 	// prune: remove empty parents after the last leaf goes. Done on v1,
 	// where the parent sits inside our own cgroup and must not block its
 	// owner from removing it; on v2 the parent is at the hierarchy root and
@@ -317,7 +322,7 @@ func setupV1(mounts []mountInfo, own map[string]string, instance string) *cgroup
 		for _, base := range candidates {
 			if usableV1Base(base, instance, c) {
 				byPoint[m.point] = len(cm.bases)
-				cm.bases = append(cm.bases, cgroupBase{dir: base, controllers: []string{c}, prune: true})
+				cm.bases = append(cm.bases, cgroupBase{dir: base, controllers: []string{c}, prune: true, mount: m.point, mountRoot: m.root})
 				cm.controllers = append(cm.controllers, c)
 				placed = true
 				break
@@ -500,6 +505,63 @@ func (cg *cgroup) procsFiles() []string {
 		out[i] = filepath.Join(d, "cgroup.procs")
 	}
 	return out
+}
+
+// enterThread moves the calling OS thread, which the caller has locked,
+// into the leaf in every v1 hierarchy, so that the process it forks next
+// is born inside, and returns how to move the thread back. On v1 a thread
+// can be moved alone; this places a sandbox race-free without the join
+// script's extra shell. (v2 keeps a process's threads together: there
+// children are cloned into their cgroup instead.)
+func (cg *cgroup) enterThread() (leave func() error, err error) {
+	tid := strconv.Itoa(unix.Gettid())
+	own, err := readOwnCgroups("/proc/thread-self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	// Home first: a thread that could not go back must not leave at all.
+	var homes []*os.File
+	closeHomes := func() {
+		for _, f := range homes {
+			f.Close()
+		}
+	}
+	for _, b := range cg.m.bases {
+		p := own[b.controllers[0]]
+		rel, ok := p, true
+		if b.mountRoot != "/" {
+			rel, ok = strings.CutPrefix(p, b.mountRoot)
+		}
+		if p == "" || !ok {
+			closeHomes()
+			return nil, fmt.Errorf("thread's %s cgroup %q is outside the mount %s", b.controllers[0], p, b.mount)
+		}
+		f, err := os.OpenFile(filepath.Join(b.mount, rel, "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			closeHomes()
+			return nil, err
+		}
+		homes = append(homes, f)
+	}
+	leave = func() error {
+		defer closeHomes()
+		var errs []error
+		for _, f := range homes {
+			if _, err := f.WriteString(tid); err != nil {
+				errs = append(errs, fmt.Errorf("move thread back to %s: %w", f.Name(), err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	for _, d := range cg.dirs {
+		if err := writeFile(filepath.Join(d, "tasks"), tid); err != nil {
+			if lerr := leave(); lerr != nil {
+				return nil, errors.Join(err, fmt.Errorf("%w: %w", errThreadAway, lerr))
+			}
+			return nil, fmt.Errorf("move thread into %s: %w", d, err)
+		}
+	}
+	return leave, nil
 }
 
 // pids lists the processes in the leaf (union over hierarchies).

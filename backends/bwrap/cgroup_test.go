@@ -281,3 +281,24 @@ func TestProcessMemoryOverride(t *testing.T) {
 		t.Fatalf("managed process memory limit %s = %q, want 96 MiB", file, got)
 	}
 }
+
+// TestQuickExecsKeepThePidsLimit: every exec of a session shares the
+// session's cgroup, and bwrap's namespace init outlives bwrap briefly. A
+// quick series of execs must not pile those inits up against the session's
+// pids limit (they did, until boxrt reaped them itself: the host's init
+// reaps orphans when it gets to it).
+func TestQuickExecsKeepThePidsLimit(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	b := newBackend(t)
+	if !slices.Contains(b.Describe().EnforcedLimits, limitPids) {
+		t.Skip("SKIPPED: the pids limit is not enforced here")
+	}
+	info := newSession(t, b, func(s *backends.Spec) { s.PidsLimit = 4 })
+	for i := range 60 {
+		r := execIn(t, b, info, backends.ExecRequest{Cmd: "true"})
+		if r.err != nil || r.status.ExitCode != 0 {
+			t.Fatalf("exec %d of a quick series: err=%v status=%+v stderr=%q", i, r.err, r.status, r.stderr)
+		}
+	}
+}

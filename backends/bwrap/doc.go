@@ -44,21 +44,30 @@
 // bwrap's options travel through --args on a memfd, so env values never
 // appear on a host command line.
 //
-// Limits use a cgroup per exec / managed process,
-// <hierarchy>/boxrt/<InstanceID>/<session dir>.<backend token>.<x|p><n>
-// (v1: inside boxrt's own cgroup of each hierarchy when writable):
-// cgroup v2 (memory.max, memory.swap.max=0, pids.max, cpu.max) when the
-// unified hierarchy has the controllers, else cgroup v1 (memory and memsw,
-// pids.max, CFS quota), else none (Describe then reports no enforced
-// limits). Placement is race-free: on v2 bwrap is cloned directly into its
-// cgroup (CLONE_INTO_CGROUP); on v1 a shell joins the cgroups and then
-// execs bwrap.
+// Limits use cgroups below <hierarchy>/boxrt/<InstanceID>/ (v1: inside
+// boxrt's own cgroup of each hierarchy when writable): one per session,
+// <session dir>.<backend token>.s, made on the session's first exec and
+// shared by all its execs (sessionFiles.cgroup), and one per managed
+// process, <session dir>.<backend token>.p<n>: cgroup v2 (memory.max,
+// memory.swap.max=0, pids.max, cpu.max) when the unified hierarchy has the
+// controllers, else cgroup v1 (memory and memsw, pids.max, CFS quota), else
+// none (Describe then reports no enforced limits). Placement is race-free:
+// on v2 bwrap is cloned directly into its cgroup (CLONE_INTO_CGROUP; a
+// shell joins and execs bwrap on kernels without it); on v1 bwrap is
+// forked by a thread moved into the cgroup for that (cgroup.enterThread).
+// boxrt is a child subreaper and reaps each sandbox's namespace init
+// itself, which outlives bwrap by a few milliseconds (run.go).
+//
+// Default-size disks come from a pool kept ready in the background
+// (diskpool.go): copies of a template formatted once, mounted detached.
 //
 // Killing (timeout, cancellation, StopSession, Signal(SIGKILL)) ends the
-// pid namespace's init, whose death takes every process of the sandbox: v2
-// cgroup.kill first where available, then bwrap is stopped, its init
-// SIGKILLed directly and bwrap killed, then the cgroup is swept and
-// removed. Without cgroups the pid namespace alone still guarantees that
+// pid namespace's init, whose death takes every process of the sandbox:
+// bwrap is stopped, its init SIGKILLed directly and bwrap killed, and the
+// kill returns once init, and with it the namespace, is gone; a managed
+// process's own cgroup is also killed (v2 cgroup.kill) and swept, then
+// removed. The session's cgroup is never swept for one exec. Without
+// cgroups the pid namespace alone still guarantees that
 // nothing survives. A timeout only ends the command: the session directory
 // stays. Signal with any other signal reaches every process of the
 // sandbox except bwrap and its init, so a managed process can shut down

@@ -89,6 +89,7 @@ func newBackendAt(t *testing.T, stateDir, instance string) *Backend {
 		t.Fatalf("Probe: %v", err)
 	}
 	t.Cleanup(func() {
+		_ = b.Close()
 		if leaves := b.cg.leaves(instance); len(leaves) > 0 {
 			t.Errorf("cgroups left behind for instance %s: %v", instance, leaves)
 		}

@@ -53,7 +53,7 @@ func openHostDir(field, path string, create, owned bool, id identity) (*os.File,
 // sessionFiles are the descriptors of one session, opened on first use and
 // kept until StopSession: its own workspace, tmp and home, and every host
 // directory (host_path, extra mounts, skills, image) by path — staged
-// (stage.go) when boxrt is root.
+// (stage.go) when boxrt is root — and the cgroup its execs share.
 type sessionFiles struct {
 	key string
 
@@ -62,6 +62,7 @@ type sessionFiles struct {
 	stage         string // "" = no staging (boxrt is not root)
 	ws, tmp, home *os.File
 	net           *sessionNet
+	cg            *cgroup
 	host          map[string]*os.File
 	staged        int // h<n> names used so far
 	closed        bool
@@ -97,7 +98,8 @@ func (sf *sessionFiles) close() error {
 		f.Close()
 	}
 	sf.net.close()
-	sf.ws, sf.tmp, sf.home, sf.host, sf.net = nil, nil, nil, nil, nil
+	sf.cg.remove()
+	sf.ws, sf.tmp, sf.home, sf.host, sf.net, sf.cg = nil, nil, nil, nil, nil, nil
 	if sf.stage == "" {
 		return nil
 	}
@@ -166,6 +168,29 @@ func (sf *sessionFiles) network(b *Backend) (*os.File, error) {
 		sf.net = n
 	}
 	return sf.net.ns, nil
+}
+
+// cgroup returns the session's cgroup, <session dir>.<backend token>.s,
+// made with the session's limits on its first exec (nil without cgroups).
+// Every exec of the session is placed in it, so the limits bound the
+// session's commands together, as a container's bound all its execs: one
+// cgroup per session rather than per exec, because making and removing a
+// cgroup (v1: in three hierarchies) cost more than the rest of an exec's
+// own work. A session's limits do not change after it started.
+func (sf *sessionFiles) cgroup(b *Backend, lim limits) (*cgroup, error) {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if sf.closed {
+		return nil, errSessionClosed
+	}
+	if sf.cg == nil && b.cg.version != cgroupNone {
+		cg, err := b.cg.create(b.cfg.InstanceID, sf.key+"."+b.token+".s", lim)
+		if err != nil {
+			return nil, err
+		}
+		sf.cg = cg
+	}
+	return sf.cg, nil
 }
 
 // storage returns the session's workspace, tmp and home below its

@@ -123,38 +123,59 @@ func (b *Backend) startSlirp(path string) (*slirp, error) {
 	return s, nil
 }
 
-// startIn starts cmd from a thread inside the network namespace ns, so
-// the child is born there. The thread returns to boxrt's own namespace
-// afterwards; if it cannot, it is retired (never reused elsewhere).
-func startIn(ns *os.File, start func() error) error {
+// startOnThread runs start (which forks bwrap) on a locked OS thread that
+// first enters the session's network namespace ns and, on cgroup v1, the
+// cgroup cg (either may be nil), so that the child is born in both. The
+// thread must outlive the child (Pdeathsig is tied to the thread that
+// forked it), so it goes back afterwards rather than ending; one that
+// cannot go back is never reused elsewhere: it stays parked.
+func startOnThread(ns *os.File, cg *cgroup, start func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		home, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open boxrt's network namespace: %w", err)
-			return
-		}
-		defer unix.Close(home)
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter the session's network namespace: %w", err)
-			return
-		}
-		err = start()
-		// The thread must outlive the child (Pdeathsig is tied to the
-		// thread that forked it), so it returns home rather than ending.
-		if herr := unix.Setns(home, unix.CLONE_NEWNET); herr != nil {
-			// Not expected of root. Neither reusable elsewhere nor
-			// allowed to end: parked for good.
-			errc <- errors.Join(err, fmt.Errorf("leave the session's network namespace: %w", herr))
+		err := enterAndStart(ns, cg, start)
+		if errors.Is(err, errThreadAway) {
+			errc <- err // not expected of root
 			select {}
 		}
 		runtime.UnlockOSThread()
 		errc <- err
 	}()
 	return <-errc
+}
+
+// errThreadAway marks a thread that could not return to boxrt's own
+// network namespace or cgroups.
+var errThreadAway = errors.New("the thread could not return")
+
+func enterAndStart(ns *os.File, cg *cgroup, start func() error) (err error) {
+	if ns != nil {
+		home, oerr := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if oerr != nil {
+			return fmt.Errorf("open boxrt's network namespace: %w", oerr)
+		}
+		defer unix.Close(home)
+		if serr := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); serr != nil {
+			return fmt.Errorf("enter the session's network namespace: %w", serr)
+		}
+		defer func() {
+			if herr := unix.Setns(home, unix.CLONE_NEWNET); herr != nil {
+				err = errors.Join(err, fmt.Errorf("%w: leave the session's network namespace: %w", errThreadAway, herr))
+			}
+		}()
+	}
+	if cg != nil {
+		leave, cerr := cg.enterThread()
+		if cerr != nil {
+			return fmt.Errorf("place the sandbox into its cgroup: %w", cerr)
+		}
+		defer func() {
+			if lerr := leave(); lerr != nil {
+				err = errors.Join(err, fmt.Errorf("%w: %w", errThreadAway, lerr))
+			}
+		}()
+	}
+	return start()
 }
 
 // stop ends slirp4netns and reaps it. Safe on nil.

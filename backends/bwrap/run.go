@@ -2,6 +2,7 @@ package bwrap
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,11 +21,12 @@ import (
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
-// cgroupJoinScript places a v1 sandbox in its cgroups race-free: the shell
-// writes its own pid into each cgroup.procs and only then execs bwrap, so
-// bwrap and everything it forks is born inside the cgroups — no window in
-// which a process of the sandbox runs outside them, and nothing to chase
-// afterwards. The cgroup.procs files come opened by boxrt (root) on
+// cgroupJoinScript places a sandbox in its cgroup race-free on a v2
+// kernel whose clone3 cannot (before 5.7): the shell writes its own pid
+// into each cgroup.procs and only then execs bwrap, so bwrap and
+// everything it forks is born inside the cgroup — no window in which a
+// process of the sandbox runs outside it, and nothing to chase afterwards.
+// (v1 moves the forking thread instead: see cgroup.enterThread.) The cgroup.procs files come opened by boxrt (root) on
 // descriptors fdProcs…: the shell already runs as the sandbox user, which
 // could not open them, and the kernel checks the opener's credentials.
 // "ok" on fdStatus tells boxrt the joins succeeded (the exit status alone
@@ -69,11 +71,19 @@ type launch struct {
 	env       map[string]string
 	argv      []string // the command inside the sandbox
 	lim       limits
-	kind      string // "x" exec, "p" managed process (in the cgroup name)
+	kind      string // kindExec or kindProcess
 	stdin     *os.File
 	stdout    io.Writer
 	stderr    io.Writer
 }
+
+// Kinds of launch. A managed process gets a cgroup of its own,
+// <session dir>.<backend token>.p<n>, with its own memory limit; every
+// exec of a session joins the session's cgroup (sessionFiles.cgroup).
+const (
+	kindExec    = "x"
+	kindProcess = "p"
+)
 
 // run is one started bwrap process and its cgroup.
 type run struct {
@@ -81,13 +91,23 @@ type run struct {
 	key  string
 	leaf string
 	cg   *cgroup
-	done chan struct{} // closed once bwrap is reaped and the cgroup removed
+	// own: cg is this run's alone (a managed process's) and goes with it;
+	// otherwise it is the session's, shared with the session's other execs,
+	// and never swept or removed for one run.
+	own  bool
+	done chan struct{} // closed once bwrap is reaped and an own cgroup removed
 
 	mu            sync.Mutex
 	cmd           *exec.Cmd // set once started
 	killRequested bool
 	stopped       bool // killed by StopSession
 	lastSignal    syscall.Signal
+
+	// The session cgroup's counters when the run started (shared cg).
+	oomBefore, pidsBefore int64
+	// init is a pidfd of bwrap's namespace init (-1: unknown), which wait
+	// reaps (see reapInit).
+	init int
 
 	// Written before done is closed, read after.
 	state    *os.ProcessState
@@ -164,9 +184,9 @@ func (b *Backend) unregister(r *run) {
 //
 // Cgroup placement is race-free on both interfaces: on v2 the process is
 // cloned straight into its cgroup (clone3 CLONE_INTO_CGROUP through
-// SysProcAttr.UseCgroupFD); on v1 a shell joins the cgroups and then execs
-// bwrap (cgroupJoinScript). Either way the first instruction of bwrap
-// already runs under the limits.
+// SysProcAttr.UseCgroupFD); on v1 it is forked by a thread that was moved
+// into the cgroup for that (cgroup.enterThread). Either way the first
+// instruction of bwrap already runs under the limits.
 func (b *Backend) start(l launch) (*run, error) {
 	if b.bwrapErr != nil {
 		return nil, b.unavailable()
@@ -174,8 +194,7 @@ func (b *Backend) start(l launch) (*run, error) {
 	if b.idErr != nil {
 		return nil, b.idUnavailable()
 	}
-	r := &run{b: b, key: l.key, done: make(chan struct{})}
-	r.leaf = fmt.Sprintf("%s.%s.%s%d", l.key, b.token, l.kind, b.seq.Add(1))
+	r := &run{b: b, key: l.key, done: make(chan struct{}), init: -1}
 	if err := b.register(r, l.sessionID, l.dir); err != nil {
 		return nil, err
 	}
@@ -190,7 +209,8 @@ func (b *Backend) start(l launch) (*run, error) {
 	}()
 	// Registered first: StopSession closes the session's descriptors only
 	// after every registered run is done.
-	lay, err := b.layoutFor(b.files(l.key), l.dir, l.info, l.workdir, l.env)
+	sf := b.files(l.key)
+	lay, err := b.layoutFor(sf, l.dir, l.info, l.workdir, l.env)
 	if err != nil {
 		return nil, err
 	}
@@ -204,22 +224,47 @@ func (b *Backend) start(l launch) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
+	args, infoR, infoW, err := b.withInfoFd(args, fds)
+	if err != nil {
+		return nil, err
+	}
+	if infoR != nil {
+		defer infoR.Close()
+		defer infoW.Close()
+	}
 	af, err := argsFile(args)
 	if err != nil {
 		return nil, err
 	}
 	defer af.Close()
 
-	cg, err := b.cg.create(b.cfg.InstanceID, r.leaf, l.lim)
+	var cg *cgroup
+	if l.kind == kindExec {
+		cg, err = sf.cgroup(b, l.lim)
+		r.oomBefore, r.pidsBefore = cg.oomKills(), cg.pidsLimitHits()
+	} else {
+		r.leaf = fmt.Sprintf("%s.%s.%s%d", l.key, b.token, l.kind, b.seq.Add(1))
+		cg, err = b.cg.create(b.cfg.InstanceID, r.leaf, l.lim)
+		r.own = true
+	}
 	if err != nil {
 		return nil, boxerr.Failure("bwrap: cannot create the sandbox cgroup: %v", err).Wrap(err)
 	}
 	r.cg = cg
+	dropCgroup := func() {
+		if r.own {
+			cg.remove()
+		}
+	}
 
 	cmd, statusR, err := b.startPlaced(r, l, af, fds, cg, lay.netns)
 	if err != nil {
-		cg.remove()
+		dropCgroup()
 		return nil, err
+	}
+	if infoR != nil {
+		infoW.Close() // the child has its own: EOF on infoR comes from bwrap
+		r.init = initPidfd(infoR, cmd.Process.Pid)
 	}
 	if statusR != nil {
 		joined := joinedCgroups(statusR)
@@ -227,7 +272,7 @@ func (b *Backend) start(l launch) (*run, error) {
 		if !joined {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
-			cg.remove()
+			dropCgroup()
 			return nil, boxerr.Failure("bwrap: could not place the sandbox into its cgroups (%v)", cg.procsFiles())
 		}
 	}
@@ -242,10 +287,10 @@ func (b *Backend) start(l launch) (*run, error) {
 	return r, nil
 }
 
-// startPlaced starts bwrap in its cgroup: cloned into it on v2, through
-// the join script on v1 — and on v2 kernels whose clone3 lacks
-// CLONE_INTO_CGROUP (before 5.7), where the script works the same way.
-// statusR, when not nil, carries the script's verdict.
+// startPlaced starts bwrap in its cgroup: cloned into it on v2 (through
+// the join script on kernels whose clone3 lacks CLONE_INTO_CGROUP, before
+// 5.7), forked by a thread inside it on v1. statusR, when not nil, carries
+// the script's verdict.
 func (b *Backend) startPlaced(r *run, l launch, af *os.File, fds *fdList, cg *cgroup, netns *os.File) (*exec.Cmd, *os.File, error) {
 	cloneInto := cg != nil && b.cg.version == cgroupV2 && !b.cg.noCloneInto.Load()
 	cmd, statusR, err := b.startCmd(r, l, af, fds, cg, netns, cloneInto)
@@ -268,7 +313,11 @@ func (b *Backend) startCmd(r *run, l launch, af *os.File, fds *fdList, cg *cgrou
 	}
 	extra, bwrapArgv := cmd.ExtraFiles, cmd.Args
 	var statusR, statusW *os.File
+	var thread *cgroup // v1: the cgroup the forking thread enters
 	switch {
+	case cg == nil:
+	case b.cg.version == cgroupV1:
+		thread = cg
 	case cloneInto:
 		fd, err := unix.Open(cg.dirs[0], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -277,7 +326,7 @@ func (b *Backend) startCmd(r *run, l launch, af *os.File, fds *fdList, cg *cgrou
 		defer unix.Close(fd)
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = fd
-	case cg != nil:
+	default:
 		var err error
 		if statusR, statusW, err = os.Pipe(); err != nil {
 			return nil, nil, boxerr.Failure("bwrap: pipe: %v", err).Wrap(err)
@@ -301,8 +350,8 @@ func (b *Backend) startCmd(r *run, l launch, af *os.File, fds *fdList, cg *cgrou
 	}
 	r.mu.Lock()
 	var err error
-	if netns != nil {
-		err = startIn(netns, cmd.Start)
+	if netns != nil || thread != nil {
+		err = startOnThread(netns, thread, cmd.Start)
 	} else {
 		err = cmd.Start()
 	}
@@ -354,19 +403,103 @@ func joinedCgroups(f *os.File) bool {
 	return err == nil && strings.TrimSpace(string(data)) == "ok"
 }
 
-// wait reaps bwrap, then clears the cgroup, then unregisters the run.
+// wait reaps bwrap, then clears an own cgroup, then unregisters the run.
 // Once bwrap is gone its pid namespace is too: its init died through
 // --die-with-parent (or with the command), and a pid namespace dies with
 // its init. The cgroup kill in remove is the second line of defence.
+//
+// The limit counters of a shared (session) cgroup are read as the change
+// since the start: an OOM kill or refused fork of another exec of the
+// session running at the same time is counted too.
+//
+// Init outlives bwrap briefly: tearing down the namespaces (the mount
+// namespace's dozens of mounts above all) takes a few milliseconds more.
+// An own cgroup is removed only after init is reaped; with the session's
+// cgroup the run is done before that, as a bare bwrap's caller is, and the
+// reaping follows at once.
 func (r *run) wait() {
 	err := r.cmd.Wait()
 	r.state = r.cmd.ProcessState
 	r.waitErr = err
-	r.oomKills = r.cg.oomKills()
-	r.pidsHits = r.cg.pidsLimitHits()
-	r.cg.remove()
+	r.oomKills = r.cg.oomKills() - r.oomBefore
+	r.pidsHits = r.cg.pidsLimitHits() - r.pidsBefore
+	if r.own {
+		reapInit(r.init)
+		r.cg.remove()
+	}
 	r.b.unregister(r)
 	close(r.done)
+	if !r.own {
+		reapInit(r.init)
+	}
+}
+
+// bwrap's outer process exits as soon as its namespace init reports the
+// command's status, before init itself is gone; init, orphaned, is then
+// reaped by whoever adopts it — on cgroup v1 still counted against the
+// session's pids limit until then, which on a busy host (or one whose pid 1
+// reaps lazily) lasts long enough for a quick series of execs to exhaust
+// the limit. So boxrt is a child subreaper (New): orphaned inits come to it,
+// and each run reaps its own through a pidfd. bwrap reports init's pid on
+// --info-fd.
+
+// withInfoFd adds --info-fd to bwrap's options when boxrt is a subreaper,
+// returning the pipe bwrap writes the info to.
+func (b *Backend) withInfoFd(args []string, fds *fdList) (_ []string, r, w *os.File, err error) {
+	if !b.subreaper {
+		return args, nil, nil, nil
+	}
+	if r, w, err = os.Pipe(); err != nil {
+		return nil, nil, nil, boxerr.Failure("bwrap: pipe: %v", err).Wrap(err)
+	}
+	return append(args, "--info-fd", fds.add(w, false)), r, w, nil
+}
+
+// initPidfd reads bwrap's info (until bwrap closes it, right after cloning
+// init) and returns a pidfd of init, or -1. The pid is trusted only while
+// it is a child of bwrap (not yet reaped by us, so its pid is not
+// recycled) or already an orphan of ours, which only reapInit reaps.
+func initPidfd(info *os.File, bwrapPid int) int {
+	_ = info.SetReadDeadline(time.Now().Add(10 * time.Second))
+	data, err := io.ReadAll(info)
+	if err != nil {
+		return -1
+	}
+	var v struct {
+		ChildPid int `json:"child-pid"`
+	}
+	if json.Unmarshal(data, &v) != nil || v.ChildPid <= 0 {
+		return -1
+	}
+	fd, err := unix.PidfdOpen(v.ChildPid, 0)
+	if err != nil {
+		return -1
+	}
+	if pp := ppidOf(v.ChildPid); pp != bwrapPid && pp != os.Getpid() {
+		unix.Close(fd)
+		return -1
+	}
+	return fd
+}
+
+// reapInit waits for the init behind pidfd (once bwrap is reaped it is
+// dying: --die-with-parent) and reaps it, then closes the pidfd. Not our
+// child (we are no subreaper after all): it only waits for the exit.
+func reapInit(pidfd int) {
+	if pidfd < 0 {
+		return
+	}
+	for {
+		err := unix.Waitid(unix.P_PIDFD, pidfd, nil, unix.WEXITED, nil)
+		if err != unix.EINTR {
+			if err != nil {
+				awaitExit([]int{pidfd}, 10*time.Second)
+				return
+			}
+			break
+		}
+	}
+	unix.Close(pidfd)
 }
 
 // kill SIGKILLs the whole sandbox.
@@ -378,7 +511,11 @@ func (r *run) wait() {
 // would orphan a live sandbox. So bwrap is first stopped (it can no longer
 // clone), its init child — if any — is SIGKILLed directly (a signal from an
 // ancestor namespace that init cannot ignore), and only then bwrap dies.
-// With a cgroup, cgroup.kill (v2) comes first and a sweep (v1) last.
+// With a cgroup of its own, cgroup.kill (v2) comes first and a sweep (v1)
+// last; a session cgroup holds other execs too and is never swept for one.
+// kill returns once init is gone, and with it every process of the
+// namespace (the kernel reaps them all before init's exit completes), so
+// nothing of a killed exec still counts against the session's limits.
 func (r *run) kill() {
 	r.mu.Lock()
 	r.killRequested = true
@@ -387,19 +524,23 @@ func (r *run) kill() {
 	if cmd == nil {
 		return // start kills it as soon as it exists
 	}
-	if r.cg != nil && r.cg.m.v2Kill {
+	if r.own && r.cg != nil && r.cg.m.v2Kill {
 		r.cg.killAll()
 	}
-	killInit(cmd.Process)
+	inits := killInit(cmd.Process)
 	_ = cmd.Process.Kill() // os.Process signals through a pidfd: never a recycled pid
-	r.cg.killAll()
+	if r.own {
+		r.cg.killAll()
+	}
+	awaitExit(inits, 10*time.Second)
 }
 
 // killInit stops bwrap and SIGKILLs the children it has (its namespace
-// init). It is a no-op once bwrap is reaped.
-func killInit(p *os.Process) {
+// init), returning pidfds of them for awaitExit. It is a no-op once bwrap
+// is reaped.
+func killInit(p *os.Process) (pidfds []int) {
 	if p.Signal(syscall.SIGSTOP) != nil {
-		return
+		return nil
 	}
 	// SIGSTOP takes effect when bwrap next leaves the kernel: wait for it
 	// (a clone in progress completes first, and its child is then listed).
@@ -413,10 +554,36 @@ func killInit(p *os.Process) {
 	// Checked after listing: while bwrap is not reaped, pids of its children
 	// cannot have been recycled into strangers.
 	if p.Signal(syscall.Signal(0)) != nil {
-		return
+		return nil
 	}
 	for _, k := range kids {
-		_ = syscall.Kill(k, syscall.SIGKILL)
+		fd, err := unix.PidfdOpen(k, 0)
+		if err != nil {
+			_ = syscall.Kill(k, syscall.SIGKILL)
+			continue
+		}
+		_ = unix.PidfdSendSignal(fd, syscall.SIGKILL, nil, 0)
+		pidfds = append(pidfds, fd)
+	}
+	return pidfds
+}
+
+// awaitExit waits (up to timeout in all) until the processes behind the
+// pidfds have exited, and closes the pidfds.
+func awaitExit(pidfds []int, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for _, fd := range pidfds {
+		for {
+			left := time.Until(deadline)
+			if left <= 0 {
+				break
+			}
+			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(left.Milliseconds())+1)
+			if err != unix.EINTR && (err != nil || n > 0) {
+				break
+			}
+		}
+		unix.Close(fd)
 	}
 }
 
@@ -470,7 +637,7 @@ func (r *run) signal(sig syscall.Signal) error {
 	// the sandbox): wait for it rather than lose the signal.
 	for deadline := time.Now().Add(2 * time.Second); ; {
 		var pids []int
-		if r.cg != nil {
+		if r.own && r.cg != nil {
 			pids = r.cg.pids()
 		} else {
 			pids = descendants(outer)
@@ -498,7 +665,7 @@ func (r *run) signal(sig syscall.Signal) error {
 	// Wait reports it. Other signals have no receiver yet and are dropped.
 	switch sig {
 	case syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT:
-		killInit(cmd.Process)
+		awaitExit(killInit(cmd.Process), 0)
 		err := cmd.Process.Signal(sig)
 		_ = cmd.Process.Signal(syscall.SIGCONT) // the pending signal acts on resume
 		if err != nil && !errors.Is(err, os.ErrProcessDone) {
@@ -625,7 +792,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.SessionInfo, req backe
 		// /home/.profile applies.
 		argv:   []string{"/bin/sh", "-lc", req.Cmd},
 		lim:    limitsOf(info, 0),
-		kind:   "x",
+		kind:   kindExec,
 		stdout: req.Stdout,
 		stderr: req.Stderr,
 	})
@@ -737,7 +904,7 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.SessionInfo, s
 		env:       spec.Env,
 		argv:      argv,
 		lim:       limitsOf(info, spec.MemoryMB),
-		kind:      "p",
+		kind:      kindProcess,
 		stdin:     inR,
 		stdout:    outW,
 		stderr:    errW,

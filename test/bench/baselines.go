@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -14,6 +12,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/boxrt/boxrt/backends/bwrap"
 )
 
 // The baselines do what boxrt does per call with nothing of boxrt around
@@ -116,42 +116,27 @@ func runCmd(ctx context.Context, name string, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-// bwrapArgv builds a bare bubblewrap command line equivalent to a boxrt
-// bwrap sandbox on the host image: fresh namespaces of every kind, host
-// system directories read-only, a private /tmp and /home, the workspace
-// bound read-write at /workspace, the root sealed read-only, a clean
-// environment. No cgroup placement, no memfd --args, no state directory:
-// the floor for "a bwrap process per exec".
-func bwrapArgv(workspace string, argv ...string) []string {
-	a := []string{"bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "bench"}
-	for _, d := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
-		fi, err := os.Lstat(d)
-		if err != nil {
-			continue
-		}
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			if t, err := os.Readlink(d); err == nil {
-				a = append(a, "--symlink", t, d)
-			}
-		} else if fi.IsDir() {
-			a = append(a, "--ro-bind", d, d)
-		}
+// runBwrap runs argv in a bare bubblewrap sandbox made exactly as a boxrt
+// bwrap exec's (bwrap.BareCommand: the same options, seccomp filter,
+// argument memfd and unprivileged sandbox user) on dir's workspace, tmp
+// and home, without boxrt around it: no session, stage, cgroup or
+// bookkeeping. The floor for "a bwrap process per exec".
+func runBwrap(ctx context.Context, dir string, argv ...string) (string, error) {
+	cmd, release, err := bwrap.BareCommand(ctx, dir, argv...)
+	if err != nil {
+		return "", err
 	}
-	for _, e := range []string{"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf", "localtime", "hosts"} {
-		p := "/etc/" + e
-		if _, err := os.Stat(p); err == nil {
-			a = append(a, "--ro-bind", p, p)
-		}
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Start()
+	release()
+	if err == nil {
+		err = cmd.Wait()
 	}
-	a = append(a, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/home",
-		"--bind", workspace, "/workspace", "--remount-ro", "/", "--chdir", "/workspace", "--clearenv",
-		"--setenv", "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "--setenv", "HOME", "/home", "--")
-	return append(a, argv...)
-}
-
-func runBwrap(ctx context.Context, workspace string, argv ...string) (string, error) {
-	a := bwrapArgv(workspace, argv...)
-	return runCmd(ctx, a[0], a[1:]...)
+	if err != nil {
+		return out.String(), fmt.Errorf("bwrap: %v: %s", err, strings.TrimSpace(errOut.String()))
+	}
+	return out.String(), nil
 }
 
 // timeOps runs op n times sequentially and summarises the successful ones.

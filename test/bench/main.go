@@ -32,6 +32,7 @@ type config struct {
 	out      string
 	quick    bool
 	only     string
+	backends string
 	keepWork bool
 	image    string
 	reps     int
@@ -84,6 +85,7 @@ func main() {
 	fs.StringVar(&c.out, "out", "docs/benchmarks.md", "where to write the report")
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: small counts, about a minute")
 	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,reconnect,scale,burst (default all)")
+	fs.StringVar(&c.backends, "backends", "docker,bwrap", "comma-separated backends the exec and session scenarios measure: docker,bwrap")
 	fs.BoolVar(&c.keepWork, "keep-work", false, "keep the work directory (boxrt logs, state dirs)")
 	fs.StringVar(&c.image, "image", envOr("BOXRT_TEST_IMAGE", "boxrt-test:busybox"), "docker image for the docker cases")
 	d := defaults(false)
@@ -210,6 +212,19 @@ type bench struct {
 	warmExec map[string]*Measure
 }
 
+// wantBackend reports whether -backends selects a backend.
+func (b *bench) wantBackend(name string) bool {
+	for _, s := range strings.Split(b.cfg.backends, ",") {
+		if strings.TrimSpace(s) == name {
+			return true
+		}
+	}
+	return false
+}
+
+// skippedBackend is the Unavailable text of a backend -backends left out.
+const skippedBackend = "not selected (-backends)"
+
 func (b *bench) want(name string) bool {
 	if b.cfg.only == "" {
 		return true
@@ -252,6 +267,11 @@ func run(c config) error {
 		return err
 	}
 	if b.workDir, err = os.MkdirTemp("", "boxrt-bench-"); err != nil {
+		return err
+	}
+	// The bare bwrap baselines run as boxrt's unprivileged sandbox user,
+	// which must pass through to their directories.
+	if err := os.Chmod(b.workDir, 0o711); err != nil {
 		return err
 	}
 	tok := make([]byte, 16)

@@ -189,10 +189,16 @@ func relayEcho(ctx context.Context, c *websocket.Conn, msg []byte) (time.Duratio
 }
 
 // countFrames reads frames for 0.3 s of warm-up, then counts them for sec
-// seconds.
+// seconds. Reads take a context without a deadline: with one the websocket
+// library arms and disarms a timer per frame, which costs this reader more
+// than boxrt spends relaying the frame. A timer closing the socket bounds
+// the whole count instead.
 func countFrames(ctx context.Context, c *websocket.Conn, sec float64) (int, time.Duration, error) {
-	rctx, cancel := context.WithTimeout(ctx, time.Duration(sec*float64(time.Second))+15*time.Second)
-	defer cancel()
+	rctx := context.WithoutCancel(ctx)
+	guard := context.AfterFunc(ctx, func() { c.CloseNow() })
+	defer guard()
+	watchdog := time.AfterFunc(time.Duration(sec*float64(time.Second))+15*time.Second, func() { c.CloseNow() })
+	defer watchdog.Stop()
 	warmEnd := time.Now().Add(300 * time.Millisecond)
 	for time.Now().Before(warmEnd) {
 		if _, _, err := c.Read(rctx); err != nil {

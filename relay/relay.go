@@ -258,7 +258,10 @@ func (b *bridge) run() {
 // writeLoop sends the backlog then live lines, one text frame per line,
 // until the process ends, the peer goes, or a newer attacher takes over.
 func (b *bridge) writeLoop(ctx context.Context, readDone <-chan error) closeReason {
-	if why, ok := b.sendAll(ctx, b.att.Backlog); !ok {
+	// Once sent, the backlog is garbage: the bridge must not keep it.
+	backlog := b.att.Backlog
+	b.att.Backlog = nil
+	if why, ok := b.sendAll(ctx, backlog); !ok {
 		return why
 	}
 	for {

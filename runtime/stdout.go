@@ -282,6 +282,10 @@ func (h *lineHub) attach() *Attachment {
 		gone:      make(chan struct{}),
 		hub:       h,
 	}
+	// The backlog counts as the first batch taken: until the relay has sent
+	// it, it holds the room the queue would otherwise get.
+	a.heldLines, a.heldBytes = len(h.replay), h.replayBytes
+	a.takenLines, a.takenBytes = a.heldLines, a.heldBytes
 	h.replay, h.replayBytes, h.dropped = nil, 0, 0
 	if h.eof {
 		a.ended = true

@@ -280,3 +280,29 @@ func TestLineHubQueueHandOver(t *testing.T) {
 		})
 	}
 }
+
+// TestLineHubBacklogHoldsRoom: a backlog handed to an attacher counts
+// against the bounds until the attacher takes its next batch, so a reader
+// stalled on the backlog does not let a second bound's worth queue up.
+func TestLineHubBacklogHoldsRoom(t *testing.T) {
+	h := newLineHub(2, 100, unlimited(), nil, nil)
+	h.deliver(Line{Data: []byte("old1")})
+	h.deliver(Line{Data: []byte("old2")})
+	a := h.attach()
+	require.Equal(t, []string{"old1", "old2"}, lineStrings(a.Backlog))
+	delivered := make(chan struct{})
+	go func() {
+		h.deliver(Line{Data: []byte("new")})
+		close(delivered)
+	}()
+	select {
+	case <-delivered:
+		t.Fatal("a line was queued while the backlog still held the bounds")
+	case <-time.After(50 * time.Millisecond):
+	}
+	got, _ := a.Take() // the backlog is sent
+	assert.Empty(t, got)
+	<-delivered
+	got, _ = a.Take()
+	assert.Equal(t, []string{"new"}, lineStrings(got))
+}

@@ -86,6 +86,7 @@ the burst's memory goes back to the system. The sessions are deleted at the end.
 		"Before this release each exec reserved its full output cap up front (1 MiB × 2 streams); buffers now grow with the output.", cfg.reps))
 	if goals {
 		sc.Goals = burst64Goals(st, cfg.idle)
+		sc.Breakdown = whereTimeGoesBurst64
 	}
 	sc.Notes = append(sc.Notes, st.notes...)
 	return sc

@@ -101,6 +101,7 @@ managed process with `+"`box_start_managed_process`"+` and attaches to
   Lines for an attached reader wait in a queue held, with the batch being sent, to the replay bounds: the process is then
   held back, not buffered.`, stallLineBytes, stallSec(cfg))
 	sc.Goals = []Goal{g, gs, gr}
+	sc.Breakdown = whereTimeGoesRelay
 	return sc
 }
 

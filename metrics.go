@@ -113,7 +113,7 @@ func (m *metrics) relay(ev relay.Event) {
 	case "attach":
 		m.relayAttachs.Inc()
 	case "in", "out":
-		m.relayEvents.WithLabelValues(ev.Kind).Inc()
+		m.relayEvents.WithLabelValues(ev.Kind).Add(float64(ev.Count))
 		m.relayBytes.WithLabelValues(ev.Kind).Add(float64(ev.Bytes))
 	case "replay_dropped":
 		m.replayDrops.Add(float64(ev.Count))

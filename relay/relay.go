@@ -39,13 +39,16 @@ const (
 // MaxMessageBytes bounds frames in both directions.
 const MaxMessageBytes = 16 << 20
 
+// writeTimeout bounds sending one batch of stdout frames to the attacher.
+const writeTimeout = 30 * time.Second
+
 // Event is reported to the observer for metrics.
 type Event struct {
 	Kind      string // "attach", "in", "out", "replay_dropped", "close"
 	SessionID string
 	ProcessID string
 	Bytes     int
-	Count     int
+	Count     int // frames for "in" and "out", lines for "replay_dropped"
 }
 
 // Handler is the relay's http.Handler.
@@ -166,7 +169,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set(HeaderReplayLines, strconv.Itoa(len(att.Backlog)))
 	w.Header().Set(HeaderReplayDropped, strconv.Itoa(att.Dropped))
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: rpc.AcceptedSubprotocols(r)})
+	hw := &hijackWriter{ResponseWriter: w}
+	c, err := websocket.Accept(hw, r, &websocket.AcceptOptions{Subprotocols: rpc.AcceptedSubprotocols(r)})
 	if err != nil {
 		att.Detach(att.Backlog...)
 		h.log.Debug().Err(err).Msg("relay upgrade failed")
@@ -179,7 +183,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if att.Dropped > 0 {
 		h.observe(Event{Kind: "replay_dropped", SessionID: sessionID, ProcessID: processID, Count: att.Dropped})
 	}
-	s := &bridge{h: h, c: c, att: att, proc: proc, sessionID: sessionID, processID: processID, log: log}
+	s := &bridge{h: h, c: c, conn: hw.conn, att: att, proc: proc, sessionID: sessionID, processID: processID, log: log}
 	s.run()
 }
 
@@ -199,6 +203,7 @@ func (h *Handler) authorized(r *http.Request, sessionID, processID string) bool 
 type bridge struct {
 	h                    *Handler
 	c                    *websocket.Conn
+	conn                 *batchConn
 	att                  *runtime.Attachment
 	proc                 *runtime.ProcessHandle
 	sessionID, processID string
@@ -253,22 +258,16 @@ func (b *bridge) run() {
 // writeLoop sends the backlog then live lines, one text frame per line,
 // until the process ends, the peer goes, or a newer attacher takes over.
 func (b *bridge) writeLoop(ctx context.Context, readDone <-chan error) closeReason {
-	for i, line := range b.att.Backlog {
-		if why, ok := b.send(ctx, line); !ok {
-			b.att.Detach(unsent(line, b.att.Backlog[i+1:])...)
-			return why
-		}
+	// Once sent, the backlog is garbage: the bridge must not keep it.
+	backlog := b.att.Backlog
+	b.att.Backlog = nil
+	if why, ok := b.sendAll(ctx, backlog); !ok {
+		return why
 	}
 	for {
 		select {
-		case line, open := <-b.att.Lines:
-			if !open {
-				b.att.Detach()
-				<-b.proc.Done()
-				return closeReason{websocket.StatusNormalClosure, fmt.Sprintf("process exited with code %d", b.proc.ExitCode())}
-			}
-			if why, ok := b.send(ctx, line); !ok {
-				b.att.Detach(unsent(line, nil)...)
+		case <-b.att.Ready:
+			if why, ok := b.sendAll(ctx, nil); !ok {
 				return why
 			}
 		case <-b.att.TakenOver:
@@ -286,6 +285,33 @@ func (b *bridge) writeLoop(ctx context.Context, readDone <-chan error) closeReas
 	}
 }
 
+// sendAll sends lines, then what the attachment has queued, batch after
+// batch until the queue is empty. When it stops the bridge (a failed
+// write, a line too long, the end of the stream) the attachment is
+// detached, giving back what was not sent.
+func (b *bridge) sendAll(ctx context.Context, lines []runtime.Line) (closeReason, bool) {
+	for {
+		if len(lines) > 0 {
+			n, why, ok := b.sendBatch(ctx, lines)
+			if !ok {
+				b.att.Detach(unsent(lines[n], lines[n+1:])...)
+				return why, false
+			}
+		}
+		var ended bool
+		lines, ended = b.att.Take()
+		if len(lines) > 0 {
+			continue
+		}
+		if ended {
+			b.att.Detach()
+			<-b.proc.Done()
+			return closeReason{websocket.StatusNormalClosure, fmt.Sprintf("process exited with code %d", b.proc.ExitCode())}, false
+		}
+		return closeReason{}, true
+	}
+}
+
 // unsent returns what goes back to the replay buffer when sending failed
 // at line: the line and the rest, except a dropped line's marker. The 1009
 // close is that line's one report; handing the marker back made every later
@@ -297,25 +323,59 @@ func unsent(line runtime.Line, rest []runtime.Line) []runtime.Line {
 	return append([]runtime.Line{line}, rest...)
 }
 
-func (b *bridge) send(ctx context.Context, line runtime.Line) (closeReason, bool) {
-	switch {
-	case line.OverBudget:
-		return closeReason{websocket.StatusMessageTooBig, "stdout line dropped: unfinished lines exceed limits.relay_line_buffer_bytes"}, false
-	case line.TooLong:
-		return closeReason{websocket.StatusMessageTooBig, fmt.Sprintf("stdout line exceeds %d bytes", MaxMessageBytes)}, false
+// sendBatch writes lines as frames, one per line, sharing the syscalls: the
+// connection is corked for the batch. It stops at a line dropped as too
+// long (after sending those before it) and at a failed write. n is the
+// index of the first line not known to be delivered.
+func (b *bridge) sendBatch(ctx context.Context, lines []runtime.Line) (n int, why closeReason, ok bool) {
+	// The whole batch gets writeTimeout; ending the bridge (shutdown, a
+	// silent peer) aborts it at once.
+	_ = b.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+	stop := context.AfterFunc(ctx, func() { _ = b.conn.SetWriteDeadline(time.Unix(1, 0)) })
+	defer func() {
+		if stop() {
+			_ = b.conn.SetWriteDeadline(time.Time{})
+		}
+	}()
+	b.conn.cork()
+	sent := 0
+	for i, line := range lines {
+		switch {
+		case line.OverBudget:
+			why = closeReason{websocket.StatusMessageTooBig, "stdout line dropped: unfinished lines exceed limits.relay_line_buffer_bytes"}
+		case line.TooLong:
+			why = closeReason{websocket.StatusMessageTooBig, fmt.Sprintf("stdout line exceeds %d bytes", MaxMessageBytes)}
+		}
+		if why.code != 0 {
+			if b.conn.uncork() != nil {
+				return 0, closeReason{websocket.StatusGoingAway, "write failed"}, false
+			}
+			b.observeOut(i, sent)
+			return i, why, false
+		}
+		data := line.Data
+		if !utf8.Valid(data) {
+			data = bytes.ToValidUTF8(data, []byte("\uFFFD"))
+		}
+		// No deadline on the context: the connection's covers the batch,
+		// and the library would arm a timer per frame for one.
+		if err := b.c.Write(context.Background(), websocket.MessageText, data); err != nil {
+			_ = b.conn.uncork()
+			return 0, closeReason{websocket.StatusGoingAway, "write failed"}, false
+		}
+		sent += len(data)
 	}
-	data := line.Data
-	if !utf8.Valid(data) {
-		data = bytes.ToValidUTF8(data, []byte("\uFFFD"))
+	if b.conn.uncork() != nil {
+		return 0, closeReason{websocket.StatusGoingAway, "write failed"}, false
 	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err := b.c.Write(wctx, websocket.MessageText, data)
-	cancel()
-	if err != nil {
-		return closeReason{websocket.StatusGoingAway, "write failed"}, false
+	b.observeOut(len(lines), sent)
+	return len(lines), closeReason{}, true
+}
+
+func (b *bridge) observeOut(frames, size int) {
+	if frames > 0 {
+		b.h.observe(Event{Kind: "out", SessionID: b.sessionID, ProcessID: b.processID, Bytes: size, Count: frames})
 	}
-	b.h.observe(Event{Kind: "out", SessionID: b.sessionID, ProcessID: b.processID, Bytes: len(data)})
-	return closeReason{}, true
 }
 
 var errStdin = errors.New("stdin write failed")
@@ -344,6 +404,6 @@ func (b *bridge) readLoop(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%w: %v", errStdin, err)
 		}
-		b.h.observe(Event{Kind: "in", SessionID: b.sessionID, ProcessID: b.processID, Bytes: len(msg)})
+		b.h.observe(Event{Kind: "in", SessionID: b.sessionID, ProcessID: b.processID, Bytes: len(msg), Count: 1})
 	}
 }

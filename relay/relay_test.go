@@ -108,7 +108,7 @@ func (p *fakeProc) print(t *testing.T, s string) {
 
 // env is a runtime on the fake backend with the relay on a test server.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	rt      *runtime.Runtime
 	h       *Handler
 	srv     *httptest.Server
@@ -118,7 +118,7 @@ type env struct {
 
 const controlToken = "control-token-0123456789abcdefghijklmnop"
 
-func newEnv(t *testing.T, patch string) *env {
+func newEnv(t testing.TB, patch string) *env {
 	t.Helper()
 	cfg := runtime.DefaultConfig()
 	if patch != "" {

@@ -57,6 +57,12 @@ func (b *lineBudget) release(n int) {
 // lineHub drains a managed process's stdout continuously, line by line, and
 // hands each line to the current attachment, or keeps it in a bounded replay
 // buffer while nobody is attached. The latest attacher takes over.
+//
+// Lines for an attachment wait in its queue, which the relay empties a
+// batch at a time: one hand-off (and one socket write) per batch instead of
+// one per line. The queue and the batch being sent are held to the replay
+// bounds together; when they are full the pump stops reading, so a slow
+// reader holds the process back instead of growing boxrt's memory.
 type lineHub struct {
 	mu          sync.Mutex
 	cur         *Attachment
@@ -80,19 +86,33 @@ func newLineHub(maxLines, maxBytes int, budget *lineBudget, onLine func(), onDro
 }
 
 // Attachment is one relay's view of the stream. Backlog is delivered first,
-// then Lines; Lines is closed once the process's stdout ended. TakenOver is
-// closed when a later attacher replaced this one.
+// then the live lines: Ready is signalled when Take has lines for it or the
+// process's stdout has ended. TakenOver is closed when a later attacher
+// replaced this one.
 type Attachment struct {
 	Backlog   []Line
 	Dropped   int
-	Lines     chan Line
+	Ready     <-chan struct{}
 	TakenOver chan struct{}
-	gone      chan struct{}
-	once      sync.Once
-	hub       *lineHub
+
+	ready chan struct{} // Ready; one token, sent by the pump
+	space chan struct{} // one token, sent by Take to a pump waiting for room
+	gone  chan struct{}
+	once  sync.Once
+	hub   *lineHub
+
+	// Guarded by hub.mu: the lines waiting to be taken, how many lines and
+	// bytes they and the batch last taken hold together, and whether the
+	// stream ended while this attachment was current.
+	queue      []Line
+	ended      bool
+	heldLines  int
+	heldBytes  int
+	takenLines int
+	takenBytes int
 }
 
-// pump reads r until EOF. It is the only sender on attachment channels.
+// pump reads r until EOF.
 func (h *lineHub) pump(r io.Reader) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
@@ -106,8 +126,9 @@ func (h *lineHub) pump(r io.Reader) {
 	}
 	h.mu.Lock()
 	h.eof = true
-	if h.cur != nil {
-		close(h.cur.Lines)
+	if a := h.cur; a != nil {
+		a.ended = true
+		signal(a.ready)
 	}
 	h.mu.Unlock()
 }
@@ -178,14 +199,48 @@ func (h *lineHub) deliver(l Line) {
 			h.mu.Unlock()
 			return
 		}
+		if a.heldLines == 0 || (a.heldLines < h.maxLines && a.heldBytes+len(l.Data) <= h.maxBytes) {
+			a.queue = append(a.queue, l)
+			a.heldLines++
+			a.heldBytes += len(l.Data)
+			h.mu.Unlock()
+			signal(a.ready)
+			return
+		}
 		h.mu.Unlock()
 		select {
-		case a.Lines <- l:
-			return
+		case <-a.space:
 		case <-a.gone:
 			// Detached meanwhile: look again (a new attacher may exist).
 		}
 	}
+}
+
+// signal leaves a token in a one-slot channel unless one is there already.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Take returns the lines queued since the previous Take, and whether the
+// stream has ended (no line will follow them). Calling it again means the
+// lines it returned before were sent: their room goes back to the pump. So
+// after Ready, call Take until it returns no lines; a batch never
+// released would stall the pump.
+func (a *Attachment) Take() ([]Line, bool) {
+	h := a.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a.heldLines -= a.takenLines
+	a.heldBytes -= a.takenBytes
+	// What is held now is the queue, which becomes the batch taken.
+	a.takenLines, a.takenBytes = a.heldLines, a.heldBytes
+	lines := a.queue
+	a.queue = nil
+	signal(a.space)
+	return lines, a.ended
 }
 
 // keep appends to the replay buffer, dropping the oldest lines past the
@@ -210,18 +265,31 @@ func (h *lineHub) attach() *Attachment {
 		h.cur = nil
 		close(prev.TakenOver)
 		prev.once.Do(func() { close(prev.gone) })
+		// What the previous attacher had not taken yet is the new one's.
+		for _, l := range prev.queue {
+			h.keep(l)
+		}
+		prev.queue = nil
 	}
+	ready := make(chan struct{}, 1)
 	a := &Attachment{
 		Backlog:   h.replay,
 		Dropped:   h.dropped,
-		Lines:     make(chan Line),
+		Ready:     ready,
 		TakenOver: make(chan struct{}),
+		ready:     ready,
+		space:     make(chan struct{}, 1),
 		gone:      make(chan struct{}),
 		hub:       h,
 	}
+	// The backlog counts as the first batch taken: until the relay has sent
+	// it, it holds the room the queue would otherwise get.
+	a.heldLines, a.heldBytes = len(h.replay), h.replayBytes
+	a.takenLines, a.takenBytes = a.heldLines, a.heldBytes
 	h.replay, h.replayBytes, h.dropped = nil, 0, 0
 	if h.eof {
-		close(a.Lines)
+		a.ended = true
+		signal(ready)
 	} else {
 		h.cur = a
 	}
@@ -230,7 +298,8 @@ func (h *lineHub) attach() *Attachment {
 
 // Detach ends the attachment. unsent are lines it took but could not
 // deliver (the socket died mid-write); they go back to the front of the
-// replay buffer so the next attacher still gets them.
+// replay buffer, followed by the lines still queued, so the next attacher
+// still gets them.
 func (a *Attachment) Detach(unsent ...Line) {
 	h := a.hub
 	h.mu.Lock()
@@ -239,11 +308,13 @@ func (a *Attachment) Detach(unsent ...Line) {
 		h.cur = nil
 	}
 	a.once.Do(func() { close(a.gone) })
-	if len(unsent) > 0 {
+	back := append(append(make([]Line, 0, len(unsent)+len(a.queue)), unsent...), a.queue...)
+	a.queue = nil
+	if len(back) > 0 {
 		rest := h.replay
 		h.replay = nil
 		h.replayBytes = 0
-		for _, l := range append(unsent, rest...) {
+		for _, l := range append(back, rest...) {
 			h.keep(l)
 		}
 	}

@@ -96,8 +96,11 @@ func TestLineHubTakeover(t *testing.T) {
 				}
 			}
 			last := as[len(as)-1]
-			go h.deliver(Line{Data: []byte("live")})
-			assert.Equal(t, "live", string((<-last.Lines).Data))
+			h.deliver(Line{Data: []byte("live")})
+			<-last.Ready
+			got, ended := last.Take()
+			assert.Equal(t, []string{"live"}, lineStrings(got))
+			assert.False(t, ended)
 			select {
 			case <-last.TakenOver:
 				t.Fatal("the latest attacher must not be taken over")
@@ -191,4 +194,115 @@ func TestLineBudgetShared(t *testing.T) {
 	assert.Len(t, la.Data, 700<<10)
 	assert.False(t, la.TooLong)
 	assert.Equal(t, 0, budget.used)
+}
+
+// TestLineHubQueueBound: an attached reader that does not take its lines
+// holds the pump at the replay bounds (lines queued plus the batch being
+// sent), and what it never took goes to the next attacher.
+func TestLineHubQueueBound(t *testing.T) {
+	tests := []struct {
+		name               string
+		maxLines, maxBytes int
+		lines              []string
+		held               int      // lines delivered before the pump waits
+		replayed           []string // what the next attacher gets
+	}{
+		{"line bound", 3, 100, []string{"a", "b", "c", "d", "e"}, 3, []string{"d", "e"}},
+		{"byte bound", 10, 4, []string{"aa", "bb", "cc", "dd"}, 2, []string{"cc", "dd"}},
+		{"a line over the byte bound still goes alone", 10, 4, []string{"aaaaaa", "b"}, 1, []string{"b"}},
+		{"zero lines passes one at a time and keeps none", 0, 100, []string{"a", "b"}, 1, []string{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newLineHub(tc.maxLines, tc.maxBytes, unlimited(), nil, nil)
+			a := h.attach()
+			delivered := make(chan int, len(tc.lines))
+			go func() {
+				for i, s := range tc.lines {
+					h.deliver(Line{Data: []byte(s)})
+					delivered <- i + 1
+				}
+			}()
+			var n int
+			for n < tc.held {
+				n = <-delivered
+			}
+			select {
+			case n = <-delivered:
+				t.Fatalf("the pump delivered %d lines past the bound of %d", n, tc.held)
+			case <-time.After(50 * time.Millisecond):
+			}
+			<-a.Ready
+			got, _ := a.Take()
+			assert.Equal(t, tc.lines[:tc.held], lineStrings(got))
+			// The batch is still being sent: no room yet.
+			select {
+			case n = <-delivered:
+				t.Fatalf("the pump delivered line %d while the batch was unsent", n)
+			case <-time.After(50 * time.Millisecond):
+			}
+			a.Detach()
+			for n < len(tc.lines) {
+				n = <-delivered
+			}
+			b := h.attach()
+			assert.Equal(t, tc.replayed, lineStrings(b.Backlog), "what the detached reader never took is replayed")
+		})
+	}
+}
+
+// TestLineHubQueueHandOver: lines queued for a reader and not taken go to
+// whoever takes over, or back to the replay buffer on detach; the end of
+// the stream reaches the current reader after its lines.
+func TestLineHubQueueHandOver(t *testing.T) {
+	tests := []struct {
+		name string
+		next func(h *lineHub, a *Attachment) *Attachment
+	}{
+		{"taken over", func(h *lineHub, _ *Attachment) *Attachment { return h.attach() }},
+		{"detached, then attached again", func(h *lineHub, a *Attachment) *Attachment { a.Detach(); return h.attach() }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newLineHub(10, 100, unlimited(), nil, nil)
+			a := h.attach()
+			h.deliver(Line{Data: []byte("1")})
+			h.deliver(Line{Data: []byte("2")})
+			b := tc.next(h, a)
+			assert.Equal(t, []string{"1", "2"}, lineStrings(b.Backlog))
+			got, _ := a.Take()
+			assert.Empty(t, got, "the previous reader's queue moved on")
+			h.pump(strings.NewReader("3\n"))
+			<-b.Ready
+			got, ended := b.Take()
+			assert.Equal(t, []string{"3"}, lineStrings(got))
+			assert.True(t, ended)
+		})
+	}
+}
+
+// TestLineHubBacklogHoldsRoom: a backlog handed to an attacher counts
+// against the bounds until the attacher takes its next batch, so a reader
+// stalled on the backlog does not let a second bound's worth queue up.
+func TestLineHubBacklogHoldsRoom(t *testing.T) {
+	h := newLineHub(2, 100, unlimited(), nil, nil)
+	h.deliver(Line{Data: []byte("old1")})
+	h.deliver(Line{Data: []byte("old2")})
+	a := h.attach()
+	require.Equal(t, []string{"old1", "old2"}, lineStrings(a.Backlog))
+	delivered := make(chan struct{})
+	go func() {
+		h.deliver(Line{Data: []byte("new")})
+		close(delivered)
+	}()
+	select {
+	case <-delivered:
+		t.Fatal("a line was queued while the backlog still held the bounds")
+	case <-time.After(50 * time.Millisecond):
+	}
+	got, _ := a.Take() // the backlog is sent
+	assert.Empty(t, got)
+	<-delivered
+	got, _ = a.Take()
+	assert.Equal(t, []string{"new"}, lineStrings(got))
 }

@@ -27,23 +27,48 @@ type burstStats struct {
 // execs really overlap (each session runs its execs one at a time).
 const burstCmd = "seq 1 2000; sleep 0.5"
 
+// burstParams is one burst case's shape.
+type burstParams struct {
+	sessions, execs, inFlight, reps int
+	idle                            time.Duration
+}
+
+// Goals of the 64-on-64 case: boxrt's RSS peak while 64 execs run at once
+// on 64 sessions, and what it comes back to after 30 s idle.
+const (
+	burst64PeakKiB = 64 << 10
+	burst64IdleKiB = 32 << 10
+)
+
 func (b *bench) scenarioBurst(ctx context.Context) *Scenario {
 	cfg := b.cfg
-	sc := &Scenario{Title: fmt.Sprintf("Memory: a burst of %d execs over %d bwrap sessions, %d in flight", cfg.burstExecs, cfg.burstSessions, cfg.burstInFlight)}
+	return b.burstScenario(ctx, burstParams{sessions: cfg.burstSessions, execs: cfg.burstExecs, inFlight: cfg.burstInFlight,
+		reps: cfg.burstReps, idle: cfg.burstIdle}, false)
+}
+
+// scenarioBurst64 is the burst with 64 execs in flight, one on each of 64
+// sessions: every command runs at once.
+func (b *bench) scenarioBurst64(ctx context.Context) *Scenario {
+	cfg := b.cfg
+	return b.burstScenario(ctx, burstParams{sessions: 64, execs: 64, inFlight: 64, reps: cfg.burstReps, idle: cfg.burstIdle}, true)
+}
+
+func (b *bench) burstScenario(ctx context.Context, cfg burstParams, goals bool) *Scenario {
+	sc := &Scenario{Title: fmt.Sprintf("Memory: a burst of %d execs over %d bwrap sessions, %d in flight", cfg.execs, cfg.sessions, cfg.inFlight)}
 	sc.Intro = fmt.Sprintf(`Per run, a fresh boxrt (stdio, bwrap backend, default limits: max_output_bytes 1 MiB per stream) creates %d sessions,
 then %d callers send %d `+"`box_exec {\"cmd\":%q}`"+` calls round-robin over the sessions (%d in flight: the
 per-connection bound; a session runs its execs one at a time, so at most %d commands run at once). boxrt's memory is read
 from /proc/<pid>/status: VmRSS before the burst; **peak** = VmHWM, the kernel's high-water mark, reset just before
 the burst (clear_refs); VmRSS right after the last answer; and VmRSS after %s with nothing to do, which shows whether
 the burst's memory goes back to the system. The sessions are deleted at the end.`,
-		cfg.burstSessions, cfg.burstInFlight, cfg.burstExecs, burstCmd, cfg.burstInFlight, cfg.burstSessions, cfg.burstIdle)
+		cfg.sessions, cfg.inFlight, cfg.execs, burstCmd, cfg.inFlight, min(cfg.sessions, cfg.inFlight), cfg.idle)
 
-	st := &burstStats{exec: newMeasure(fmt.Sprintf("boxrt bwrap: box_exec, %d in flight", cfg.burstInFlight))}
+	st := &burstStats{exec: newMeasure(fmt.Sprintf("boxrt bwrap: box_exec, %d in flight over %d sessions", cfg.inFlight, cfg.sessions))}
 	sc.Extra = []*Measure{st.exec}
-	for rep := 0; rep < cfg.burstReps && ctx.Err() == nil; rep++ {
-		b.burstRun(ctx, st, rep)
+	for rep := 0; rep < cfg.reps && ctx.Err() == nil; rep++ {
+		b.burstRun(ctx, cfg, st, rep)
 		b.logf("burst rep %d: RSS before %s, peak %s, after %s, after %s idle %s", rep+1, fmtKiB(last(st.rssBefore)),
-			fmtKiB(last(st.rssPeak)), fmtKiB(last(st.rssAfter)), cfg.burstIdle, fmtKiB(last(st.rssIdle)))
+			fmtKiB(last(st.rssPeak)), fmtKiB(last(st.rssAfter)), cfg.idle, fmtKiB(last(st.rssIdle)))
 	}
 
 	var t strings.Builder
@@ -51,22 +76,41 @@ the burst's memory goes back to the system. The sessions are deleted at the end.
 	row := func(name, v string) { fmt.Fprintf(&t, "| %s | %s |\n", name, v) }
 	row("exec p50 / p99 (as a caller sees it, queueing included)", cell(st.exec, func(m *Measure) string { return fmtDur(m.P50()) + " / " + fmtDur(m.P99()) }))
 	row("execs per second over the burst", cell(st.exec, func(m *Measure) string { return fmtOps(m.OpsPerSec()) }))
-	row(fmt.Sprintf("boxrt RSS with %d idle sessions, before the burst", cfg.burstSessions), fmtKiB(median(st.rssBefore)))
+	row(fmt.Sprintf("boxrt RSS with %d idle sessions, before the burst", cfg.sessions), fmtKiB(median(st.rssBefore)))
 	row("**boxrt RSS peak during the burst (VmHWM)**", "**"+fmtKiB(median(st.rssPeak))+"**")
 	row("highest VmRSS sampled every 20 ms", fmtKiB(median(st.rssSampled)))
 	row("boxrt RSS right after the burst", fmtKiB(median(st.rssAfter)))
-	row(fmt.Sprintf("**boxrt RSS after %s idle**", cfg.burstIdle), "**"+fmtKiB(median(st.rssIdle))+"**")
+	row(fmt.Sprintf("**boxrt RSS after %s idle**", cfg.idle), "**"+fmtKiB(median(st.rssIdle))+"**")
 	sc.Tables = append(sc.Tables, t.String())
 	sc.Notes = append(sc.Notes, fmt.Sprintf("Medians over %d run(s). RSS is boxrt's own (bwrap and the commands are other processes). "+
-		"Before this release each exec reserved its full output cap up front (1 MiB × 2 streams); buffers now grow with the output.", cfg.burstReps))
+		"Before this release each exec reserved its full output cap up front (1 MiB × 2 streams); buffers now grow with the output.", cfg.reps))
+	if goals {
+		sc.Goals = burst64Goals(st, cfg.idle)
+		sc.Breakdown = whereTimeGoesBurst64
+	}
 	sc.Notes = append(sc.Notes, st.notes...)
 	return sc
 }
 
-// burstRun is one run of the burst scenario.
-func (b *bench) burstRun(ctx context.Context, st *burstStats, rep int) {
-	cfg := b.cfg
-	limits := map[string]any{"max_sessions": max(64, cfg.burstSessions), "session_ttl_sec": 3600}
+// burst64Goals words the 64-on-64 case's memory goals.
+func burst64Goals(st *burstStats, idle time.Duration) []Goal {
+	peak := Goal{Text: fmt.Sprintf("64 concurrent box_exec on 64 bwrap sessions: boxrt RSS peak ≤ %s", fmtKiB(burst64PeakKiB))}
+	back := Goal{Text: fmt.Sprintf("… and back under %s within 30 s idle", fmtKiB(burst64IdleKiB))}
+	if len(st.rssPeak) == 0 {
+		peak.Measured, back.Measured = "not measured", "not measured"
+		return []Goal{peak, back}
+	}
+	p, i := median(st.rssPeak), median(st.rssIdle)
+	peak.Measured = fmt.Sprintf("VmHWM %s (before the burst %s)", fmtKiB(p), fmtKiB(median(st.rssBefore)))
+	peak.Met = boolp(p <= burst64PeakKiB)
+	back.Measured = fmt.Sprintf("VmRSS %s after %s idle", fmtKiB(i), idle)
+	back.Met = boolp(i < burst64IdleKiB && idle <= 30*time.Second)
+	return []Goal{peak, back}
+}
+
+// burstRun is one run of a burst case.
+func (b *bench) burstRun(ctx context.Context, cfg burstParams, st *burstStats, rep int) {
+	limits := map[string]any{"max_sessions": max(64, cfg.sessions), "session_ttl_sec": 3600}
 	p, err := b.startBackend(ctx, "burst", "bwrap", false, limits)
 	if err != nil {
 		st.exec.Unavailable = err.Error()
@@ -74,7 +118,7 @@ func (b *bench) burstRun(ctx context.Context, st *burstStats, rep int) {
 	}
 	defer p.stop(60 * time.Second)
 
-	ids := make([]string, cfg.burstSessions)
+	ids := make([]string, cfg.sessions)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("bench-burst-%d-%03d", rep, i)
 	}
@@ -134,13 +178,13 @@ func (b *bench) burstRun(ctx context.Context, st *burstStats, rep int) {
 	var samples []time.Duration
 	var wg sync.WaitGroup
 	t0 := time.Now()
-	for range cfg.burstInFlight {
+	for range cfg.inFlight {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
 				i := int(next.Add(1)) - 1
-				if i >= cfg.burstExecs {
+				if i >= cfg.execs {
 					return
 				}
 				s := time.Now()
@@ -176,13 +220,13 @@ func (b *bench) burstRun(ctx context.Context, st *burstStats, rep int) {
 		st.exec.add(summarise(samples, wall))
 	}
 	if n := busyRetries.Load(); n > 0 {
-		st.notes = append(st.notes, fmt.Sprintf("run %d: %d call(s) were answered busy (all %d slots taken for an instant) and sent again", rep+1, n, cfg.burstInFlight))
+		st.notes = append(st.notes, fmt.Sprintf("run %d: %d call(s) were answered busy (all %d slots taken for an instant) and sent again", rep+1, n, cfg.inFlight))
 	}
 	after, _ := rssKiB(pid)
 	peak, _ := statusKiB(pid, "VmHWM:")
 
 	select {
-	case <-time.After(cfg.burstIdle):
+	case <-time.After(cfg.idle):
 	case <-ctx.Done():
 		return
 	}

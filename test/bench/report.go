@@ -82,6 +82,17 @@ type Row struct {
 //go:embed where_time_goes.md
 var whereTimeGoes string
 
+// Hand-measured breakdowns of other cases, each printed at the end of its
+// scenario's section so a regenerated report keeps them.
+var (
+	//go:embed where_time_goes_relay.md
+	whereTimeGoesRelay string
+	//go:embed where_time_goes_docker_exec.md
+	whereTimeGoesDockerExec string
+	//go:embed where_time_goes_burst64.md
+	whereTimeGoesBurst64 string
+)
+
 // Goal is a target stated in the report, with whether it was met.
 type Goal struct {
 	Text     string
@@ -105,14 +116,17 @@ func (g Goal) verdict(yes, no string) string {
 
 // Scenario is one section of the report.
 type Scenario struct {
-	Key       string
-	Title     string
-	Intro     string
-	Rows      []Row
-	Goals     []Goal
-	Tables    []string // extra markdown tables (already rendered)
-	Notes     []string
-	Skipped   string
+	Key     string
+	Title   string
+	Intro   string
+	Rows    []Row
+	Goals   []Goal
+	Tables  []string // extra markdown tables (already rendered)
+	Notes   []string
+	Skipped string
+	// Breakdown is a hand-measured "where the time goes" section printed
+	// after the scenario's own (markdown, from an embedded file).
+	Breakdown string
 	Elapsed   time.Duration
 	LoadStart string // load average when the scenario started
 	// extra measures shown only in the raw appendix
@@ -341,6 +355,9 @@ func (b *bench) writeReport(total time.Duration) error {
 			fmt.Fprintf(&sb, "- %s\n", note)
 		}
 		fmt.Fprintf(&sb, "\n_Scenario time: %s; load average when it started: %s._\n\n", s.Elapsed.Round(100*time.Millisecond), s.LoadStart)
+		if s.Breakdown != "" {
+			sb.WriteString(strings.TrimSpace(s.Breakdown) + "\n\n")
+		}
 	}
 
 	if b.want("ping") {

@@ -262,7 +262,7 @@ func loadConfig(file string) (runtime.Config, error) {
 		}
 	}
 	for _, p := range patches {
-		next, ignored, err := cfg.Merge(p.patch)
+		next, ignored, err := cfg.Merge(p.patch, actions.DecodeParams)
 		if err != nil {
 			return cfg, &exitError{code: 2, msg: fmt.Sprintf("%s: %v", p.from, err)}
 		}

@@ -15,7 +15,7 @@ import (
 type specParams struct{ spec backends.Spec }
 
 func (p *specParams) decodeParams(raw json.RawMessage) (err error) {
-	p.spec, err = backends.DecodeSpec(raw)
+	p.spec, err = DecodeSpec(raw)
 	return err
 }
 

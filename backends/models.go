@@ -117,25 +117,6 @@ func DefaultSpec() Spec {
 	}
 }
 
-// DecodeSpec parses a box_exec / box_create_session params object, applying
-// the reference defaults and validation. Unknown fields and wrong types are
-// BoxValidationErrors naming the field.
-func DecodeSpec(raw json.RawMessage) (Spec, error) {
-	spec := DefaultSpec()
-	if err := DecodeParams(raw, &spec); err != nil {
-		return Spec{}, err
-	}
-	// The reference defaults workdir to mount_path when workdir is absent,
-	// null or empty.
-	if strings.TrimSpace(spec.Workdir) == "" {
-		spec.Workdir = spec.MountPath
-	}
-	if err := spec.Normalize(); err != nil {
-		return Spec{}, err
-	}
-	return spec, nil
-}
-
 // Normalize trims, fills remaining defaults and validates the spec in place.
 func (s *Spec) Normalize() error {
 	s.Cmd = strings.TrimSpace(s.Cmd)

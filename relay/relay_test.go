@@ -3,6 +3,7 @@ package relay
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -123,7 +124,7 @@ func newEnv(t *testing.T, patch string) *env {
 	cfg := runtime.DefaultConfig()
 	if patch != "" {
 		var err error
-		cfg, _, err = cfg.Merge([]byte(patch))
+		cfg, _, err = cfg.Merge([]byte(patch), json.Unmarshal)
 		require.NoError(t, err)
 	}
 	fb := &fakeBackend{started: make(chan *fakeProc, 16)}

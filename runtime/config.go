@@ -177,6 +177,12 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// Decoder decodes a JSON object into v. The one boxrt serves with is
+// actions.DecodeParams, strict (a wrong type is a BoxValidationError naming
+// the field): decoding is the method catalogue's concern, and taking it as
+// an argument keeps the dependency direction main → actions → runtime.
+type Decoder func(data []byte, v any) error
+
 // Merge returns c with patch (a JSON object) merged in key by key: nested
 // objects are merged, a null section changes nothing, everything else is
 // replaced. Keys boxrt does not know (a LangBot host sends its whole box
@@ -184,7 +190,7 @@ func (c *Config) Validate() error {
 // host config never fails for a key that belongs to the host. The result is
 // validated; on any error c is unchanged and a BoxValidationError names the
 // key.
-func (c Config) Merge(patch json.RawMessage) (Config, []string, error) {
+func (c Config) Merge(patch json.RawMessage, decode Decoder) (Config, []string, error) {
 	trimmed := bytes.TrimSpace(patch)
 	if len(trimmed) == 0 || string(trimmed) == "null" {
 		return c, nil, nil
@@ -210,7 +216,7 @@ func (c Config) Merge(patch json.RawMessage) (Config, []string, error) {
 		return c, nil, err
 	}
 	var next Config
-	if err := backends.DecodeParams(merged, &next); err != nil {
+	if err := decode(merged, &next); err != nil {
 		return c, nil, err
 	}
 	if err := next.Validate(); err != nil {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sync"
@@ -167,7 +168,7 @@ func newTestRuntime(t *testing.T, fb *fakeBackend, patch string, opts ...Option)
 	cfg := DefaultConfig()
 	if patch != "" {
 		var err error
-		cfg, _, err = cfg.Merge([]byte(patch))
+		cfg, _, err = cfg.Merge([]byte(patch), json.Unmarshal)
 		require.NoError(t, err)
 	}
 	factory := func(string, Config, string, string) (backends.Backend, error) { return fb, nil }

@@ -188,9 +188,9 @@ func (r *Runtime) Config() Config {
 // session exists and the backend section changed, the backend is selected
 // again (the reference does the same).
 // It returns the keys it ignored because boxrt does not know them.
-func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage) ([]string, error) {
+func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage, decode Decoder) ([]string, error) {
 	r.mu.Lock()
-	next, ignored, err := r.cfg.Merge(patch)
+	next, ignored, err := r.cfg.Merge(patch, decode)
 	if err == nil {
 		_, err = next.mountRoots(r.stateDir)
 	}

@@ -1,4 +1,4 @@
-package backends
+package actions
 
 import (
 	"bytes"
@@ -7,13 +7,14 @@ import (
 	"io"
 	"strings"
 
+	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // DecodeParams decodes a JSON-RPC params object into v strictly: params must
 // be an object (or absent/null), unknown fields and wrong types are refused
 // with a BoxValidationError naming the field.
-func DecodeParams(raw json.RawMessage, v any) error {
+func DecodeParams(raw []byte, v any) error {
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
 		trimmed = []byte("{}")
@@ -73,4 +74,23 @@ func jsonKind(goKind string) string {
 		return "an array"
 	}
 	return "of type " + goKind
+}
+
+// DecodeSpec parses a box_exec / box_create_session params object, applying
+// the reference defaults and validation. Unknown fields and wrong types are
+// BoxValidationErrors naming the field.
+func DecodeSpec(raw json.RawMessage) (backends.Spec, error) {
+	spec := backends.DefaultSpec()
+	if err := DecodeParams(raw, &spec); err != nil {
+		return backends.Spec{}, err
+	}
+	// The reference defaults workdir to mount_path when workdir is absent,
+	// null or empty.
+	if strings.TrimSpace(spec.Workdir) == "" {
+		spec.Workdir = spec.MountPath
+	}
+	if err := spec.Normalize(); err != nil {
+		return backends.Spec{}, err
+	}
+	return spec, nil
 }

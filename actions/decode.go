@@ -6,8 +6,9 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"unicode"
 
-	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -38,7 +39,7 @@ func decodeError(err error) error {
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &typeErr):
-		field := typeErr.Field
+		field := wirePath(typeErr.Field)
 		if field == "" {
 			field = "params"
 		}
@@ -56,6 +57,22 @@ func decodeError(err error) error {
 		return boxerr.Validation(field, "unknown field %q", name).Wrap(err)
 	}
 	return boxerr.Validation("params", "invalid params: %s", strings.TrimPrefix(msg, "json: ")).Wrap(err)
+}
+
+// wirePath removes from an error's field path the Go names of embedded
+// structs (runtime.Spec embeds backends.SandboxSpec, which embeds
+// backends.Sandbox): encoding/json writes "SandboxSpec.Sandbox.memory_mb"
+// where the wire has "memory_mb". Every JSON key of boxrt's params is lower
+// case, so an upper-case element can only be such a name.
+func wirePath(field string) string {
+	parts := strings.Split(field, ".")
+	keep := parts[:0]
+	for _, p := range parts {
+		if p != "" && !unicode.IsUpper(rune(p[0])) {
+			keep = append(keep, p)
+		}
+	}
+	return strings.Join(keep, ".")
 }
 
 func jsonKind(goKind string) string {
@@ -79,10 +96,10 @@ func jsonKind(goKind string) string {
 // DecodeSpec parses a box_exec / box_create_session params object, applying
 // the reference defaults and validation. Unknown fields and wrong types are
 // BoxValidationErrors naming the field.
-func DecodeSpec(raw json.RawMessage) (backends.Spec, error) {
-	spec := backends.DefaultSpec()
+func DecodeSpec(raw json.RawMessage) (runtime.Spec, error) {
+	spec := runtime.DefaultSpec()
 	if err := DecodeParams(raw, &spec); err != nil {
-		return backends.Spec{}, err
+		return runtime.Spec{}, err
 	}
 	// The reference defaults workdir to mount_path when workdir is absent,
 	// null or empty.
@@ -90,7 +107,7 @@ func DecodeSpec(raw json.RawMessage) (backends.Spec, error) {
 		spec.Workdir = spec.MountPath
 	}
 	if err := spec.Normalize(); err != nil {
-		return backends.Spec{}, err
+		return runtime.Spec{}, err
 	}
 	return spec, nil
 }

@@ -49,6 +49,9 @@ func TestDecodeSpec(t *testing.T) {
 		{"unknown field", `{"session_id":"s","nope":1}`, "nope"},
 		{"wrong type", `{"session_id":"s","timeout_sec":"5"}`, "timeout_sec"},
 		{"float for int", `{"session_id":"s","memory_mb":5.5}`, "memory_mb"},
+		// session_id and memory_mb sit in structs runtime.Spec embeds: the
+		// field is named as on the wire, without the Go struct names.
+		{"session id type", `{"session_id":1}`, "session_id"},
 		{"zero timeout", `{"session_id":"s","timeout_sec":0}`, "timeout_sec"},
 		{"network case", `{"session_id":"s","network":"ON"}`, "network"},
 		{"mode", `{"session_id":"s","host_path_mode":"x"}`, "host_path_mode"},

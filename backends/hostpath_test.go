@@ -1,6 +1,7 @@
 package backends
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -42,4 +43,34 @@ func TestResolveHostPath(t *testing.T) {
 	}
 	_, err := ResolveHostPath("host_path", root, nil)
 	assert.ErrorIs(t, err, boxerr.ErrValidation, "no allow-list means no host paths")
+}
+
+func TestCheckMountPath(t *testing.T) {
+	cases := []struct {
+		in, want string
+		ok       bool
+	}{
+		{"/workspace", "/workspace", true},
+		{"/a/b/../c/", "/a/c", true},
+		{"relative", "", false},
+		{"/", "", false},
+		{"/x/..", "", false},
+		{"/proc", "", false},
+		{"/proc/self", "", false},
+		{"/dev/shm", "", false},
+		{"/devices", "/devices", true},
+		{"/sys", "", false},
+		{"/sys/fs/cgroup", "", false},
+		{"/system", "/system", true},
+		{"/a\x00b", "", false},
+	}
+	for _, tc := range cases {
+		got, err := CheckMountPath("f", tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("CheckMountPath(%q) = %q, %v; want %q ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+		if err != nil && !errors.Is(err, boxerr.ErrValidation) {
+			t.Errorf("CheckMountPath(%q) error is not a validation error: %v", tc.in, err)
+		}
+	}
 }

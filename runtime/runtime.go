@@ -348,7 +348,7 @@ func (r *Runtime) adopt(ctx context.Context, b backends.Backend) {
 // adoptedPathsAllowed checks an adopted session's host paths against the
 // current allow-list: each must still resolve to itself inside a root.
 // Skill mounts are boxrt's own and only re-checked by the backend.
-func adoptedPathsAllowed(info backends.SessionInfo, roots []string) error {
+func adoptedPathsAllowed(info backends.Session, roots []string) error {
 	check := func(field, p string) error {
 		resolved, err := backends.ResolveHostPath(field, p, roots)
 		if err == nil && resolved != p {

@@ -35,7 +35,7 @@ const (
 )
 
 // quotaMB is the size of a session's disk.
-func quotaMB(info backends.SessionInfo) int {
+func quotaMB(info backends.Session) int {
 	q := info.WorkspaceQuotaMB
 	if q == 0 {
 		q = DefaultQuotaMB
@@ -44,7 +44,7 @@ func quotaMB(info backends.SessionInfo) int {
 }
 
 // makeDisk creates the session's storage and leaves it mounted.
-func (b *Backend) makeDisk(dir string, sf *sessionFiles, info backends.SessionInfo) error {
+func (b *Backend) makeDisk(dir string, sf *sessionFiles, info backends.Session) error {
 	if b.diskQuota {
 		img := filepath.Join(dir, diskImage)
 		f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -148,10 +149,8 @@ func (l *Limits) ranges() []limitRange {
 
 // Validate checks every value and names the first bad key.
 func (c *Config) Validate() error {
-	switch c.Backend {
-	case "", "auto", "local", "docker", "bwrap":
-	default:
-		return boxerr.Validation("backend", "backend must be one of auto, docker, bwrap; got %q", c.Backend)
+	if !autoBackend(c.Backend) && !slices.Contains(BackendOrder, c.Backend) {
+		return boxerr.Validation("backend", "backend must be one of auto, %s; got %q", strings.Join(BackendOrder, ", "), c.Backend)
 	}
 	for _, r := range c.Limits.ranges() {
 		if *r.value < r.min || *r.value > r.max {

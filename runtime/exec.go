@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/clip"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -54,7 +55,7 @@ func (r *Runtime) Exec(ctx context.Context, spec Spec) (ExecResult, error) {
 	log := r.log.Info()
 	if err != nil {
 		ev.ErrType = ErrorType(err)
-		log = r.log.Warn().Str("error_type", ev.ErrType).Str("error", preview(err.Error(), 300))
+		log = r.log.Warn().Str("error_type", ev.ErrType).Str("error", clip.String(err.Error(), 300))
 	} else if res.ExitCode != nil {
 		log = log.Int("exit_code", *res.ExitCode)
 	}
@@ -63,7 +64,7 @@ func (r *Runtime) Exec(ctx context.Context, spec Spec) (ExecResult, error) {
 		envKeys = append(envKeys, k)
 	}
 	sort.Strings(envKeys)
-	log.Str("session_id", spec.SessionID).Str("backend", res.BackendName).Str("cmd", preview(spec.Cmd, 200)).
+	log.Str("session_id", spec.SessionID).Str("backend", res.BackendName).Str("cmd", clip.String(spec.Cmd, 200)).
 		Strs("env_keys", envKeys).Float64("duration_ms", float64(ev.Duration.Microseconds())/1000).
 		Str("status", res.Status).Int64("stdout_bytes", res.StdoutBytes).Int64("stderr_bytes", res.StderrBytes).
 		Bool("truncated", ev.Truncated).Msg("exec")

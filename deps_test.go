@@ -9,16 +9,17 @@ import (
 
 // TestDependencyDirection pins the import graph DESIGN.md draws:
 // main → actions → runtime → backends, with rpc, relay, reconnect and the
-// error package at the edges. Each package lists the boxrt packages it may
+// error package at the edges, and internal/ leaves (clip, keyed) any of them
+// may use. Each package lists the boxrt packages it may
 // import; a package missing from the table fails, so a new one is placed
 // deliberately.
 func TestDependencyDirection(t *testing.T) {
 	const module = "github.com/boxrt/boxrt"
 	allowed := map[string][]string{
 		".":                       {"*"},
-		"actions":                 {"rpc", "runtime", "runtime/skills", "runtime/boxerr", "backends"},
-		"runtime":                 {"backends", "runtime/skills", "runtime/boxerr"},
-		"runtime/skills":          {"runtime/boxerr"},
+		"actions":                 {"rpc", "runtime", "runtime/skills", "runtime/boxerr", "backends", "internal/clip"},
+		"runtime":                 {"backends", "runtime/skills", "runtime/boxerr", "internal/clip", "internal/keyed"},
+		"runtime/skills":          {"runtime/boxerr", "internal/keyed"},
 		"runtime/boxerr":          {},
 		"backends":                {"runtime/boxerr"},
 		"backends/bwrap":          {"backends", "runtime/boxerr"},
@@ -27,7 +28,9 @@ func TestDependencyDirection(t *testing.T) {
 		"rpc":                     {"runtime/boxerr"},
 		"reconnect":               {"runtime/boxerr"},
 		"test":                    {"*"},
-		"test/bench":              {"reconnect", "runtime/boxerr", "backends/bwrap"},
+		"test/bench":              {"reconnect", "runtime/boxerr", "internal/clip", "backends/bwrap"},
+		"internal/clip":           {},
+		"internal/keyed":          {},
 		"test/fixtures/mcpserver": {},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...").Output()

@@ -87,7 +87,7 @@ func runDoctor(c *cli.Context) error {
 			rep.Usable = append(rep.Usable, name)
 		}
 	}
-	for _, name := range candidatesFor(cfg.Backend) {
+	for _, name := range runtime.Candidates(cfg.Backend) {
 		if contains(rep.Usable, name) {
 			rep.Auto = name
 			break
@@ -133,14 +133,6 @@ func orAuto(s string) string {
 		return "auto"
 	}
 	return s
-}
-
-func candidatesFor(choice string) []string {
-	switch choice {
-	case "", "auto", "local":
-		return runtime.BackendOrder
-	}
-	return []string{choice}
 }
 
 func contains(list []string, s string) bool {

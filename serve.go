@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/boxrt/boxrt/actions"
+	"github.com/boxrt/boxrt/internal/clip"
 	"github.com/boxrt/boxrt/relay"
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
@@ -262,7 +263,7 @@ func loadConfig(file string) (runtime.Config, error) {
 		}
 	}
 	for _, p := range patches {
-		next, ignored, err := cfg.Merge(p.patch)
+		next, ignored, err := cfg.Merge(p.patch, actions.DecodeParams)
 		if err != nil {
 			return cfg, &exitError{code: 2, msg: fmt.Sprintf("%s: %v", p.from, err)}
 		}
@@ -470,7 +471,7 @@ func logCall(log zerolog.Logger, call rpc.Call) {
 	var ev *zerolog.Event
 	switch {
 	case call.Err != nil:
-		ev = log.Info().Str("error_type", call.Err.Type).Str("error", truncate(call.Err.Message, 300))
+		ev = log.Info().Str("error_type", call.Err.Type).Str("error", clip.String(call.Err.Message, 300))
 	case call.Method == "__ping":
 		ev = log.Debug() // decided before an Info event is built: this runs for every heartbeat
 	default:
@@ -508,11 +509,4 @@ func callIDs(params json.RawMessage) callIdentifiers {
 		ids.ProcessID = ids.Spec.ProcessID
 	}
 	return ids
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

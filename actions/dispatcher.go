@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/boxrt/boxrt/internal/clip"
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/skills"
@@ -89,7 +90,7 @@ func (d *Dispatcher) Handle(ctx context.Context, req *rpc.Request) (json.RawMess
 	if err != nil {
 		e := rpc.Encode(EncodeError, err)
 		d.errors.add(RecentError{Time: time.Now().UTC(), Method: req.Method, Type: e.Type, Code: e.Code,
-			Message: truncateText(e.Message, 500), SessionID: sessionIDOf(req.Params)})
+			Message: clip.String(e.Message, 500), SessionID: sessionIDOf(req.Params)})
 	}
 	return res, err
 }

@@ -23,7 +23,7 @@ type initResult struct {
 // running configuration, atomically. Keys boxrt does not know are ignored
 // and listed in ignored_keys.
 func (d *Dispatcher) init(ctx context.Context, p configPatch) (initResult, error) {
-	ignored, err := d.rt.ApplyConfig(ctx, p.raw)
+	ignored, err := d.rt.ApplyConfig(ctx, p.raw, DecodeParams)
 	if err != nil {
 		return initResult{}, err
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 
-	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -57,7 +56,7 @@ func decodeParams[P any](raw json.RawMessage, p *P) error {
 		// The heartbeat and most reads send {}: decoding it would change
 		// nothing, so it is not decoded.
 		if !emptyParams(raw) {
-			err = backends.DecodeParams(raw, p)
+			err = DecodeParams(raw, p)
 		}
 	}
 	if err != nil {

@@ -58,10 +58,3 @@ func sessionIDOf(params json.RawMessage) string {
 	}
 	return p.SessionID
 }
-
-func truncateText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}

@@ -5,22 +5,21 @@ import (
 	"encoding/json"
 	"strings"
 
-	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // specParams is a session spec (box_exec, box_create_session), decoded with
 // the spec's defaults and normalisation.
-type specParams struct{ spec backends.Spec }
+type specParams struct{ spec runtime.Spec }
 
 func (p *specParams) decodeParams(raw json.RawMessage) (err error) {
-	p.spec, err = backends.DecodeSpec(raw)
+	p.spec, err = DecodeSpec(raw)
 	return err
 }
 
 // createSession creates or reuses a session; cmd is ignored.
-func (d *Dispatcher) createSession(ctx context.Context, p specParams) (backends.SessionInfo, error) {
+func (d *Dispatcher) createSession(ctx context.Context, p specParams) (runtime.SessionInfo, error) {
 	return d.rt.EnsureSession(ctx, p.spec)
 }
 
@@ -42,7 +41,7 @@ func (d *Dispatcher) getSession(_ context.Context, p sessionRef) (runtime.Sessio
 }
 
 type sessionList struct {
-	Sessions []backends.SessionInfo `json:"sessions"`
+	Sessions []runtime.SessionInfo `json:"sessions"`
 }
 
 // getSessions lists every session.

@@ -15,17 +15,17 @@ type Backend interface {
 	Describe() Description
 	// DefaultImage is the image a spec without one gets.
 	DefaultImage() string
-	StartSession(ctx context.Context, spec Spec) (SessionInfo, error)
+	StartSession(ctx context.Context, spec SandboxSpec) (Session, error)
 	// Alive reports whether the session's sandbox still exists and runs.
-	Alive(ctx context.Context, info SessionInfo) bool
-	Exec(ctx context.Context, info SessionInfo, req ExecRequest) (ExitStatus, error)
-	StartProcess(ctx context.Context, info SessionInfo, spec ProcessSpec) (Process, error)
-	StopSession(ctx context.Context, info SessionInfo) error
+	Alive(ctx context.Context, info Session) bool
+	Exec(ctx context.Context, info Session, req ExecRequest) (ExitStatus, error)
+	StartProcess(ctx context.Context, info Session, spec ProcessSpec) (Process, error)
+	StopSession(ctx context.Context, info Session) error
 	// Adopt returns the sessions this installation left running (same
 	// instance id), so a restarted boxrt can serve them again. Sandboxes of
 	// other installations are never returned or touched. An error may come
 	// with sessions: those are adopted, the error says what was not.
-	Adopt(ctx context.Context) ([]SessionInfo, error)
+	Adopt(ctx context.Context) ([]Session, error)
 }
 
 // Description is what box_get_backend_info reports about a backend beyond

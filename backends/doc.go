@@ -1,9 +1,12 @@
-// Package backends owns the models every sandbox backend shares — the
-// session Spec, MountSpec, SessionInfo, ExecRequest/ExecResult, ProcessSpec —
-// their validation (numeric bounds, sandbox-side mount points) and the
-// host-path allow-list checks both backends apply, the Backend interface
-// the runtime drives, and the typed error kinds that
-// travel from a backend up to the wire. It is the leaf of the dependency
-// graph: runtime, actions and every backend subpackage import it, it imports
-// none of them.
+// Package backends owns what every sandbox backend shares: the Backend
+// interface the runtime drives, and the backend-facing model it takes and
+// returns — Sandbox (what a sandbox is made of, the JSON form backends
+// persist), SandboxSpec (StartSession's input, already validated by the
+// runtime), Session (a started sandbox), MountSpec, ExecRequest/ExitStatus,
+// ProcessSpec/Process — with the sandbox fields' defaults and bounds, the
+// sandbox-side mount point rule (CheckMountPath) and the host-path
+// allow-list checks both backends apply. The wire-facing session model
+// (Spec, SessionInfo, ExecResult) is runtime's. It is a leaf of the
+// dependency graph: runtime and every backend subpackage import it, it
+// imports only runtime/boxerr.
 package backends

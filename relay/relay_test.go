@@ -3,6 +3,7 @@ package relay
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -29,22 +30,22 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // fakeBackend starts fakeProcs and hands each to the test.
 type fakeBackend struct{ started chan *fakeProc }
 
-func (f *fakeBackend) Name() string                                          { return "fake" }
-func (f *fakeBackend) Probe(context.Context) error                           { return nil }
-func (f *fakeBackend) Describe() backends.Description                        { return backends.Description{Isolation: "none"} }
-func (f *fakeBackend) DefaultImage() string                                  { return "fake:latest" }
-func (f *fakeBackend) Adopt(context.Context) ([]backends.SessionInfo, error) { return nil, nil }
-func (f *fakeBackend) Alive(context.Context, backends.SessionInfo) bool      { return true }
-func (f *fakeBackend) StopSession(context.Context, backends.SessionInfo) error {
+func (f *fakeBackend) Name() string                                      { return "fake" }
+func (f *fakeBackend) Probe(context.Context) error                       { return nil }
+func (f *fakeBackend) Describe() backends.Description                    { return backends.Description{Isolation: "none"} }
+func (f *fakeBackend) DefaultImage() string                              { return "fake:latest" }
+func (f *fakeBackend) Adopt(context.Context) ([]backends.Session, error) { return nil, nil }
+func (f *fakeBackend) Alive(context.Context, backends.Session) bool      { return true }
+func (f *fakeBackend) StopSession(context.Context, backends.Session) error {
 	return nil
 }
-func (f *fakeBackend) StartSession(_ context.Context, spec backends.Spec) (backends.SessionInfo, error) {
-	return backends.SessionFromSpec("fake", "box-"+spec.SessionID, spec), nil
+func (f *fakeBackend) StartSession(_ context.Context, spec backends.SandboxSpec) (backends.Session, error) {
+	return spec.Session("fake", "box-"+spec.SessionID), nil
 }
-func (f *fakeBackend) Exec(context.Context, backends.SessionInfo, backends.ExecRequest) (backends.ExitStatus, error) {
+func (f *fakeBackend) Exec(context.Context, backends.Session, backends.ExecRequest) (backends.ExitStatus, error) {
 	return backends.ExitStatus{}, nil
 }
-func (f *fakeBackend) StartProcess(context.Context, backends.SessionInfo, backends.ProcessSpec) (backends.Process, error) {
+func (f *fakeBackend) StartProcess(context.Context, backends.Session, backends.ProcessSpec) (backends.Process, error) {
 	p, err := newFakeProc()
 	if err != nil {
 		return nil, err
@@ -123,7 +124,7 @@ func newEnv(t testing.TB, patch string) *env {
 	cfg := runtime.DefaultConfig()
 	if patch != "" {
 		var err error
-		cfg, _, err = cfg.Merge([]byte(patch))
+		cfg, _, err = cfg.Merge([]byte(patch), json.Unmarshal)
 		require.NoError(t, err)
 	}
 	fb := &fakeBackend{started: make(chan *fakeProc, 16)}
@@ -149,7 +150,7 @@ func newEnv(t testing.TB, patch string) *env {
 func (e *env) start(sid, pid string) (*fakeProc, string) {
 	e.t.Helper()
 	ctx := context.Background()
-	_, err := e.rt.EnsureSession(ctx, backends.Spec{SessionID: sid})
+	_, err := e.rt.EnsureSession(ctx, runtime.Spec{SandboxSpec: backends.SandboxSpec{SessionID: sid}})
 	require.NoError(e.t, err)
 	info, err := e.rt.StartProcess(ctx, sid, backends.ProcessSpec{ProcessID: pid, Command: "fake"})
 	require.NoError(e.t, err)

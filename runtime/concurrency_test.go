@@ -90,7 +90,7 @@ func TestDeleteInterruptsExec(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fb := newFake()
 			release := make(chan struct{})
-			fb.execFn = func(ctx context.Context, _ backends.SessionInfo, _ backends.ExecRequest) (backends.ExitStatus, error) {
+			fb.execFn = func(ctx context.Context, _ backends.Session, _ backends.ExecRequest) (backends.ExitStatus, error) {
 				select {
 				case <-ctx.Done(): // the backend kills the command tree
 					return backends.ExitStatus{TimedOut: true}, ctx.Err()

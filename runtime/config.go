@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -103,7 +104,7 @@ func DefaultConfig() Config {
 			MaxRPCFileBytes:              20 << 20,
 			CompletedProcessRetentionSec: 300,
 			SessionTTLSec:                300,
-			MaxOutputBytes:               backends.DefaultMaxOutputBytes,
+			MaxOutputBytes:               DefaultMaxOutputBytes,
 			RelayReplayLines:             4096,
 			RelayReplayBytes:             4 << 20,
 			RelayLineBufferBytes:         64 << 20,
@@ -134,7 +135,7 @@ func (l *Limits) ranges() []limitRange {
 		{"max_rpc_file_bytes", &l.MaxRPCFileBytes, 1, 100 << 20},
 		{"completed_process_retention_sec", &l.CompletedProcessRetentionSec, 0, 86400},
 		{"session_ttl_sec", &l.SessionTTLSec, 0, 7 * 86400},
-		{"max_output_bytes", &l.MaxOutputBytes, backends.MinMaxOutputBytes, backends.MaxMaxOutputBytes},
+		{"max_output_bytes", &l.MaxOutputBytes, MinMaxOutputBytes, MaxMaxOutputBytes},
 		{"relay_replay_lines", &l.RelayReplayLines, 0, 1 << 20},
 		{"relay_replay_bytes", &l.RelayReplayBytes, 0, 256 << 20},
 		{"relay_line_buffer_bytes", &l.RelayLineBufferBytes, 1 << 20, 16 << 30},
@@ -148,10 +149,8 @@ func (l *Limits) ranges() []limitRange {
 
 // Validate checks every value and names the first bad key.
 func (c *Config) Validate() error {
-	switch c.Backend {
-	case "", "auto", "local", "docker", "bwrap":
-	default:
-		return boxerr.Validation("backend", "backend must be one of auto, docker, bwrap; got %q", c.Backend)
+	if !autoBackend(c.Backend) && !slices.Contains(BackendOrder, c.Backend) {
+		return boxerr.Validation("backend", "backend must be one of auto, %s; got %q", strings.Join(BackendOrder, ", "), c.Backend)
 	}
 	for _, r := range c.Limits.ranges() {
 		if *r.value < r.min || *r.value > r.max {
@@ -177,6 +176,12 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// Decoder decodes a JSON object into v. The one boxrt serves with is
+// actions.DecodeParams, strict (a wrong type is a BoxValidationError naming
+// the field): decoding is the method catalogue's concern, and taking it as
+// an argument keeps the dependency direction main → actions → runtime.
+type Decoder func(data []byte, v any) error
+
 // Merge returns c with patch (a JSON object) merged in key by key: nested
 // objects are merged, a null section changes nothing, everything else is
 // replaced. Keys boxrt does not know (a LangBot host sends its whole box
@@ -184,7 +189,7 @@ func (c *Config) Validate() error {
 // host config never fails for a key that belongs to the host. The result is
 // validated; on any error c is unchanged and a BoxValidationError names the
 // key.
-func (c Config) Merge(patch json.RawMessage) (Config, []string, error) {
+func (c Config) Merge(patch json.RawMessage, decode Decoder) (Config, []string, error) {
 	trimmed := bytes.TrimSpace(patch)
 	if len(trimmed) == 0 || string(trimmed) == "null" {
 		return c, nil, nil
@@ -210,7 +215,7 @@ func (c Config) Merge(patch json.RawMessage) (Config, []string, error) {
 		return c, nil, err
 	}
 	var next Config
-	if err := backends.DecodeParams(merged, &next); err != nil {
+	if err := decode(merged, &next); err != nil {
 		return c, nil, err
 	}
 	if err := next.Validate(); err != nil {

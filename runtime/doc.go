@@ -1,7 +1,11 @@
 // Package runtime owns boxrt's state: the configuration and its atomic
 // updates, backend selection with a cached health probe, the session table
 // (get-or-create, compatibility, liveness, capacity), exec with bounded
-// head/tail output capture, managed processes, and the TTL reaper. It
+// head/tail output capture, managed processes, and the TTL reaper. It owns
+// the wire-facing session model too (model.go): Spec with its defaults and
+// validation, SessionInfo as the host sees it, ExecResult, and
+// compatibilityFields, the one list of the fields a reused session must
+// match; it hands backends the backends.SandboxSpec inside a Spec. It
 // drives sandboxes only through backends.Backend, so its logic is unit
 // tested with a fake backend and a fake clock.
 package runtime

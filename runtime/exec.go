@@ -8,8 +8,31 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/clip"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
+
+// Execution statuses on the wire.
+const (
+	StatusCompleted = "completed"
+	StatusTimedOut  = "timed_out"
+)
+
+// ExecResult is the box_exec result. The byte counts are what the command
+// wrote; the strings hold at most the configured cap of each stream.
+type ExecResult struct {
+	SessionID       string `json:"session_id"`
+	BackendName     string `json:"backend_name"`
+	Status          string `json:"status"`
+	ExitCode        *int   `json:"exit_code"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	DurationMS      int64  `json:"duration_ms"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	StdoutBytes     int64  `json:"stdout_bytes"`
+	StderrBytes     int64  `json:"stderr_bytes"`
+}
 
 // ExecEvent describes a finished exec, for metrics.
 type ExecEvent struct {
@@ -24,7 +47,7 @@ type ExecEvent struct {
 // Exec runs spec.Cmd in the session spec.SessionID (created or reused as
 // EnsureSession does). A timeout kills the command's process tree and keeps
 // the session; its files and state survive.
-func (r *Runtime) Exec(ctx context.Context, spec backends.Spec) (backends.ExecResult, error) {
+func (r *Runtime) Exec(ctx context.Context, spec Spec) (ExecResult, error) {
 	start := time.Now()
 	res, err := r.exec(ctx, spec)
 	ev := ExecEvent{SessionID: spec.SessionID, Backend: res.BackendName, Duration: time.Since(start), Status: res.Status,
@@ -32,7 +55,7 @@ func (r *Runtime) Exec(ctx context.Context, spec backends.Spec) (backends.ExecRe
 	log := r.log.Info()
 	if err != nil {
 		ev.ErrType = ErrorType(err)
-		log = r.log.Warn().Str("error_type", ev.ErrType).Str("error", preview(err.Error(), 300))
+		log = r.log.Warn().Str("error_type", ev.ErrType).Str("error", clip.String(err.Error(), 300))
 	} else if res.ExitCode != nil {
 		log = log.Int("exit_code", *res.ExitCode)
 	}
@@ -41,7 +64,7 @@ func (r *Runtime) Exec(ctx context.Context, spec backends.Spec) (backends.ExecRe
 		envKeys = append(envKeys, k)
 	}
 	sort.Strings(envKeys)
-	log.Str("session_id", spec.SessionID).Str("backend", res.BackendName).Str("cmd", preview(spec.Cmd, 200)).
+	log.Str("session_id", spec.SessionID).Str("backend", res.BackendName).Str("cmd", clip.String(spec.Cmd, 200)).
 		Strs("env_keys", envKeys).Float64("duration_ms", float64(ev.Duration.Microseconds())/1000).
 		Str("status", res.Status).Int64("stdout_bytes", res.StdoutBytes).Int64("stderr_bytes", res.StderrBytes).
 		Bool("truncated", ev.Truncated).Msg("exec")
@@ -60,14 +83,14 @@ func ErrorType(err error) string {
 	return boxerr.ErrBox.Error()
 }
 
-func (r *Runtime) exec(ctx context.Context, spec backends.Spec) (backends.ExecResult, error) {
+func (r *Runtime) exec(ctx context.Context, spec Spec) (ExecResult, error) {
 	if spec.Cmd == "" {
-		return backends.ExecResult{}, boxerr.Validation("cmd", "cmd must not be empty")
+		return ExecResult{}, boxerr.Validation("cmd", "cmd must not be empty")
 	}
 	for attempt := 0; ; attempt++ {
 		s, err := r.acquire(ctx, spec, true)
 		if err != nil {
-			return backends.ExecResult{}, err
+			return ExecResult{}, err
 		}
 		res, gone, err := r.execIn(ctx, s, spec)
 		if !gone || attempt > 0 {
@@ -88,7 +111,7 @@ func (r *Runtime) exec(ctx context.Context, spec backends.Spec) (backends.ExecRe
 
 // execIn runs spec.Cmd in s. gone reports a failure whose cause is that
 // the sandbox no longer exists.
-func (r *Runtime) execIn(ctx context.Context, s *session, spec backends.Spec) (_ backends.ExecResult, gone bool, _ error) {
+func (r *Runtime) execIn(ctx context.Context, s *session, spec Spec) (_ ExecResult, gone bool, _ error) {
 	defer func() {
 		r.mu.Lock()
 		s.activeExecs--
@@ -112,7 +135,7 @@ func (r *Runtime) execIn(ctx context.Context, s *session, spec backends.Spec) (_
 		r.mu.Unlock()
 	}()
 	if deleting || b == nil {
-		return backends.ExecResult{}, false, boxerr.SessionNotFound(spec.SessionID).With("reason", "being deleted")
+		return ExecResult{}, false, boxerr.SessionNotFound(spec.SessionID).With("reason", "being deleted")
 	}
 	if spec.MaxOutputBytes > 0 {
 		limit = spec.MaxOutputBytes
@@ -128,15 +151,15 @@ func (r *Runtime) execIn(ctx context.Context, s *session, spec backends.Spec) (_
 		Stderr:  stderr,
 	})
 	if errors.Is(context.Cause(ctx), errDeleted) {
-		return backends.ExecResult{}, false, boxerr.SessionNotFound(spec.SessionID).With("reason", "deleted").Wrap(errDeleted)
+		return ExecResult{}, false, boxerr.SessionNotFound(spec.SessionID).With("reason", "deleted").Wrap(errDeleted)
 	}
 	if err != nil {
-		return backends.ExecResult{}, ctx.Err() == nil && !b.Alive(ctx, info), err
+		return ExecResult{}, ctx.Err() == nil && !b.Alive(ctx, info), err
 	}
-	res := backends.ExecResult{
+	res := ExecResult{
 		SessionID:       spec.SessionID,
 		BackendName:     b.Name(),
-		Status:          backends.StatusCompleted,
+		Status:          StatusCompleted,
 		Stdout:          stdout.String(),
 		Stderr:          stderr.String(),
 		DurationMS:      time.Since(start).Milliseconds(),
@@ -151,7 +174,7 @@ func (r *Runtime) execIn(ctx context.Context, s *session, spec backends.Spec) (_
 		r.mu.Unlock()
 	}
 	if status.TimedOut {
-		res.Status = backends.StatusTimedOut
+		res.Status = StatusTimedOut
 		if res.Stderr == "" {
 			res.Stderr = "Command timed out after " + strconv.Itoa(spec.TimeoutSec) + " seconds."
 		}

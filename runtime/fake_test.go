@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sync"
@@ -21,13 +22,13 @@ type fakeBackend struct {
 	started  int
 	stopped  []string
 	dead     map[string]bool
-	adopt    []backends.SessionInfo
-	execFn   func(ctx context.Context, info backends.SessionInfo, req backends.ExecRequest) (backends.ExitStatus, error)
+	adopt    []backends.Session
+	execFn   func(ctx context.Context, info backends.Session, req backends.ExecRequest) (backends.ExitStatus, error)
 	inFlight map[string]int
 	maxPar   map[string]int
 	live     bool
-	specs    []backends.Spec
-	execInfo []backends.SessionInfo
+	specs    []backends.SandboxSpec
+	execInfo []backends.Session
 }
 
 func newFake() *fakeBackend {
@@ -39,24 +40,24 @@ func (f *fakeBackend) Probe(context.Context) error { return nil }
 func (f *fakeBackend) Describe() backends.Description {
 	return backends.Description{Isolation: "none", SkillsLive: f.live}
 }
-func (f *fakeBackend) DefaultImage() string                                  { return "fake:latest" }
-func (f *fakeBackend) Adopt(context.Context) ([]backends.SessionInfo, error) { return f.adopt, nil }
+func (f *fakeBackend) DefaultImage() string                              { return "fake:latest" }
+func (f *fakeBackend) Adopt(context.Context) ([]backends.Session, error) { return f.adopt, nil }
 
-func (f *fakeBackend) StartSession(_ context.Context, spec backends.Spec) (backends.SessionInfo, error) {
+func (f *fakeBackend) StartSession(_ context.Context, spec backends.SandboxSpec) (backends.Session, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.started++
 	f.specs = append(f.specs, spec)
-	return backends.SessionFromSpec("fake", fmt.Sprintf("box-%d", f.started), spec), nil
+	return spec.Session("fake", fmt.Sprintf("box-%d", f.started)), nil
 }
 
-func (f *fakeBackend) Alive(_ context.Context, info backends.SessionInfo) bool {
+func (f *fakeBackend) Alive(_ context.Context, info backends.Session) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return !f.dead[info.BackendSessionID]
 }
 
-func (f *fakeBackend) Exec(ctx context.Context, info backends.SessionInfo, req backends.ExecRequest) (backends.ExitStatus, error) {
+func (f *fakeBackend) Exec(ctx context.Context, info backends.Session, req backends.ExecRequest) (backends.ExitStatus, error) {
 	f.mu.Lock()
 	f.inFlight[info.SessionID]++
 	f.execInfo = append(f.execInfo, info)
@@ -84,11 +85,11 @@ func (f *fakeBackend) Exec(ctx context.Context, info backends.SessionInfo, req b
 	return backends.ExitStatus{}, nil
 }
 
-func (f *fakeBackend) StartProcess(_ context.Context, _ backends.SessionInfo, _ backends.ProcessSpec) (backends.Process, error) {
+func (f *fakeBackend) StartProcess(_ context.Context, _ backends.Session, _ backends.ProcessSpec) (backends.Process, error) {
 	return newFakeProcess(), nil
 }
 
-func (f *fakeBackend) StopSession(_ context.Context, info backends.SessionInfo) error {
+func (f *fakeBackend) StopSession(_ context.Context, info backends.Session) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stopped = append(f.stopped, info.BackendSessionID)
@@ -167,7 +168,7 @@ func newTestRuntime(t *testing.T, fb *fakeBackend, patch string, opts ...Option)
 	cfg := DefaultConfig()
 	if patch != "" {
 		var err error
-		cfg, _, err = cfg.Merge([]byte(patch))
+		cfg, _, err = cfg.Merge([]byte(patch), json.Unmarshal)
 		require.NoError(t, err)
 	}
 	factory := func(string, Config, string, string) (backends.Backend, error) { return fb, nil }

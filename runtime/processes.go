@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/clip"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -244,7 +245,7 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 	r.counters.ProcessesStarted++
 	r.mu.Unlock()
 	r.log.Info().Str("session_id", sessionID).Str("process_id", spec.ProcessID).
-		Str("command", preview(spec.Command, 200)).Strs("env_keys", p.info().EnvKeys).Msg("managed process started")
+		Str("command", clip.String(spec.Command, 200)).Strs("env_keys", p.info().EnvKeys).Msg("managed process started")
 	return p.info(), nil
 }
 
@@ -588,12 +589,4 @@ func (s *stderrPreview) String() string {
 		out = out[len(out)-s.max:]
 	}
 	return out
-}
-
-// preview cuts s for logs.
-func preview(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/keyed"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -49,7 +50,7 @@ type Runtime struct {
 	shuttingDown bool
 	counters     Counters
 
-	idLocks keyedMutex
+	idLocks keyed.Locks
 
 	bg     sync.WaitGroup
 	stopBG context.CancelFunc
@@ -188,9 +189,9 @@ func (r *Runtime) Config() Config {
 // session exists and the backend section changed, the backend is selected
 // again (the reference does the same).
 // It returns the keys it ignored because boxrt does not know them.
-func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage) ([]string, error) {
+func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage, decode Decoder) ([]string, error) {
 	r.mu.Lock()
-	next, ignored, err := r.cfg.Merge(patch)
+	next, ignored, err := r.cfg.Merge(patch, decode)
 	if err == nil {
 		_, err = next.mountRoots(r.stateDir)
 	}
@@ -219,10 +220,14 @@ func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage) ([]str
 	return ignored, nil
 }
 
-// candidates returns the backend names to try for a config value.
-func candidates(choice string) []string {
-	switch choice {
-	case "", "auto", "local":
+// autoBackend reports whether a backend config value asks for
+// auto-selection ("local" is the reference's name for it).
+func autoBackend(choice string) bool { return choice == "" || choice == "auto" || choice == "local" }
+
+// Candidates returns the backend names to try, in order, for a backend
+// config value.
+func Candidates(choice string) []string {
+	if autoBackend(choice) {
 		return BackendOrder
 	}
 	return []string{choice}
@@ -264,7 +269,7 @@ func (r *Runtime) selectBackend(ctx context.Context, fresh bool) {
 func (r *Runtime) probeAndAdopt(ctx context.Context) {
 	cfg := r.Config()
 	var errs []string
-	for _, name := range candidates(cfg.Backend) {
+	for _, name := range Candidates(cfg.Backend) {
 		b, err := r.factory(name, cfg, r.instanceID, r.stateDir)
 		if err == nil {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -290,7 +295,7 @@ func (r *Runtime) probeAndAdopt(ctx context.Context) {
 	r.health = Health{Available: false, Error: strings.Join(errs, "; "), CheckedAt: r.clock.Now()}
 	r.counters.HealthCheckFailures++
 	r.mu.Unlock()
-	r.log.Warn().Strs("tried", candidates(cfg.Backend)).Str("error", strings.Join(errs, "; ")).Msg("no usable backend")
+	r.log.Warn().Strs("tried", Candidates(cfg.Backend)).Str("error", strings.Join(errs, "; ")).Msg("no usable backend")
 }
 
 // CloseBackend releases a backend that holds resources (a client
@@ -348,7 +353,7 @@ func (r *Runtime) adopt(ctx context.Context, b backends.Backend) {
 // adoptedPathsAllowed checks an adopted session's host paths against the
 // current allow-list: each must still resolve to itself inside a root.
 // Skill mounts are boxrt's own and only re-checked by the backend.
-func adoptedPathsAllowed(info backends.SessionInfo, roots []string) error {
+func adoptedPathsAllowed(info backends.Session, roots []string) error {
 	check := func(field, p string) error {
 		resolved, err := backends.ResolveHostPath(field, p, roots)
 		if err == nil && resolved != p {
@@ -537,39 +542,4 @@ func (r *Runtime) destroyWhere(ctx context.Context, match func(*session) bool, r
 		r.log.Info().Int("sessions", len(ids)).Str("reason", reason).Msg("destroyed sessions")
 	}
 	return errors.Join(errs...)
-}
-
-// keyedMutex serialises work per key without holding memory for idle keys.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*refMutex
-}
-
-type refMutex struct {
-	sync.Mutex
-	refs int
-}
-
-func (k *keyedMutex) Lock(key string) func() {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*refMutex{}
-	}
-	m, ok := k.locks[key]
-	if !ok {
-		m = &refMutex{}
-		k.locks[key] = m
-	}
-	m.refs++
-	k.mu.Unlock()
-	m.Lock()
-	return func() {
-		m.Unlock()
-		k.mu.Lock()
-		m.refs--
-		if m.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -17,8 +18,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func spec(id string) backends.Spec {
-	s := backends.DefaultSpec()
+func spec(id string) Spec {
+	s := DefaultSpec()
 	s.SessionID = id
 	s.Workdir = s.MountPath
 	return s
@@ -27,18 +28,18 @@ func spec(id string) backends.Spec {
 func TestSessionReuseAndConflict(t *testing.T) {
 	tests := []struct {
 		name   string
-		change func(*backends.Spec)
+		change func(*Spec)
 		field  string
 	}{
-		{"network", func(s *backends.Spec) { s.Network = backends.NetworkOn }, "network"},
-		{"image", func(s *backends.Spec) { s.Image = "other:1" }, "image"},
-		{"mount_path", func(s *backends.Spec) { s.MountPath = "/w"; s.Workdir = "/w" }, "mount_path"},
-		{"persistent", func(s *backends.Spec) { s.Persistent = true }, "persistent"},
-		{"cpus", func(s *backends.Spec) { s.CPUs = 2 }, "cpus"},
-		{"memory_mb", func(s *backends.Spec) { s.MemoryMB = 256 }, "memory_mb"},
-		{"pids_limit", func(s *backends.Spec) { s.PidsLimit = 10 }, "pids_limit"},
-		{"read_only_rootfs", func(s *backends.Spec) { s.ReadOnlyRootfs = false }, "read_only_rootfs"},
-		{"first differing field wins", func(s *backends.Spec) { s.MemoryMB = 256; s.Network = backends.NetworkOn }, "network"},
+		{"network", func(s *Spec) { s.Network = backends.NetworkOn }, "network"},
+		{"image", func(s *Spec) { s.Image = "other:1" }, "image"},
+		{"mount_path", func(s *Spec) { s.MountPath = "/w"; s.Workdir = "/w" }, "mount_path"},
+		{"persistent", func(s *Spec) { s.Persistent = true }, "persistent"},
+		{"cpus", func(s *Spec) { s.CPUs = 2 }, "cpus"},
+		{"memory_mb", func(s *Spec) { s.MemoryMB = 256 }, "memory_mb"},
+		{"pids_limit", func(s *Spec) { s.PidsLimit = 10 }, "pids_limit"},
+		{"read_only_rootfs", func(s *Spec) { s.ReadOnlyRootfs = false }, "read_only_rootfs"},
+		{"first differing field wins", func(s *Spec) { s.MemoryMB = 256; s.Network = backends.NetworkOn }, "network"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -162,7 +163,7 @@ func TestReaper(t *testing.T) {
 
 	release := make(chan struct{})
 	started := make(chan struct{})
-	fb.execFn = func(ctx context.Context, _ backends.SessionInfo, _ backends.ExecRequest) (backends.ExitStatus, error) {
+	fb.execFn = func(ctx context.Context, _ backends.Session, _ backends.ExecRequest) (backends.ExitStatus, error) {
 		close(started)
 		<-release
 		return backends.ExitStatus{}, nil
@@ -206,7 +207,7 @@ func TestExecSerialisedPerSession(t *testing.T) {
 	ctx := context.Background()
 	fb := newFake()
 	rt, _ := newTestRuntime(t, fb, "")
-	fb.execFn = func(ctx context.Context, _ backends.SessionInfo, _ backends.ExecRequest) (backends.ExitStatus, error) {
+	fb.execFn = func(ctx context.Context, _ backends.Session, _ backends.ExecRequest) (backends.ExitStatus, error) {
 		time.Sleep(20 * time.Millisecond)
 		return backends.ExitStatus{ExitCode: 3}, nil
 	}
@@ -231,7 +232,7 @@ func TestExecResult(t *testing.T) {
 	ctx := context.Background()
 	fb := newFake()
 	rt, _ := newTestRuntime(t, fb, "")
-	fb.execFn = func(ctx context.Context, _ backends.SessionInfo, req backends.ExecRequest) (backends.ExitStatus, error) {
+	fb.execFn = func(ctx context.Context, _ backends.Session, req backends.ExecRequest) (backends.ExitStatus, error) {
 		_, _ = req.Stdout.Write(make([]byte, 5000))
 		return backends.ExitStatus{TimedOut: true}, nil
 	}
@@ -240,7 +241,7 @@ func TestExecResult(t *testing.T) {
 	s.MaxOutputBytes = 1024
 	res, err := rt.Exec(ctx, s)
 	require.NoError(t, err)
-	assert.Equal(t, backends.StatusTimedOut, res.Status)
+	assert.Equal(t, StatusTimedOut, res.Status)
 	assert.Nil(t, res.ExitCode)
 	assert.True(t, res.StdoutTruncated)
 	assert.Equal(t, int64(5000), res.StdoutBytes)
@@ -272,7 +273,7 @@ func TestDeleteStopsProcesses(t *testing.T) {
 
 func TestConfigMergeAtomic(t *testing.T) {
 	cfg := DefaultConfig()
-	next, ignored, err := cfg.Merge([]byte(`{"limits":{"max_sessions":5},"local":{"allowed_mount_roots":"/a, /b","profile":"x"},"enabled":true,"admission":{"required":false}}`))
+	next, ignored, err := cfg.Merge([]byte(`{"limits":{"max_sessions":5},"local":{"allowed_mount_roots":"/a, /b","profile":"x"},"enabled":true,"admission":{"required":false}}`), json.Unmarshal)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"admission", "enabled", "local.profile"}, ignored, "host-only keys are ignored and reported")
 	assert.Equal(t, 5, next.Limits.MaxSessions)
@@ -281,14 +282,13 @@ func TestConfigMergeAtomic(t *testing.T) {
 
 	tests := []struct{ name, patch, field string }{
 		{"out of range", `{"limits":{"max_sessions":5001}}`, "limits.max_sessions"},
-		{"wrong type", `{"limits":{"max_sessions":"x"}}`, "limits.max_sessions"},
 		{"null section then bad value", `{"limits":null,"docker":{"user":"a b"}}`, "docker.user"},
 		{"bad backend", `{"backend":"vm"}`, "backend"},
 		{"valid and invalid together", `{"limits":{"max_sessions":1,"session_ttl_sec":-1}}`, "limits.session_ttl_sec"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, _, err := next.Merge([]byte(tc.patch))
+			got, _, err := next.Merge([]byte(tc.patch), json.Unmarshal)
 			require.ErrorIs(t, err, boxerr.ErrValidation)
 			var be *boxerr.Error
 			require.True(t, errors.As(err, &be))
@@ -312,7 +312,7 @@ func TestSkillMounts(t *testing.T) {
 	store := fakeSkills{"alpha": "/store/alpha", "beta": "/store/beta"}
 	alpha := backends.MountSpec{HostPath: "/store/alpha", MountPath: "/workspace/.skills/alpha", Mode: backends.MountRO}
 	betaRW := backends.MountSpec{HostPath: "/store/beta", MountPath: "/workspace/.skills/beta", Mode: backends.MountRW}
-	run := func(rt *Runtime, skillName string, skills ...backends.SkillMount) error {
+	run := func(rt *Runtime, skillName string, skills ...SkillMount) error {
 		s := spec("sk")
 		s.Cmd = "ls"
 		s.SkillName = skillName
@@ -330,7 +330,7 @@ func TestSkillMounts(t *testing.T) {
 		require.NoError(t, run(rt, ""))
 		require.NoError(t, run(rt, "alpha"))
 		assert.Len(t, fb.specs, 1, "no new skill, no new sandbox")
-		require.NoError(t, run(rt, "", backends.SkillMount{Name: "beta", Mode: backends.MountRW}))
+		require.NoError(t, run(rt, "", SkillMount{Name: "beta", Mode: backends.MountRW}))
 		require.Len(t, fb.specs, 2)
 		assert.Equal(t, []backends.MountSpec{alpha, betaRW}, fb.specs[1].ExtraMounts, "recreated with the union")
 		info, err := rt.GetSession("sk")
@@ -342,7 +342,7 @@ func TestSkillMounts(t *testing.T) {
 		fb.live = true
 		rt, _ := newTestRuntime(t, fb, "", WithSkillResolver(store))
 		require.NoError(t, run(rt, "alpha"))
-		require.NoError(t, run(rt, "", backends.SkillMount{Name: "beta", Mode: backends.MountRW}))
+		require.NoError(t, run(rt, "", SkillMount{Name: "beta", Mode: backends.MountRW}))
 		require.NoError(t, run(rt, ""))
 		assert.Len(t, fb.specs, 1)
 		assert.Empty(t, fb.specs[0].ExtraMounts)

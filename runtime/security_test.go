@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -109,7 +110,7 @@ func TestMountRootsRefused(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, _, err := DefaultConfig().Merge([]byte(tc.cfg))
+			cfg, _, err := DefaultConfig().Merge([]byte(tc.cfg), json.Unmarshal)
 			if err == nil {
 				_, err = New(cfg, nil, state)
 			}
@@ -122,7 +123,7 @@ func TestMountRootsRefused(t *testing.T) {
 	}
 	t.Run("box_init cannot add a bad root", func(t *testing.T) {
 		rt, _ := newTestRuntime(t, newFake(), "")
-		_, err := rt.ApplyConfig(context.Background(), []byte(fmt.Sprintf(`{"local":{"allowed_mount_roots":[%q]}}`, filepath.Dir(rt.stateDir))))
+		_, err := rt.ApplyConfig(context.Background(), []byte(fmt.Sprintf(`{"local":{"allowed_mount_roots":[%q]}}`, filepath.Dir(rt.stateDir))), json.Unmarshal)
 		requireField(t, err, "local.allowed_mount_roots")
 		assert.Empty(t, rt.Config().Local.AllowedMountRoots, "config unchanged")
 	})

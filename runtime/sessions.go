@@ -21,7 +21,7 @@ import (
 // after cancelling the running exec through cancelExec (guarded by
 // Runtime.mu) when it was asked to interrupt.
 type session struct {
-	info        backends.SessionInfo
+	info        backends.Session
 	execMu      sync.Mutex
 	op          sync.Mutex
 	cancelExec  context.CancelCauseFunc
@@ -35,51 +35,8 @@ type session struct {
 	skills []backends.MountSpec
 }
 
-func newSession(info backends.SessionInfo) *session {
+func newSession(info backends.Session) *session {
 	return &session{info: info, deleted: make(chan struct{}), procs: map[string]*managedProcess{}}
-}
-
-// compatibility lists, in the reference's order, the fields a reused
-// session must match.
-func compatibility(info backends.SessionInfo, spec backends.Spec) (field string, existing, requested any) {
-	checks := []struct {
-		name string
-		a, b any
-	}{
-		{"network", info.Network, spec.Network},
-		{"image", info.Image, spec.Image},
-		{"host_path", info.HostPath, spec.HostPath},
-		{"host_path_mode", info.HostPathMode, spec.HostPathMode},
-		{"mount_path", info.MountPath, spec.MountPath},
-		{"persistent", info.Persistent, spec.Persistent},
-		{"cpus", info.CPUs, spec.CPUs},
-		{"memory_mb", info.MemoryMB, spec.MemoryMB},
-		{"pids_limit", info.PidsLimit, spec.PidsLimit},
-		{"read_only_rootfs", info.ReadOnlyRootfs, spec.ReadOnlyRootfs},
-		{"workspace_quota_mb", info.WorkspaceQuotaMB, spec.WorkspaceQuotaMB},
-	}
-	for _, c := range checks {
-		if c.a != c.b {
-			return c.name, printable(c.a), printable(c.b)
-		}
-	}
-	return "", nil, nil
-}
-
-func printable(v any) any {
-	if s, ok := v.(string); ok && s == "" {
-		return "None"
-	}
-	if b, ok := v.(bool); ok { // the reference prints Python booleans
-		if b {
-			return "True"
-		}
-		return "False"
-	}
-	if f, ok := v.(float64); ok {
-		return fmt.Sprintf("%.1f", f)
-	}
-	return v
 }
 
 // sameMounts compares extra-mount sets, ignoring order and duplicates.
@@ -99,7 +56,7 @@ func sameMounts(a, b []backends.MountSpec) bool {
 
 // prepareSpec resolves host paths against the allow-list and fills the
 // backend's default image.
-func (r *Runtime) prepareSpec(b backends.Backend, spec backends.Spec) (backends.Spec, error) {
+func (r *Runtime) prepareSpec(b backends.Backend, spec Spec) (Spec, error) {
 	roots, err := r.Config().mountRoots(r.stateDir)
 	if err != nil {
 		return spec, err
@@ -143,19 +100,19 @@ func (r *Runtime) prepareSpec(b backends.Backend, spec backends.Spec) (backends.
 // missing, recreating it when its extra mounts changed or its sandbox died,
 // and refusing with BoxSessionConflictError when it exists with another
 // spec.
-func (r *Runtime) EnsureSession(ctx context.Context, spec backends.Spec) (backends.SessionInfo, error) {
+func (r *Runtime) EnsureSession(ctx context.Context, spec Spec) (SessionInfo, error) {
 	s, err := r.acquire(ctx, spec, false)
 	if err != nil {
-		return backends.SessionInfo{}, err
+		return SessionInfo{}, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return s.info, nil
+	return SessionInfo{s.info}, nil
 }
 
 // acquire is EnsureSession; with forExec the session is marked as running
 // an exec before the per-id lock is released, so the reaper cannot take it.
-func (r *Runtime) acquire(ctx context.Context, spec backends.Spec, forExec bool) (*session, error) {
+func (r *Runtime) acquire(ctx context.Context, spec Spec, forExec bool) (*session, error) {
 	b, err := r.currentBackend(ctx)
 	if err != nil {
 		return nil, err
@@ -184,7 +141,7 @@ func (r *Runtime) acquire(ctx context.Context, spec backends.Spec, forExec bool)
 	}
 }
 
-func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec backends.Spec, skills []backends.MountSpec, forExec bool) (*session, chan struct{}, error) {
+func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec Spec, skills []backends.MountSpec, forExec bool) (*session, chan struct{}, error) {
 	live := b.Describe().SkillsLive
 	r.mu.Lock()
 	if r.shuttingDown {
@@ -197,7 +154,7 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec ba
 		return nil, s.deleted, nil
 	}
 	if s != nil {
-		if field, existing, requested := compatibility(s.info, spec); field != "" {
+		if field, existing, requested := compatibility(s.info.Sandbox, spec.Sandbox); field != "" {
 			r.mu.Unlock()
 			return nil, nil, boxerr.SessionConflict(spec.SessionID, field, existing, requested)
 		}
@@ -251,7 +208,7 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec ba
 	if !live {
 		startSpec.ExtraMounts = append(slices.Clone(spec.ExtraMounts), skills...)
 	}
-	info, err := b.StartSession(cctx, startSpec)
+	info, err := b.StartSession(cctx, startSpec.SandboxSpec)
 	cancel()
 
 	r.mu.Lock()
@@ -285,7 +242,7 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec ba
 // SessionDetails is box_get_session's result: the session plus its managed
 // processes.
 type SessionDetails struct {
-	backends.SessionInfo
+	SessionInfo
 	ManagedProcesses map[string]ProcessInfo `json:"managed_processes,omitempty"`
 	ManagedProcess   *ProcessInfo           `json:"managed_process,omitempty"`
 }
@@ -323,7 +280,7 @@ func (r *Runtime) GetSession(id string) (SessionDetails, error) {
 	if !ok {
 		return SessionDetails{}, boxerr.SessionNotFound(id)
 	}
-	d := SessionDetails{SessionInfo: s.info}
+	d := SessionDetails{SessionInfo: SessionInfo{s.info}}
 	if len(s.procs) > 0 {
 		d.ManagedProcesses = map[string]ProcessInfo{}
 		for pid, p := range s.procs {
@@ -337,12 +294,12 @@ func (r *Runtime) GetSession(id string) (SessionDetails, error) {
 }
 
 // ListSessions returns every session, oldest first.
-func (r *Runtime) ListSessions() []backends.SessionInfo {
+func (r *Runtime) ListSessions() []SessionInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]backends.SessionInfo, 0, len(r.sessions))
+	out := make([]SessionInfo, 0, len(r.sessions))
 	for _, s := range r.sessions {
-		out = append(out, s.info)
+		out = append(out, SessionInfo{s.info})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out

@@ -21,10 +21,10 @@ func WithSkillResolver(sr SkillResolver) Option { return func(r *Runtime) { r.sk
 
 // resolveSkills turns spec.SkillName (read-only, the reference's field) and
 // spec.Skills into mounts at <mount_path>/.skills/<name>.
-func (r *Runtime) resolveSkills(ctx context.Context, spec backends.Spec) ([]backends.MountSpec, error) {
+func (r *Runtime) resolveSkills(ctx context.Context, spec Spec) ([]backends.MountSpec, error) {
 	wanted := slices.Clone(spec.Skills)
 	if spec.SkillName != "" {
-		wanted = append([]backends.SkillMount{{Name: spec.SkillName, Mode: backends.MountRO}}, wanted...)
+		wanted = append([]SkillMount{{Name: spec.SkillName, Mode: backends.MountRO}}, wanted...)
 	}
 	if len(wanted) == 0 {
 		return nil, nil
@@ -54,14 +54,14 @@ func (r *Runtime) resolveSkills(ctx context.Context, spec backends.Spec) ([]back
 		if mode == "" {
 			mode = backends.MountRO
 		}
-		out = append(out, backends.MountSpec{HostPath: root, MountPath: path.Join(spec.MountPath, backends.SkillsMountDir, w.Name), Mode: mode})
+		out = append(out, backends.MountSpec{HostPath: root, MountPath: path.Join(spec.MountPath, SkillsMountDir, w.Name), Mode: mode})
 	}
 	return out, nil
 }
 
 // sandboxInfo is the session as backends see it: the caller's extra mounts
 // plus the skill mounts. Runtime.mu is held.
-func (s *session) sandboxInfo() backends.SessionInfo {
+func (s *session) sandboxInfo() backends.Session {
 	info := s.info
 	if len(s.skills) > 0 {
 		info.ExtraMounts = append(slices.Clone(info.ExtraMounts), s.skills...)
@@ -86,8 +86,8 @@ func mergeMounts(base, more []backends.MountSpec) []backends.MountSpec {
 
 // splitSkillMounts separates adopted skill mounts (under
 // <mount_path>/.skills/) from the caller's extra mounts.
-func splitSkillMounts(info backends.SessionInfo) (user, skills []backends.MountSpec) {
-	prefix := path.Join(info.MountPath, backends.SkillsMountDir) + "/"
+func splitSkillMounts(info backends.Session) (user, skills []backends.MountSpec) {
+	prefix := path.Join(info.MountPath, SkillsMountDir) + "/"
 	for _, m := range info.ExtraMounts {
 		if len(m.MountPath) > len(prefix) && m.MountPath[:len(prefix)] == prefix {
 			skills = append(skills, m)

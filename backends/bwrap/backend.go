@@ -305,36 +305,35 @@ func oneLine(out string, err error) string {
 // rather than on every exec. Without such directories the sandbox is the
 // one Probe built plus the session's own disk, made by boxrt just now: a
 // dry run would cost as much as the first exec and tell nothing new.
-func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backends.SessionInfo, error) {
-	spec = cloneSpec(spec)
-	if err := spec.Normalize(); err != nil {
-		return backends.SessionInfo{}, err
+func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (backends.Session, error) {
+	if spec.SessionID == "" {
+		return backends.Session{}, boxerr.Validation("session_id", "session_id must not be empty")
 	}
 	if _, err := resolveImage(spec.Image, true); err != nil {
-		return backends.SessionInfo{}, err
+		return backends.Session{}, err
 	}
 	if b.bwrapErr != nil {
-		return backends.SessionInfo{}, b.unavailable()
+		return backends.Session{}, b.unavailable()
 	}
-	if _, err := checkMountPath("mount_path", spec.MountPath); err != nil {
-		return backends.SessionInfo{}, err
+	if _, err := backends.CheckMountPath("mount_path", spec.MountPath); err != nil {
+		return backends.Session{}, err
 	}
 	for i, m := range spec.ActiveExtraMounts() {
-		if _, err := checkMountPath(fmt.Sprintf("extra_mounts[%d].mount_path", i), m.MountPath); err != nil {
-			return backends.SessionInfo{}, err
+		if _, err := backends.CheckMountPath(fmt.Sprintf("extra_mounts[%d].mount_path", i), m.MountPath); err != nil {
+			return backends.Session{}, err
 		}
 	}
 	if b.idErr != nil {
-		return backends.SessionInfo{}, b.idUnavailable()
+		return backends.Session{}, b.idUnavailable()
 	}
 	if spec.Network == backends.NetworkOn && b.slirpErr != nil {
-		return backends.SessionInfo{}, b.slirpUnavailable()
+		return backends.Session{}, b.slirpUnavailable()
 	}
 	if err := ctx.Err(); err != nil {
-		return backends.SessionInfo{}, err
+		return backends.Session{}, err
 	}
 	if err := b.prepareRoot(); err != nil {
-		return backends.SessionInfo{}, err
+		return backends.Session{}, err
 	}
 	var name, dir string
 	for attempt := 0; ; attempt++ {
@@ -345,13 +344,13 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 			break
 		}
 		if !errors.Is(err, fs.ErrExist) || attempt == 5 {
-			return backends.SessionInfo{}, boxerr.Failure("bwrap: cannot create session directory %s: %v", dir, err).Wrap(err)
+			return backends.Session{}, boxerr.Failure("bwrap: cannot create session directory %s: %v", dir, err).Wrap(err)
 		}
 	}
-	info := backends.SessionFromSpec(BackendName, name, spec)
+	info := spec.Session(BackendName, name)
 	if err := b.populate(dir, name, info); err != nil {
 		b.discard(name, dir)
-		return backends.SessionInfo{}, boxerr.Failure("bwrap: cannot prepare session directory %s: %v", dir, err).Wrap(err)
+		return backends.Session{}, boxerr.Failure("bwrap: cannot prepare session directory %s: %v", dir, err).Wrap(err)
 	}
 	// Host directories are opened (and created like `docker run -v` does,
 	// for ro mounts too) here, once for the session's lifetime.
@@ -371,22 +370,22 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 	if err != nil {
 		b.discard(name, dir)
 		if ctx.Err() != nil {
-			return backends.SessionInfo{}, ctx.Err()
+			return backends.Session{}, ctx.Err()
 		}
-		return backends.SessionInfo{}, err
+		return backends.Session{}, err
 	}
 	return info, nil
 }
 
 // callerDirs reports whether a session's sandbox binds directories the
 // caller chose.
-func callerDirs(info backends.SessionInfo) bool {
+func callerDirs(info backends.Session) bool {
 	image, _ := resolveImage(info.Image, false)
 	return image != "" || (info.HostPath != "" && info.HostPathMode != backends.MountNone) || len(info.ExtraMounts) > 0
 }
 
 // populate makes the session's storage and records the session.
-func (b *Backend) populate(dir, key string, info backends.SessionInfo) error {
+func (b *Backend) populate(dir, key string, info backends.Session) error {
 	if err := b.files(key).makeStorage(b, dir, info); err != nil {
 		return err
 	}
@@ -404,29 +403,16 @@ func (b *Backend) discard(key, dir string) error {
 	return removeTree(dir)
 }
 
-func cloneSpec(s backends.Spec) backends.Spec {
-	s.ExtraMounts = slices.Clone(s.ExtraMounts)
-	s.Skills = slices.Clone(s.Skills)
-	if s.Env != nil {
-		env := make(map[string]string, len(s.Env))
-		for k, v := range s.Env {
-			env[k] = v
-		}
-		s.Env = env
-	}
-	return s
-}
-
-// sessionDir maps a SessionInfo to its state directory, refusing ids that
+// sessionDir maps a Session to its state directory, refusing ids that
 // are not of our making (they are joined to a path).
-func (b *Backend) sessionDir(info backends.SessionInfo) (string, bool) {
+func (b *Backend) sessionDir(info backends.Session) (string, bool) {
 	if !sessionDirRe.MatchString(info.BackendSessionID) {
 		return "", false
 	}
 	return filepath.Join(b.root, info.BackendSessionID), true
 }
 
-func (b *Backend) lookup(info backends.SessionInfo) (string, error) {
+func (b *Backend) lookup(info backends.Session) (string, error) {
 	dir, ok := b.sessionDir(info)
 	if !ok {
 		return "", boxerr.SessionNotFound(info.SessionID)
@@ -439,14 +425,14 @@ func (b *Backend) lookup(info backends.SessionInfo) (string, error) {
 
 // Alive implements backends.Backend: a bwrap session is alive while its
 // state directory exists (there is no long-running sandbox process).
-func (b *Backend) Alive(_ context.Context, info backends.SessionInfo) bool {
+func (b *Backend) Alive(_ context.Context, info backends.Session) bool {
 	_, err := b.lookup(info)
 	return err == nil
 }
 
 // StopSession implements backends.Backend: kill what still runs for the
 // session, remove its cgroups and its state directory. Idempotent.
-func (b *Backend) StopSession(ctx context.Context, info backends.SessionInfo) error {
+func (b *Backend) StopSession(ctx context.Context, info backends.Session) error {
 	dir, ok := b.sessionDir(info)
 	if !ok {
 		return nil // not an id of ours: nothing of ours to stop
@@ -500,12 +486,12 @@ func (b *Backend) StopSession(ctx context.Context, info backends.SessionInfo) er
 // instance directory, and nothing else. It also removes cgroups an earlier
 // boxrt process of this installation left behind (their processes died
 // with it through --die-with-parent; anything still inside is killed).
-func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
+func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 	entries, err := os.ReadDir(b.root)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, boxerr.Failure("bwrap: cannot read %s: %v", b.root, err).Wrap(err)
 	}
-	out := []backends.SessionInfo{}
+	out := []backends.Session{}
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -525,7 +511,7 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 		}
 		out = append(out, info)
 	}
-	slices.SortFunc(out, func(a, c backends.SessionInfo) int { return a.CreatedAt.Compare(c.CreatedAt) })
+	slices.SortFunc(out, func(a, c backends.Session) int { return a.CreatedAt.Compare(c.CreatedAt) })
 
 	b.removeStalePools()
 	// Leaves carry the token of the Backend that made them; any other

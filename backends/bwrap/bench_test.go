@@ -68,7 +68,7 @@ func BenchmarkBareBwrap(b *testing.B) {
 	})
 }
 
-func benchSession(b *testing.B, network backends.NetworkMode) (*Backend, backends.SessionInfo) {
+func benchSession(b *testing.B, network backends.NetworkMode) (*Backend, backends.Session) {
 	be, err := New(Config{InstanceID: "bench-" + string(network), StateDir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
@@ -76,7 +76,7 @@ func benchSession(b *testing.B, network backends.NetworkMode) (*Backend, backend
 	if err := be.Probe(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	spec := backends.DefaultSpec()
+	spec := backends.DefaultSandboxSpec()
 	spec.SessionID = "bench"
 	spec.Network = network
 	info, err := be.StartSession(context.Background(), spec)

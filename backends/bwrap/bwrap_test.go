@@ -50,7 +50,7 @@ func TestProbeMissingBwrap(t *testing.T) {
 	if !errors.Is(err, boxerr.ErrBackendUnavailable) || !strings.Contains(err.Error(), "apt-get install bubblewrap") {
 		t.Fatalf("Probe with a missing bwrap = %v; want BackendUnavailable naming the fix", err)
 	}
-	_, err = b.StartSession(context.Background(), func() backends.Spec { s := backends.DefaultSpec(); s.SessionID = "s"; return s }())
+	_, err = b.StartSession(context.Background(), func() backends.SandboxSpec { s := backends.DefaultSandboxSpec(); s.SessionID = "s"; return s }())
 	if !errors.Is(err, boxerr.ErrBackendUnavailable) {
 		t.Fatalf("StartSession with a missing bwrap = %v", err)
 	}
@@ -99,15 +99,15 @@ func TestExecValidation(t *testing.T) {
 	info := newSession(t, b, nil)
 	cases := []struct {
 		name string
-		info backends.SessionInfo
+		info backends.Session
 		req  backends.ExecRequest
 		want error
 	}{
 		{"empty cmd", info, backends.ExecRequest{Cmd: "  "}, boxerr.ErrValidation},
 		{"bad env", info, backends.ExecRequest{Cmd: "true", Env: map[string]string{"A=B": "x"}}, boxerr.ErrValidation},
 		{"relative workdir", info, backends.ExecRequest{Cmd: "true", Workdir: "rel"}, boxerr.ErrValidation},
-		{"unknown session", func() backends.SessionInfo { i := info; i.BackendSessionID = "nope-00000000"; return i }(), backends.ExecRequest{Cmd: "true"}, boxerr.ErrSessionNotFound},
-		{"path traversal id", func() backends.SessionInfo { i := info; i.BackendSessionID = "../../etc"; return i }(), backends.ExecRequest{Cmd: "true"}, boxerr.ErrSessionNotFound},
+		{"unknown session", func() backends.Session { i := info; i.BackendSessionID = "nope-00000000"; return i }(), backends.ExecRequest{Cmd: "true"}, boxerr.ErrSessionNotFound},
+		{"path traversal id", func() backends.Session { i := info; i.BackendSessionID = "../../etc"; return i }(), backends.ExecRequest{Cmd: "true"}, boxerr.ErrSessionNotFound},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -217,9 +217,9 @@ func TestNetwork(t *testing.T) {
 		{backends.NetworkOn, "10.0.2.2:" + portOf(loop), false}, // slirp's gateway to the host
 		{backends.NetworkOn, outside, true},
 	}
-	sessions := map[backends.NetworkMode]backends.SessionInfo{}
+	sessions := map[backends.NetworkMode]backends.Session{}
 	for _, mode := range []backends.NetworkMode{backends.NetworkOff, backends.NetworkOn} {
-		sessions[mode] = newSession(t, b, func(s *backends.Spec) { s.SessionID = "net-" + string(mode); s.Network = mode })
+		sessions[mode] = newSession(t, b, func(s *backends.SandboxSpec) { s.SessionID = "net-" + string(mode); s.Network = mode })
 		if got := mustRun(t, b, sessions[mode], "readlink /proc/self/ns/net"); strings.TrimSpace(got) == hostNet {
 			t.Fatalf("network=%s shares the host's network namespace", mode)
 		}
@@ -313,7 +313,7 @@ func TestMemoryLimit(t *testing.T) {
 		}
 		t.Skip("SKIPPED: no usable memory cgroup controller here, the limit is (correctly) reported as not enforced")
 	}
-	info := newSession(t, b, func(s *backends.Spec) { s.MemoryMB = 64 })
+	info := newSession(t, b, func(s *backends.SandboxSpec) { s.MemoryMB = 64 })
 	// tail must hold the whole newline-free stream in memory.
 	r := execIn(t, b, info, backends.ExecRequest{Cmd: "head -c 300000000 /dev/zero | tail | wc -c"})
 	if r.err != nil || r.status.TimedOut {
@@ -342,7 +342,7 @@ func TestForkBombCapped(t *testing.T) {
 		}
 		t.Skip("SKIPPED: the pids limit is not enforced here, and an uncapped fork bomb would hurt the host")
 	}
-	info := newSession(t, b, func(s *backends.Spec) { s.PidsLimit = 32 })
+	info := newSession(t, b, func(s *backends.SandboxSpec) { s.PidsLimit = 32 })
 	// dash refuses ":" as a function name, so the classic bomb runs in
 	// bash; the sleep keeps the sandbox (and the bomb) alive until the
 	// timeout kills it. It is forked first: once the bomb fills the pids
@@ -397,7 +397,7 @@ func TestWritesConfined(t *testing.T) {
 	b := newBackend(t)
 	extra := reachableDir(t)
 	roDir := reachableDir(t)
-	info := newSession(t, b, func(s *backends.Spec) {
+	info := newSession(t, b, func(s *backends.SandboxSpec) {
 		s.ExtraMounts = []backends.MountSpec{
 			{HostPath: extra, MountPath: "/data", Mode: backends.MountRW},
 			{HostPath: roDir, MountPath: "/workspace/ref", Mode: backends.MountRO},
@@ -440,7 +440,7 @@ func TestWritesConfined(t *testing.T) {
 	}
 }
 
-// TestMountsChangePerExec: mounts come from the SessionInfo of each call,
+// TestMountsChangePerExec: mounts come from the Session of each call,
 // so a skill added to a running session is visible at the next exec
 // (Describe's SkillsLive).
 func TestMountsChangePerExec(t *testing.T) {
@@ -467,12 +467,12 @@ func TestHostPathWorkspace(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
 	host := filepath.Join(reachableDir(t), "proj") // created by StartSession
-	info := newSession(t, b, func(s *backends.Spec) { s.HostPath = host; s.MountPath = "/src" })
+	info := newSession(t, b, func(s *backends.SandboxSpec) { s.HostPath = host; s.MountPath = "/src" })
 	mustRun(t, b, info, "mkdir -p deep && echo hi > deep/f")
 	if data, err := os.ReadFile(filepath.Join(host, "deep", "f")); err != nil || string(data) != "hi\n" {
 		t.Fatalf("host_path rw: %q %v", data, err)
 	}
-	ro := newSession(t, b, func(s *backends.Spec) {
+	ro := newSession(t, b, func(s *backends.SandboxSpec) {
 		s.SessionID = "ro"
 		s.HostPath = host
 		s.HostPathMode = backends.MountRO
@@ -517,7 +517,7 @@ func TestConcurrentExecs(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
 	s1 := newSession(t, b, nil)
-	s2 := newSession(t, b, func(s *backends.Spec) { s.SessionID = "other" })
+	s2 := newSession(t, b, func(s *backends.SandboxSpec) { s.SessionID = "other" })
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for i := range 16 {
@@ -547,7 +547,7 @@ func TestConcurrentExecs(t *testing.T) {
 func TestStopSession(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
-	spec := backends.DefaultSpec()
+	spec := backends.DefaultSandboxSpec()
 	spec.SessionID = "stop me"
 	info, err := b.StartSession(context.Background(), spec)
 	if err != nil {
@@ -601,8 +601,8 @@ func TestAdopt(t *testing.T) {
 	b1 := newBackendAt(t, state, ours)
 	other := newBackendAt(t, state, testInstanceID(t))
 
-	mk := func(b *Backend, id string, mutate func(*backends.Spec)) backends.SessionInfo {
-		spec := backends.DefaultSpec()
+	mk := func(b *Backend, id string, mutate func(*backends.SandboxSpec)) backends.Session {
+		spec := backends.DefaultSandboxSpec()
 		spec.SessionID = id
 		if mutate != nil {
 			mutate(&spec)
@@ -614,7 +614,7 @@ func TestAdopt(t *testing.T) {
 		return info
 	}
 	a := mk(b1, "a", nil)
-	bb := mk(b1, "b", func(s *backends.Spec) {
+	bb := mk(b1, "b", func(s *backends.SandboxSpec) {
 		s.Network = backends.NetworkOn
 		s.MemoryMB = 128
 		s.Persistent = true
@@ -622,7 +622,7 @@ func TestAdopt(t *testing.T) {
 	})
 	foreign := mk(other, "c", nil)
 	defer func() {
-		for _, i := range []backends.SessionInfo{a, bb} {
+		for _, i := range []backends.Session{a, bb} {
 			_ = b1.StopSession(context.Background(), i)
 		}
 		_ = other.StopSession(context.Background(), foreign)
@@ -645,7 +645,7 @@ func TestAdopt(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("Adopt returned %d sessions, want our 2: %+v", len(got), got)
 	}
-	for i, want := range []backends.SessionInfo{a, bb} {
+	for i, want := range []backends.Session{a, bb} {
 		g := got[i]
 		if g.CreatedAt.IsZero() || g.LastUsedAt.IsZero() {
 			t.Errorf("adopted %s lacks times: %+v", g.SessionID, g)
@@ -673,21 +673,21 @@ func TestStartSessionValidation(t *testing.T) {
 	noShell := t.TempDir()
 	cases := []struct {
 		name   string
-		mutate func(*backends.Spec)
+		mutate func(*backends.SandboxSpec)
 	}{
-		{"docker image name", func(s *backends.Spec) { s.Image = "python:3.12-slim" }},
-		{"missing dir", func(s *backends.Spec) { s.Image = "/nonexistent/rootfs" }},
-		{"host root", func(s *backends.Spec) { s.Image = "/" }},
-		{"rootfs without sh", func(s *backends.Spec) { s.Image = noShell }},
-		{"mount over proc", func(s *backends.Spec) { s.MountPath = "/proc/x"; s.Workdir = "/proc/x" }},
-		{"mount at root", func(s *backends.Spec) {
+		{"docker image name", func(s *backends.SandboxSpec) { s.Image = "python:3.12-slim" }},
+		{"missing dir", func(s *backends.SandboxSpec) { s.Image = "/nonexistent/rootfs" }},
+		{"host root", func(s *backends.SandboxSpec) { s.Image = "/" }},
+		{"rootfs without sh", func(s *backends.SandboxSpec) { s.Image = noShell }},
+		{"mount over proc", func(s *backends.SandboxSpec) { s.MountPath = "/proc/x" }},
+		{"mount at root", func(s *backends.SandboxSpec) {
 			s.ExtraMounts = []backends.MountSpec{{HostPath: reachableDir(t), MountPath: "/", Mode: backends.MountRO}}
 		}},
-		{"empty session id", func(s *backends.Spec) { s.SessionID = "" }},
+		{"empty session id", func(s *backends.SandboxSpec) { s.SessionID = "" }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			spec := backends.DefaultSpec()
+			spec := backends.DefaultSandboxSpec()
 			spec.SessionID = "v"
 			tc.mutate(&spec)
 			_, err := b.StartSession(context.Background(), spec)
@@ -697,7 +697,7 @@ func TestStartSessionValidation(t *testing.T) {
 		})
 	}
 	if err := func() error {
-		spec := backends.DefaultSpec()
+		spec := backends.DefaultSandboxSpec()
 		spec.SessionID = "v"
 		spec.Image = "ubuntu"
 		_, err := b.StartSession(context.Background(), spec)
@@ -743,7 +743,7 @@ func TestRootfsImage(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
 	rootfs := busyboxRootfs(t)
-	info := newSession(t, b, func(s *backends.Spec) { s.Image = rootfs })
+	info := newSession(t, b, func(s *backends.SandboxSpec) { s.Image = rootfs })
 	if info.Image != rootfs {
 		t.Fatalf("session image = %q", info.Image)
 	}

@@ -294,7 +294,7 @@ func TestQuickExecsKeepThePidsLimit(t *testing.T) {
 	if !slices.Contains(b.Describe().EnforcedLimits, limitPids) {
 		t.Skip("SKIPPED: the pids limit is not enforced here")
 	}
-	info := newSession(t, b, func(s *backends.Spec) { s.PidsLimit = 4 })
+	info := newSession(t, b, func(s *backends.SandboxSpec) { s.PidsLimit = 4 })
 	for i := range 60 {
 		r := execIn(t, b, info, backends.ExecRequest{Cmd: "true"})
 		if r.err != nil || r.status.ExitCode != 0 {

@@ -36,7 +36,7 @@ const (
 )
 
 // quotaMB is the size of a session's disk.
-func quotaMB(info backends.SessionInfo) int {
+func quotaMB(info backends.Session) int {
 	q := info.WorkspaceQuotaMB
 	if q == 0 {
 		q = DefaultQuotaMB
@@ -47,7 +47,7 @@ func quotaMB(info backends.SessionInfo) int {
 // makeDisk creates the session's storage and leaves it mounted in the
 // session's stage: a disk from the pool when the session has the default
 // size (see diskPool), else one formatted now.
-func (b *Backend) makeDisk(dir string, sf *sessionFiles, info backends.SessionInfo) error {
+func (b *Backend) makeDisk(dir string, sf *sessionFiles, info backends.Session) error {
 	if !b.diskQuota {
 		plain := filepath.Join(dir, fsDir)
 		if err := os.Mkdir(plain, 0o700); err != nil {

@@ -4,7 +4,7 @@
 //
 // A session is a state directory,
 // <StateDir>/bwrap/<InstanceID>/<sanitised id>-<8 hex>/, holding
-// session.json (the spec-derived SessionInfo, from which Adopt rebuilds
+// session.json (the backends.Session, from which Adopt rebuilds
 // sessions after a restart) and, as root, disk.img: the session's own ext4
 // filesystem (workspace/, tmp/, home/; workspace_quota_mb, DefaultQuotaMB
 // when 0), loop-mounted once per session (disk.go). As root, everything a

@@ -55,7 +55,7 @@ func newBackend(t *testing.T) *Backend {
 }
 
 // workspaceOnHost is where a session's workspace lives on the host.
-func workspaceOnHost(b *Backend, info backends.SessionInfo) string {
+func workspaceOnHost(b *Backend, info backends.Session) string {
 	if b.diskQuota {
 		return filepath.Join(stageRoot, b.cfg.InstanceID, info.BackendSessionID, fsDir, workspaceDir)
 	}
@@ -103,9 +103,9 @@ func newBackendAt(t *testing.T, stateDir, instance string) *Backend {
 
 // newSession starts a session from the reference defaults, adjusted by
 // mutate, and stops it at cleanup.
-func newSession(t *testing.T, b *Backend, mutate func(*backends.Spec)) backends.SessionInfo {
+func newSession(t *testing.T, b *Backend, mutate func(*backends.SandboxSpec)) backends.Session {
 	t.Helper()
-	spec := backends.DefaultSpec()
+	spec := backends.DefaultSandboxSpec()
 	spec.SessionID = t.Name()
 	if mutate != nil {
 		mutate(&spec)
@@ -166,12 +166,12 @@ type execResult struct {
 	elapsed        time.Duration
 }
 
-func execIn(t *testing.T, b *Backend, info backends.SessionInfo, req backends.ExecRequest) execResult {
+func execIn(t *testing.T, b *Backend, info backends.Session, req backends.ExecRequest) execResult {
 	t.Helper()
 	return runCtx(context.Background(), t, b, info, req)
 }
 
-func runCtx(ctx context.Context, t *testing.T, b *Backend, info backends.SessionInfo, req backends.ExecRequest) execResult {
+func runCtx(ctx context.Context, t *testing.T, b *Backend, info backends.Session, req backends.ExecRequest) execResult {
 	t.Helper()
 	out, errb := newBuf(), newBuf()
 	req.Stdout, req.Stderr = out, errb
@@ -184,7 +184,7 @@ func runCtx(ctx context.Context, t *testing.T, b *Backend, info backends.Session
 }
 
 // mustRun runs cmd and fails the test unless it exits 0.
-func mustRun(t *testing.T, b *Backend, info backends.SessionInfo, cmd string) string {
+func mustRun(t *testing.T, b *Backend, info backends.Session, cmd string) string {
 	t.Helper()
 	r := execIn(t, b, info, backends.ExecRequest{Cmd: cmd})
 	if r.err != nil || r.status.TimedOut || r.status.ExitCode != 0 {

@@ -224,7 +224,7 @@ func (sf *sessionFiles) storage(b *Backend, dir string) (ws, tmp, home *os.File,
 }
 
 // makeStorage creates the session's disk (StartSession).
-func (sf *sessionFiles) makeStorage(b *Backend, dir string, info backends.SessionInfo) error {
+func (sf *sessionFiles) makeStorage(b *Backend, dir string, info backends.Session) error {
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
 	if err := sf.init(b); err != nil {

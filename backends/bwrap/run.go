@@ -66,7 +66,7 @@ type launch struct {
 	sessionID string
 	key       string // session directory name
 	dir       string
-	info      backends.SessionInfo
+	info      backends.Session
 	workdir   string
 	env       map[string]string
 	argv      []string // the command inside the sandbox
@@ -755,7 +755,7 @@ func descendants(pid int) []int {
 }
 
 // limitsOf is the cgroup limits of a session (memoryMB overrides when > 0).
-func limitsOf(info backends.SessionInfo, memoryMB int) limits {
+func limitsOf(info backends.Session, memoryMB int) limits {
 	lim := limits{memoryMB: info.MemoryMB, pids: info.PidsLimit, cpus: info.CPUs}
 	if memoryMB > 0 {
 		lim.memoryMB = memoryMB
@@ -767,7 +767,7 @@ func limitsOf(info backends.SessionInfo, memoryMB int) limits {
 // req.Stderr as it arrives. On timeout (ExitStatus.TimedOut) or ctx
 // cancellation (ctx.Err()) the whole sandbox is killed; the session's files
 // are untouched.
-func (b *Backend) Exec(ctx context.Context, info backends.SessionInfo, req backends.ExecRequest) (backends.ExitStatus, error) {
+func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.ExecRequest) (backends.ExitStatus, error) {
 	if err := ctx.Err(); err != nil {
 		return backends.ExitStatus{}, err
 	}
@@ -852,7 +852,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.SessionInfo, req backe
 // StartProcess implements backends.Backend: a managed process in a fresh
 // sandbox of the session (with the session's mounts, network and limits;
 // spec.MemoryMB > 0 overrides the memory limit), with real pipes.
-func (b *Backend) StartProcess(ctx context.Context, info backends.SessionInfo, spec backends.ProcessSpec) (backends.Process, error) {
+func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec backends.ProcessSpec) (backends.Process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

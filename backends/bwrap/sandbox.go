@@ -132,28 +132,6 @@ func resolveImage(image string, full bool) (string, error) {
 	return dir, nil
 }
 
-// checkMountPath validates a sandbox-side mount point: absolute, not the
-// root, not inside /proc or /dev (those are the kernel's, mounting over them
-// would defeat --proc/--dev).
-func checkMountPath(field, p string) (string, error) {
-	if !filepath.IsAbs(p) {
-		return "", boxerr.Validation(field, "%s must be absolute, got %q", field, p)
-	}
-	if strings.ContainsRune(p, 0) {
-		return "", boxerr.Validation(field, "%s must not contain NUL bytes", field)
-	}
-	c := filepath.Clean(p)
-	if c == "/" {
-		return "", boxerr.Validation(field, "%s must not be /", field)
-	}
-	for _, r := range []string{"/proc", "/dev"} {
-		if c == r || strings.HasPrefix(c, r+"/") {
-			return "", boxerr.Validation(field, "%s must not be under %s, got %q", field, r, p)
-		}
-	}
-	return c, nil
-}
-
 func checkEnv(field string, env map[string]string) error {
 	for k, v := range env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
@@ -166,11 +144,11 @@ func checkEnv(field string, env map[string]string) error {
 	return nil
 }
 
-// layoutFor builds the sandbox layout of a session from the SessionInfo the
+// layoutFor builds the sandbox layout of a session from the Session the
 // runtime passes in (so mounts may change between execs) and the session's
 // descriptors: every host directory is opened once per session, without
 // following symlinks, and only ever mounted through its descriptor.
-func (b *Backend) layoutFor(sf *sessionFiles, dir string, info backends.SessionInfo, workdir string, env map[string]string) (layout, error) {
+func (b *Backend) layoutFor(sf *sessionFiles, dir string, info backends.Session, workdir string, env map[string]string) (layout, error) {
 	imageDir, err := resolveImage(info.Image, false)
 	if err != nil {
 		return layout{}, err
@@ -179,7 +157,7 @@ func (b *Backend) layoutFor(sf *sessionFiles, dir string, info backends.SessionI
 	if mp == "" {
 		mp = backends.DefaultMountPath
 	}
-	mountPath, err := checkMountPath("mount_path", mp)
+	mountPath, err := backends.CheckMountPath("mount_path", mp)
 	if err != nil {
 		return layout{}, err
 	}
@@ -222,7 +200,7 @@ func (b *Backend) layoutFor(sf *sessionFiles, dir string, info backends.SessionI
 			continue
 		}
 		field := fmt.Sprintf("extra_mounts[%d]", i)
-		dst, err := checkMountPath(field+".mount_path", m.MountPath)
+		dst, err := backends.CheckMountPath(field+".mount_path", m.MountPath)
 		if err != nil {
 			return layout{}, err
 		}

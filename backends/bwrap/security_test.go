@@ -33,13 +33,13 @@ func TestHostPathSwappedForSymlink(t *testing.T) {
 	b := newBackend(t)
 	cases := []struct {
 		name string
-		run  func(t *testing.T, info backends.SessionInfo, cmd string)
+		run  func(t *testing.T, info backends.Session, cmd string)
 	}{
-		{"exec", func(t *testing.T, info backends.SessionInfo, cmd string) {
+		{"exec", func(t *testing.T, info backends.Session, cmd string) {
 			r := execIn(t, b, info, backends.ExecRequest{Cmd: cmd})
 			t.Logf("exec: err=%v status=%+v stderr=%q", r.err, r.status, r.stderr)
 		}},
-		{"managed process", func(t *testing.T, info backends.SessionInfo, cmd string) {
+		{"managed process", func(t *testing.T, info backends.Session, cmd string) {
 			p, err := b.StartProcess(context.Background(), info, backends.ProcessSpec{Command: "/bin/sh", Args: []string{"-c", cmd}})
 			if err != nil {
 				t.Logf("start refused: %v", err)
@@ -59,8 +59,8 @@ func TestHostPathSwappedForSymlink(t *testing.T) {
 			if err := os.Mkdir(sub, 0o755); err != nil || os.Chmod(sub, 0o777) != nil {
 				t.Fatal(err)
 			}
-			attacker := newSession(t, b, func(s *backends.Spec) { s.SessionID = "a-" + tc.name; s.HostPath = allowed })
-			target := newSession(t, b, func(s *backends.Spec) {
+			attacker := newSession(t, b, func(s *backends.SandboxSpec) { s.SessionID = "a-" + tc.name; s.HostPath = allowed })
+			target := newSession(t, b, func(s *backends.SandboxSpec) {
 				s.SessionID = "b-" + tc.name
 				s.ExtraMounts = []backends.MountSpec{{HostPath: sub, MountPath: "/data", Mode: backends.MountRW}}
 			})
@@ -106,7 +106,7 @@ func TestSandboxIsNotHostRoot(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
 	data := t.TempDir() // root's, 0700: writable through the idmapped mount
-	info := newSession(t, b, func(s *backends.Spec) {
+	info := newSession(t, b, func(s *backends.SandboxSpec) {
 		s.ExtraMounts = []backends.MountSpec{{HostPath: data, MountPath: "/data", Mode: backends.MountRW}}
 	})
 	want := os.Getuid()
@@ -171,7 +171,7 @@ func TestSandboxIsNotHostRoot(t *testing.T) {
 func TestWorkspaceQuota(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
-	info := newSession(t, b, func(s *backends.Spec) { s.WorkspaceQuotaMB = 32 })
+	info := newSession(t, b, func(s *backends.SandboxSpec) { s.WorkspaceQuotaMB = 32 })
 	for _, dir := range []string{"/workspace", "/tmp", "/home"} {
 		t.Run(dir, func(t *testing.T) {
 			r := execIn(t, b, info, backends.ExecRequest{Cmd: "dd if=/dev/zero of=" + dir + "/big bs=1M count=64"})
@@ -201,7 +201,7 @@ func TestStopSessionLeavesNothing(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			spec := backends.DefaultSpec()
+			spec := backends.DefaultSandboxSpec()
 			spec.SessionID = "leak-" + strconv.FormatBool(tc.unmount)
 			info, err := b.StartSession(context.Background(), spec)
 			if err != nil {

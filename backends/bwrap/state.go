@@ -84,9 +84,9 @@ func randomHex(n int) string {
 // file copied into another installation's directory is still recognised as
 // foreign.
 type stateFile struct {
-	Format     int                  `json:"format"`
-	InstanceID string               `json:"instance_id"`
-	Session    backends.SessionInfo `json:"session"`
+	Format     int              `json:"format"`
+	InstanceID string           `json:"instance_id"`
+	Session    backends.Session `json:"session"`
 }
 
 func writeState(dir string, st stateFile) error {

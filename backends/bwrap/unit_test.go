@@ -72,32 +72,6 @@ func TestNewValidatesConfig(t *testing.T) {
 	}
 }
 
-func TestCheckMountPath(t *testing.T) {
-	cases := []struct {
-		in, want string
-		ok       bool
-	}{
-		{"/workspace", "/workspace", true},
-		{"/a/b/../c/", "/a/c", true},
-		{"relative", "", false},
-		{"/", "", false},
-		{"/x/..", "", false},
-		{"/proc", "", false},
-		{"/proc/self", "", false},
-		{"/dev/shm", "", false},
-		{"/devices", "/devices", true},
-	}
-	for _, tc := range cases {
-		got, err := checkMountPath("f", tc.in)
-		if (err == nil) != tc.ok || got != tc.want {
-			t.Errorf("checkMountPath(%q) = %q, %v; want %q ok=%v", tc.in, got, err, tc.want, tc.ok)
-		}
-		if err != nil && !errors.Is(err, boxerr.ErrValidation) {
-			t.Errorf("checkMountPath(%q) error is not a validation error: %v", tc.in, err)
-		}
-	}
-}
-
 func TestResolveImage(t *testing.T) {
 	withSh := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(withSh, "bin"), 0o755); err != nil {
@@ -272,14 +246,14 @@ func TestLayoutSortsMounts(t *testing.T) {
 	sf.ws, sf.tmp, sf.home = openDir(t, filepath.Join(d, "ws")), openDir(t, filepath.Join(d, "tmp")), openDir(t, filepath.Join(d, "home"))
 	t.Cleanup(func() { sf.host = nil }) // openDir's cleanup closes them
 	host := func(name string) string { return filepath.Join(d, "h", name) }
-	info := backends.SessionInfo{
+	info := backends.Session{Sandbox: backends.Sandbox{
 		MountPath: "/workspace",
 		ExtraMounts: []backends.MountSpec{
 			{HostPath: host("deep"), MountPath: "/workspace/a/b", Mode: backends.MountRW},
 			{HostPath: host("none"), MountPath: "/none", Mode: backends.MountNone},
 			{HostPath: host("a"), MountPath: "/workspace/a", Mode: backends.MountRO},
 		},
-	}
+	}}
 	l, err := b.layoutFor(sf, d, info, "", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -221,7 +221,7 @@ func (b *Backend) apiError(what string, err error) *boxerr.Error {
 
 // sessionError is apiError for calls on a session's container: a missing
 // container means the session is gone.
-func (b *Backend) sessionError(info backends.SessionInfo, what string, err error) *boxerr.Error {
+func (b *Backend) sessionError(info backends.Session, what string, err error) *boxerr.Error {
 	if cerrdefs.IsNotFound(err) {
 		return boxerr.SessionNotFound(info.SessionID).Wrap(err)
 	}

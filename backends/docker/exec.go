@@ -39,7 +39,7 @@ var killRequest = []byte("kill\n")
 // and req.Stderr as it arrives. On req.Timeout or ctx cancellation the
 // command's whole process tree is killed inside the container and the
 // container, with its files, stays.
-func (b *Backend) Exec(ctx context.Context, info backends.SessionInfo, req backends.ExecRequest) (backends.ExitStatus, error) {
+func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.ExecRequest) (backends.ExitStatus, error) {
 	if err := ctx.Err(); err != nil {
 		return backends.ExitStatus{}, err
 	}
@@ -120,7 +120,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.SessionInfo, req backe
 
 // execError is sessionError for a failed exec: when the container has
 // stopped meanwhile, the failure is the session being gone.
-func (b *Backend) execError(ctx context.Context, info backends.SessionInfo, what string, err error) *boxerr.Error {
+func (b *Backend) execError(ctx context.Context, info backends.Session, what string, err error) *boxerr.Error {
 	ictx, cancel := cleanupContext(ctx, helperTimeout)
 	defer cancel()
 	if !cerrdefs.IsNotFound(err) && b.stopped(ictx, info) {
@@ -131,7 +131,7 @@ func (b *Backend) execError(ctx context.Context, info backends.SessionInfo, what
 
 // stopped reports whether the session's container is gone or not running.
 // An engine that cannot answer does not count as stopped.
-func (b *Backend) stopped(ctx context.Context, info backends.SessionInfo) bool {
+func (b *Backend) stopped(ctx context.Context, info backends.Session) bool {
 	c, err := b.cli.ContainerInspect(ctx, info.BackendSessionID)
 	if err != nil {
 		return cerrdefs.IsNotFound(err)
@@ -143,7 +143,7 @@ func (b *Backend) stopped(ctx context.Context, info backends.SessionInfo) bool {
 // engine marks it exited only once its runtime has reported the end, a
 // moment after its processes are gone. A container that stays up costs
 // stopWait.
-func (b *Backend) stopping(ctx context.Context, info backends.SessionInfo) bool {
+func (b *Backend) stopping(ctx context.Context, info backends.Session) bool {
 	ctx, cancel := context.WithTimeout(ctx, stopWait)
 	defer cancel()
 	waitC, errC := b.cli.ContainerWait(ctx, info.BackendSessionID, container.WaitConditionNotRunning)
@@ -157,7 +157,7 @@ func (b *Backend) stopping(ctx context.Context, info backends.SessionInfo) bool 
 
 // containerGone is the typed error of an exec whose container stopped; the
 // runtime recreates the session on it, as for a vanished container.
-func containerGone(info backends.SessionInfo, code int) *boxerr.Error {
+func containerGone(info backends.Session, code int) *boxerr.Error {
 	e := boxerr.SessionNotFound(info.SessionID).With("reason", "container stopped")
 	e.Msg += ": its container " + info.BackendSessionID + " stopped"
 	if code >= 0 {
@@ -174,7 +174,7 @@ func containerGone(info backends.SessionInfo, code int) *boxerr.Error {
 // killed by the command; the exec ending is no proof, since the engine
 // closes the stream two seconds after the wrapper exits whoever still holds
 // it.
-func (b *Backend) killExec(ctx context.Context, info backends.SessionInfo, execID, pidFile string, s *stream, streamLive bool) {
+func (b *Backend) killExec(ctx context.Context, info backends.Session, execID, pidFile string, s *stream, streamLive bool) {
 	ctx, cancel := cleanupContext(ctx, 3*killGrace)
 	defer cancel()
 	_ = s.hj.Conn.SetWriteDeadline(time.Now().Add(2 * time.Second))

@@ -77,7 +77,7 @@ func TestExec(t *testing.T) {
 
 // processesLeft lists boxrt's pid files in /tmp other than the one of the
 // exec doing the listing (whose wrapper is the shell's parent).
-func processesLeft(b *docker.Backend, info backends.SessionInfo) (string, error) {
+func processesLeft(b *docker.Backend, info backends.Session) (string, error) {
 	var out strings.Builder
 	_, err := b.Exec(context.Background(), info, backends.ExecRequest{
 		Cmd:     `for f in /tmp/.boxrt-*; do [ -e "$f" ] && [ "$(cat "$f")" != "$PPID" ] && echo "$f"; done; true`,
@@ -264,7 +264,7 @@ func TestExecWriterFailureStopsCommand(t *testing.T) {
 func TestExecMemoryLimitKillsHog(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
-	info := startSession(t, b, func(s *backends.Spec) { s.MemoryMB = 64 })
+	info := startSession(t, b, func(s *backends.SandboxSpec) { s.MemoryMB = 64 })
 	// A 200 MB shell variable cannot fit in 64 MiB without swap.
 	r := run(t, b, info, `x=$(head -c 209715200 /dev/zero | tr '\0' a); echo survived ${#x}`, time.Minute)
 	if r.err != nil || r.status.TimedOut {
@@ -281,7 +281,7 @@ func TestExecMemoryLimitKillsHog(t *testing.T) {
 func TestExecForkBombIsContainedAndKilled(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t, func(c *docker.Config) { c.CPULimitEnabled = true })
-	info := startSession(t, b, func(s *backends.Spec) {
+	info := startSession(t, b, func(s *backends.SandboxSpec) {
 		s.PidsLimit = 64
 		s.CPUs = 0.5
 	})
@@ -309,11 +309,11 @@ func TestExecReadOnlyRootfs(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
 	ro := startSession(t, b)
-	rw := startSession(t, b, func(s *backends.Spec) { s.ReadOnlyRootfs = false; s.SessionID += "-rw" })
+	rw := startSession(t, b, func(s *backends.SandboxSpec) { s.ReadOnlyRootfs = false; s.SessionID += "-rw" })
 
 	tests := []struct {
 		name   string
-		info   backends.SessionInfo
+		info   backends.Session
 		path   string
 		writes bool
 	}{
@@ -392,7 +392,7 @@ func TestExecNetwork(t *testing.T) {
 	cmd := fmt.Sprintf("nc -w 3 %s %d </dev/null", gateway, port)
 
 	off := startSession(t, b)
-	on := startSession(t, b, func(s *backends.Spec) { s.Network = backends.NetworkOn; s.SessionID += "-on" })
+	on := startSession(t, b, func(s *backends.SandboxSpec) { s.Network = backends.NetworkOn; s.SessionID += "-on" })
 
 	r := run(t, b, off, cmd, 30*time.Second)
 	if r.err != nil || r.status.TimedOut {

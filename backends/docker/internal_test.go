@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
@@ -44,7 +45,7 @@ func TestSignalExitCode(t *testing.T) {
 
 func TestLabelsRoundTrip(t *testing.T) {
 	b := &Backend{instance: "inst"}
-	spec := backends.DefaultSpec()
+	spec := backends.DefaultSandboxSpec()
 	spec.SessionID = "s 1"
 	spec.Image = "img:1"
 	spec.HostPath = "/srv/x"
@@ -52,11 +53,19 @@ func TestLabelsRoundTrip(t *testing.T) {
 	spec.Persistent = true
 	spec.CPUs = 1.5
 	spec.WorkspaceQuotaMB = 9
-	info := backends.SessionFromSpec(Name, "boxrt-s-1-00000000", spec)
+	info := spec.Session(Name, "boxrt-s-1-00000000")
 	info.CreatedAt = time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC)
 	labels, err := b.labels(info)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Containers a previous boxrt labelled are adopted from this label:
+	// its form must not change.
+	const label = `{"image":"img:1","network":"off","host_path":"/srv/x","host_path_mode":"rw","mount_path":"/workspace",` +
+		`"extra_mounts":[{"host_path":"/a","mount_path":"/b","mode":"ro"}],"persistent":true,"cpus":1.5,"memory_mb":512,` +
+		`"pids_limit":128,"read_only_rootfs":true,"workspace_quota_mb":9}`
+	if labels[LabelSpec] != label {
+		t.Errorf("spec label\n got %s\nwant %s", labels[LabelSpec], label)
 	}
 	if labels[LabelInstance] != "inst" || labels[LabelManaged] != "true" || labels[LabelSession] != "s 1" {
 		t.Fatalf("labels %v", labels)
@@ -69,8 +78,8 @@ func TestLabelsRoundTrip(t *testing.T) {
 		t.Errorf("times: %v %v", got.CreatedAt, got.LastUsedAt)
 	}
 	got.CreatedAt, got.LastUsedAt, info.LastUsedAt = info.CreatedAt, time.Time{}, time.Time{}
-	gj, _ := got.MarshalJSON()
-	wj, _ := info.MarshalJSON()
+	gj, _ := json.Marshal(got)
+	wj, _ := json.Marshal(info)
 	if string(gj) != string(wj) {
 		t.Errorf("round trip:\n got %s\nwant %s", gj, wj)
 	}

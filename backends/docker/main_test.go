@@ -147,8 +147,8 @@ func removeInstance(t *testing.T, cli *client.Client, instance string) {
 	}
 }
 
-func testSpec(t *testing.T) backends.Spec {
-	s := backends.DefaultSpec()
+func testSpec(t *testing.T) backends.SandboxSpec {
+	s := backends.DefaultSandboxSpec()
 	s.SessionID = "t/" + t.Name()
 	s.Image = testImage
 	s.MemoryMB = 256
@@ -157,14 +157,11 @@ func testSpec(t *testing.T) backends.Spec {
 
 // startSession starts a session from the default test spec as changed by
 // mutate and stops it when the test ends.
-func startSession(t *testing.T, b *docker.Backend, mutate ...func(*backends.Spec)) backends.SessionInfo {
+func startSession(t *testing.T, b *docker.Backend, mutate ...func(*backends.SandboxSpec)) backends.Session {
 	t.Helper()
 	spec := testSpec(t)
 	for _, m := range mutate {
 		m(&spec)
-	}
-	if err := spec.Normalize(); err != nil {
-		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -207,12 +204,12 @@ func (s *syncBuffer) String() string {
 	return s.buf.String()
 }
 
-func run(t *testing.T, b *docker.Backend, info backends.SessionInfo, cmd string, timeout time.Duration) result {
+func run(t *testing.T, b *docker.Backend, info backends.Session, cmd string, timeout time.Duration) result {
 	t.Helper()
 	return runCtx(context.Background(), t, b, info, backends.ExecRequest{Cmd: cmd, Timeout: timeout})
 }
 
-func runCtx(ctx context.Context, t *testing.T, b *docker.Backend, info backends.SessionInfo, req backends.ExecRequest) result {
+func runCtx(ctx context.Context, t *testing.T, b *docker.Backend, info backends.Session, req backends.ExecRequest) result {
 	t.Helper()
 	var out, errOut syncBuffer
 	req.Stdout, req.Stderr = &out, &errOut
@@ -222,7 +219,7 @@ func runCtx(ctx context.Context, t *testing.T, b *docker.Backend, info backends.
 }
 
 // mustRun runs cmd and fails the test unless it completes with exit code 0.
-func mustRun(t *testing.T, b *docker.Backend, info backends.SessionInfo, cmd string) string {
+func mustRun(t *testing.T, b *docker.Backend, info backends.Session, cmd string) string {
 	t.Helper()
 	r := run(t, b, info, cmd, 30*time.Second)
 	if r.err != nil || r.status.TimedOut || r.status.ExitCode != 0 {
@@ -233,7 +230,7 @@ func mustRun(t *testing.T, b *docker.Backend, info backends.SessionInfo, cmd str
 
 // processesMatching lists the command lines of processes in the session
 // (other than the listing itself) that contain substr.
-func processesMatching(t *testing.T, b *docker.Backend, info backends.SessionInfo, substr string) []string {
+func processesMatching(t *testing.T, b *docker.Backend, info backends.Session, substr string) []string {
 	t.Helper()
 	var out []string
 	for _, line := range strings.Split(mustRun(t, b, info, "ps -o args"), "\n") {
@@ -246,7 +243,7 @@ func processesMatching(t *testing.T, b *docker.Backend, info backends.SessionInf
 
 // waitNoProcesses polls until no process matches substr; killed processes
 // can take a moment to be reaped by the container's init.
-func waitNoProcesses(t *testing.T, b *docker.Backend, info backends.SessionInfo, substr string) {
+func waitNoProcesses(t *testing.T, b *docker.Backend, info backends.Session, substr string) {
 	t.Helper()
 	var left []string
 	for i := 0; i < 20; i++ {

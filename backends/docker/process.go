@@ -25,7 +25,7 @@ import (
 // Callers must keep reading both Stdout and Stderr until EOF: they are fed
 // by one demultiplexing goroutine through unbuffered pipes, so an unread
 // stream stalls the other and Wait.
-func (b *Backend) StartProcess(ctx context.Context, info backends.SessionInfo, spec backends.ProcessSpec) (backends.Process, error) {
+func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec backends.ProcessSpec) (backends.Process, error) {
 	if strings.TrimSpace(spec.Command) == "" {
 		return nil, boxerr.Validation("command", "command must not be empty")
 	}

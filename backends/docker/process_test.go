@@ -16,7 +16,7 @@ import (
 
 // startProcess starts a managed process and drains its stderr (as the
 // runtime does) into the returned channel, which yields it once at EOF.
-func startProcess(t *testing.T, b *docker.Backend, info backends.SessionInfo, spec backends.ProcessSpec) (backends.Process, <-chan string) {
+func startProcess(t *testing.T, b *docker.Backend, info backends.Session, spec backends.ProcessSpec) (backends.Process, <-chan string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

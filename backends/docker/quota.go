@@ -45,7 +45,7 @@ func (b *Backend) quotaDir(container string) string {
 // effectiveQuota is the quota the workspace of spec gets: its own, else the
 // configured default; 0 means none. Host-path workspaces are the host's
 // directories and never get one.
-func (b *Backend) effectiveQuota(spec backends.Spec) int {
+func (b *Backend) effectiveQuota(spec backends.SandboxSpec) int {
 	if spec.HostPath != "" && spec.HostPathMode != backends.MountNone {
 		return 0
 	}

@@ -88,10 +88,10 @@ func TestHostPathSwappedForSymlink(t *testing.T) {
 	tests := []struct {
 		name  string
 		field string
-		set   func(s *backends.Spec, path string)
+		set   func(s *backends.SandboxSpec, path string)
 	}{
-		{"host_path", "host_path", func(s *backends.Spec, p string) { s.HostPath = p }},
-		{"extra mount", "extra_mounts[0].host_path", func(s *backends.Spec, p string) {
+		{"host_path", "host_path", func(s *backends.SandboxSpec, p string) { s.HostPath = p }},
+		{"extra mount", "extra_mounts[0].host_path", func(s *backends.SandboxSpec, p string) {
 			s.ExtraMounts = []backends.MountSpec{{HostPath: p, MountPath: "/data", Mode: backends.MountRO}}
 		}},
 	}
@@ -103,7 +103,7 @@ func TestHostPathSwappedForSymlink(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := newBackend(t)
-			info := startSession(t, b, func(s *backends.Spec) { s.Persistent = true; tc.set(s, sub) })
+			info := startSession(t, b, func(s *backends.SandboxSpec) { s.Persistent = true; tc.set(s, sub) })
 			if err := cli.ContainerKill(ctx, info.BackendSessionID, "KILL"); err != nil {
 				t.Fatal(err)
 			}
@@ -141,9 +141,6 @@ func TestHostPathSwappedForSymlink(t *testing.T) {
 			b := newBackend(t, func(c *docker.Config) { c.InstanceID = id })
 			spec := testSpec(t)
 			tc.set(&spec, sub)
-			if err := spec.Normalize(); err != nil {
-				t.Fatal(err)
-			}
 			_, err := b.StartSession(ctx, spec)
 			if !isKind(err, boxerr.ErrValidation) || !strings.Contains(err.Error(), tc.field) {
 				t.Fatalf("StartSession err = %v, want a BoxValidationError naming %s", err, tc.field)
@@ -181,9 +178,6 @@ func TestWorkspaceQuota(t *testing.T) {
 			b := newBackend(t, func(c *docker.Config) { c.StateDir = state; c.DefaultWorkspaceQuotaMB = tc.defaultQuota })
 			spec := testSpec(t)
 			spec.WorkspaceQuotaMB = tc.specQuota
-			if err := spec.Normalize(); err != nil {
-				t.Fatal(err)
-			}
 			info, err := b.StartSession(context.Background(), spec)
 			if err != nil {
 				t.Fatal(err)

@@ -47,23 +47,6 @@ const staleAfter = 2 * time.Minute
 
 const cleanupTimeout = 30 * time.Second
 
-// specLabel is the boxrt.spec label: what Adopt needs to rebuild a
-// SessionInfo without any state outside the engine.
-type specLabel struct {
-	Image            string               `json:"image"`
-	Network          backends.NetworkMode `json:"network"`
-	HostPath         string               `json:"host_path"`
-	HostPathMode     backends.MountMode   `json:"host_path_mode"`
-	MountPath        string               `json:"mount_path"`
-	ExtraMounts      []backends.MountSpec `json:"extra_mounts"`
-	Persistent       bool                 `json:"persistent"`
-	CPUs             float64              `json:"cpus"`
-	MemoryMB         int                  `json:"memory_mb"`
-	PidsLimit        int                  `json:"pids_limit"`
-	ReadOnlyRootfs   bool                 `json:"read_only_rootfs"`
-	WorkspaceQuotaMB int                  `json:"workspace_quota_mb"`
-}
-
 var unsafeNameChars = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
 
 // containerName follows the reference's scheme (sanitised id, at most 32
@@ -84,9 +67,9 @@ func volumeName(container string) string { return volumePrefix + container }
 
 // StartSession implements backends.Backend: it creates and starts the
 // session's container.
-func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backends.SessionInfo, error) {
+func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (backends.Session, error) {
 	if spec.SessionID == "" {
-		return backends.SessionInfo{}, boxerr.Validation("session_id", "session_id must not be empty")
+		return backends.Session{}, boxerr.Validation("session_id", "session_id must not be empty")
 	}
 	if spec.MountPath == "" {
 		spec.MountPath = backends.DefaultMountPath
@@ -96,24 +79,24 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 	}
 	img, err := b.ensureImage(ctx, spec.Image)
 	if err != nil {
-		return backends.SessionInfo{}, err
+		return backends.Session{}, err
 	}
 	owner := b.containerOwner(img)
 
 	name := containerName(spec.SessionID)
-	info := backends.SessionFromSpec(Name, name, spec)
+	info := spec.Session(Name, name)
 	info.CreatedAt = time.Now().UTC()
 	info.LastUsedAt = info.CreatedAt
 
 	mounts, err := b.mounts(ctx, spec, name, owner)
 	if err != nil {
 		b.removeSession(ctx, name)
-		return backends.SessionInfo{}, err
+		return backends.Session{}, err
 	}
 	labels, err := b.labels(info)
 	if err != nil {
 		b.removeSession(ctx, name)
-		return backends.SessionInfo{}, err
+		return backends.Session{}, err
 	}
 
 	cfg := &container.Config{
@@ -147,7 +130,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 	if b.cpuLimit && spec.CPUs > 0 {
 		if err := b.checkCPUs(ctx, spec.CPUs); err != nil {
 			b.removeSession(ctx, name)
-			return backends.SessionInfo{}, err
+			return backends.Session{}, err
 		}
 		hc.NanoCPUs = int64(spec.CPUs * 1e9)
 	}
@@ -162,7 +145,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 
 	if err := recheckBinds(info); err != nil {
 		b.removeSession(ctx, name)
-		return backends.SessionInfo{}, err
+		return backends.Session{}, err
 	}
 	if _, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name); err != nil {
 		if !cerrdefs.IsConflict(err) {
@@ -172,17 +155,17 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 		} else {
 			_ = b.removeQuota(name)
 		}
-		return backends.SessionInfo{}, b.apiError("creating container for session "+spec.SessionID, err)
+		return backends.Session{}, b.apiError("creating container for session "+spec.SessionID, err)
 	}
 	// The engine binds host paths at start, following symlinks: check
 	// again as late as possible.
 	if err := recheckBinds(info); err != nil {
 		b.removeSession(ctx, name)
-		return backends.SessionInfo{}, err
+		return backends.Session{}, err
 	}
 	if err := b.cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
 		b.removeSession(ctx, name)
-		return backends.SessionInfo{}, b.apiError("starting container for session "+spec.SessionID, err)
+		return backends.Session{}, b.apiError("starting container for session "+spec.SessionID, err)
 	}
 	return info, nil
 }
@@ -190,7 +173,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.Spec) (backend
 // recheckBinds re-verifies every host path the session binds (see
 // backends.RecheckHostPath); the paths were resolved when they were
 // checked, so any difference now is a swap.
-func recheckBinds(info backends.SessionInfo) error {
+func recheckBinds(info backends.Session) error {
 	if info.HostPath != "" && info.HostPathMode != backends.MountNone {
 		if err := backends.RecheckHostPath("host_path", info.HostPath); err != nil {
 			return err
@@ -226,21 +209,10 @@ func (b *Backend) checkCPUs(ctx context.Context, cpus float64) error {
 }
 
 // labels renders the container labels that Adopt reads back.
-func (b *Backend) labels(info backends.SessionInfo) (map[string]string, error) {
-	raw, err := json.Marshal(specLabel{
-		Image:            info.Image,
-		Network:          info.Network,
-		HostPath:         info.HostPath,
-		HostPathMode:     info.HostPathMode,
-		MountPath:        info.MountPath,
-		ExtraMounts:      info.ExtraMounts,
-		Persistent:       info.Persistent,
-		CPUs:             info.CPUs,
-		MemoryMB:         info.MemoryMB,
-		PidsLimit:        info.PidsLimit,
-		ReadOnlyRootfs:   info.ReadOnlyRootfs,
-		WorkspaceQuotaMB: info.WorkspaceQuotaMB,
-	})
+func (b *Backend) labels(info backends.Session) (map[string]string, error) {
+	// The sandbox is all Adopt needs to rebuild the Session without any
+	// state outside the engine.
+	raw, err := json.Marshal(info.Sandbox)
 	if err != nil {
 		return nil, boxerr.Failure("docker backend error: encoding session labels: %v", err).Wrap(err)
 	}
@@ -254,35 +226,24 @@ func (b *Backend) labels(info backends.SessionInfo) (map[string]string, error) {
 }
 
 // infoFromLabels is the inverse of labels.
-func infoFromLabels(name string, labels map[string]string) (backends.SessionInfo, error) {
-	var s specLabel
+func infoFromLabels(name string, labels map[string]string) (backends.Session, error) {
+	var s backends.Sandbox
 	if err := json.Unmarshal([]byte(labels[LabelSpec]), &s); err != nil {
-		return backends.SessionInfo{}, fmt.Errorf("container %s: bad %s label: %w", name, LabelSpec, err)
+		return backends.Session{}, fmt.Errorf("container %s: bad %s label: %w", name, LabelSpec, err)
 	}
 	id := labels[LabelSession]
 	if id == "" {
-		return backends.SessionInfo{}, fmt.Errorf("container %s: no %s label", name, LabelSession)
+		return backends.Session{}, fmt.Errorf("container %s: no %s label", name, LabelSession)
 	}
 	created, err := time.Parse(time.RFC3339Nano, labels[LabelCreated])
 	if err != nil {
-		return backends.SessionInfo{}, fmt.Errorf("container %s: bad %s label: %w", name, LabelCreated, err)
+		return backends.Session{}, fmt.Errorf("container %s: bad %s label: %w", name, LabelCreated, err)
 	}
-	return backends.SessionInfo{
+	return backends.Session{
 		SessionID:        id,
 		BackendName:      Name,
 		BackendSessionID: name,
-		Image:            s.Image,
-		Network:          s.Network,
-		HostPath:         s.HostPath,
-		HostPathMode:     s.HostPathMode,
-		MountPath:        s.MountPath,
-		ExtraMounts:      s.ExtraMounts,
-		Persistent:       s.Persistent,
-		CPUs:             s.CPUs,
-		MemoryMB:         s.MemoryMB,
-		PidsLimit:        s.PidsLimit,
-		ReadOnlyRootfs:   s.ReadOnlyRootfs,
-		WorkspaceQuotaMB: s.WorkspaceQuotaMB,
+		Sandbox:          s,
 		CreatedAt:        created,
 		LastUsedAt:       time.Now().UTC(),
 	}, nil
@@ -320,7 +281,7 @@ func (b *Backend) containerOwner(img image.InspectResponse) owner {
 // mounts builds the workspace mount (host bind or named volume) and the
 // extra binds. The runtime has already checked host paths against the
 // allow-list.
-func (b *Backend) mounts(ctx context.Context, spec backends.Spec, name string, o owner) ([]mount.Mount, error) {
+func (b *Backend) mounts(ctx context.Context, spec backends.SandboxSpec, name string, o owner) ([]mount.Mount, error) {
 	var out []mount.Mount
 	if spec.HostPath != "" && spec.HostPathMode != backends.MountNone {
 		m, err := bindMount("host_path", spec.HostPath, spec.MountPath, spec.HostPathMode, o)
@@ -452,14 +413,14 @@ func (b *Backend) pull(ctx context.Context, ref string) error {
 }
 
 // Alive implements backends.Backend.
-func (b *Backend) Alive(ctx context.Context, info backends.SessionInfo) bool {
+func (b *Backend) Alive(ctx context.Context, info backends.Session) bool {
 	c, err := b.cli.ContainerInspect(ctx, info.BackendSessionID)
 	return err == nil && c.State != nil && c.State.Running
 }
 
 // StopSession implements backends.Backend: the container and its workspace
 // volume are removed; a session that is already gone is not an error.
-func (b *Backend) StopSession(ctx context.Context, info backends.SessionInfo) error {
+func (b *Backend) StopSession(ctx context.Context, info backends.Session) error {
 	name := info.BackendSessionID
 	if name == "" {
 		return boxerr.Validation("backend_session_id", "session %s has no container name", info.SessionID)
@@ -531,7 +492,7 @@ func (b *Backend) removeSession(ctx context.Context, name string) {
 // RecheckHostPath, and removed otherwise, as the reference's --rm would
 // have. Refused restarts come back as an error next to the adopted sessions. Orphaned workspace volumes of this instance are removed.
 // Containers with unreadable labels are left alone.
-func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
+func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 	list, err := b.cli.ContainerList(ctx, container.ListOptions{
 		All: true,
 		Filters: filters.NewArgs(
@@ -542,7 +503,7 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.SessionInfo, error) {
 	if err != nil {
 		return nil, b.apiError("listing containers", err)
 	}
-	var out []backends.SessionInfo
+	var out []backends.Session
 	var refused []error
 	keep := map[string]bool{}
 	for _, c := range list {

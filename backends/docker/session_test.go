@@ -100,7 +100,7 @@ func TestStartSessionHardening(t *testing.T) {
 	tests := []struct {
 		name     string
 		cpuLimit bool
-		mutate   func(*backends.Spec)
+		mutate   func(*backends.SandboxSpec)
 		check    func(t *testing.T, c container.InspectResponse)
 	}{
 		{
@@ -127,7 +127,7 @@ func TestStartSessionHardening(t *testing.T) {
 		{
 			name:     "cpu limit and network on",
 			cpuLimit: true,
-			mutate: func(s *backends.Spec) {
+			mutate: func(s *backends.SandboxSpec) {
 				s.CPUs = 0.5
 				s.Network = backends.NetworkOn
 				s.ReadOnlyRootfs = false
@@ -154,7 +154,7 @@ func TestStartSessionHardening(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := newBackend(t, func(c *docker.Config) { c.CPULimitEnabled = tc.cpuLimit })
-			var mutate []func(*backends.Spec)
+			var mutate []func(*backends.SandboxSpec)
 			if tc.mutate != nil {
 				mutate = append(mutate, tc.mutate)
 			}
@@ -225,9 +225,6 @@ func TestStopSessionRemovesContainerAndVolume(t *testing.T) {
 	b := newBackend(t)
 	cli := rawClient(t)
 	spec := testSpec(t)
-	if err := spec.Normalize(); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	info, err := b.StartSession(ctx, spec)
 	if err != nil {
@@ -280,16 +277,16 @@ func TestAdopt(t *testing.T) {
 	b := newBackend(t)
 	other := newBackend(t)
 
-	s1 := startSession(t, b, func(s *backends.Spec) { s.SessionID = "adopt one" })
-	s2 := startSession(t, b, func(s *backends.Spec) {
+	s1 := startSession(t, b, func(s *backends.SandboxSpec) { s.SessionID = "adopt one" })
+	s2 := startSession(t, b, func(s *backends.SandboxSpec) {
 		s.SessionID = "adopt two"
 		s.Network = backends.NetworkOn
 		s.PidsLimit = 77
 		s.Persistent = true
 	})
-	gone := startSession(t, b, func(s *backends.Spec) { s.SessionID = "adopt exited" })
-	persistentStopped := startSession(t, b, func(s *backends.Spec) { s.SessionID = "adopt persistent stopped"; s.Persistent = true })
-	foreign := startSession(t, other, func(s *backends.Spec) { s.SessionID = "adopt foreign" })
+	gone := startSession(t, b, func(s *backends.SandboxSpec) { s.SessionID = "adopt exited" })
+	persistentStopped := startSession(t, b, func(s *backends.SandboxSpec) { s.SessionID = "adopt persistent stopped"; s.Persistent = true })
+	foreign := startSession(t, other, func(s *backends.SandboxSpec) { s.SessionID = "adopt foreign" })
 	mustRun(t, b, persistentStopped, "echo kept > /workspace/kept")
 
 	for _, name := range []string{gone.BackendSessionID, persistentStopped.BackendSessionID} {
@@ -309,14 +306,14 @@ func TestAdopt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byID := map[string]backends.SessionInfo{}
+	byID := map[string]backends.Session{}
 	for _, a := range adopted {
 		byID[a.SessionID] = a
 	}
 	if len(adopted) != 3 {
 		t.Errorf("adopted %d sessions, want 3: %+v", len(adopted), adopted)
 	}
-	for _, want := range []backends.SessionInfo{s1, s2, persistentStopped} {
+	for _, want := range []backends.Session{s1, s2, persistentStopped} {
 		got, ok := byID[want.SessionID]
 		if !ok {
 			t.Errorf("session %q not adopted", want.SessionID)
@@ -356,7 +353,7 @@ func TestAdopt(t *testing.T) {
 	}
 }
 
-func equalInfo(a, b backends.SessionInfo) bool {
+func equalInfo(a, b backends.Session) bool {
 	return a.SessionID == b.SessionID && a.BackendName == b.BackendName && a.BackendSessionID == b.BackendSessionID &&
 		a.Image == b.Image && a.Network == b.Network && a.HostPath == b.HostPath && a.HostPathMode == b.HostPathMode &&
 		a.MountPath == b.MountPath && slices.Equal(a.ExtraMounts, b.ExtraMounts) && a.Persistent == b.Persistent &&
@@ -364,7 +361,7 @@ func equalInfo(a, b backends.SessionInfo) bool {
 		a.ReadOnlyRootfs == b.ReadOnlyRootfs && a.WorkspaceQuotaMB == b.WorkspaceQuotaMB
 }
 
-func instanceOf(t *testing.T, info backends.SessionInfo) string {
+func instanceOf(t *testing.T, info backends.Session) string {
 	c, err := rawClient(t).ContainerInspect(context.Background(), info.BackendSessionID)
 	if err != nil {
 		t.Fatal(err)
@@ -400,7 +397,7 @@ func TestHostPathMounts(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(data, "in.txt"), []byte("from host\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	info := startSession(t, b, func(s *backends.Spec) {
+	info := startSession(t, b, func(s *backends.SandboxSpec) {
 		s.HostPath = ws
 		s.HostPathMode = backends.MountRW
 		s.ExtraMounts = []backends.MountSpec{

@@ -310,7 +310,7 @@ func (s *Store) InstallZip(ctx context.Context, src ZipSource, opts ZipOptions) 
 		targets[c.target], names[c.skill.Name] = true, true
 		keys = append(keys, nameKey(c.skill.Name), pkgKey(c.target))
 	}
-	unlock := s.locks.lock(keys...)
+	unlock := s.locks.Lock(keys...)
 	defer unlock()
 
 	existing, err := s.list(ctx, root)

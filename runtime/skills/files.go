@@ -244,9 +244,9 @@ func (s *Store) openSkill(ctx context.Context, name string, write bool) (Skill, 
 	}
 	key := pkgKey(relToRoot(root, sk.PackageRoot))
 	if write {
-		return sk, s.locks.lock(key), nil
+		return sk, s.locks.Lock(key), nil
 	}
-	return sk, s.locks.rlock(key), nil
+	return sk, s.locks.RLock(key), nil
 }
 
 // writeAtomic writes data to rel inside root through a temporary sibling

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/boxrt/boxrt/internal/keyed"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -94,7 +95,7 @@ type Store struct {
 	tempParent string
 	uploadTTL  time.Duration
 
-	locks   keyedLocks
+	locks   keyed.Locks
 	uploads uploads
 
 	privMu   sync.Mutex
@@ -328,7 +329,7 @@ func (s *Store) Create(ctx context.Context, in Input) (Skill, error) {
 	if err != nil {
 		return Skill{}, err
 	}
-	unlockName := s.locks.lock(nameKey(name))
+	unlockName := s.locks.Lock(nameKey(name))
 	defer unlockName()
 	if existing, err := s.Get(ctx, name); err != nil {
 		return Skill{}, err
@@ -366,7 +367,7 @@ func (s *Store) Create(ctx context.Context, in Input) (Skill, error) {
 	} else {
 		pkgDir = filepath.Join(root, name)
 	}
-	unlockPkg := s.locks.lock(pkgKey(relToRoot(root, pkgDir)))
+	unlockPkg := s.locks.Lock(pkgKey(relToRoot(root, pkgDir)))
 	defer unlockPkg()
 
 	created := false
@@ -468,7 +469,7 @@ func (s *Store) Update(ctx context.Context, name string, in Input) (Skill, error
 	if err != nil {
 		return Skill{}, err
 	}
-	unlockName := s.locks.lock(nameKey(name))
+	unlockName := s.locks.Lock(nameKey(name))
 	defer unlockName()
 	sk, err := s.find(ctx, name)
 	if err != nil {
@@ -482,7 +483,7 @@ func (s *Store) Update(ctx context.Context, name string, in Input) (Skill, error
 			return Skill{}, boxerr.Validation("skill.package_root", "Updating package_root is not supported; recreate the skill to import a different package")
 		}
 	}
-	unlockPkg := s.locks.lock(pkgKey(relToRoot(root, sk.PackageRoot)))
+	unlockPkg := s.locks.Lock(pkgKey(relToRoot(root, sk.PackageRoot)))
 	defer unlockPkg()
 	// Re-read under the package lock: a file write may have changed it.
 	cur, err := loadSkill(sk.PackageRoot)
@@ -526,7 +527,7 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	unlockName := s.locks.lock(nameKey(name))
+	unlockName := s.locks.Lock(nameKey(name))
 	defer unlockName()
 	sk, err := s.find(ctx, name)
 	if err != nil {
@@ -536,7 +537,7 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	if rel == "." || rel == ".." || strings.HasPrefix(rel, "../") || !within(root, sk.PackageRoot) {
 		return boxerr.Validation("name", "Only managed skills under the Box skills root can be deleted")
 	}
-	unlockPkg := s.locks.lock(pkgKey(rel))
+	unlockPkg := s.locks.Lock(pkgKey(rel))
 	defer unlockPkg()
 	rootFS, err := os.OpenRoot(root)
 	if err != nil {

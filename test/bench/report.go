@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/boxrt/boxrt/internal/clip"
 )
 
 // Measure is one implementation measured in one case, over repetitions.
@@ -247,12 +249,8 @@ func problems(rows []Row, extra []*Measure) []string {
 	return out
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+// truncate is clip.String under the name the harness's call sites use.
+var truncate = clip.String
 
 func (b *bench) writeReport(total time.Duration) error {
 	var sb strings.Builder

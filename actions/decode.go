@@ -1,4 +1,4 @@
-package backends
+package actions
 
 import (
 	"bytes"
@@ -6,14 +6,16 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"unicode"
 
+	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // DecodeParams decodes a JSON-RPC params object into v strictly: params must
 // be an object (or absent/null), unknown fields and wrong types are refused
 // with a BoxValidationError naming the field.
-func DecodeParams(raw json.RawMessage, v any) error {
+func DecodeParams(raw []byte, v any) error {
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
 		trimmed = []byte("{}")
@@ -37,7 +39,7 @@ func decodeError(err error) error {
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &typeErr):
-		field := typeErr.Field
+		field := wirePath(typeErr.Field)
 		if field == "" {
 			field = "params"
 		}
@@ -57,6 +59,22 @@ func decodeError(err error) error {
 	return boxerr.Validation("params", "invalid params: %s", strings.TrimPrefix(msg, "json: ")).Wrap(err)
 }
 
+// wirePath removes from an error's field path the Go names of embedded
+// structs (runtime.Spec embeds backends.SandboxSpec, which embeds
+// backends.Sandbox): encoding/json writes "SandboxSpec.Sandbox.memory_mb"
+// where the wire has "memory_mb". Every JSON key of boxrt's params is lower
+// case, so an upper-case element can only be such a name.
+func wirePath(field string) string {
+	parts := strings.Split(field, ".")
+	keep := parts[:0]
+	for _, p := range parts {
+		if p != "" && !unicode.IsUpper(rune(p[0])) {
+			keep = append(keep, p)
+		}
+	}
+	return strings.Join(keep, ".")
+}
+
 func jsonKind(goKind string) string {
 	switch goKind {
 	case "string":
@@ -73,4 +91,23 @@ func jsonKind(goKind string) string {
 		return "an array"
 	}
 	return "of type " + goKind
+}
+
+// DecodeSpec parses a box_exec / box_create_session params object, applying
+// the reference defaults and validation. Unknown fields and wrong types are
+// BoxValidationErrors naming the field.
+func DecodeSpec(raw json.RawMessage) (runtime.Spec, error) {
+	spec := runtime.DefaultSpec()
+	if err := DecodeParams(raw, &spec); err != nil {
+		return runtime.Spec{}, err
+	}
+	// The reference defaults workdir to mount_path when workdir is absent,
+	// null or empty.
+	if strings.TrimSpace(spec.Workdir) == "" {
+		spec.Workdir = spec.MountPath
+	}
+	if err := spec.Normalize(); err != nil {
+		return runtime.Spec{}, err
+	}
+	return spec, nil
 }

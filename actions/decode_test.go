@@ -1,14 +1,14 @@
-package backends
+package actions
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -20,8 +20,8 @@ func TestDecodeSpec(t *testing.T) {
 		assert.Equal(t, "echo hi", s.Cmd)
 		assert.Equal(t, "/workspace", s.Workdir)
 		assert.Equal(t, 30, s.TimeoutSec)
-		assert.Equal(t, NetworkOff, s.Network)
-		assert.Equal(t, MountRW, s.HostPathMode)
+		assert.Equal(t, backends.NetworkOff, s.Network)
+		assert.Equal(t, backends.MountRW, s.HostPathMode)
 		assert.Equal(t, 1.0, s.CPUs)
 		assert.Equal(t, 512, s.MemoryMB)
 		assert.Equal(t, 128, s.PidsLimit)
@@ -30,7 +30,7 @@ func TestDecodeSpec(t *testing.T) {
 	t.Run("upper bounds accepted", func(t *testing.T) {
 		s, err := DecodeSpec([]byte(`{"session_id":"s","memory_mb":1048576,"cpus":0.01,"pids_limit":4194304,"workspace_quota_mb":1048576,"timeout_sec":86400}`))
 		require.NoError(t, err)
-		assert.Equal(t, MaxMemoryMB, s.MemoryMB)
+		assert.Equal(t, backends.MaxMemoryMB, s.MemoryMB)
 	})
 	t.Run("mount path cleaned", func(t *testing.T) {
 		s, err := DecodeSpec([]byte(`{"session_id":"s","mount_path":"/data//w/","extra_mounts":[{"host_path":"/srv","mount_path":"/x/./y/"}]}`))
@@ -49,6 +49,9 @@ func TestDecodeSpec(t *testing.T) {
 		{"unknown field", `{"session_id":"s","nope":1}`, "nope"},
 		{"wrong type", `{"session_id":"s","timeout_sec":"5"}`, "timeout_sec"},
 		{"float for int", `{"session_id":"s","memory_mb":5.5}`, "memory_mb"},
+		// session_id and memory_mb sit in structs runtime.Spec embeds: the
+		// field is named as on the wire, without the Go struct names.
+		{"session id type", `{"session_id":1}`, "session_id"},
 		{"zero timeout", `{"session_id":"s","timeout_sec":0}`, "timeout_sec"},
 		{"network case", `{"session_id":"s","network":"ON"}`, "network"},
 		{"mode", `{"session_id":"s","host_path_mode":"x"}`, "host_path_mode"},
@@ -102,37 +105,25 @@ func TestDecodeSpec(t *testing.T) {
 	}
 }
 
-func TestResolveHostPath(t *testing.T) {
-	root := t.TempDir()
-	outside := t.TempDir()
-	require.NoError(t, os.Symlink(outside, filepath.Join(root, "out")))
-	require.NoError(t, os.Symlink("/etc", filepath.Join(root, "etc")))
-	tests := []struct {
-		name, path string
-		ok         bool
-	}{
-		{"root itself", root, true},
-		{"not yet existing child", filepath.Join(root, "new", "dir"), true},
-		{"symlink out", filepath.Join(root, "out"), false},
-		{"symlink to /etc", filepath.Join(root, "etc"), false},
-		{"missing child of a symlink out", filepath.Join(root, "out", "x"), false},
-		{"dot-dot", root + "/../" + filepath.Base(outside), false},
-		{"slash", "/", false},
-		{"relative", "rel", false},
-		{"docker socket", "/var/run/docker.sock", false},
+// TestConfigDecoding: box_init and config files decode the merged
+// configuration with DecodeParams, so a wrong type names its dotted key.
+func TestConfigDecoding(t *testing.T) {
+	tests := []struct{ name, patch, field string }{
+		{"wrong type", `{"limits":{"max_sessions":"x"}}`, "limits.max_sessions"},
+		{"wrong nested type", `{"docker":{"user":5}}`, "docker.user"},
+		{"section not an object", `{"limits":[1]}`, "limits"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ResolveHostPath("host_path", tc.path, []string{root})
-			if tc.ok {
-				assert.NoError(t, err)
-			} else {
-				assert.ErrorIs(t, err, boxerr.ErrValidation)
-			}
+			cfg := runtime.DefaultConfig()
+			got, _, err := cfg.Merge([]byte(tc.patch), DecodeParams)
+			require.ErrorIs(t, err, boxerr.ErrValidation)
+			var be *boxerr.Error
+			require.True(t, errors.As(err, &be))
+			assert.Equal(t, tc.field, be.Details["field"], be.Msg)
+			assert.Equal(t, cfg, got, "an invalid patch changes nothing")
 		})
 	}
-	_, err := ResolveHostPath("host_path", root, nil)
-	assert.ErrorIs(t, err, boxerr.ErrValidation, "no allow-list means no host paths")
 }
 
 // FuzzDecodeSpec: any params either decode into a spec that passes its own

@@ -1,0 +1,34 @@
+package clip
+
+import (
+	"testing"
+	"unicode/utf8"
+)
+
+func TestString(t *testing.T) {
+	tests := []struct {
+		name, in string
+		n        int
+		want     string
+	}{
+		{"short stays", "abc", 3, "abc"},
+		{"empty", "", 0, ""},
+		{"ascii cut", "abcdef", 3, "abc…"},
+		{"cut on a rune boundary", "añb", 3, "añ…"},
+		// "ñ" is two bytes: a cut after its first byte backs off to before it.
+		{"cut inside a two-byte rune", "añb", 2, "a…"},
+		{"cut inside a four-byte rune", "x😀y", 3, "x…"},
+		{"nothing fits", "😀", 2, "…"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := String(tc.in, tc.n)
+			if got != tc.want {
+				t.Errorf("String(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+			}
+			if !utf8.ValidString(got) {
+				t.Errorf("String(%q, %d) = %q is not valid UTF-8", tc.in, tc.n, got)
+			}
+		})
+	}
+}

@@ -12,8 +12,26 @@ var bwrapCostNotes = []string{
 		"memfds ~0.1-0.2 ms; placing bwrap into the session's cgroup ~0.05 ms (a locked thread moved into the three v1 " +
 		"hierarchies for the fork and back); reading bwrap's init pid from --info-fd and reaping init afterwards (off the " +
 		"answer's path); JSON-RPC and the runtime's bookkeeping ~0.1-0.3 ms. Measured inside one process the backend came " +
-		"to 0.2-0.5 ms over bare bwrap; over stdio the gap is larger (about 2 ms at p50), and that difference was not " +
-		"pinned down.",
+		"to 0.2-0.5 ms over bare bwrap; over stdio the gap is larger (about 2 ms at p50): see the next paragraph.",
+	"**Where the stdio gap goes** (measured 2026-11-23 with timestamps at each step of one box_exec inside boxrt, " +
+		"100 warm execs of `true` per run, three runs interleaved with 100 bare bwrap spawns timed the same way from " +
+		"Go; load average ~3.5, so ±0.3 ms). p50 per step: the rpc loop from the request's line to the handler " +
+		"~0.03 ms; actions and runtime (session lookup, locks) to the backend ~0.09 ms; session layout, mount-point " +
+		"checks, seccomp and argument memfds, the two cgroup counter reads ~0.17 ms; after bwrap exits, the two " +
+		"counter reads again and the run's bookkeeping ~0.07 ms; the runtime's log line and result ~0.05 ms; " +
+		"encoding and writing the answer ~0.04 ms: about 0.45 ms of boxrt's own work, none of it waiting on a " +
+		"timer, a poll interval or another goroutine (the answer is written the moment bwrap and its pipes are " +
+		"done). The rest is bwrap itself: (1) starting it (fork plus exec, with the forking thread moved into the " +
+		"session's three v1 cgroups and back) was 0.5-1.0 ms at p50 like a bare start (0.3-1.2 ms), but its p90 was " +
+		"2-9 ms against ~1.9 ms: moving a thread into a v1 memory cgroup waits for an RCU grace period whenever the " +
+		"kernel's cgroup migration lock has gone idle since the last move — 10-20 ms, measured outside boxrt with " +
+		"a plain write to `tasks` after a 20 ms pause, 0.01 ms back to back — which is the tail, not the median; " +
+		"(2) the same bwrap command ran 0.4-1.0 ms longer from start to exit-and-pipes-closed inside the session " +
+		"(6.7-7.1 ms p50 against 5.7-6.3 ms bare, every run): it runs in the session's memory, pids and cpu cgroups " +
+		"(not throttled: cpu.stat showed nr_throttled 0), with --info-fd, and its mount namespace holds the " +
+		"session's disk and stage, so tearing it down does more. Over the wire those runs came to 7.96-9.71 ms p50 " +
+		"against 6.8-7.0 ms bare (1.16-1.4×). Not yet tried: a thread parked in the session's cgroups for the " +
+		"session's lifetime (no migration per exec), and attributing (2) between the cgroups and the mounts.",
 	"What it cost before (same machine): a cgroup made and removed per exec in each of three v1 hierarchies, " +
 		"0.35-0.6 ms to make and 5.5 ms p50 to remove (rmdir waited, in 10 ms steps, for bwrap's orphaned init, " +
 		"which the host's pid 1 reaps lazily), plus a shell that joined the cgroups and then exec'd bwrap (~1 ms): " +

@@ -14,24 +14,31 @@ var bwrapCostNotes = []string{
 		"answer's path); JSON-RPC and the runtime's bookkeeping ~0.1-0.3 ms. Measured inside one process the backend came " +
 		"to 0.2-0.5 ms over bare bwrap; over stdio the gap is larger (about 2 ms at p50): see the next paragraph.",
 	"**Where the stdio gap goes** (measured 2026-11-23 with timestamps at each step of one box_exec inside boxrt, " +
-		"100 warm execs of `true` per run, three runs interleaved with 100 bare bwrap spawns timed the same way from " +
-		"Go; load average ~3.5, so ±0.3 ms). p50 per step: the rpc loop from the request's line to the handler " +
-		"~0.03 ms; actions and runtime (session lookup, locks) to the backend ~0.09 ms; session layout, mount-point " +
-		"checks, seccomp and argument memfds, the two cgroup counter reads ~0.17 ms; after bwrap exits, the two " +
-		"counter reads again and the run's bookkeeping ~0.07 ms; the runtime's log line and result ~0.05 ms; " +
-		"encoding and writing the answer ~0.04 ms: about 0.45 ms of boxrt's own work, none of it waiting on a " +
-		"timer, a poll interval or another goroutine (the answer is written the moment bwrap and its pipes are " +
-		"done). The rest is bwrap itself: (1) starting it (fork plus exec, with the forking thread moved into the " +
-		"session's three v1 cgroups and back) was 0.5-1.0 ms at p50 like a bare start (0.3-1.2 ms), but its p90 was " +
-		"2-9 ms against ~1.9 ms: moving a thread into a v1 memory cgroup waits for an RCU grace period whenever the " +
-		"kernel's cgroup migration lock has gone idle since the last move — 10-20 ms, measured outside boxrt with " +
-		"a plain write to `tasks` after a 20 ms pause, 0.01 ms back to back — which is the tail, not the median; " +
-		"(2) the same bwrap command ran 0.4-1.0 ms longer from start to exit-and-pipes-closed inside the session " +
-		"(6.7-7.1 ms p50 against 5.7-6.3 ms bare, every run): it runs in the session's memory, pids and cpu cgroups " +
-		"(not throttled: cpu.stat showed nr_throttled 0), with --info-fd, and its mount namespace holds the " +
-		"session's disk and stage, so tearing it down does more. Over the wire those runs came to 7.96-9.71 ms p50 " +
-		"against 6.8-7.0 ms bare (1.16-1.4×). Not yet tried: a thread parked in the session's cgroups for the " +
-		"session's lifetime (no migration per exec), and attributing (2) between the cgroups and the mounts.",
+		"and with a driver that alternates, call by call, a bare bwrap spawn and box_exec over stdio to one or two " +
+		"boxrt processes; load average ~3.5, so ±0.3 ms). boxrt's own steps, p50: the rpc loop from the request's " +
+		"line to the handler ~0.03 ms; actions and runtime (session lookup, locks) to the backend ~0.09 ms; session " +
+		"layout, mount-point checks, seccomp and argument memfds, two cgroup counter reads ~0.17 ms; after bwrap " +
+		"exits, the counters again and the run's bookkeeping ~0.07 ms; the runtime's log line and result ~0.05 ms; " +
+		"encoding and writing the answer ~0.04 ms: about 0.45 ms, none of it waiting on a timer, a poll interval or " +
+		"a goroutine handoff (the answer is written as soon as bwrap has exited and its pipes are closed). The " +
+		"rest, and all of the variance, is the one cgroup step: on v1 the thread that forks bwrap is moved into " +
+		"the session's memory, pids and cpu cgroups and back (cgroup.enterThread), and a move waits for an RCU " +
+		"grace period (~6-10 ms here) whenever the kernel's cgroup migration lock has been idle for a grace period " +
+		"or two. Timed inside boxrt: with execs back to back (~8 ms apart) the move took 0.09 ms p50, 0.2 ms p90; " +
+		"with a bare bwrap spawn between two execs (~15 ms apart) 0.1 ms p50 but 6.1 ms p75 and 10.1 ms p90, and " +
+		"in a boxrt that followed a bare spawn and came before another boxrt, 0.38 / 8.1 / 10.7 ms " +
+		"(p50 / p75 / p90): that boxrt's p50 was 1.35-1.8× bare while the boxrt right after it, whose move found " +
+		"the lock still warm, was 1.08-1.13×. The same stall shows outside boxrt (a plain write of a thread id to " +
+		"a v1 memory cgroup's `tasks`: 0.01 ms back to back, 10-20 ms after a 20 ms pause). So the bench's " +
+		"back-to-back loop meets the goal or nearly (single boxrt alternating with bare: 8.19-8.26 ms vs 7.05 ms = " +
+		"1.16-1.17×), while a host whose execs are spaced out pays a grace period on most of them. Ruled out by " +
+		"alternating bare spawns call by call (each within ±0.1 ms of plain): running bwrap inside memory, pids " +
+		"and cpu cgroups (no throttling: nr_throttled 0), --info-fd, boxrt being a child subreaper, and the " +
+		"workspace, /tmp and /home on an ext4 loop disk. No migration happens on cgroup v2, where bwrap is cloned " +
+		"straight into the session's cgroup. Not done: a thread parked in the session's v1 cgroups for its lifetime " +
+		"would avoid the move, but boxrt's pid would then be in the cgroup's cgroup.procs (killAll would SIGKILL " +
+		"boxrt), count against its pids limit, and be an OOM-kill candidate of its memory cgroup; a small forker " +
+		"process of the session's own, parked there, avoids those and is the candidate fix.",
 	"What it cost before (same machine): a cgroup made and removed per exec in each of three v1 hierarchies, " +
 		"0.35-0.6 ms to make and 5.5 ms p50 to remove (rmdir waited, in 10 ms steps, for bwrap's orphaned init, " +
 		"which the host's pid 1 reaps lazily), plus a shell that joined the cgroups and then exec'd bwrap (~1 ms): " +
@@ -48,5 +55,5 @@ var bwrapCostNotes = []string{
 		"mount), and taking one is a rename and a move_mount; StartSession then takes ~0.3-0.4 ms. The floor of a disk " +
 		"made on demand is that ~7.5 ms (the ext4 mount alone ~6 ms); the bare-bwrap baseline makes no disk. The rest " +
 		"of the new-session gap is the session cgroup's creation on the first exec (~0.4 ms), the runtime's session " +
-		"table and state file, and the same unexplained ~2 ms as the warm exec.",
+		"table and state file, and on v1 the cgroup move's grace-period stall described above.",
 }

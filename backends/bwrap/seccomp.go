@@ -2,7 +2,9 @@ package bwrap
 
 import (
 	"encoding/binary"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
@@ -24,6 +26,15 @@ import (
 // ENOSYS (its flags sit in memory a filter cannot read), so libc falls
 // back to clone. Every syscall of another ABI (32-bit x86, x32) is ENOSYS:
 // a deny list is only as good as the one ABI it is written for.
+//
+// Beyond Docker's list, no file may get a setuid or setgid bit. A
+// writable host directory is an idmapped clone in which the sandbox's
+// files belong to host root (see idmap.go); a setuid bit there would be a
+// setuid-root program on the host, where the clone's nosuid does not
+// apply. So every syscall that sets a mode (chmod family, creating opens,
+// mknod) is EPERM when the mode carries S_ISUID or S_ISGID, and openat2,
+// whose mode sits in memory a filter cannot read, is ENOSYS (libc and Go
+// fall back to openat).
 var deniedSyscalls = []string{
 	"acct", "add_key", "bpf", "clock_adjtime", "clock_settime", "settimeofday",
 	"create_module", "delete_module", "finit_module", "init_module", "get_kernel_syms", "query_module",
@@ -40,6 +51,13 @@ var deniedSyscalls = []string{
 // cloneNamespaceFlags are the CLONE_NEW* bits of clone's first argument.
 const cloneNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS |
 	unix.CLONE_NEWIPC | unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
+
+// modeArgument is, per syscall that sets a file's mode, which argument
+// holds the mode.
+var modeArgument = map[string]uint32{
+	"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2,
+	"creat": 1, "open": 2, "openat": 3, "mknod": 1, "mknodat": 2,
+}
 
 // allowedPersonalities are the personality(2) values Docker allows: Linux,
 // 32-bit Linux, the UNAME26 variants, and the query.
@@ -58,20 +76,26 @@ func buildSeccomp() ([]byte, error) {
 	for _, v := range allowedPersonalities {
 		personality = append(personality, seccomp.Condition{Argument: 0, Operation: seccomp.NotEqual, Value: v})
 	}
+	conditional := []seccomp.NameWithConditions{
+		{Name: "personality", Conditions: personality},
+		{Name: "clone", Conditions: seccomp.ArgumentConditions{
+			{Argument: 0, Operation: seccomp.BitsSet, Value: cloneNamespaceFlags},
+		}},
+	}
+	for _, name := range knownSyscalls(native, slices.Sorted(maps.Keys(modeArgument))) {
+		conditional = append(conditional, seccomp.NameWithConditions{Name: name, Conditions: seccomp.ArgumentConditions{
+			{Argument: modeArgument[name], Operation: seccomp.BitsSet, Value: unix.S_ISUID | unix.S_ISGID},
+		}})
+	}
 	policy := seccomp.Policy{
 		DefaultAction: seccomp.ActionAllow,
 		Syscalls: []seccomp.SyscallGroup{
 			{
-				Action: seccomp.ActionErrno, // EPERM
-				Names:  knownSyscalls(native, deniedSyscalls),
-				NamesWithCondtions: []seccomp.NameWithConditions{
-					{Name: "personality", Conditions: personality},
-					{Name: "clone", Conditions: seccomp.ArgumentConditions{
-						{Argument: 0, Operation: seccomp.BitsSet, Value: cloneNamespaceFlags},
-					}},
-				},
+				Action:             seccomp.ActionErrno, // EPERM
+				Names:              knownSyscalls(native, deniedSyscalls),
+				NamesWithCondtions: conditional,
 			},
-			{Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS), Names: knownSyscalls(native, []string{"clone3"})},
+			{Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS), Names: knownSyscalls(native, []string{"clone3", "openat2"})},
 		},
 	}
 	insns, err := policy.Assemble()

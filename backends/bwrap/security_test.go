@@ -325,3 +325,50 @@ func TestSyscallFilter(t *testing.T) {
 		t.Fatalf("ordinary commands under the filter: %q", got)
 	}
 }
+
+// TestNoSetuidFiles: files in an rw host directory belong to host root
+// (idmapped), so a setuid bit there would be a setuid-root program on the
+// host. No way of setting one may work; ordinary modes still do.
+func TestNoSetuidFiles(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	data := t.TempDir()
+	info := newSession(t, b, func(s *backends.SandboxSpec) {
+		s.ExtraMounts = []backends.MountSpec{{HostPath: data, MountPath: "/data", Mode: backends.MountRW}}
+	})
+	mustRun(t, b, info, "touch /data/plain && chmod 755 /data/plain")
+	attempts := []struct{ name, cmd string }{
+		{"chmod u+s", "touch /data/a && chmod 4755 /data/a"},
+		{"chmod g+s", "touch /data/b && chmod 2755 /data/b"},
+		{"python os.chmod", `python3 -c 'import os; open("/data/c", "w").close(); os.chmod("/data/c", 0o4755)'`},
+		{"creating open with the bit", `python3 -c 'import os; os.close(os.open("/data/d", os.O_CREAT | os.O_WRONLY, 0o4755))'`},
+		{"fchmod", `python3 -c 'import os; f = os.open("/data/e", os.O_CREAT | os.O_WRONLY, 0o755); os.fchmod(f, 0o6755)'`},
+	}
+	for _, a := range attempts {
+		t.Run(a.name, func(t *testing.T) {
+			r := execIn(t, b, info, backends.ExecRequest{Cmd: a.cmd})
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if r.status.ExitCode == 0 {
+				t.Errorf("%q succeeded", a.cmd)
+			}
+		})
+	}
+	entries, err := os.ReadDir(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			t.Errorf("host file %s has mode %v", e.Name(), fi.Mode())
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(data, "plain")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("an ordinary chmod did not take: %v %v", fi, err)
+	}
+}

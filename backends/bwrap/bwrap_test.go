@@ -706,6 +706,44 @@ func waitStopping(t *testing.T, b *Backend, info backends.Session) {
 	}
 }
 
+// TestStartSessionAfterClose: a session started after Close (a request
+// racing shutdown) still gets a working disk, and no disk image of the
+// pool — its template above all — is made again to outlive the Backend.
+func TestStartSessionAfterClose(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		// before: sessions started before Close (the first makes the
+		// template and starts the pool).
+		before int
+	}{
+		{"closed before any session", 0},
+		{"closed after a session", 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBackend(t)
+			for i := range tc.before {
+				newSession(t, b, func(s *backends.SandboxSpec) { s.SessionID = fmt.Sprintf("before-%d", i) })
+			}
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			info := newSession(t, b, nil)
+			if got := mustRun(t, b, info, "echo x > /workspace/f && cat /workspace/f"); got != "x\n" {
+				t.Fatalf("workspace of a session started after Close: %q", got)
+			}
+			pool := filepath.Join(b.root, diskPoolDir)
+			if left, err := filepath.Glob(filepath.Join(pool, "*", "*")); err != nil || len(left) > 0 {
+				t.Fatalf("pool files made after Close: %v %v", left, err)
+			}
+			if _, err := os.Stat(pool); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("pool directory %s after Close: %v", pool, err)
+			}
+		})
+	}
+}
+
 func TestAdopt(t *testing.T) {
 	t.Parallel()
 	requireBwrap(t)

@@ -247,6 +247,29 @@ func TestNetwork(t *testing.T) {
 	}
 }
 
+// TestNetworkSetupRetried: when slirp4netns fails while a session's network
+// is set up (here on the first exec after the session's stage was dropped,
+// as after a restart), that exec fails and the next one sets the network
+// up afresh, rather than tripping over what the failed attempt left.
+func TestNetworkSetupRetried(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, func(s *backends.SandboxSpec) { s.Network = backends.NetworkOn })
+	if err := b.dropFiles(info.BackendSessionID); err != nil {
+		t.Fatal(err)
+	}
+	slirp := b.slirp
+	b.slirp = "/bin/false" // exits at once: slirp4netns never reports ready
+	r := execIn(t, b, info, backends.ExecRequest{Cmd: "true"})
+	b.slirp = slirp
+	if r.err == nil {
+		t.Fatalf("exec with a failing slirp4netns succeeded: %+v", r.status)
+	}
+	if got := mustRun(t, b, info, "awk '$2 == \"00000000\" {print $1}' /proc/net/route"); got != "tap0\n" {
+		t.Fatalf("default route after the retried network setup: %q", got)
+	}
+}
+
 // listen accepts (and closes) connections on addr until the test ends and
 // returns the address it listens on.
 func listen(t *testing.T, addr string) string {

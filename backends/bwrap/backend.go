@@ -78,8 +78,11 @@ type Backend struct {
 // sessionRuns tracks the bwrap processes of one session, so StopSession can
 // kill them and no new one starts while it does.
 type sessionRuns struct {
-	runs     map[*run]struct{}
-	stopping bool
+	runs map[*run]struct{}
+	// stopping counts the StopSession calls under way: one that gives up
+	// (its ctx ended) must not reopen the session under another that is
+	// still removing it.
+	stopping int
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -431,7 +434,9 @@ func (b *Backend) Alive(_ context.Context, info backends.Session) bool {
 }
 
 // StopSession implements backends.Backend: kill what still runs for the
-// session, remove its cgroups and its state directory. Idempotent.
+// session, remove its cgroups and its state directory. Idempotent. When ctx
+// ends before the killed commands are gone, it returns ctx's error and the
+// session stays, usable, for a later StopSession to remove.
 func (b *Backend) StopSession(ctx context.Context, info backends.Session) error {
 	dir, ok := b.sessionDir(info)
 	if !ok {
@@ -444,15 +449,22 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 		sr = &sessionRuns{runs: map[*run]struct{}{}}
 		b.sessions[key] = sr
 	}
-	sr.stopping = true
+	sr.stopping++
 	runs := make([]*run, 0, len(sr.runs))
 	for r := range sr.runs {
 		runs = append(runs, r)
 	}
 	b.mu.Unlock()
+	// Whether the stop finished or its ctx ended first, this call no longer
+	// holds the session closed. A stop that gave up leaves a session whose
+	// directory still exists, which Alive reports alive: it must take execs
+	// again (its running commands were killed all the same), else it would
+	// refuse every one until a second stop. One that finished removed the
+	// directory, which register checks, so nothing starts after it either.
 	defer func() {
 		b.mu.Lock()
-		if cur := b.sessions[key]; cur == sr && len(sr.runs) == 0 {
+		sr.stopping--
+		if b.sessions[key] == sr && sr.stopping == 0 && len(sr.runs) == 0 {
 			delete(b.sessions, key)
 		}
 		b.mu.Unlock()

@@ -247,6 +247,29 @@ func TestNetwork(t *testing.T) {
 	}
 }
 
+// TestNetworkSetupRetried: when slirp4netns fails while a session's network
+// is set up (here on the first exec after the session's stage was dropped,
+// as after a restart), that exec fails and the next one sets the network
+// up afresh, rather than tripping over what the failed attempt left.
+func TestNetworkSetupRetried(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, func(s *backends.SandboxSpec) { s.Network = backends.NetworkOn })
+	if err := b.dropFiles(info.BackendSessionID); err != nil {
+		t.Fatal(err)
+	}
+	slirp := b.slirp
+	b.slirp = "/bin/false" // exits at once: slirp4netns never reports ready
+	r := execIn(t, b, info, backends.ExecRequest{Cmd: "true"})
+	b.slirp = slirp
+	if r.err == nil {
+		t.Fatalf("exec with a failing slirp4netns succeeded: %+v", r.status)
+	}
+	if got := mustRun(t, b, info, "awk '$2 == \"00000000\" {print $1}' /proc/net/route"); got != "tap0\n" {
+		t.Fatalf("default route after the retried network setup: %q", got)
+	}
+}
+
 // listen accepts (and closes) connections on addr until the test ends and
 // returns the address it listens on.
 func listen(t *testing.T, addr string) string {
@@ -590,6 +613,157 @@ func TestStopSession(t *testing.T) {
 	}
 	if err := b.StopSession(context.Background(), info); err != nil {
 		t.Fatalf("second StopSession: %v", err)
+	}
+}
+
+// TestStopSessionCancelled: a StopSession whose ctx ends while a command of
+// the session is still going returns ctx's error and leaves the session
+// usable — it is still there, and Alive says so — unless another
+// StopSession is still removing it; a later StopSession removes it. The
+// command is one still being set up (registered, bwrap not started yet),
+// which a stop cannot kill, only wait for.
+func TestStopSessionCancelled(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	cases := []struct {
+		name string
+		// otherStop: a StopSession without a deadline is under way too.
+		otherStop bool
+		// endFirst: the pending command ends before the next exec.
+		endFirst bool
+		wantExec error
+	}{
+		{name: "exec after the pending command ended", endFirst: true},
+		{name: "exec while the pending command is still set up"},
+		{name: "another stop still under way", otherStop: true, wantExec: boxerr.ErrSessionNotFound},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			info := newSession(t, b, func(s *backends.SandboxSpec) { s.SessionID = fmt.Sprintf("cancelled-stop-%d", i) })
+			end := pendingExec(t, b, info)
+			other := make(chan error, 1)
+			if tc.otherStop {
+				go func() { other <- b.StopSession(context.Background(), info) }()
+				waitStopping(t, b, info)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if err := b.StopSession(ctx, info); !errors.Is(err, context.Canceled) {
+				t.Fatalf("StopSession with an ended ctx = %v, want context.Canceled", err)
+			}
+			if tc.endFirst {
+				end()
+			}
+			if !b.Alive(context.Background(), info) {
+				t.Fatal("the session is gone after a cancelled StopSession")
+			}
+			r := execIn(t, b, info, backends.ExecRequest{Cmd: "echo ok"})
+			if tc.wantExec != nil {
+				if !errors.Is(r.err, tc.wantExec) {
+					t.Fatalf("exec = %v (%+v), want %v", r.err, r.status, tc.wantExec)
+				}
+			} else if r.err != nil || r.status.ExitCode != 0 || r.stdout != "ok\n" {
+				t.Fatalf("exec after a cancelled StopSession: err=%v status=%+v stdout=%q stderr=%q", r.err, r.status, r.stdout, r.stderr)
+			}
+			end()
+			if tc.otherStop {
+				select {
+				case err := <-other:
+					if err != nil {
+						t.Fatalf("the other StopSession: %v", err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("the other StopSession did not return once the pending command ended")
+				}
+				if b.Alive(context.Background(), info) {
+					t.Fatal("the session survived the StopSession that was not cancelled")
+				}
+				return
+			}
+			if err := b.StopSession(context.Background(), info); err != nil {
+				t.Fatalf("StopSession after a cancelled one: %v", err)
+			}
+			if b.Alive(context.Background(), info) {
+				t.Fatal("the session survived the second StopSession")
+			}
+		})
+	}
+}
+
+// pendingExec registers a run of the session as start does before bwrap
+// exists, while it builds the sandbox. The returned func ends it as start
+// does when it fails; it also runs at cleanup (before the session's stop).
+func pendingExec(t *testing.T, b *Backend, info backends.Session) (end func()) {
+	t.Helper()
+	dir, _ := b.sessionDir(info)
+	r := &run{b: b, key: info.BackendSessionID, done: make(chan struct{}), init: -1}
+	if err := b.register(r, info.SessionID, dir); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	end = func() {
+		once.Do(func() {
+			b.unregister(r)
+			close(r.done)
+		})
+	}
+	t.Cleanup(end)
+	return end
+}
+
+// waitStopping waits until a StopSession of the session is under way.
+func waitStopping(t *testing.T, b *Backend, info backends.Session) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		b.mu.Lock()
+		sr := b.sessions[info.BackendSessionID]
+		stopping := sr != nil && sr.stopping > 0
+		b.mu.Unlock()
+		if stopping {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("StopSession did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestStartSessionAfterClose: a session started after Close (a request
+// racing shutdown) still gets a working disk, and no disk image of the
+// pool — its template above all — is made again to outlive the Backend.
+func TestStartSessionAfterClose(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		// before: sessions started before Close (the first makes the
+		// template and starts the pool).
+		before int
+	}{
+		{"closed before any session", 0},
+		{"closed after a session", 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBackend(t)
+			for i := range tc.before {
+				newSession(t, b, func(s *backends.SandboxSpec) { s.SessionID = fmt.Sprintf("before-%d", i) })
+			}
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			info := newSession(t, b, nil)
+			if got := mustRun(t, b, info, "echo x > /workspace/f && cat /workspace/f"); got != "x\n" {
+				t.Fatalf("workspace of a session started after Close: %q", got)
+			}
+			pool := filepath.Join(b.root, diskPoolDir)
+			if left, err := filepath.Glob(filepath.Join(pool, "*", "*")); err != nil || len(left) > 0 {
+				t.Fatalf("pool files made after Close: %v %v", left, err)
+			}
+			if _, err := os.Stat(pool); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("pool directory %s after Close: %v", pool, err)
+			}
+		})
 	}
 }
 

@@ -83,15 +83,18 @@ func (b *Backend) makeDisk(dir string, sf *sessionFiles, info backends.Session) 
 // newDisk makes a disk image of mb MiB at img, its directories included,
 // and mounts it as a detached mount. A default-size image is a copy of the
 // Backend's template (diskTemplate), which is much cheaper than mkfs.ext4;
-// other sizes are formatted.
+// other sizes, and every size once the Backend is closed, are formatted.
 func (b *Backend) newDisk(img string, mb int) (*pooledDisk, error) {
+	var tmpl string
 	var err error
 	if mb == DefaultQuotaMB {
-		var tmpl string
-		if tmpl, err = b.diskTemplate(); err == nil {
-			err = copySparse(tmpl, img)
-		}
-	} else {
+		tmpl, err = b.diskTemplate()
+	}
+	switch {
+	case err != nil:
+	case tmpl != "":
+		err = copySparse(tmpl, img)
+	default:
 		err = b.formatDisk(img, mb)
 	}
 	d := &pooledDisk{img: img}

@@ -20,6 +20,8 @@ import (
 // Images wait in <StateDir>/bwrap/<InstanceID>/.pool/<backend token>/. The
 // detached mounts vanish with boxrt (and their loop devices with them);
 // Close removes the images, and Adopt those of earlier boxrt processes.
+// A session started after Close formats its disk: a pool or template made
+// then would outlive the Backend.
 
 // diskPoolSize is how many disks wait: enough for a burst of a few
 // sessions, few enough that idle disks cost little (a fresh image uses
@@ -46,8 +48,8 @@ func (d *pooledDisk) release() {
 }
 
 type diskPool struct {
-	tmplMu sync.Mutex
-	tmpl   string // the default-size template once made (diskTemplate)
+	tmplMu sync.Mutex // taken before mu when both are held
+	tmpl   string     // the default-size template once made (diskTemplate)
 
 	mu      sync.Mutex
 	ready   []*pooledDisk
@@ -65,11 +67,19 @@ func (b *Backend) poolDir() string {
 // diskTemplate returns the Backend's formatted default-size image, made on
 // first use, which default-size disks are copies of. It is never mounted;
 // every copy is one session's alone. (The copies share the filesystem's
-// UUID, which neither the kernel nor boxrt uses.)
+// UUID, which neither the kernel nor boxrt uses.) Once the pool is closed
+// it returns "": Close has removed the template (or is about to, waiting
+// for tmplMu) and nothing would remove one made after it.
 func (b *Backend) diskTemplate() (string, error) {
 	p := &b.pool
 	p.tmplMu.Lock()
 	defer p.tmplMu.Unlock()
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return "", nil
+	}
 	if p.tmpl != "" {
 		return p.tmpl, nil
 	}

@@ -14,10 +14,10 @@
 // between commands except a network: on session's slirp4netns (net.go).
 //
 // Host directories (host_path, extra mounts, skills, a rootfs image) are
-// opened once per session without following symlinks and only ever
-// mounted from that descriptor; mount points inside other mounts and the
-// working directory are created below their parent's descriptor, never
-// through a symlink (mounts.go).
+// opened once per session and mode (ro, rw) without following symlinks
+// and only ever mounted from that descriptor; mount points inside other
+// mounts and the working directory are created below their parent's
+// descriptor, never through a symlink (mounts.go).
 //
 // Every exec and every managed process is a fresh bwrap process, run as
 // the unprivileged host user SandboxUser (identity.go):

@@ -52,8 +52,8 @@ func openHostDir(field, path string, create, owned bool, id identity) (*os.File,
 
 // sessionFiles are the descriptors of one session, opened on first use and
 // kept until StopSession: its own workspace, tmp and home, and every host
-// directory (host_path, extra mounts, skills, image) by path — staged
-// (stage.go) when boxrt is root — and the cgroup its execs share.
+// directory (host_path, extra mounts, skills, image) by path and mode —
+// staged (stage.go) when boxrt is root — and the cgroup its execs share.
 type sessionFiles struct {
 	key string
 
@@ -63,7 +63,7 @@ type sessionFiles struct {
 	ws, tmp, home *os.File
 	net           *sessionNet
 	cg            *cgroup
-	host          map[string]*os.File
+	host          map[hostKey]*os.File
 	staged        int // h<n> names used so far
 	closed        bool
 }
@@ -107,7 +107,8 @@ func (sf *sessionFiles) close() error {
 }
 
 // hostDir returns the descriptor of a host directory, opening (and
-// staging) it the first time the session uses that path. owned (rw): the
+// staging) it the first time the session uses that path in that mode,
+// since the first use's mode must not decide later ones'. owned (rw): the
 // sandbox must be able to write it. Without root, a directory boxrt
 // creates is the sandbox user's anyway; as root, the stage clone is
 // idmapped instead (idmap.go) and a created directory stays root's.
@@ -117,7 +118,8 @@ func (sf *sessionFiles) hostDir(b *Backend, field, path string, create, owned bo
 	if err := sf.init(b); err != nil {
 		return nil, err
 	}
-	if f := sf.host[path]; f != nil {
+	key := hostKey{path, owned}
+	if f := sf.host[key]; f != nil {
 		return f, nil
 	}
 	f, err := openHostDir(field, path, create, owned && sf.stage == "", b.id)
@@ -141,10 +143,18 @@ func (sf *sessionFiles) hostDir(b *Backend, field, path string, create, owned bo
 		f = staged
 	}
 	if sf.host == nil {
-		sf.host = map[string]*os.File{}
+		sf.host = map[hostKey]*os.File{}
 	}
-	sf.host[path] = f
+	sf.host[key] = f
 	return f, nil
+}
+
+// hostKey names a host directory's descriptor: the same directory mounted
+// rw and ro needs two (only the rw clone is idmapped, and without root only
+// an rw one is created for the sandbox user).
+type hostKey struct {
+	path  string
+	owned bool
 }
 
 var errSessionClosed = errors.New("session is being stopped")

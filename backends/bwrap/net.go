@@ -53,8 +53,11 @@ func (n *sessionNet) close() {
 }
 
 // makeNet creates the network namespace of the session staged at stage
-// and starts slirp4netns on it.
-func (b *Backend) makeNet(stage string) (*sessionNet, error) {
+// and starts slirp4netns on it. On failure it leaves no pin behind: a
+// namespace still bind-mounted at the path would make every later attempt
+// fail (the pin file cannot be rewritten), so the session could never get
+// its network until it was staged again.
+func (b *Backend) makeNet(stage string) (_ *sessionNet, err error) {
 	if b.slirpErr != nil {
 		return nil, b.slirpUnavailable()
 	}
@@ -62,6 +65,11 @@ func (b *Backend) makeNet(stage string) (*sessionNet, error) {
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, unpin(path))
+		}
+	}()
 	// A child makes it (and pins it at path): a Go thread that left its
 	// namespace for good would have to end, and a thread's end kills the
 	// children it forked (Pdeathsig).
@@ -78,6 +86,19 @@ func (b *Backend) makeNet(stage string) (*sessionNet, error) {
 		return nil, err
 	}
 	return &sessionNet{ns: ns, slirp: s}, nil
+}
+
+// unpin detaches a network namespace pinned at path, if one is, and
+// removes the pin file.
+func unpin(path string) error {
+	var errs []error
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		errs = append(errs, fmt.Errorf("unmount %s: %w", path, err))
+	}
+	if err := os.Remove(path); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // slirp is a running slirp4netns.

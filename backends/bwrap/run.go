@@ -153,7 +153,7 @@ func (b *Backend) register(r *run, sessionID, dir string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	sr := b.sessions[r.key]
-	if sr != nil && sr.stopping {
+	if sr != nil && sr.stopping > 0 {
 		return boxerr.SessionNotFound(sessionID)
 	}
 	if _, err := os.Stat(dir); err != nil {
@@ -175,7 +175,7 @@ func (b *Backend) unregister(r *run) {
 		return
 	}
 	delete(sr.runs, r)
-	if len(sr.runs) == 0 && !sr.stopping {
+	if len(sr.runs) == 0 && sr.stopping == 0 {
 		delete(b.sessions, r.key)
 	}
 }

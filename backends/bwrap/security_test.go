@@ -165,6 +165,55 @@ func TestSandboxIsNotHostRoot(t *testing.T) {
 	}
 }
 
+// TestHostDirInTwoModes: one host directory mounted both read-only and
+// read-write in a session is writable through the rw mount (an idmapped
+// clone: the directory is root's and not writable by others) and stays
+// read-only through the ro one, whichever mount is opened first.
+func TestHostDirInTwoModes(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	cases := []struct {
+		name           string
+		hostPath       backends.MountMode // "": no host_path
+		extra          []backends.MountMode
+		roPath, rwPath string
+	}{
+		{"host_path ro, extra mount rw", backends.MountRO, []backends.MountMode{backends.MountRW}, "/workspace", "/m0"},
+		{"host_path rw, extra mount ro", backends.MountRW, []backends.MountMode{backends.MountRO}, "/m0", "/workspace"},
+		{"extra mounts ro then rw", "", []backends.MountMode{backends.MountRO, backends.MountRW}, "/m0", "/m1"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			data := t.TempDir()
+			if err := os.Chmod(data, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(data, "f"), []byte("hi\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			info := newSession(t, b, func(s *backends.SandboxSpec) {
+				s.SessionID = "two-modes-" + strconv.Itoa(i)
+				if tc.hostPath != "" {
+					s.HostPath, s.HostPathMode = data, tc.hostPath
+				}
+				for n, mode := range tc.extra {
+					s.ExtraMounts = append(s.ExtraMounts, backends.MountSpec{HostPath: data, MountPath: "/m" + strconv.Itoa(n), Mode: mode})
+				}
+			})
+			cmd := "cat " + tc.roPath + "/f; touch " + tc.rwPath + "/g && echo wrote; touch " + tc.roPath + "/h 2>/dev/null || echo refused"
+			if got := mustRun(t, b, info, cmd); got != "hi\nwrote\nrefused\n" {
+				t.Fatalf("%q: %q", cmd, got)
+			}
+			if _, err := os.Lstat(filepath.Join(data, "g")); err != nil {
+				t.Fatalf("the write through the rw mount is not on the host: %v", err)
+			}
+			if _, err := os.Lstat(filepath.Join(data, "h")); err == nil {
+				t.Fatal("a write through the ro mount reached the host")
+			}
+		})
+	}
+}
+
 // TestWorkspaceQuota: the workspace, /tmp and /home share the session's
 // disk; filling it is ENOSPC to the command, and freeing space makes it
 // usable again.

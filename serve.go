@@ -103,6 +103,10 @@ func newLogger(format, level string) (zerolog.Logger, *logSink, error) {
 	return log, sink, nil
 }
 
+// relayDrainTimeout bounds waiting at shutdown for relay peers to answer
+// the close; a close handshake is one round trip.
+const relayDrainTimeout = time.Second
+
 // controlTokenFileName is the file in the state directory that holds the
 // control token boxrt generated for a --listen runtime.
 const controlTokenFileName = "control-token"
@@ -446,7 +450,14 @@ func runServe(c *cli.Context) error {
 
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
-	relayHandler.Close()
+	// The relay is drained before the runtime stops the processes it
+	// bridges. It gets a slice of the budget only: a peer that does not
+	// answer the close must not leave rt.Close no time to destroy sessions.
+	relayCtx, cancelRelay := context.WithTimeout(shutdownCtx, relayDrainTimeout)
+	if err := relayHandler.Close(relayCtx); err != nil {
+		log.Warn().Err(err).Msg("relay sockets cut at shutdown: peers did not answer the close")
+	}
+	cancelRelay()
 	server.Close(shutdownCtx)
 	if httpServer != nil {
 		_ = httpServer.Shutdown(shutdownCtx)

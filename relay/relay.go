@@ -64,8 +64,13 @@ type Handler struct {
 
 	mu     sync.Mutex
 	closed bool
+	// cut: Close ran out of time, connections are cut rather than closed.
+	cut bool
 	// bridges stops each attached socket's bridge.
 	bridges map[*bridge]context.CancelCauseFunc
+	// serving counts the requests in ServeHTTP, so Close can wait until
+	// none touches a process any more.
+	serving sync.WaitGroup
 }
 
 // Why a bridge was stopped from outside its own loops.
@@ -102,24 +107,66 @@ func New(rt *runtime.Runtime, opts ...Option) *Handler {
 	return h
 }
 
-// Close closes every relay socket with 1001.
-func (h *Handler) Close() {
+// Close closes every relay socket with 1001, refuses new ones, and returns
+// once every request has ended, so that the runtime can stop the processes
+// after it with no bridge still detaching from or writing to them. The
+// http.Server does not wait for these: their connections are hijacked.
+// When ctx ends first, the connections still open (peers that did not
+// answer the close) are cut, which ends their bridges at once; Close then
+// returns ctx's error.
+func (h *Handler) Close(ctx context.Context) error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	h.closed = true
 	for _, stop := range h.bridges {
 		stop(errShuttingDown)
 	}
+	h.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		h.serving.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	h.mu.Lock()
+	h.cut = true
+	for b := range h.bridges {
+		_ = b.conn.Close()
+	}
+	h.mu.Unlock()
+	// Without its connection every step of a bridge ends: socket reads and
+	// writes fail, and stdin writes and the keepalive end with its context.
+	<-done
+	return ctx.Err()
 }
 
-func (h *Handler) track(b *bridge, stop context.CancelCauseFunc) bool {
+// enter counts a request in, unless the handler is closed.
+func (h *Handler) enter() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return false
 	}
-	h.bridges[b] = stop
+	h.serving.Add(1)
 	return true
+}
+
+// track registers b for Close to stop. A request that entered before Close
+// but upgraded after it is stopped at once (and cut, if Close already ran
+// out of time), ending like the others.
+func (h *Handler) track(b *bridge, stop context.CancelCauseFunc) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.bridges[b] = stop
+	if h.closed {
+		stop(errShuttingDown)
+	}
+	if h.cut {
+		_ = b.conn.Close()
+	}
 }
 
 func (h *Handler) untrack(b *bridge) {
@@ -138,6 +185,8 @@ func httpStatus(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, boxerr.ErrProcessConflict):
 		return http.StatusConflict
+	case errors.Is(err, boxerr.ErrRuntimeUnavailable):
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
@@ -148,6 +197,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if processID == "" {
 		processID = runtime.DefaultProcessID
 	}
+	if !h.enter() {
+		writeError(w, boxerr.RuntimeUnavailable("Box runtime is shutting down"))
+		return
+	}
+	defer h.serving.Done()
 	if !h.authorized(r, sessionID, processID) {
 		rpc.WriteUnauthorized(w, r)
 		return
@@ -223,11 +277,7 @@ func (b *bridge) run() {
 	defer cancel()
 	stop, stopBridge := context.WithCancelCause(ctx)
 	defer stopBridge(nil)
-	if !b.h.track(b, stopBridge) {
-		b.att.Detach(b.att.Backlog...)
-		_ = b.c.Close(websocket.StatusGoingAway, errShuttingDown.Error())
-		return
-	}
+	b.h.track(b, stopBridge)
 	defer b.h.untrack(b)
 	keepaliveEnded := make(chan struct{})
 	go func() {
@@ -261,6 +311,11 @@ func (b *bridge) writeLoop(ctx context.Context, readDone <-chan error) closeReas
 	// Once sent, the backlog is garbage: the bridge must not keep it.
 	backlog := b.att.Backlog
 	b.att.Backlog = nil
+	if ctx.Err() != nil {
+		// Stopped before it began (a shutdown): nothing is sent.
+		b.att.Detach(backlog...)
+		return closeReason{websocket.StatusGoingAway, context.Cause(ctx).Error()}
+	}
 	if why, ok := b.sendAll(ctx, backlog); !ok {
 		return why
 	}

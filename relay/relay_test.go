@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -119,7 +120,7 @@ type env struct {
 
 const controlToken = "control-token-0123456789abcdefghijklmnop"
 
-func newEnv(t testing.TB, patch string) *env {
+func newEnv(t testing.TB, patch string, opts ...Option) *env {
 	t.Helper()
 	cfg := runtime.DefaultConfig()
 	if patch != "" {
@@ -132,12 +133,14 @@ func newEnv(t testing.TB, patch string) *env {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	rt.Start(ctx)
-	h := New(rt, WithOperator(rpc.NewAuthenticator(controlToken)))
+	h := New(rt, append([]Option{WithOperator(rpc.NewAuthenticator(controlToken))}, opts...)...)
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/sessions/{session_id}/managed-process/{process_id}/ws", h)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(func() {
-		h.Close()
+		closeCtx, cancelClose := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancelClose()
+		assert.NoError(t, h.Close(closeCtx))
 		srv.Close()
 		require.NoError(t, rt.Close(context.Background()))
 		cancel()
@@ -326,10 +329,12 @@ func TestRelayScenarios(t *testing.T) {
 			before := goleak.IgnoreCurrent()
 			c, _ := e.dial("s", "p", tok)
 			fillStdin(t, c)
-			e.h.Close()
+			closeErr := make(chan error, 1)
+			go func() { closeErr <- e.h.Close(context.Background()) }()
 			ce := closed(t, c)
 			assert.Equal(t, websocket.StatusGoingAway, ce.Code)
 			assert.Equal(t, "boxrt shutting down", ce.Reason)
+			assert.NoError(t, <-closeErr)
 			goleak.VerifyNone(t, before)
 		}},
 		{"a writer blocked on stdin ends with a dead peer", "", func(t *testing.T, e *env, p *fakeProc, tok string) {
@@ -348,6 +353,125 @@ func TestRelayScenarios(t *testing.T) {
 			tc.run(t, e, p, tok)
 		})
 	}
+}
+
+// TestRelayCloseDrains: Close returns only once every bridge has ended, so
+// that none detaches from or writes to a process the runtime stops after
+// it; peers that do not answer the close, or bridges stuck writing to a
+// peer that stopped reading, hold it no longer than its context.
+func TestRelayCloseDrains(t *testing.T) {
+	const sockets = 3
+	tests := []struct {
+		name    string
+		timeout time.Duration
+		// peersRead: the clients read, so they answer the close.
+		peersRead bool
+		// flood: every process writes stdout without end, and Close starts
+		// once each bridge is blocked writing to its full socket.
+		flood   bool
+		wantErr error
+	}{
+		{"peers that answer the close", 10 * time.Second, true, false, nil},
+		{"peers that never answer are cut when the context ends", 300 * time.Millisecond, false, false, context.DeadlineExceeded},
+		{"bridges stuck writing to peers that stopped reading", 10 * time.Second, false, true, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			events := map[string]int{}
+			e := newEnv(t, "", WithObserver(func(ev Event) {
+				mu.Lock()
+				defer mu.Unlock()
+				events[ev.Kind]++
+			}))
+			var writers sync.WaitGroup
+			var procs []*fakeProc
+			peerErrs := make(chan error, sockets)
+			for i := range sockets {
+				pid := fmt.Sprintf("p%d", i)
+				p, _ := e.start("s", pid)
+				procs = append(procs, p)
+				c, _ := e.dial("s", pid, e.control)
+				if tc.peersRead {
+					go func() {
+						for {
+							if _, _, err := c.Read(context.Background()); err != nil {
+								peerErrs <- err
+								return
+							}
+						}
+					}()
+				}
+				if tc.flood {
+					writers.Add(1)
+					go func() {
+						defer writers.Done()
+						line := strings.Repeat("x", 16<<10) + "\n"
+						for {
+							if _, err := io.WriteString(p.out, line); err != nil {
+								return
+							}
+						}
+					}()
+				}
+			}
+			if tc.flood {
+				require.Eventually(t, func() bool { return blockedWriting() == sockets }, 20*time.Second, 10*time.Millisecond)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), tc.timeout)
+			defer cancel()
+			closeErr := make(chan error, 1)
+			go func() { closeErr <- e.h.Close(ctx) }()
+			select {
+			case err := <-closeErr:
+				assert.ErrorIs(t, err, tc.wantErr)
+			case <-time.After(tc.timeout + 20*time.Second):
+				t.Fatal("Close did not return")
+			}
+			mu.Lock()
+			assert.Equal(t, sockets, events["attach"])
+			assert.Equal(t, sockets, events["close"], "bridges still running when Close returned")
+			mu.Unlock()
+			assert.Equal(t, http.StatusServiceUnavailable, dialStatus(t, e, "s", "p0", e.control), "an attach after Close")
+			if tc.peersRead {
+				for range sockets {
+					assert.Equal(t, websocket.StatusGoingAway, websocket.CloseStatus(<-peerErrs))
+				}
+			}
+			for _, p := range procs {
+				p.exit(0)
+			}
+			writers.Wait()
+		})
+	}
+}
+
+// dialStatus is the HTTP status of an attach with token.
+func dialStatus(t *testing.T, e *env, sid, pid, token string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	u := "ws" + strings.TrimPrefix(e.srv.URL, "http") + fmt.Sprintf("/v1/sessions/%s/managed-process/%s/ws", sid, pid)
+	c, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+	if err == nil {
+		c.Close(websocket.StatusNormalClosure, "")
+	}
+	require.NotNil(t, resp)
+	return resp.StatusCode
+}
+
+// blockedWriting counts the relay's goroutines blocked writing frames to a
+// socket.
+func blockedWriting() int {
+	buf := make([]byte, 8<<20)
+	buf = buf[:goruntime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "relay.(*bridge).sendBatch") && strings.Contains(g, "(*pollDesc).waitWrite") {
+			n++
+		}
+	}
+	return n
 }
 
 // fillStdin sends more than a pipe holds to a process that never reads its
@@ -384,15 +508,7 @@ func TestRelayCredentials(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			u := "ws" + strings.TrimPrefix(e.srv.URL, "http") + fmt.Sprintf("/v1/sessions/%s/managed-process/%s/ws", tc.sid, tc.pid)
-			c, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + tc.token}}})
-			if err == nil {
-				c.Close(websocket.StatusNormalClosure, "")
-			}
-			require.NotNil(t, resp)
-			assert.Equal(t, tc.want, resp.StatusCode)
+			assert.Equal(t, tc.want, dialStatus(t, e, tc.sid, tc.pid, tc.token))
 		})
 	}
 }

@@ -133,7 +133,9 @@ func (b *Backend) mountQuota(ctx context.Context, name string) error {
 	if mounted(mnt) {
 		return nil
 	}
-	return run(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev", filepath.Join(dir, quotaImage), mnt)
+	// discard: deleting files punches holes in the sparse image, so the
+	// host gets the space back rather than keeping the high-water mark.
+	return run(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,discard", filepath.Join(dir, quotaImage), mnt)
 }
 
 // hasQuota reports whether the session's workspace is a quota filesystem.
@@ -147,25 +149,44 @@ func (b *Backend) hasQuota(name string) bool {
 
 // removeQuota unmounts (freeing the loop device) and deletes the session's
 // quota filesystem. Missing pieces are not an error.
+//
+// It unmounts whether or not the workspace looks mounted, and then removes
+// only the known pieces, each with os.Remove: a tree walk (RemoveAll) that
+// a wrong "not mounted" let into a live workspace would delete the
+// session's files, while removing a mount point still in use fails with
+// EBUSY and leaves everything in place.
 func (b *Backend) removeQuota(name string) error {
 	if b.stateDir == "" {
 		return nil
 	}
 	dir := b.quotaDir(name)
 	mnt := filepath.Join(dir, quotaMount)
-	if mounted(mnt) {
-		if err := unix.Unmount(mnt, 0); err != nil {
-			// Still busy (an engine that has not let go yet): detach it
-			// now, the kernel frees the loop device with the last user.
-			if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
-				return boxerr.Failure("docker backend: unmounting %s: %v", mnt, err).Wrap(err)
-			}
+	if err := unmount(mnt); err != nil {
+		return boxerr.Failure("docker backend: unmounting %s: %v", mnt, err).Wrap(err)
+	}
+	// The mount point before the image: if it is somehow still a mount,
+	// its filesystem's image must stay.
+	for _, p := range []string{mnt, filepath.Join(dir, quotaImage), dir} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return boxerr.Failure("docker backend: removing %s: %v", p, err).Wrap(err)
 		}
 	}
-	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return boxerr.Failure("docker backend: removing %s: %v", dir, err).Wrap(err)
-	}
 	return nil
+}
+
+// unmount unmounts what is mounted at dir; nothing mounted there (EINVAL)
+// or no dir (ENOENT) is success.
+func unmount(dir string) error {
+	err := unix.Unmount(dir, 0)
+	if errors.Is(err, unix.EBUSY) {
+		// An engine that has not let go yet: detach it now, the kernel
+		// frees the loop device with the last user.
+		err = unix.Unmount(dir, unix.MNT_DETACH)
+	}
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return err
 }
 
 // collectQuotas removes the quota filesystems of this instance whose

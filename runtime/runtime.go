@@ -331,10 +331,24 @@ func (r *Runtime) adopt(ctx context.Context, b backends.Backend) {
 		kept = append(kept, info)
 	}
 	now := r.clock.Now()
+	var duplicates []backends.Session
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer func() {
+		r.mu.Unlock()
+		// A second sandbox for a served session id (one whose stop failed
+		// before a recreate, say) would otherwise run untracked forever.
+		for _, info := range duplicates {
+			r.log.Warn().Str("session_id", info.SessionID).Str("backend_session_id", info.BackendSessionID).Msg("stopping a duplicate sandbox of a served session")
+			sctx, cancel := context.WithTimeout(ctx, time.Minute)
+			_ = b.StopSession(sctx, info)
+			cancel()
+		}
+	}()
 	for _, info := range kept {
-		if _, exists := r.sessions[info.SessionID]; exists {
+		if s, exists := r.sessions[info.SessionID]; exists {
+			if s.info.BackendSessionID != info.BackendSessionID {
+				duplicates = append(duplicates, info)
+			}
 			continue
 		}
 		info.LastUsedAt = now

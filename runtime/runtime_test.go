@@ -361,3 +361,22 @@ func TestSkillMounts(t *testing.T) {
 		require.ErrorIs(t, run(rt, "alpha"), boxerr.ErrValidation)
 	})
 }
+
+// Two sandboxes of one session id (the first one's stop failed before a
+// recreate) come back on adoption: one is served, the other stopped, not
+// left running untracked.
+func TestAdoptStopsDuplicateSandboxes(t *testing.T) {
+	fb := newFake()
+	first := backends.DefaultSandboxSpec()
+	first.SessionID = "s1"
+	fb.adopt = []backends.Session{first.Session("fake", "box-old"), first.Session("fake", "box-new")}
+	rt, _ := newTestRuntime(t, fb, "")
+	_, err := rt.currentBackend(context.Background())
+	require.NoError(t, err)
+	sessions := rt.ListSessions()
+	require.Len(t, sessions, 1)
+	assert.Equal(t, "box-old", sessions[0].BackendSessionID)
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	assert.Equal(t, []string{"box-new"}, fb.stopped)
+}

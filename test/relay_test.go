@@ -352,11 +352,7 @@ func TestRelayReplayAndTakeover(t *testing.T) {
 		c.Close(websocket.StatusNormalClosure, "detaching")
 		require.NoError(t, os.WriteFile(trigger, nil, 0o644))
 		defer os.Remove(trigger)
-		require.Eventually(t, func() bool {
-			var got map[string]any
-			e.p.MustCall("box_get_managed_process", map[string]any{"session_id": "replay", "process_id": "later"}, &got)
-			return got["pending_lines"] == float64(50)
-		}, 30*time.Second, 50*time.Millisecond)
+		e.waitPending(t, "replay", "later", 50)
 		c2, resp := e.dial(t, "replay", "later")
 		assert.Equal(t, "50", resp.Header.Get("X-Boxrt-Replay-Lines"))
 		assert.Equal(t, "0", resp.Header.Get("X-Boxrt-Replay-Dropped"))
@@ -366,11 +362,7 @@ func TestRelayReplayAndTakeover(t *testing.T) {
 	})
 	t.Run("overflow drops the oldest and says how many", func(t *testing.T) {
 		e.start(t, "replay", "flood", "sh", "-c", `seq 1 500; sleep 60`)
-		require.Eventually(t, func() bool {
-			var got map[string]any
-			e.p.MustCall("box_get_managed_process", map[string]any{"session_id": "replay", "process_id": "flood"}, &got)
-			return got["pending_lines"] == float64(100)
-		}, 30*time.Second, 50*time.Millisecond)
+		e.waitPending(t, "replay", "flood", 100)
 		time.Sleep(200 * time.Millisecond)
 		c, resp := e.dial(t, "replay", "flood")
 		assert.Equal(t, "400", resp.Header.Get("X-Boxrt-Replay-Dropped"))
@@ -422,11 +414,7 @@ func TestRelayTooLongLineDroppedOnce(t *testing.T) {
 	e := newRelayEnv(t, "bwrap", "")
 	e.session(t, "long")
 	e.start(t, "long", "p", "sh", "-c", `echo before; head -c 17000000 /dev/zero | tr '\0' x; echo; echo after; sleep 600`)
-	require.Eventually(t, func() bool {
-		var got map[string]any
-		e.p.MustCall("box_get_managed_process", map[string]any{"session_id": "long", "process_id": "p"}, &got)
-		return got["pending_lines"] == float64(3)
-	}, 30*time.Second, 50*time.Millisecond)
+	e.waitPending(t, "long", "p", 3)
 
 	c, resp := e.dial(t, "long", "p")
 	assert.Equal(t, "3", resp.Header.Get("X-Boxrt-Replay-Lines"))
@@ -601,4 +589,15 @@ func mustJSON(t *testing.T, v any) string {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// waitPending waits until the process has n stdout lines waiting for an
+// attacher (its replay buffer, as box_get_managed_process reports it).
+func (e *relayEnv) waitPending(t *testing.T, session, process string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var got map[string]any
+		e.p.MustCall("box_get_managed_process", map[string]any{"session_id": session, "process_id": process}, &got)
+		return got["pending_lines"] == float64(n)
+	}, 30*time.Second, 50*time.Millisecond, "pending_lines never reached %d", n)
 }

@@ -93,7 +93,7 @@ func TestResolveImage(t *testing.T) {
 		{" host ", "", true},
 		{withSh, withSh, true},
 		{withSh + "/", withSh, true},
-		{"debian:bookworm", "", false},
+		{"debian:bookworm", "", false}, // a Docker image reference: bwrap takes "host" or a rootfs path
 		{"rootfs", "", false},
 		{"/", "", false},
 		{file, "", false},

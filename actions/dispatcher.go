@@ -46,6 +46,8 @@ func New(rt *runtime.Runtime, store *skills.Store, server Server) *Dispatcher {
 		"box_get_session":      method(d.getSession),
 		"box_get_sessions":     method(d.getSessions),
 		"box_delete_session":   method(d.deleteSession),
+		"box_suspend_session":  method(d.suspendSession),
+		"box_resume_session":   method(d.resumeSession),
 
 		"box_start_managed_process": method(d.startProcess),
 		"box_get_managed_process":   method(d.getProcess),

@@ -122,6 +122,8 @@ type Session struct {
 	Sandbox
 	CreatedAt  time.Time `json:"created_at"`
 	LastUsedAt time.Time `json:"last_used_at"`
+	// State is StateRunning or StateSuspended ("" reads as running).
+	State string `json:"state,omitempty"`
 }
 
 // Session is the Session a backend reports for s: its active mounts only.

@@ -28,6 +28,7 @@ type Config struct {
 	Limits  Limits         `json:"limits"`
 	Local   Local          `json:"local"`
 	Docker  Docker         `json:"docker"`
+	Durable Durable        `json:"durable"`
 	E2B     map[string]any `json:"e2b,omitempty"`
 }
 
@@ -117,6 +118,7 @@ func DefaultConfig() Config {
 		Local: Local{SkillsRoot: "skills"},
 		Docker: Docker{CPULimitEnabled: true, Image: "boxrt-sandbox:latest", User: "auto",
 			WorkspaceQuotaMB: DefaultDockerWorkspaceQuotaMB, TmpSizeMB: DefaultDockerTmpSizeMB},
+		Durable: defaultDurable(),
 	}
 }
 
@@ -158,6 +160,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if _, err := c.mountRoots(""); err != nil {
+		return err
+	}
+	if err := c.Durable.validate(); err != nil {
 		return err
 	}
 	if u := c.Docker.User; u != "" && u != "auto" && strings.ContainsAny(u, " \t\n") {

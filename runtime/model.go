@@ -227,7 +227,8 @@ func printable(v any) any {
 type SessionInfo struct{ backends.Session }
 
 // MarshalJSON writes host_path as null when unset, extra_mounts as [] when
-// none, and times in UTC, as the reference does.
+// none, and times in UTC, as the reference does; state is always present
+// (running or suspended).
 func (i SessionInfo) MarshalJSON() ([]byte, error) {
 	type plain backends.Session
 	out := struct {
@@ -236,12 +237,17 @@ func (i SessionInfo) MarshalJSON() ([]byte, error) {
 		ExtraMounts []backends.MountSpec `json:"extra_mounts"`
 		CreatedAt   time.Time            `json:"created_at"`
 		LastUsedAt  time.Time            `json:"last_used_at"`
-	}{plain: plain(i.Session), CreatedAt: i.CreatedAt.UTC(), LastUsedAt: i.LastUsedAt.UTC(), ExtraMounts: i.ExtraMounts}
+		State       string               `json:"state"`
+	}{plain: plain(i.Session), CreatedAt: i.CreatedAt.UTC(), LastUsedAt: i.LastUsedAt.UTC(), ExtraMounts: i.ExtraMounts,
+		State: i.State}
 	if i.HostPath != "" {
 		out.HostPath = &out.plain.HostPath
 	}
 	if out.ExtraMounts == nil {
 		out.ExtraMounts = []backends.MountSpec{}
+	}
+	if out.State == "" {
+		out.State = backends.StateRunning
 	}
 	return json.Marshal(out)
 }

@@ -49,6 +49,10 @@ type ProcessInfo struct {
 	// process id, this start: a replacement gets a new one). Hosts hand it
 	// to the MCP client instead of the control token.
 	RelayToken string `json:"relay_token"`
+	// Resumed is true for a process started again by a session resume: the
+	// relay replays nothing from before the suspension (that output is
+	// gone), only what the new process writes.
+	Resumed bool `json:"resumed,omitempty"`
 }
 
 type managedProcess struct {
@@ -66,6 +70,9 @@ type managedProcess struct {
 	// touch marks the session used; relay traffic calls it per line, so it
 	// is throttled rather than taking the runtime lock every time.
 	touch func()
+	// resumed: started again by a session resume; the output it gave
+	// before the suspension is gone.
+	resumed bool
 
 	mu       sync.Mutex
 	exitedAt time.Time
@@ -96,7 +103,7 @@ func (p *managedProcess) info() ProcessInfo {
 		Command: p.spec.Command, Args: args, Cwd: p.spec.Cwd, EnvKeys: keys,
 		Attached: p.stdout.attached(), StartedAt: p.startedAt.UTC(),
 		StderrPreview: p.stderr.String(), PendingLines: p.stdout.pending(),
-		RelayToken: p.relayToken,
+		RelayToken: p.relayToken, Resumed: p.resumed,
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -173,17 +180,39 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 		return ProcessInfo{}, err
 	}
 	r.purgeExitRecords()
-	r.mu.Lock()
-	s, ok := r.sessions[sessionID]
-	if !ok || s.deleting {
+	for {
+		r.mu.Lock()
+		s, ok := r.sessions[sessionID]
+		if !ok || s.deleting {
+			r.mu.Unlock()
+			return ProcessInfo{}, boxerr.SessionNotFound(sessionID)
+		}
+		b := r.backend
+		suspended := s.info.State == backends.StateSuspended
 		r.mu.Unlock()
-		return ProcessInfo{}, boxerr.SessionNotFound(sessionID)
+		if suspended {
+			if _, err := r.ResumeSession(ctx, sessionID); err != nil {
+				return ProcessInfo{}, err
+			}
+		}
+		s.op.Lock()
+		r.mu.Lock()
+		suspended = s.info.State == backends.StateSuspended
+		r.mu.Unlock()
+		if suspended { // suspended again before the start: resume again
+			s.op.Unlock()
+			continue
+		}
+		pi, err := r.startProcessOp(ctx, b, s, spec, false)
+		s.op.Unlock()
+		return pi, err
 	}
-	b := r.backend
-	r.mu.Unlock()
+}
 
-	s.op.Lock()
-	defer s.op.Unlock()
+// startProcessOp starts spec in s, whose op lock the caller holds. resumed
+// marks a process brought back by a resume.
+func (r *Runtime) startProcessOp(ctx context.Context, b backends.Backend, s *session, spec backends.ProcessSpec, resumed bool) (ProcessInfo, error) {
+	sessionID := s.info.SessionID
 	if old := r.takeProcess(s, spec.ProcessID); old != nil {
 		r.terminate(ctx, old)
 		r.mu.Lock()
@@ -232,6 +261,7 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 		touch:      touch,
 		relayToken: relayToken,
 		stdinSlot:  make(chan struct{}, 1),
+		resumed:    resumed,
 	}
 	var drained sync.WaitGroup
 	drained.Add(2)

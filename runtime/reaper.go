@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/boxrt/boxrt/backends"
 )
 
 // reaperInterval is min(30 s, TTL); 0 when reaping is off.
@@ -37,9 +39,11 @@ func (r *Runtime) reaperLoop(ctx context.Context) {
 	}
 }
 
-// Reap destroys idle sessions: not persistent, unused for longer than the
-// TTL, with no exec running and no managed process running. It also purges
-// expired managed-process exit records. It returns how many sessions went.
+// Reap deals with idle sessions (unused for longer than the TTL, with no
+// exec and no managed process running, not suspended already) as
+// durable.idle_policy says: suspend or destroy (see idleAction). It also
+// purges expired managed-process exit records. It returns how many
+// sessions it destroyed or suspended.
 func (r *Runtime) Reap(ctx context.Context) int {
 	r.purgeExitRecords()
 	r.mu.Lock()
@@ -48,36 +52,64 @@ func (r *Runtime) Reap(ctx context.Context) int {
 		r.mu.Unlock()
 		return 0
 	}
+	b := r.backend
 	cutoff := r.clock.Now().Add(-ttl)
-	var idle []*session
+	idle := func(s *session) bool {
+		return !s.deleting && s.activeExecs == 0 && s.info.State != backends.StateSuspended &&
+			s.runningProcesses() == 0 && s.info.LastUsedAt.Before(cutoff) && r.idleAction(b, s) != ""
+	}
+	var candidates []*session
 	for _, s := range r.sessions {
-		if !s.info.Persistent && !s.deleting && s.activeExecs == 0 &&
-			s.runningProcesses() == 0 && s.info.LastUsedAt.Before(cutoff) {
-			idle = append(idle, s)
+		if idle(s) {
+			candidates = append(candidates, s)
 		}
 	}
 	r.mu.Unlock()
-	n := 0
-	for _, s := range idle {
+	reaped, suspended := 0, 0
+	for _, s := range candidates {
 		unlock := r.idLocks.Lock(s.info.SessionID)
 		r.mu.Lock()
 		// Re-check under the id lock: an exec may have picked it up.
-		still := r.sessions[s.info.SessionID] == s && !s.deleting && s.activeExecs == 0 &&
-			s.runningProcesses() == 0 && s.info.LastUsedAt.Before(cutoff)
+		still := r.sessions[s.info.SessionID] == s && idle(s)
+		action := r.idleAction(b, s)
 		r.mu.Unlock()
-		if still {
+		switch {
+		case !still:
+		case action == IdleSuspend:
+			if err := r.suspendLocked(ctx, b, s, "ttl"); err == nil {
+				suspended++
+			} else {
+				r.log.Warn().Err(err).Str("session_id", s.info.SessionID).Msg("cannot suspend idle session")
+			}
+		default:
 			if err := r.destroy(ctx, s, "ttl", false); err == nil {
-				n++
+				reaped++
 			}
 		}
 		unlock()
 	}
-	if n > 0 {
+	if reaped > 0 {
 		r.mu.Lock()
-		r.counters.TotalReaped += int64(n)
+		r.counters.TotalReaped += int64(reaped)
 		r.mu.Unlock()
 	}
-	return n
+	return reaped + suspended
+}
+
+// idleAction is what the reaper does with idle session s under the
+// configured policy: IdleSuspend, IdleDestroy or "" (keep it running).
+// Backends that cannot suspend keep persistent sessions running and
+// destroy the others, whatever the policy. Runtime.mu is held.
+func (r *Runtime) idleAction(b backends.Backend, s *session) string {
+	_, canSuspend := b.(backends.Suspender)
+	policy := r.cfg.Durable.IdlePolicy
+	switch {
+	case canSuspend && (policy == IdleSuspend || (policy == IdleAuto && s.info.Persistent)):
+		return IdleSuspend
+	case s.info.Persistent:
+		return ""
+	}
+	return IdleDestroy
 }
 
 // Touch marks a session as used now (relay traffic counts as activity).

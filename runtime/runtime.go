@@ -77,6 +77,8 @@ type Counters struct {
 	TotalCleaned        int64 `json:"total_cleaned"`
 	TotalReaped         int64 `json:"total_reaped"`
 	TotalRecreated      int64 `json:"total_recreated"`
+	TotalSuspended      int64 `json:"total_suspended"`
+	TotalResumed        int64 `json:"total_resumed"`
 	TotalExecs          int64 `json:"total_execs"`
 	TotalTimeouts       int64 `json:"total_timeouts"`
 	TotalTruncated      int64 `json:"total_truncated_outputs"`
@@ -359,6 +361,9 @@ func (r *Runtime) adopt(ctx context.Context, b backends.Backend) {
 		info.ExtraMounts, skills = splitSkillMounts(info)
 		s := newSession(info)
 		s.skills = skills
+		if info.State == backends.StateSuspended {
+			s.resumeProcs = r.readSuspendRecord(info)
+		}
 		r.sessions[info.SessionID] = s
 		r.log.Info().Str("session_id", info.SessionID).Str("backend_session_id", info.BackendSessionID).Msg("re-adopted session")
 	}
@@ -507,8 +512,8 @@ func (r *Runtime) ShutdownAll(ctx context.Context) error {
 }
 
 // Close stops background work, stops every managed process and destroys
-// the non-persistent sessions; persistent ones stay for the next start to
-// re-adopt.
+// the non-persistent sessions; persistent and suspended ones stay for the
+// next start to re-adopt.
 func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.shuttingDown = true
@@ -517,7 +522,9 @@ func (r *Runtime) Close(ctx context.Context) error {
 		r.stopBG()
 	}
 	r.bg.Wait()
-	err := r.destroyWhere(ctx, func(s *session) bool { return !s.info.Persistent }, "exit")
+	err := r.destroyWhere(ctx, func(s *session) bool {
+		return !s.info.Persistent && s.info.State != backends.StateSuspended
+	}, "exit")
 	r.stopAllProcesses(ctx)
 	r.mu.Lock()
 	b := r.backend

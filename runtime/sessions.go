@@ -29,6 +29,9 @@ type session struct {
 	deleting    bool
 	deleted     chan struct{}
 	procs       map[string]*managedProcess
+	// resumeProcs are the managed processes to start again when a
+	// suspended session resumes.
+	resumeProcs []backends.ProcessSpec
 	// skills are the skill mounts the session has accumulated; they are
 	// kept apart from info.ExtraMounts so they never count as a change of
 	// the caller's extra mounts.
@@ -161,6 +164,11 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec Sp
 		info := s.info
 		have := s.skills
 		r.mu.Unlock()
+		if info.State == backends.StateSuspended {
+			if err := r.resumeLocked(ctx, b, s); err != nil {
+				return nil, nil, err
+			}
+		}
 		reason := ""
 		if !sameMounts(info.ExtraMounts, spec.ExtraMounts) {
 			reason = "extra mounts changed"
@@ -359,6 +367,9 @@ func (r *Runtime) destroy(ctx context.Context, s *session, reason string, interr
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)
 		err = b.StopSession(sctx, info)
 		cancel()
+	}
+	if err == nil {
+		r.dropSuspendRecord(info.SessionID)
 	}
 	s.op.Unlock()
 

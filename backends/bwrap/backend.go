@@ -443,6 +443,22 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 		return nil // not an id of ours: nothing of ours to stop
 	}
 	key := info.BackendSessionID
+	release, err := b.quiesce(ctx, key)
+	defer release()
+	if err != nil {
+		return err
+	}
+	if err := b.discard(key, dir); err != nil {
+		return boxerr.Failure("bwrap: cannot remove session %s: %v", dir, err).Wrap(err)
+	}
+	return nil
+}
+
+// quiesce kills every run of the session under key and waits for them to
+// end; until release is called no new run may start. Leaves of processes
+// this Backend does not track (left by an earlier boxrt process of the same
+// installation) are removed too. release must be called even on error.
+func (b *Backend) quiesce(ctx context.Context, key string) (release func(), _ error) {
 	b.mu.Lock()
 	sr := b.sessions[key]
 	if sr == nil {
@@ -461,14 +477,14 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 	// again (its running commands were killed all the same), else it would
 	// refuse every one until a second stop. One that finished removed the
 	// directory, which register checks, so nothing starts after it either.
-	defer func() {
+	release = func() {
 		b.mu.Lock()
 		sr.stopping--
 		if b.sessions[key] == sr && sr.stopping == 0 && len(sr.runs) == 0 {
 			delete(b.sessions, key)
 		}
 		b.mu.Unlock()
-	}()
+	}
 
 	for _, r := range runs {
 		r.markStopped()
@@ -478,20 +494,15 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 		select {
 		case <-r.done:
 		case <-ctx.Done():
-			return ctx.Err()
+			return release, ctx.Err()
 		}
 	}
-	// Leaves of processes this Backend does not track (left by an earlier
-	// boxrt process of the same installation).
 	for _, leaf := range b.cg.leaves(b.cfg.InstanceID) {
 		if strings.HasPrefix(leaf, key+".") {
 			b.cg.existing(b.cfg.InstanceID, leaf).remove()
 		}
 	}
-	if err := b.discard(key, dir); err != nil {
-		return boxerr.Failure("bwrap: cannot remove session %s: %v", dir, err).Wrap(err)
-	}
-	return nil
+	return release, nil
 }
 
 // Adopt implements backends.Backend: every session.json under our own

@@ -437,6 +437,7 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 	if err := b.removeContainer(ctx, name); err != nil {
 		return err
 	}
+	b.dropSuspendMark(name)
 	return errors.Join(b.removeVolume(ctx, volumeName(name)), b.removeQuota(name))
 }
 
@@ -487,7 +488,8 @@ func (b *Backend) removeSession(ctx context.Context, name string) {
 }
 
 // Adopt implements backends.Backend. Running containers of this instance are
-// returned; stopped ones are restarted when persistent (a host reboot must
+// returned, suspended ones (see Suspend) too, stopped and with State
+// suspended; other stopped ones are restarted when persistent (a host reboot must
 // not lose a persistent workspace) and their host paths still pass
 // RecheckHostPath, and removed otherwise, as the reference's --rm would
 // have. Refused restarts come back as an error next to the adopted sessions. Orphaned workspace volumes of this instance are removed.
@@ -513,6 +515,21 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 		name := strings.TrimPrefix(c.Names[0], "/")
 		keep[name] = true
 		info, infoErr := infoFromLabels(name, c.Labels)
+		if infoErr == nil && b.suspended(name) {
+			// A suspended session stays stopped until it is needed; a
+			// marked container still running is a suspension a crash
+			// interrupted.
+			if c.State == container.StateRunning {
+				timeout := suspendStopSec
+				if err := b.cli.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout}); err != nil {
+					refused = append(refused, fmt.Errorf("suspending container %s again: %w", name, err))
+					continue
+				}
+			}
+			info.State = backends.StateSuspended
+			out = append(out, info)
+			continue
+		}
 		switch c.State {
 		case container.StateRunning:
 			if infoErr == nil {
@@ -553,6 +570,7 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 	}
 	b.collectVolumes(ctx, keep)
 	b.collectQuotas(keep)
+	b.collectSuspendMarks(keep)
 	if len(refused) > 0 {
 		return out, boxerr.Failure("docker backend: adopting: %v", errors.Join(refused...)).Wrap(errors.Join(refused...))
 	}

@@ -1,0 +1,132 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
+)
+
+var _ backends.Suspender = (*Backend)(nil)
+
+// suspendedSuffix names a suspension mark: an empty file
+// <StateDir>/docker/<instance>/<container>.suspended. Container labels
+// cannot change after creation, so the mark lives beside the quota
+// directories (which are directories; collectQuotas skips files).
+const suspendedSuffix = ".suspended"
+
+// suspendStopSec is how long a suspended container's processes get between
+// SIGTERM and SIGKILL.
+const suspendStopSec = 3
+
+func (b *Backend) suspendMark(name string) string {
+	return filepath.Join(b.stateDir, "docker", b.instance, name+suspendedSuffix)
+}
+
+func (b *Backend) suspended(name string) bool {
+	if b.stateDir == "" {
+		return false
+	}
+	_, err := os.Stat(b.suspendMark(name))
+	return err == nil
+}
+
+// Suspend implements backends.Suspender: the mark is written first (temp
+// name, then rename), then the container is stopped. The container keeps
+// its writable layer and its workspace volume; a crash between the two
+// leaves a marked running container, which Adopt stops.
+func (b *Backend) Suspend(ctx context.Context, info backends.Session) error {
+	if b.stateDir == "" {
+		return boxerr.Failure("docker backend: suspending needs a state directory")
+	}
+	name := info.BackendSessionID
+	if err := b.owned(ctx, info); err != nil {
+		return err
+	}
+	mark := b.suspendMark(name)
+	if err := os.MkdirAll(filepath.Dir(mark), 0o700); err != nil {
+		return boxerr.Failure("docker backend: suspending %s: %v", name, err).Wrap(err)
+	}
+	tmp := mark + ".tmp"
+	if err := os.WriteFile(tmp, []byte(info.SessionID+"\n"), 0o600); err != nil {
+		return boxerr.Failure("docker backend: suspending %s: %v", name, err).Wrap(err)
+	}
+	if err := os.Rename(tmp, mark); err != nil {
+		return boxerr.Failure("docker backend: suspending %s: %v", name, err).Wrap(err)
+	}
+	timeout := suspendStopSec
+	if err := b.cli.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout}); err != nil {
+		return b.apiError("stopping container "+name, err)
+	}
+	return nil
+}
+
+// Resume implements backends.Suspender: the host paths are checked again
+// (a path swapped for a symlink while suspended must not be followed), the
+// quota disk mounted when a reboot unmounted it, the container started,
+// and then the mark removed.
+func (b *Backend) Resume(ctx context.Context, info backends.Session) error {
+	name := info.BackendSessionID
+	if err := b.owned(ctx, info); err != nil {
+		return err
+	}
+	if err := recheckBinds(info); err != nil {
+		return err
+	}
+	if b.hasQuota(name) {
+		if err := b.mountQuota(ctx, name); err != nil {
+			return err
+		}
+	}
+	if err := b.cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
+		return b.apiError("starting container "+name, err)
+	}
+	if err := os.Remove(b.suspendMark(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return boxerr.Failure("docker backend: resuming %s: %v", name, err).Wrap(err)
+	}
+	return nil
+}
+
+// owned refuses a container that is missing or not this instance's.
+func (b *Backend) owned(ctx context.Context, info backends.Session) error {
+	name := info.BackendSessionID
+	c, err := b.cli.ContainerInspect(ctx, name)
+	if err != nil {
+		return b.sessionError(info, "inspecting container "+name, err)
+	}
+	if c.Config == nil || c.Config.Labels[LabelInstance] != b.instance {
+		return boxerr.Failure("docker backend error: container %s does not belong to this boxrt instance", name)
+	}
+	return nil
+}
+
+// dropSuspendMark forgets a suspension (the session is being removed).
+func (b *Backend) dropSuspendMark(name string) {
+	if b.stateDir != "" {
+		_ = os.Remove(b.suspendMark(name))
+	}
+}
+
+// collectSuspendMarks removes the marks of containers that are gone.
+func (b *Backend) collectSuspendMarks(keep map[string]bool) {
+	if b.stateDir == "" {
+		return
+	}
+	entries, err := os.ReadDir(filepath.Join(b.stateDir, "docker", b.instance))
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), suspendedSuffix)
+		if ok && !e.IsDir() && strings.HasPrefix(name, containerPrefix) && !keep[name] {
+			_ = os.Remove(filepath.Join(b.stateDir, "docker", b.instance, e.Name()))
+		}
+	}
+}

@@ -1,0 +1,52 @@
+package backends
+
+import (
+	"context"
+	"io"
+)
+
+// Session states (Session.State; "" reads as running).
+const (
+	StateRunning   = "running"
+	StateSuspended = "suspended"
+)
+
+// Suspender is implemented by backends that can keep a session without
+// running anything for it. The runtime checks for it with a type assertion.
+type Suspender interface {
+	// Suspend ends everything the session runs (managed processes are the
+	// runtime's to stop first) and keeps its files and spec. The mark is
+	// durable: after a restart, Adopt reports the session with State
+	// StateSuspended instead of restarting or removing it.
+	Suspend(ctx context.Context, info Session) error
+	// Resume makes a suspended session runnable again and clears the mark.
+	Resume(ctx context.Context, info Session) error
+}
+
+// Archive entry prefixes: a session's files travel as one tar stream whose
+// top-level directories say where each part belongs.
+const (
+	// ArchiveWorkspace holds the workspace (mount_path), relative to it.
+	ArchiveWorkspace = "workspace/"
+	// ArchiveRootfs holds what changed in the container's own filesystem
+	// (installed packages…), relative to /.
+	ArchiveRootfs = "rootfs/"
+	// ArchiveTmp and ArchiveHome hold a bwrap session's /tmp and /home.
+	ArchiveTmp  = "tmp/"
+	ArchiveHome = "home/"
+)
+
+// ExportOptions says what an export may include.
+type ExportOptions struct {
+	// HostPaths includes a host_path workspace's files. Extra mounts and
+	// skills are never included: they are the host's, not the session's.
+	HostPaths bool
+}
+
+// Archiver is implemented by backends that can write a session's files as a
+// tar stream (entries under the Archive* prefixes) and load such a stream
+// into a freshly started session. The session may be running or suspended.
+type Archiver interface {
+	ExportFiles(ctx context.Context, info Session, opts ExportOptions, w io.Writer) error
+	ImportFiles(ctx context.Context, info Session, r io.Reader) error
+}

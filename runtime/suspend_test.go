@@ -1,0 +1,166 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+// suspendFake is a fakeBackend that can suspend; Resume is slow so that
+// concurrent callers overlap.
+type suspendFake struct {
+	*fakeBackend
+	suspends, resumes atomic.Int32
+}
+
+func (f *suspendFake) Suspend(context.Context, backends.Session) error {
+	f.suspends.Add(1)
+	return nil
+}
+
+func (f *suspendFake) Resume(context.Context, backends.Session) error {
+	time.Sleep(20 * time.Millisecond)
+	f.resumes.Add(1)
+	return nil
+}
+
+func newSuspendRuntime(t *testing.T, patch string) (*Runtime, *suspendFake, *fakeClock) {
+	sf := &suspendFake{fakeBackend: newFake()}
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	cfg := DefaultConfig()
+	if patch != "" {
+		var err error
+		cfg, _, err = cfg.Merge([]byte(patch), json.Unmarshal)
+		require.NoError(t, err)
+	}
+	factory := func(string, Config, string, string) (backends.Backend, error) { return sf, nil }
+	rt, err := New(cfg, factory, t.TempDir(), WithClock(clock))
+	require.NoError(t, err)
+	rt.Start(context.Background())
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	return rt, sf, clock
+}
+
+func TestIdlePolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name, policy       string
+		persistentState    string // "" = destroyed
+		nonPersistentState string
+	}{
+		{"auto suspends persistent, destroys others", IdleAuto, backends.StateSuspended, ""},
+		{"suspend suspends all", IdleSuspend, backends.StateSuspended, backends.StateSuspended},
+		{"destroy keeps persistent running", IdleDestroy, backends.StateRunning, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			rt, _, clock := newSuspendRuntime(t, `{"limits":{"session_ttl_sec":60},"durable":{"idle_policy":"`+tc.policy+`"}}`)
+			for _, id := range []string{"p", "n"} {
+				s := spec(id)
+				s.Persistent = id == "p"
+				_, err := rt.EnsureSession(ctx, s)
+				require.NoError(t, err)
+			}
+			clock.Advance(61 * time.Second)
+			rt.Reap(ctx)
+			state := func(id string) string {
+				d, err := rt.GetSession(id)
+				if err != nil {
+					return ""
+				}
+				if d.State == "" {
+					return backends.StateRunning
+				}
+				return d.State
+			}
+			assert.Equal(t, tc.persistentState, state("p"))
+			assert.Equal(t, tc.nonPersistentState, state("n"))
+		})
+	}
+}
+
+func TestConcurrentResumeResumesOnce(t *testing.T) {
+	ctx := context.Background()
+	rt, sf, _ := newSuspendRuntime(t, "")
+	_, err := rt.EnsureSession(ctx, spec("s"))
+	require.NoError(t, err)
+	info, err := rt.SuspendSession(ctx, "s")
+	require.NoError(t, err)
+	assert.Equal(t, backends.StateSuspended, info.State)
+
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switch i % 3 {
+			case 0:
+				_, err := rt.ResumeSession(ctx, "s")
+				assert.NoError(t, err)
+			case 1:
+				s := spec("s")
+				s.Cmd = "echo hi"
+				res, err := rt.Exec(ctx, s)
+				assert.NoError(t, err)
+				assert.Equal(t, "echo hi", res.Stdout)
+			default:
+				assert.NoError(t, rt.Acquire(ctx, "s"))
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int32(1), sf.resumes.Load(), "resumed once")
+	assert.Equal(t, 1, sf.started, "no recreation")
+	d, err := rt.GetSession("s")
+	require.NoError(t, err)
+	assert.Equal(t, backends.StateRunning, d.State)
+}
+
+func TestResumeRestartsProcesses(t *testing.T) {
+	ctx := context.Background()
+	rt, _, _ := newSuspendRuntime(t, "")
+	_, err := rt.EnsureSession(ctx, spec("s"))
+	require.NoError(t, err)
+	_, err = rt.StartProcess(ctx, "s", backends.ProcessSpec{Command: "cat"})
+	require.NoError(t, err)
+
+	_, err = rt.SuspendSession(ctx, "s")
+	require.NoError(t, err)
+	d, err := rt.GetSession("s")
+	require.NoError(t, err)
+	assert.Empty(t, d.ManagedProcesses, "a suspended session runs nothing")
+
+	_, err = rt.ResumeSession(ctx, "s")
+	require.NoError(t, err)
+	p, err := rt.Process("s", "")
+	require.NoError(t, err)
+	assert.Equal(t, ProcessRunning, p.Status)
+	assert.True(t, p.Resumed, "the process is flagged: its earlier output is gone")
+
+	// Starting a process on a suspended session resumes it.
+	_, err = rt.SuspendSession(ctx, "s")
+	require.NoError(t, err)
+	p, err = rt.StartProcess(ctx, "s", backends.ProcessSpec{ProcessID: "other", Command: "cat"})
+	require.NoError(t, err)
+	assert.False(t, p.Resumed)
+	d, err = rt.GetSession("s")
+	require.NoError(t, err)
+	assert.Equal(t, backends.StateRunning, d.State)
+	assert.Len(t, d.ManagedProcesses, 2)
+}
+
+func TestSuspendRefusedWithoutSupport(t *testing.T) {
+	ctx := context.Background()
+	rt, _ := newTestRuntime(t, newFake(), "")
+	_, err := rt.EnsureSession(ctx, spec("s"))
+	require.NoError(t, err)
+	_, err = rt.SuspendSession(ctx, "s")
+	require.ErrorContains(t, err, "cannot suspend")
+}

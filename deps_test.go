@@ -18,8 +18,9 @@ func TestDependencyDirection(t *testing.T) {
 	allowed := map[string][]string{
 		".":                       {"*"},
 		"actions":                 {"rpc", "runtime", "runtime/skills", "runtime/boxerr", "backends", "internal/clip"},
-		"runtime":                 {"backends", "runtime/skills", "runtime/boxerr", "internal/clip", "internal/keyed"},
+		"runtime":                 {"backends", "runtime/skills", "runtime/snapshots", "runtime/boxerr", "internal/clip", "internal/keyed"},
 		"runtime/skills":          {"runtime/boxerr", "internal/keyed"},
+		"runtime/snapshots":       {"runtime/boxerr"},
 		"runtime/boxerr":          {},
 		"backends":                {"runtime/boxerr"},
 		"backends/bwrap":          {"backends", "runtime/boxerr"},

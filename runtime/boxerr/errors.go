@@ -99,3 +99,8 @@ func ProcessConflict(sessionID, processID, format string, args ...any) *Error {
 func CapacityExceeded(limit string, value int, format string, args ...any) *Error {
 	return newError(ErrCapacityExceeded, format, args...).With("limit", limit).With("value", value)
 }
+
+// SnapshotCorrupted refuses a stored snapshot that does not verify.
+func SnapshotCorrupted(snapshotID, format string, args ...any) *Error {
+	return newError(ErrSnapshotCorrupted, format, args...).With("snapshot_id", snapshotID)
+}

@@ -27,6 +27,9 @@ var (
 	ErrCapacityExceeded   = &Kind{"BoxCapacityExceededError", -32007, true}
 	ErrAdmission          = &Kind{"BoxAdmissionError", -32008, false}
 	ErrReadiness          = &Kind{"BoxReadinessError", -32009, false}
+	// ErrSnapshotCorrupted: a stored snapshot failed its checksum or does
+	// not decode; it is never restored.
+	ErrSnapshotCorrupted = &Kind{"BoxSnapshotCorruptedError", -32015, false}
 )
 
 // Protocol kinds: produced by the wire layer before any method runs. They
@@ -42,7 +45,7 @@ var (
 var Kinds = []*Kind{
 	ErrBox, ErrValidation, ErrBackendUnavailable, ErrRuntimeUnavailable,
 	ErrSessionConflict, ErrSessionNotFound, ErrProcessConflict, ErrProcessNotFound,
-	ErrCapacityExceeded, ErrAdmission, ErrReadiness,
+	ErrCapacityExceeded, ErrAdmission, ErrReadiness, ErrSnapshotCorrupted,
 	ErrParse, ErrInvalidRequest, ErrMethodNotFound, ErrInternal,
 }
 

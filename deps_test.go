@@ -17,7 +17,7 @@ func TestDependencyDirection(t *testing.T) {
 	const module = "github.com/boxrt/boxrt"
 	allowed := map[string][]string{
 		".":                       {"*"},
-		"actions":                 {"rpc", "runtime", "runtime/skills", "runtime/boxerr", "backends", "internal/clip"},
+		"actions":                 {"rpc", "runtime", "runtime/skills", "runtime/snapshots", "runtime/boxerr", "backends", "internal/clip"},
 		"runtime":                 {"backends", "runtime/skills", "runtime/snapshots", "runtime/boxerr", "internal/clip", "internal/keyed"},
 		"runtime/skills":          {"runtime/boxerr", "internal/keyed"},
 		"runtime/snapshots":       {"runtime/boxerr"},

@@ -48,6 +48,11 @@ func New(rt *runtime.Runtime, store *skills.Store, server Server) *Dispatcher {
 		"box_delete_session":   method(d.deleteSession),
 		"box_suspend_session":  method(d.suspendSession),
 		"box_resume_session":   method(d.resumeSession),
+		"box_fork_session":     method(d.forkSession),
+		"box_snapshot_session": method(d.snapshotSession),
+		"box_list_snapshots":   method(d.listSnapshots),
+		"box_get_snapshot":     method(d.getSnapshot),
+		"box_delete_snapshot":  method(d.deleteSnapshot),
 
 		"box_start_managed_process": method(d.startProcess),
 		"box_get_managed_process":   method(d.getProcess),

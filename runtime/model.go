@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -44,6 +45,12 @@ type Spec struct {
 	// MaxOutputBytes caps what is kept of each output stream (0 = the
 	// configured default). boxrt extension.
 	MaxOutputBytes int `json:"max_output_bytes"`
+	// FromSnapshot creates a missing session from a stored snapshot: its
+	// sandbox fields and files (a session that exists ignores it).
+	FromSnapshot string `json:"from_snapshot"`
+	// restore, when set, fills a freshly started sandbox with files
+	// (snapshot restore, fork) before the session is served.
+	restore func(ctx context.Context, info backends.Session) error
 }
 
 // DefaultSpec returns a Spec holding every reference default.
@@ -60,6 +67,7 @@ func (s *Spec) Normalize() error {
 	s.HostPath = strings.TrimSpace(s.HostPath)
 	s.MountPath = strings.TrimSpace(s.MountPath)
 	s.SkillName = strings.TrimSpace(s.SkillName)
+	s.FromSnapshot = strings.TrimSpace(s.FromSnapshot)
 	if s.Network == "" {
 		s.Network = backends.NetworkOff
 	}

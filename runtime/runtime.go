@@ -59,6 +59,7 @@ type Runtime struct {
 
 	execObserver func(ExecEvent)
 	skills       SkillResolver
+	snaps        snapshotStores
 }
 
 // Health is the cached outcome of the last backend probe.

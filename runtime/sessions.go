@@ -120,6 +120,11 @@ func (r *Runtime) acquire(ctx context.Context, spec Spec, forExec bool) (*sessio
 	if err != nil {
 		return nil, err
 	}
+	if spec.FromSnapshot != "" {
+		if spec, err = r.fromSnapshot(ctx, b, spec); err != nil {
+			return nil, err
+		}
+	}
 	spec, err = r.prepareSpec(b, spec)
 	if err != nil {
 		return nil, err
@@ -217,6 +222,11 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec Sp
 		startSpec.ExtraMounts = append(slices.Clone(spec.ExtraMounts), skills...)
 	}
 	info, err := b.StartSession(cctx, startSpec.SandboxSpec)
+	if err == nil && spec.restore != nil {
+		if err = spec.restore(cctx, info); err != nil {
+			_ = b.StopSession(context.WithoutCancel(ctx), info)
+		}
+	}
 	cancel()
 
 	r.mu.Lock()

@@ -1,9 +1,12 @@
 package test
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -91,6 +94,92 @@ func TestSuspendSurvivesKill9(t *testing.T) {
 			p2.MustCall("box_get_session", map[string]any{"session_id": "d1"}, &info)
 			assert.Equal(t, "running", info.State)
 			p2.MustCall("box_delete_session", map[string]any{"session_id": "d1"}, nil)
+		})
+	}
+}
+
+// treeSum is a checksum over the workspace's paths and file contents.
+const treeSum = "cd /workspace && (find . | sort; find . -type f | sort | xargs md5sum) | md5sum"
+
+type snapshotInfo struct {
+	SnapshotID string `json:"snapshot_id"`
+	SessionID  string `json:"session_id"`
+	Backend    string `json:"backend"`
+	Mode       string `json:"mode"`
+	Digest     string `json:"digest"`
+	SizeBytes  int64  `json:"size_bytes"`
+}
+
+// TestSnapshotRestoreFork snapshots a session, deletes it, restores it
+// under a new id (same tree checksum, installed tool works), forks the
+// restored session (the two diverge), refuses a corrupted snapshot with a
+// typed error and leaves no session behind, and answers mode full with the
+// reason.
+func TestSnapshotRestoreFork(t *testing.T) {
+	for _, backend := range []string{"docker", "bwrap"} {
+		t.Run(backend, func(t *testing.T) {
+			state := t.TempDir()
+			removeInstanceContainers(t, state)
+			p := Start(t, Options{Stdio: true, StateDir: state, Config: "{" + durableBackends[backend].config + "}"})
+			setup := installTool(backend) + " && mkdir -p /workspace/a/b && head -c 200000 /dev/urandom > /workspace/a/b/blob" +
+				" && ln -s a/b/blob /workspace/link && echo x > /workspace/a/small"
+			res := execIn(t, p, durableSpec(backend, "src", map[string]any{"cmd": setup + " && " + treeSum}))
+			require.Equal(t, 0, *res.ExitCode, "%+v", res)
+			sum := res.Stdout
+
+			var snap snapshotInfo
+			p.MustCall("box_snapshot_session", map[string]any{"session_id": "src", "mode": "filesystem"}, &snap)
+			assert.Regexp(t, `^snap-[0-9a-f]{16}$`, snap.SnapshotID)
+			assert.Equal(t, backend, snap.Backend)
+			var list struct {
+				Snapshots []snapshotInfo `json:"snapshots"`
+			}
+			p.MustCall("box_list_snapshots", map[string]any{}, &list)
+			require.Len(t, list.Snapshots, 1)
+			assert.Equal(t, snap, list.Snapshots[0])
+			p.MustCall("box_delete_session", map[string]any{"session_id": "src"}, nil)
+
+			var restored sessionState
+			p.MustCall("box_create_session", map[string]any{"session_id": "r1", "from_snapshot": snap.SnapshotID}, &restored)
+			res = execIn(t, p, durableSpec(backend, "r1", map[string]any{"cmd": treeSum + " && " + useTool(backend)}))
+			assert.Equal(t, sum+"kept\ntool-ok\n", res.Stdout, "same tree, tool still installed: %+v", res)
+
+			var forked sessionState
+			p.MustCall("box_fork_session", map[string]any{"session_id": "r1", "new_session_id": "f1"}, &forked)
+			assert.Equal(t, "f1", forked.SessionID)
+			assert.NotEqual(t, restored.BackendSessionID, forked.BackendSessionID)
+			res = execIn(t, p, durableSpec(backend, "f1", map[string]any{"cmd": treeSum + " && echo fork > /workspace/only-fork && rm /workspace/a/small"}))
+			assert.Equal(t, sum, res.Stdout, "the fork starts with the same tree")
+			execIn(t, p, durableSpec(backend, "r1", map[string]any{"cmd": "echo orig > /workspace/only-orig"}))
+			res = execIn(t, p, durableSpec(backend, "r1", map[string]any{"cmd": "ls /workspace; cat /workspace/a/small"}))
+			assert.Equal(t, "a\nf\nlink\nonly-orig\nx\n", res.Stdout, "the source does not see the fork's changes")
+			res = execIn(t, p, durableSpec(backend, "f1", map[string]any{"cmd": "ls /workspace"}))
+			assert.Equal(t, "a\nf\nlink\nonly-fork\n", res.Stdout, "the fork does not see the source's changes")
+
+			// A flipped byte in the stored archive: refused, typed, no session left.
+			blobs, err := filepath.Glob(filepath.Join(state, "snapshots", "blobs", "sha256", "*.tar.zst"))
+			require.NoError(t, err)
+			require.Len(t, blobs, 1)
+			data, err := os.ReadFile(blobs[0])
+			require.NoError(t, err)
+			data[len(data)/2] ^= 0x55
+			require.NoError(t, os.WriteFile(blobs[0], data, 0o600))
+			r := p.Call("box_create_session", map[string]any{"session_id": "c1", "from_snapshot": snap.SnapshotID}, 2*time.Minute)
+			require.NotNil(t, r.Error)
+			assert.Equal(t, "BoxSnapshotCorruptedError", r.Error.Type(), "%+v", r.Error)
+			r = p.Call("box_get_session", map[string]any{"session_id": "c1"}, time.Minute)
+			require.NotNil(t, r.Error, "no session is left from a refused restore")
+
+			r = p.Call("box_snapshot_session", map[string]any{"session_id": "r1", "mode": "full"}, time.Minute)
+			require.NotNil(t, r.Error)
+			assert.Contains(t, []any{"criu_unavailable", "not_implemented"}, r.Error.Data["reason"], "%+v", r.Error)
+
+			p.MustCall("box_delete_snapshot", map[string]any{"snapshot_id": snap.SnapshotID}, nil)
+			r = p.Call("box_get_snapshot", map[string]any{"snapshot_id": snap.SnapshotID}, time.Minute)
+			require.NotNil(t, r.Error)
+			assert.Equal(t, "BoxValidationError", r.Error.Type())
+			p.MustCall("box_delete_session", map[string]any{"session_id": "r1"}, nil)
+			p.MustCall("box_delete_session", map[string]any{"session_id": "f1"}, nil)
 		})
 	}
 }

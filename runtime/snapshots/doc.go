@@ -18,7 +18,7 @@
 // manifest that names it. Every Open verifies the archive's digest before
 // handing out a byte, and a mismatch is BoxSnapshotCorruptedError; zstd's
 // frame checksums catch the rest while decoding. The total size of the
-// blobs is bounded (Local.MaxBytes): a Put that would pass it fails with
+// blobs is bounded (OpenLocal's maxBytes): a Put that would pass it fails with
 // BoxCapacityExceededError naming the limit, and leaves nothing behind.
 //
 // An object store (S3-compatible) implements Store with the same two kinds

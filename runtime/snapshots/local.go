@@ -24,7 +24,7 @@ import (
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
-// LimitName is the configuration key of Local.MaxBytes, named by
+// LimitName is the configuration key of the store bound, named by
 // BoxCapacityExceededError.
 const LimitName = "durable.snapshot_max_total_mb"
 
@@ -33,10 +33,10 @@ var idRe = regexp.MustCompile(`^snap-[0-9a-f]{16}$`)
 // Local is the directory store (see the package doc for its layout).
 type Local struct {
 	dir string
-	// MaxBytes bounds the total size of the stored archives.
-	MaxBytes int64
 
-	mu sync.Mutex // serialises Put's size check with Delete
+	mu sync.Mutex // serialises Put's size check with Delete; guards maxBytes
+	// maxBytes bounds the total size of the stored archives.
+	maxBytes int64
 }
 
 var _ Store = (*Local)(nil)
@@ -54,7 +54,20 @@ func OpenLocal(dir string, maxBytes int64) (*Local, error) {
 			_ = os.Remove(filepath.Join(dir, "tmp", e.Name()))
 		}
 	}
-	return &Local{dir: dir, MaxBytes: maxBytes}, nil
+	return &Local{dir: dir, maxBytes: maxBytes}, nil
+}
+
+// SetMaxBytes changes the bound (a configuration change).
+func (l *Local) SetMaxBytes(n int64) {
+	l.mu.Lock()
+	l.maxBytes = n
+	l.mu.Unlock()
+}
+
+func (l *Local) limit() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.maxBytes
 }
 
 func (l *Local) blobPath(digest string) (string, error) {
@@ -103,20 +116,21 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (l *Local) capacityError() error {
-	mb := int(l.MaxBytes >> 20)
+func capacityError(max int64) error {
+	mb := int(max >> 20)
 	return boxerr.CapacityExceeded(LimitName, mb, "snapshot store is full: %s is %d MiB; delete snapshots or raise it", LimitName, mb)
 }
 
 // Put implements Store.
 func (l *Local) Put(ctx context.Context, m Manifest, archive io.Reader) (Manifest, error) {
+	max := l.limit()
 	used, err := l.usedBytes()
 	if err != nil {
 		return m, err
 	}
-	room := l.MaxBytes - used
+	room := max - used
 	if room <= 0 {
-		return m, l.capacityError()
+		return m, capacityError(max)
 	}
 	tmp, err := os.CreateTemp(filepath.Join(l.dir, "tmp"), "blob-*")
 	if err != nil {
@@ -141,7 +155,7 @@ func (l *Local) Put(ctx context.Context, m Manifest, archive io.Reader) (Manifes
 		err = cerr
 	}
 	if errors.Is(err, errTooBig) {
-		return m, l.capacityError()
+		return m, capacityError(max)
 	}
 	if err != nil {
 		return m, boxerr.Failure("writing snapshot: %v", err).Wrap(err)
@@ -160,8 +174,8 @@ func (l *Local) Put(ctx context.Context, m Manifest, archive io.Reader) (Manifes
 	// Checked again under the lock: concurrent Puts each saw room.
 	if used, err := l.usedBytes(); err != nil {
 		return m, err
-	} else if used+m.SizeBytes > l.MaxBytes {
-		return m, l.capacityError()
+	} else if used+m.SizeBytes > l.maxBytes {
+		return m, capacityError(l.maxBytes)
 	}
 	blob, _ := l.blobPath(m.Digest)
 	if err := os.Rename(tmp.Name(), blob); err != nil {

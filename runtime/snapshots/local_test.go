@@ -77,7 +77,7 @@ func TestLocalStore(t *testing.T) {
 			require.ErrorIs(t, err, boxerr.ErrSnapshotCorrupted)
 		}},
 		{"capacity bound names the limit and leaves nothing", func(t *testing.T, l *Local) {
-			l.MaxBytes = 64 << 10
+			l.SetMaxBytes(64 << 10)
 			_, err := l.Put(ctx, Manifest{}, bytes.NewReader(random))
 			require.ErrorIs(t, err, boxerr.ErrCapacityExceeded)
 			var be *boxerr.Error

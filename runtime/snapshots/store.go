@@ -36,6 +36,9 @@ type Manifest struct {
 	RawBytes  int64 `json:"raw_bytes"`
 	// Notes say what the snapshot left out (a host_path workspace…).
 	Notes []string `json:"notes,omitempty"`
+	// HostPathIncluded: the host_path workspace's files are in the
+	// archive; a restore puts them in a workspace of the session's own.
+	HostPathIncluded bool `json:"host_path_included,omitempty"`
 }
 
 // Store keeps snapshots. Implementations are safe for concurrent use.

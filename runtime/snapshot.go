@@ -1,0 +1,284 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/runtime/snapshots"
+)
+
+// snapshotStores caches the snapshot store per configured location, so a
+// store's temp-file cleanup (at open) never races a Put of the same store.
+type snapshotStores struct {
+	mu     sync.Mutex
+	byDir  map[string]*snapshots.Local
+	custom snapshots.Store
+}
+
+// WithSnapshotStore replaces the local directory store (an object store,
+// tests).
+func WithSnapshotStore(s snapshots.Store) Option {
+	return func(r *Runtime) { r.snaps.custom = s }
+}
+
+// snapshotStore returns the store the configuration names.
+func (r *Runtime) snapshotStore() (snapshots.Store, error) {
+	cfg := r.Config().Durable
+	r.snaps.mu.Lock()
+	defer r.snaps.mu.Unlock()
+	if r.snaps.custom != nil {
+		return r.snaps.custom, nil
+	}
+	dir := cfg.SnapshotDir
+	if dir == "" {
+		dir = filepath.Join(r.stateDir, "snapshots")
+	}
+	max := int64(cfg.SnapshotMaxTotalMB) << 20
+	if st := r.snaps.byDir[dir]; st != nil {
+		st.SetMaxBytes(max)
+		return st, nil
+	}
+	st, err := snapshots.OpenLocal(dir, max)
+	if err != nil {
+		return nil, err
+	}
+	if r.snaps.byDir == nil {
+		r.snaps.byDir = map[string]*snapshots.Local{}
+	}
+	r.snaps.byDir[dir] = st
+	return st, nil
+}
+
+// archiver returns the backend's Archiver or a typed error naming it.
+func archiver(b backends.Backend) (backends.Archiver, error) {
+	a, ok := b.(backends.Archiver)
+	if !ok {
+		return nil, boxerr.Failure("the %s backend cannot snapshot sessions", b.Name()).With("backend", b.Name())
+	}
+	return a, nil
+}
+
+// hostWorkspace reports whether a session's workspace is a host directory.
+func hostWorkspace(sb backends.Sandbox) bool {
+	return sb.HostPath != "" && sb.HostPathMode != backends.MountNone
+}
+
+// exportOptions applies the host-path rule: a host_path workspace is
+// copied only when durable.snapshot_host_paths allows it; extra mounts and
+// skills never are. notes say what was left out.
+func (r *Runtime) exportOptions(sb backends.Sandbox) (opts backends.ExportOptions, notes []string) {
+	opts.HostPaths = r.Config().Durable.SnapshotHostPaths
+	if hostWorkspace(sb) && !opts.HostPaths {
+		notes = append(notes, fmt.Sprintf("host_path %s is not copied (durable.snapshot_host_paths is off): a restore binds it again", sb.HostPath))
+	}
+	if len(sb.ExtraMounts) > 0 {
+		notes = append(notes, "extra mounts are never copied: a restore binds them again")
+	}
+	return opts, notes
+}
+
+// pipeExport runs the backend's export into a pipe and hands its reader to
+// consume; the export's error wins over consume's, which is usually only
+// its consequence.
+func pipeExport(ctx context.Context, a backends.Archiver, info backends.Session, opts backends.ExportOptions,
+	consume func(io.Reader) error) error {
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		err := a.ExportFiles(ctx, info, opts, pw)
+		pw.CloseWithError(err)
+		errc <- err
+	}()
+	cerr := consume(pr)
+	pr.CloseWithError(io.ErrClosedPipe) // unblocks an export consume gave up on
+	if err := <-errc; err != nil {
+		return err
+	}
+	return cerr
+}
+
+// SnapshotSession saves a running or suspended session's files to the
+// snapshot store. Mode full (memory and processes) answers the reason it
+// is not available (checkpoint.go).
+func (r *Runtime) SnapshotSession(ctx context.Context, id, mode string) (snapshots.Manifest, error) {
+	switch mode {
+	case "", snapshots.ModeFilesystem:
+		mode = snapshots.ModeFilesystem
+	case snapshots.ModeFull:
+		return snapshots.Manifest{}, r.fullSnapshotUnavailable(ctx)
+	default:
+		return snapshots.Manifest{}, boxerr.Validation("mode", "mode must be %q or %q, got %q", snapshots.ModeFilesystem, snapshots.ModeFull, mode)
+	}
+	b, err := r.currentBackend(ctx)
+	if err != nil {
+		return snapshots.Manifest{}, err
+	}
+	a, err := archiver(b)
+	if err != nil {
+		return snapshots.Manifest{}, err
+	}
+	store, err := r.snapshotStore()
+	if err != nil {
+		return snapshots.Manifest{}, err
+	}
+	// The id lock keeps suspend, resume and destruction out while the
+	// files are read; execs already running go on.
+	unlock := r.idLocks.Lock(id)
+	defer unlock()
+	r.mu.Lock()
+	s, ok := r.sessions[id]
+	if !ok || s.deleting {
+		r.mu.Unlock()
+		return snapshots.Manifest{}, boxerr.SessionNotFound(id)
+	}
+	info := s.info
+	r.mu.Unlock()
+	spec, err := json.Marshal(info.Sandbox)
+	if err != nil {
+		return snapshots.Manifest{}, err
+	}
+	opts, notes := r.exportOptions(info.Sandbox)
+	m := snapshots.Manifest{SessionID: id, Backend: b.Name(), Mode: mode, Spec: spec, Notes: notes,
+		HostPathIncluded: hostWorkspace(info.Sandbox) && opts.HostPaths}
+	start := time.Now()
+	err = pipeExport(ctx, a, info, opts, func(rd io.Reader) error {
+		m, err = store.Put(ctx, m, rd)
+		return err
+	})
+	if err != nil {
+		return snapshots.Manifest{}, err
+	}
+	r.log.Info().Str("session_id", id).Str("snapshot_id", m.ID).Int64("bytes", m.SizeBytes).
+		Dur("took", time.Since(start)).Msg("session snapshot stored")
+	return m, nil
+}
+
+// ListSnapshots returns every stored snapshot, oldest first.
+func (r *Runtime) ListSnapshots(ctx context.Context) ([]snapshots.Manifest, error) {
+	store, err := r.snapshotStore()
+	if err != nil {
+		return nil, err
+	}
+	return store.List(ctx)
+}
+
+// GetSnapshot returns one snapshot's manifest.
+func (r *Runtime) GetSnapshot(ctx context.Context, id string) (snapshots.Manifest, error) {
+	store, err := r.snapshotStore()
+	if err != nil {
+		return snapshots.Manifest{}, err
+	}
+	return store.Get(ctx, strings.TrimSpace(id))
+}
+
+// DeleteSnapshot removes a snapshot.
+func (r *Runtime) DeleteSnapshot(ctx context.Context, id string) error {
+	store, err := r.snapshotStore()
+	if err != nil {
+		return err
+	}
+	return store.Delete(ctx, strings.TrimSpace(id))
+}
+
+// fromSnapshot turns a spec naming from_snapshot into the snapshot's
+// sandbox (same image, limits, mounts) with a restore of its files. The
+// snapshot must come from this backend. A snapshot that copied its
+// host_path workspace restores into a workspace of the session's own.
+func (r *Runtime) fromSnapshot(ctx context.Context, b backends.Backend, spec Spec) (Spec, error) {
+	store, err := r.snapshotStore()
+	if err != nil {
+		return spec, err
+	}
+	m, err := store.Get(ctx, spec.FromSnapshot)
+	if err != nil {
+		return spec, err
+	}
+	if m.Backend != b.Name() {
+		return spec, boxerr.Validation("from_snapshot", "snapshot %s was taken on the %s backend; this runtime runs %s", m.ID, m.Backend, b.Name())
+	}
+	var sb backends.Sandbox
+	if err := json.Unmarshal(m.Spec, &sb); err != nil {
+		return spec, boxerr.SnapshotCorrupted(m.ID, "snapshot %s has an unreadable spec: %v", m.ID, err)
+	}
+	if m.HostPathIncluded {
+		sb.HostPath = ""
+	}
+	spec.Sandbox = sb
+	a, err := archiver(b)
+	if err != nil {
+		return spec, err
+	}
+	id := m.ID
+	spec.restore = func(ctx context.Context, info backends.Session) error {
+		_, rc, err := store.Open(ctx, id)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		return a.ImportFiles(ctx, info, rc)
+	}
+	return spec, nil
+}
+
+// ForkSession makes newID an independent copy of session id (running or
+// suspended): a new sandbox with the same spec (skills are not carried
+// over: the host names them again), filled with a copy of the
+// source's files streamed straight from one to the other (no store). The
+// two share no writable file; a host_path workspace stays the host's
+// directory, bound by both, unless durable.snapshot_host_paths makes the
+// fork copy it into a workspace of its own.
+func (r *Runtime) ForkSession(ctx context.Context, id, newID string) (SessionInfo, error) {
+	b, err := r.currentBackend(ctx)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	a, err := archiver(b)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	r.mu.Lock()
+	src, ok := r.sessions[id]
+	var info backends.Session
+	if ok {
+		info = src.info
+	}
+	_, exists := r.sessions[newID]
+	r.mu.Unlock()
+	if !ok || src.deleting {
+		return SessionInfo{}, boxerr.SessionNotFound(id)
+	}
+	if exists {
+		return SessionInfo{}, boxerr.Validation("new_session_id", "session %s already exists", newID)
+	}
+	// The source's id lock holds suspend, resume and destruction off while
+	// its files are read; the new id's is taken by acquire.
+	unlock := r.idLocks.Lock(id)
+	defer unlock()
+	opts, _ := r.exportOptions(info.Sandbox)
+	spec := DefaultSpec()
+	spec.SessionID = newID
+	spec.Sandbox = info.Sandbox
+	if hostWorkspace(info.Sandbox) && opts.HostPaths {
+		spec.HostPath = ""
+	}
+	spec.restore = func(ctx context.Context, dst backends.Session) error {
+		return pipeExport(ctx, a, info, opts, func(rd io.Reader) error { return a.ImportFiles(ctx, dst, rd) })
+	}
+	start := time.Now()
+	s, err := r.acquire(ctx, spec, false)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	r.log.Info().Str("session_id", id).Str("new_session_id", newID).Dur("took", time.Since(start)).Msg("session forked")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return SessionInfo{s.info}, nil
+}

@@ -50,3 +50,13 @@ type Archiver interface {
 	ExportFiles(ctx context.Context, info Session, opts ExportOptions, w io.Writer) error
 	ImportFiles(ctx context.Context, info Session, r io.Reader) error
 }
+
+// Pooler is implemented by backends whose sandboxes can be started ahead
+// of need (for a placeholder session id) and handed to a session later.
+type Pooler interface {
+	// Claim hands the pooled sandbox info over to spec's session: the
+	// same sandbox (spec may differ in Persistent only), recorded
+	// durably, so that after a restart Adopt reports it under spec's
+	// session id. It returns the session as the new owner sees it.
+	Claim(ctx context.Context, info Session, spec SandboxSpec) (Session, error)
+}

@@ -60,6 +60,7 @@ type Runtime struct {
 	execObserver func(ExecEvent)
 	skills       SkillResolver
 	snaps        snapshotStores
+	pools        warmPools
 }
 
 // Health is the cached outcome of the last backend probe.
@@ -80,6 +81,8 @@ type Counters struct {
 	TotalRecreated      int64 `json:"total_recreated"`
 	TotalSuspended      int64 `json:"total_suspended"`
 	TotalResumed        int64 `json:"total_resumed"`
+	PoolHits            int64 `json:"total_pool_hits"`
+	PoolMisses          int64 `json:"total_pool_misses"`
 	TotalExecs          int64 `json:"total_execs"`
 	TotalTimeouts       int64 `json:"total_timeouts"`
 	TotalTruncated      int64 `json:"total_truncated_outputs"`
@@ -122,6 +125,7 @@ func New(cfg Config, factory Factory, stateDir string, opts ...Option) (*Runtime
 		sessions:   map[string]*session{},
 		probeEvery: 30 * time.Second,
 		reaperKick: make(chan struct{}, 1),
+		pools:      warmPools{ready: map[string][]backends.Session{}, starting: map[string]int{}, lastTake: map[string]time.Time{}},
 	}
 	r.lineBudget = newLineBudget(func() int { return r.Config().Limits.RelayLineBufferBytes })
 	for _, o := range opts {
@@ -176,9 +180,10 @@ func (r *Runtime) Start(ctx context.Context) {
 	r.selectBackend(ctx, false)
 	bgCtx, cancel := context.WithCancel(context.Background())
 	r.stopBG = cancel
-	r.bg.Add(2)
+	r.bg.Add(3)
 	go r.reaperLoop(bgCtx)
 	go r.healthLoop(bgCtx)
+	go r.poolLoop(bgCtx)
 }
 
 // Config returns a copy of the configuration in force.
@@ -321,6 +326,14 @@ func (r *Runtime) adopt(ctx context.Context, b backends.Backend) {
 	roots, rootsErr := r.Config().mountRoots(r.stateDir)
 	kept := infos[:0:0]
 	for _, info := range infos {
+		if strings.HasPrefix(info.SessionID, PoolSessionPrefix) {
+			// An unclaimed pooled sandbox of an earlier process: the
+			// pool refills, this one goes.
+			sctx, cancel := context.WithTimeout(ctx, time.Minute)
+			_ = b.StopSession(sctx, info)
+			cancel()
+			continue
+		}
 		if err := errors.Join(rootsErr, adoptedPathsAllowed(info, roots)); err != nil {
 			// The sandbox binds what this configuration no longer allows
 			// (the allow-list changed, or a path was swapped for a symlink
@@ -476,13 +489,14 @@ func (r *Runtime) healthLoop(ctx context.Context) {
 
 // Status is the box_status result.
 type Status struct {
-	Backend          BackendInfo `json:"backend"`
-	ActiveSessions   int         `json:"active_sessions"`
-	ManagedProcesses int         `json:"managed_processes"`
-	SessionTTLSec    int         `json:"session_ttl_sec"`
-	Limits           Limits      `json:"limits"`
-	UptimeSec        float64     `json:"uptime_sec"`
-	InstanceID       string      `json:"instance_id"`
+	Backend          BackendInfo  `json:"backend"`
+	ActiveSessions   int          `json:"active_sessions"`
+	ManagedProcesses int          `json:"managed_processes"`
+	SessionTTLSec    int          `json:"session_ttl_sec"`
+	Limits           Limits       `json:"limits"`
+	UptimeSec        float64      `json:"uptime_sec"`
+	InstanceID       string       `json:"instance_id"`
+	Pools            []PoolStatus `json:"pools,omitempty"`
 	Counters
 }
 
@@ -499,6 +513,9 @@ func (r *Runtime) Status() Status {
 		UptimeSec:      r.clock.Now().Sub(r.startedAt).Seconds(),
 		InstanceID:     r.instanceID,
 		Counters:       r.counters,
+	}
+	if len(r.cfg.Durable.Pools) > 0 {
+		st.Pools = r.poolStatus(r.cfg.Durable)
 	}
 	for _, s := range r.sessions {
 		st.ManagedProcesses += s.runningProcesses()
@@ -523,6 +540,10 @@ func (r *Runtime) Close(ctx context.Context) error {
 		r.stopBG()
 	}
 	r.bg.Wait()
+	r.mu.Lock()
+	pooled := r.backend
+	r.mu.Unlock()
+	r.drainPools(ctx, pooled)
 	err := r.destroyWhere(ctx, func(s *session) bool {
 		return !s.info.Persistent && s.info.State != backends.StateSuspended
 	}, "exit")

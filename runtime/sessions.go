@@ -116,6 +116,9 @@ func (r *Runtime) EnsureSession(ctx context.Context, spec Spec) (SessionInfo, er
 // acquire is EnsureSession; with forExec the session is marked as running
 // an exec before the per-id lock is released, so the reaper cannot take it.
 func (r *Runtime) acquire(ctx context.Context, spec Spec, forExec bool) (*session, error) {
+	if err := checkPoolID(spec.SessionID); err != nil {
+		return nil, err
+	}
 	b, err := r.currentBackend(ctx)
 	if err != nil {
 		return nil, err
@@ -221,7 +224,7 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec Sp
 	if !live {
 		startSpec.ExtraMounts = append(slices.Clone(spec.ExtraMounts), skills...)
 	}
-	info, err := b.StartSession(cctx, startSpec.SandboxSpec)
+	info, err := r.startSandbox(cctx, b, spec, startSpec.SandboxSpec)
 	if err == nil && spec.restore != nil {
 		if err = spec.restore(cctx, info); err != nil {
 			_ = b.StopSession(context.WithoutCancel(ctx), info)

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,6 +181,95 @@ func TestSnapshotRestoreFork(t *testing.T) {
 			assert.Equal(t, "BoxValidationError", r.Error.Type())
 			p.MustCall("box_delete_session", map[string]any{"session_id": "r1"}, nil)
 			p.MustCall("box_delete_session", map[string]any{"session_id": "f1"}, nil)
+		})
+	}
+}
+
+type poolStatus struct {
+	Pools []struct {
+		Name  string `json:"name"`
+		Ready int    `json:"ready"`
+	} `json:"pools"`
+	PoolHits   int `json:"total_pool_hits"`
+	PoolMisses int `json:"total_pool_misses"`
+}
+
+func waitPoolReady(t *testing.T, p *Proc, n int) poolStatus {
+	t.Helper()
+	var st poolStatus
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		p.MustCall("box_status", map[string]any{}, &st)
+		if len(st.Pools) == 1 && st.Pools[0].Ready == n {
+			return st
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("pool never had %d ready: %+v", n, st)
+	return st
+}
+
+// sandboxesLeft counts this installation's sandboxes: containers for
+// docker, session directories for bwrap.
+func sandboxesLeft(t *testing.T, backend, state string) int {
+	id, err := os.ReadFile(filepath.Join(state, "instance-id"))
+	require.NoError(t, err)
+	if backend == "docker" {
+		return len(managedContainers(t, "boxrt.instance="+strings.TrimSpace(string(id))))
+	}
+	entries, _ := os.ReadDir(filepath.Join(state, "bwrap", strings.TrimSpace(string(id))))
+	n := 0
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join(state, "bwrap", strings.TrimSpace(string(id)), e.Name(), "session.json")); err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// TestWarmPool: a pool of 3 serves three new sessions and the fourth is
+// created cold (the refill waits a minute); a graceful exit leaves no
+// sandbox; after a kill -9 the next start removes the orphaned pooled
+// sandboxes and refills, and its exit again leaves none.
+func TestWarmPool(t *testing.T) {
+	for _, backend := range []string{"docker", "bwrap"} {
+		t.Run(backend, func(t *testing.T) {
+			state := t.TempDir()
+			removeInstanceContainers(t, state)
+			cfg := "{" + backendConfigs[backend] + `,"durable":{"pools":[{"name":"warm","size":3,"refill_interval_ms":60000}]}}`
+			if backend == "docker" {
+				cfg = "{" + backendConfigs[backend] + `,"durable":{"pools":[{"name":"warm","size":3,"refill_interval_ms":60000,"sandbox":{"image":"boxrt-test:busybox"}}]}}`
+			}
+			opts := Options{Stdio: true, StateDir: state, Config: cfg}
+			p := Start(t, opts)
+			waitPoolReady(t, p, 3)
+			for i := 1; i <= 4; i++ {
+				id := fmt.Sprintf("s%d", i)
+				res := execIn(t, p, map[string]any{"session_id": id, "cmd": "echo " + id})
+				assert.Equal(t, id+"\n", res.Stdout)
+			}
+			var st poolStatus
+			p.MustCall("box_status", map[string]any{}, &st)
+			assert.Equal(t, 3, st.PoolHits, "three sessions came from the pool")
+			assert.Equal(t, 1, st.PoolMisses, "the fourth was created cold")
+			assert.Equal(t, 0, st.Pools[0].Ready)
+			var sessions struct {
+				Sessions []sessionState `json:"sessions"`
+			}
+			p.MustCall("box_get_sessions", map[string]any{}, &sessions)
+			assert.Len(t, sessions.Sessions, 4, "pooled sandboxes are not listed as sessions")
+			p.Stop()
+			assert.Equal(t, 0, sandboxesLeft(t, backend, state), "a graceful exit leaves no sandbox")
+
+			p2 := Start(t, opts)
+			waitPoolReady(t, p2, 3)
+			p2.Kill()
+			assert.Equal(t, 3, sandboxesLeft(t, backend, state), "kill -9 leaves the pool behind")
+			p3 := Start(t, opts)
+			waitPoolReady(t, p3, 3)
+			assert.Equal(t, 3, sandboxesLeft(t, backend, state), "the orphaned pool was removed, the new one filled")
+			p3.Stop()
+			assert.Equal(t, 0, sandboxesLeft(t, backend, state))
 		})
 	}
 }

@@ -437,7 +437,7 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 	if err := b.removeContainer(ctx, name); err != nil {
 		return err
 	}
-	b.dropSuspendMark(name)
+	b.dropMarks(name)
 	return errors.Join(b.removeVolume(ctx, volumeName(name)), b.removeQuota(name))
 }
 
@@ -515,6 +515,9 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 		name := strings.TrimPrefix(c.Names[0], "/")
 		keep[name] = true
 		info, infoErr := infoFromLabels(name, c.Labels)
+		if infoErr == nil {
+			info = b.applyClaim(info)
+		}
 		if infoErr == nil && b.suspended(name) {
 			// A suspended session stays stopped until it is needed; a
 			// marked container still running is a suspension a crash
@@ -570,7 +573,7 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 	}
 	b.collectVolumes(ctx, keep)
 	b.collectQuotas(keep)
-	b.collectSuspendMarks(keep)
+	b.collectMarks(keep)
 	if len(refused) > 0 {
 		return out, boxerr.Failure("docker backend: adopting: %v", errors.Join(refused...)).Wrap(errors.Join(refused...))
 	}

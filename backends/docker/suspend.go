@@ -107,26 +107,30 @@ func (b *Backend) owned(ctx context.Context, info backends.Session) error {
 	return nil
 }
 
-// dropSuspendMark forgets a suspension (the session is being removed).
-func (b *Backend) dropSuspendMark(name string) {
+// dropMarks forgets a container's suspension mark and claim record (the
+// container is being removed).
+func (b *Backend) dropMarks(name string) {
 	if b.stateDir != "" {
 		_ = os.Remove(b.suspendMark(name))
+		_ = os.Remove(b.claimPath(name))
 	}
 }
 
-// collectSuspendMarks removes the marks of containers that are gone.
-func (b *Backend) collectSuspendMarks(keep map[string]bool) {
+// collectMarks removes the suspension marks and claim records of
+// containers that are gone.
+func (b *Backend) collectMarks(keep map[string]bool) {
 	if b.stateDir == "" {
 		return
 	}
-	entries, err := os.ReadDir(filepath.Join(b.stateDir, "docker", b.instance))
+	dir := filepath.Join(b.stateDir, "docker", b.instance)
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
 	for _, e := range entries {
-		name, ok := strings.CutSuffix(e.Name(), suspendedSuffix)
-		if ok && !e.IsDir() && strings.HasPrefix(name, containerPrefix) && !keep[name] {
-			_ = os.Remove(filepath.Join(b.stateDir, "docker", b.instance, e.Name()))
+		name := strings.TrimSuffix(strings.TrimSuffix(e.Name(), suspendedSuffix), claimSuffix)
+		if name != e.Name() && !e.IsDir() && strings.HasPrefix(name, containerPrefix) && !keep[name] {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
 }

@@ -1,0 +1,252 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
+)
+
+// PoolSessionPrefix starts the placeholder session id of every pooled
+// sandbox; hosts cannot use such ids, and adoption removes unclaimed pooled
+// sandboxes a crash left (the pool refills).
+const PoolSessionPrefix = "__pool__"
+
+// poolTick is how often the pool loop checks its pools.
+const poolTick = 50 * time.Millisecond
+
+// warmPools holds the ready sandboxes by pool name.
+type warmPools struct {
+	mu       sync.Mutex
+	ready    map[string][]backends.Session
+	starting map[string]int
+	lastTake map[string]time.Time
+	seq      int
+}
+
+// checkPoolID refuses a host session id in the pool's namespace.
+func checkPoolID(id string) error {
+	if strings.HasPrefix(id, PoolSessionPrefix) {
+		return boxerr.Validation("session_id", "session ids starting with %s are reserved for warm pools", PoolSessionPrefix)
+	}
+	return nil
+}
+
+// poolFor returns the name of a pool whose sandboxes fit spec, or "". Only
+// plain specs fit: no host path, extra mounts, skills or restore.
+func (r *Runtime) poolFor(b backends.Backend, spec Spec) string {
+	if spec.restore != nil || hostWorkspace(spec.Sandbox) || len(spec.ExtraMounts) > 0 {
+		return ""
+	}
+	for _, p := range r.Config().Durable.Pools {
+		if p.Size == 0 || (p.Backend != "" && p.Backend != b.Name()) {
+			continue
+		}
+		sb, err := p.sandbox()
+		if err != nil {
+			continue
+		}
+		if sb.Image == "" {
+			sb.Image = b.DefaultImage()
+		}
+		sb.Persistent = spec.Persistent
+		if field, _, _ := compatibility(sb, spec.Sandbox); field == "" {
+			return p.Name
+		}
+	}
+	return ""
+}
+
+// startSandbox starts spec's sandbox, taking a pooled one when a pool fits
+// and has one ready (claimed for spec's session); otherwise, or when the
+// claim fails, it starts one cold.
+func (r *Runtime) startSandbox(ctx context.Context, b backends.Backend, spec Spec, start backends.SandboxSpec) (backends.Session, error) {
+	if pooler, ok := b.(backends.Pooler); ok && len(start.ExtraMounts) == 0 {
+		if name := r.poolFor(b, spec); name != "" {
+			if info, ok := r.takePooled(name); ok {
+				claimed, err := pooler.Claim(ctx, info, start)
+				if err == nil {
+					r.mu.Lock()
+					r.counters.PoolHits++
+					r.mu.Unlock()
+					return claimed, nil
+				}
+				r.log.Warn().Err(err).Str("pool", name).Msg("cannot claim pooled sandbox; starting one")
+				_ = b.StopSession(context.WithoutCancel(ctx), info)
+			}
+			r.mu.Lock()
+			r.counters.PoolMisses++
+			r.mu.Unlock()
+		}
+	}
+	return b.StartSession(ctx, start)
+}
+
+func (r *Runtime) takePooled(name string) (backends.Session, bool) {
+	p := &r.pools
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ready := p.ready[name]
+	if len(ready) == 0 {
+		return backends.Session{}, false
+	}
+	info := ready[0]
+	p.ready[name] = ready[1:]
+	p.lastTake[name] = time.Now()
+	return info, true
+}
+
+// poolLoop keeps the pools filled until ctx ends.
+func (r *Runtime) poolLoop(ctx context.Context) {
+	defer r.bg.Done()
+	t := time.NewTicker(poolTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.fillPools(ctx)
+	}
+}
+
+// fillPools starts at most one sandbox per pool that is short and whose
+// refill interval has passed, and drains pools the configuration no longer
+// has (or shrank).
+func (r *Runtime) fillPools(ctx context.Context) {
+	r.mu.Lock()
+	b := r.backend
+	shutting := r.shuttingDown
+	r.mu.Unlock()
+	if b == nil || shutting {
+		return
+	}
+	if _, ok := b.(backends.Pooler); !ok {
+		return
+	}
+	want := map[string]PoolConfig{}
+	for _, pc := range r.Config().Durable.Pools {
+		if pc.Backend == "" || pc.Backend == b.Name() {
+			want[pc.Name] = pc
+		}
+	}
+	p := &r.pools
+	p.mu.Lock()
+	var extra []backends.Session
+	for name, ready := range p.ready {
+		if n := want[name].Size; len(ready) > n {
+			extra = append(extra, ready[n:]...)
+			p.ready[name] = ready[:n]
+		}
+	}
+	var todo []PoolConfig
+	now := time.Now()
+	for name, pc := range want {
+		short := len(p.ready[name])+p.starting[name] < pc.Size
+		rested := now.Sub(p.lastTake[name]) >= time.Duration(pc.RefillIntervalMS)*time.Millisecond
+		if short && rested && p.starting[name] == 0 {
+			p.starting[name]++
+			p.seq++
+			todo = append(todo, pc)
+		}
+	}
+	seq := p.seq
+	p.mu.Unlock()
+	for _, info := range extra {
+		_ = b.StopSession(context.WithoutCancel(ctx), info)
+	}
+	var wg sync.WaitGroup
+	for i, pc := range todo {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.fillOne(ctx, b, pc, fmt.Sprintf("%s%s-%d", PoolSessionPrefix, pc.Name, seq-i))
+		}()
+	}
+	wg.Wait()
+}
+
+// fillOne starts one sandbox for pool pc; one that comes back after the
+// runtime began shutting down is stopped at once.
+func (r *Runtime) fillOne(ctx context.Context, b backends.Backend, pc PoolConfig, id string) {
+	p := &r.pools
+	defer func() {
+		p.mu.Lock()
+		p.starting[pc.Name]--
+		p.mu.Unlock()
+	}()
+	sb, err := pc.sandbox()
+	if err != nil {
+		return
+	}
+	if sb.Image == "" {
+		sb.Image = b.DefaultImage()
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	info, err := b.StartSession(sctx, backends.SandboxSpec{SessionID: id, Sandbox: sb})
+	cancel()
+	if err != nil {
+		r.log.Warn().Err(err).Str("pool", pc.Name).Msg("cannot start a pooled sandbox")
+		return
+	}
+	r.mu.Lock()
+	shutting := r.shuttingDown
+	r.mu.Unlock()
+	if shutting || ctx.Err() != nil {
+		_ = b.StopSession(context.WithoutCancel(ctx), info)
+		return
+	}
+	p.mu.Lock()
+	p.ready[pc.Name] = append(p.ready[pc.Name], info)
+	p.mu.Unlock()
+}
+
+// drainPools stops every ready pooled sandbox (at exit).
+func (r *Runtime) drainPools(ctx context.Context, b backends.Backend) {
+	p := &r.pools
+	p.mu.Lock()
+	var all []backends.Session
+	for name, ready := range p.ready {
+		all = append(all, ready...)
+		delete(p.ready, name)
+	}
+	p.mu.Unlock()
+	if b == nil {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, info := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			_ = b.StopSession(sctx, info)
+			cancel()
+		}()
+	}
+	wg.Wait()
+}
+
+// PoolStatus is one pool in box_status.
+type PoolStatus struct {
+	Name  string `json:"name"`
+	Ready int    `json:"ready"`
+	Size  int    `json:"size"`
+}
+
+// poolStatus reports the configured pools.
+func (r *Runtime) poolStatus(cfg Durable) []PoolStatus {
+	p := &r.pools
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]PoolStatus, 0, len(cfg.Pools))
+	for _, pc := range cfg.Pools {
+		out = append(out, PoolStatus{Name: pc.Name, Ready: len(p.ready[pc.Name]), Size: pc.Size})
+	}
+	return out
+}

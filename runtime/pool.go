@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +19,11 @@ const PoolSessionPrefix = "__pool__"
 
 // poolTick is how often the pool loop checks its pools.
 const poolTick = 50 * time.Millisecond
+
+// refillQuiet is the least time between a take and the refill it causes,
+// so that the session that took a sandbox runs its first command without
+// a sandbox start competing for the CPU.
+const refillQuiet = 300 * time.Millisecond
 
 // warmPools holds the ready sandboxes by pool name.
 type warmPools struct {
@@ -148,7 +154,7 @@ func (r *Runtime) fillPools(ctx context.Context) {
 	now := time.Now()
 	for name, pc := range want {
 		short := len(p.ready[name])+p.starting[name] < pc.Size
-		rested := now.Sub(p.lastTake[name]) >= time.Duration(pc.RefillIntervalMS)*time.Millisecond
+		rested := now.Sub(p.lastTake[name]) >= max(time.Duration(pc.RefillIntervalMS)*time.Millisecond, refillQuiet)
 		if short && rested && p.starting[name] == 0 {
 			p.starting[name]++
 			p.seq++
@@ -192,6 +198,18 @@ func (r *Runtime) fillOne(ctx context.Context, b backends.Backend, pc PoolConfig
 	cancel()
 	if err != nil {
 		r.log.Warn().Err(err).Str("pool", pc.Name).Msg("cannot start a pooled sandbox")
+		return
+	}
+	// One exec warms what a sandbox's first exec would otherwise pay for
+	// (bwrap: mounting its disk, making its cgroup), so the session that
+	// takes it runs at warm-exec speed.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	_, err = b.Exec(wctx, info, backends.ExecRequest{Cmd: "true", Workdir: sb.MountPath, Timeout: 30 * time.Second,
+		Stdout: io.Discard, Stderr: io.Discard})
+	cancel()
+	if err != nil {
+		r.log.Warn().Err(err).Str("pool", pc.Name).Msg("a pooled sandbox failed its warm-up exec")
+		_ = b.StopSession(context.WithoutCancel(ctx), info)
 		return
 	}
 	r.mu.Lock()

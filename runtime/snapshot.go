@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -87,7 +88,8 @@ func (r *Runtime) exportOptions(sb backends.Sandbox) (opts backends.ExportOption
 
 // pipeExport runs the backend's export into a pipe and hands its reader to
 // consume; the export's error wins over consume's, which is usually only
-// its consequence.
+// its consequence, unless the export only failed because consume stopped
+// reading.
 func pipeExport(ctx context.Context, a backends.Archiver, info backends.Session, opts backends.ExportOptions,
 	consume func(io.Reader) error) error {
 	pr, pw := io.Pipe()
@@ -99,7 +101,7 @@ func pipeExport(ctx context.Context, a backends.Archiver, info backends.Session,
 	}()
 	cerr := consume(pr)
 	pr.CloseWithError(io.ErrClosedPipe) // unblocks an export consume gave up on
-	if err := <-errc; err != nil {
+	if err := <-errc; err != nil && (cerr == nil || !errors.Is(err, io.ErrClosedPipe)) {
 		return err
 	}
 	return cerr

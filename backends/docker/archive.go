@@ -19,7 +19,7 @@ var _ backends.Archiver = (*Backend)(nil)
 
 // engineManaged are paths of the container's root the engine provides
 // (kernel filesystems, files it binds in): never part of a snapshot.
-var engineManaged = []string{"/dev", "/proc", "/sys", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/.dockerenv"}
+var engineManaged = []string{"/dev", "/proc", "/sys", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/.dockerenv", "/sbin/docker-init"}
 
 // ExportFiles implements backends.Archiver, for a running or stopped
 // container: the workspace (volume, quota disk, or host_path when
@@ -51,6 +51,10 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 			return err
 		}
 	}
+	if info.ReadOnlyRootfs {
+		// Nothing can have changed in a read-only layer.
+		return tw.Close()
+	}
 	changes, err := b.cli.ContainerDiff(ctx, name)
 	if err != nil {
 		return b.sessionError(info, "listing the changes of container "+name, err)
@@ -58,9 +62,6 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 	mounts := []string{mountPath}
 	for _, m := range info.ExtraMounts {
 		mounts = append(mounts, m.MountPath)
-	}
-	if info.ReadOnlyRootfs {
-		mounts = append(mounts, "/tmp")
 	}
 	for _, p := range layerPaths(changes, append(mounts, engineManaged...)) {
 		dir := path.Dir(p)

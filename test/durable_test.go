@@ -1,11 +1,13 @@
 package test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,8 +92,26 @@ func TestSuspendSurvivesKill9(t *testing.T) {
 			p2 := Start(t, opts)
 			p2.MustCall("box_get_session", map[string]any{"session_id": "d1"}, &info)
 			assert.Equal(t, "suspended", info.State, "the restarted boxrt adopted the suspended session")
-			res = execIn(t, p2, durableSpec(backend, "d1", map[string]any{"cmd": useTool(backend)}))
-			assert.Equal(t, "kept\ntool-ok\n", res.Stdout, "%+v", res)
+			// Concurrent calls on the suspended session: one resume.
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r := p2.Call("box_exec", durableSpec(backend, "d1", map[string]any{"cmd": useTool(backend)}), 2*time.Minute)
+					if assert.Nil(t, r.Error) {
+						var res ExecResult
+						assert.NoError(t, json.Unmarshal(r.Result, &res))
+						assert.Equal(t, "kept\ntool-ok\n", res.Stdout, "%+v", res)
+					}
+				}()
+			}
+			wg.Wait()
+			var st struct {
+				TotalResumed int `json:"total_resumed"`
+			}
+			p2.MustCall("box_status", map[string]any{}, &st)
+			assert.Equal(t, 1, st.TotalResumed, "four concurrent execs resumed the session once")
 			p2.MustCall("box_get_session", map[string]any{"session_id": "d1"}, &info)
 			assert.Equal(t, "running", info.State)
 			p2.MustCall("box_delete_session", map[string]any{"session_id": "d1"}, nil)

@@ -114,7 +114,12 @@ func TestSuspendSurvivesKill9(t *testing.T) {
 			assert.Equal(t, 1, st.TotalResumed, "four concurrent execs resumed the session once")
 			p2.MustCall("box_get_session", map[string]any{"session_id": "d1"}, &info)
 			assert.Equal(t, "running", info.State)
+			// A suspended session is deleted like any other.
+			p2.MustCall("box_suspend_session", map[string]any{"session_id": "d1"}, &info)
 			p2.MustCall("box_delete_session", map[string]any{"session_id": "d1"}, nil)
+			assert.Equal(t, 0, sandboxesLeft(t, backend, state))
+			entries, _ := os.ReadDir(filepath.Join(state, "suspended"))
+			assert.Empty(t, entries, "no suspend record is left")
 		})
 	}
 }

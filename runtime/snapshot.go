@@ -195,6 +195,12 @@ func (r *Runtime) DeleteSnapshot(ctx context.Context, id string) error {
 // snapshot must come from this backend. A snapshot that copied its
 // host_path workspace restores into a workspace of the session's own.
 func (r *Runtime) fromSnapshot(ctx context.Context, b backends.Backend, spec Spec) (Spec, error) {
+	r.mu.Lock()
+	_, exists := r.sessions[spec.SessionID]
+	r.mu.Unlock()
+	if exists {
+		return spec, nil // an existing session ignores from_snapshot
+	}
 	store, err := r.snapshotStore()
 	if err != nil {
 		return spec, err

@@ -8,6 +8,10 @@ import (
 	"github.com/boxrt/boxrt/backends"
 )
 
+// reasonTTL is the destroy reason of the reaper; destroy counts it in
+// TotalReaped.
+const reasonTTL = "ttl"
+
 // reaperInterval is min(30 s, TTL); 0 when reaping is off.
 func reaperInterval(ttl time.Duration) time.Duration {
 	if ttl <= 0 {
@@ -76,22 +80,17 @@ func (r *Runtime) Reap(ctx context.Context) int {
 		switch {
 		case !still:
 		case action == IdleSuspend:
-			if err := r.suspendLocked(ctx, b, s, "ttl"); err == nil {
+			if err := r.suspendLocked(ctx, b, s, reasonTTL); err == nil {
 				suspended++
 			} else {
 				r.log.Warn().Err(err).Str("session_id", s.info.SessionID).Msg("cannot suspend idle session")
 			}
 		default:
-			if err := r.destroy(ctx, s, "ttl", false); err == nil {
+			if err := r.destroy(ctx, s, reasonTTL, false); err == nil {
 				reaped++
 			}
 		}
 		unlock()
-	}
-	if reaped > 0 {
-		r.mu.Lock()
-		r.counters.TotalReaped += int64(reaped)
-		r.mu.Unlock()
 	}
 	return reaped + suspended
 }

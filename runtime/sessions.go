@@ -392,6 +392,11 @@ func (r *Runtime) destroy(ctx context.Context, s *session, reason string, interr
 		delete(r.sessions, s.info.SessionID)
 	}
 	r.counters.TotalCleaned++
+	if reason == reasonTTL {
+		// Counted with the removal, so box_status never shows a reaped
+		// session gone but not counted.
+		r.counters.TotalReaped++
+	}
 	r.mu.Unlock()
 	close(s.deleted)
 	r.log.Info().Str("session_id", s.info.SessionID).Str("reason", reason).Err(err).Msg("session destroyed")

@@ -81,6 +81,7 @@ func TestSuspendSurvivesKill9(t *testing.T) {
 			res := execIn(t, p, durableSpec(backend, "d1", map[string]any{"cmd": installTool(backend)}))
 			require.Equal(t, 0, *res.ExitCode, "%+v", res)
 
+			p.MustCall("box_start_managed_process", map[string]any{"session_id": "d1", "spec": map[string]any{"command": "cat"}}, nil)
 			var info sessionState
 			p.MustCall("box_suspend_session", map[string]any{"session_id": "d1"}, &info)
 			assert.Equal(t, "suspended", info.State)
@@ -112,6 +113,13 @@ func TestSuspendSurvivesKill9(t *testing.T) {
 			}
 			p2.MustCall("box_status", map[string]any{}, &st)
 			assert.Equal(t, 1, st.TotalResumed, "four concurrent execs resumed the session once")
+			var proc struct {
+				Status  string `json:"status"`
+				Resumed bool   `json:"resumed"`
+			}
+			p2.MustCall("box_get_managed_process", map[string]any{"session_id": "d1"}, &proc)
+			assert.Equal(t, "running", proc.Status, "the managed process came back after the restart")
+			assert.True(t, proc.Resumed, "flagged: its replay buffer starts empty")
 			p2.MustCall("box_get_session", map[string]any{"session_id": "d1"}, &info)
 			assert.Equal(t, "running", info.State)
 			// A suspended session is deleted like any other.

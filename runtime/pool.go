@@ -43,9 +43,10 @@ func checkPoolID(id string) error {
 }
 
 // poolFor returns the name of a pool whose sandboxes fit spec, or "". Only
-// plain specs fit: no host path, extra mounts, skills or restore.
+// specs without a host path, extra mounts or skills fit; a restore or fork
+// fills the pooled sandbox like a fresh one.
 func (r *Runtime) poolFor(b backends.Backend, spec Spec) string {
-	if spec.restore != nil || hostWorkspace(spec.Sandbox) || len(spec.ExtraMounts) > 0 {
+	if hostWorkspace(spec.Sandbox) || len(spec.ExtraMounts) > 0 {
 		return ""
 	}
 	for _, p := range r.Config().Durable.Pools {

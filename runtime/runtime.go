@@ -43,6 +43,8 @@ type Runtime struct {
 	backend    backends.Backend
 	health     Health
 	sessions   map[string]*session
+	// execs are the live execs (execs.go).
+	execs execTable
 	// selecting is closed when the backend selection under way ends.
 	selecting    chan struct{}
 	creating     int
@@ -518,6 +520,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 	}
 	r.bg.Wait()
 	err := r.destroyWhere(ctx, func(s *session) bool { return !s.info.Persistent }, "exit")
+	r.stopExecs(func(*liveExec) bool { return true }, errCanceled)
 	r.stopAllProcesses(ctx)
 	r.mu.Lock()
 	b := r.backend

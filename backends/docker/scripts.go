@@ -94,6 +94,19 @@ rm -f "$3" 2>/dev/null
 exit $bk_c
 `
 
+// interactiveScript wraps an exec whose stdin is the command's (written to
+// by the host, or a terminal). $1 workdir, $2 command, $3 pid file. There
+// is no watcher (it would need the stdin): a kill goes through a helper
+// exec and the pid file, as signalScript does, and so does the sweep of
+// what is left when the exec ends, which also deletes the pid file. The
+// wrapper stays the session root so that every process of the command
+// shares its session (the kernel does not reuse a pid that is still a
+// session's id, so the sweep cannot hit a stranger).
+const interactiveScript = `
+{ echo $$ >"$3"; } 2>/dev/null
+{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" && sh -lc "$2"
+`
+
 // procScript starts a managed process. $1 cwd, $2 pid file, then the argv.
 // exec keeps the process's pid equal to the recorded session root and makes
 // the exec's exit code the process's own.

@@ -71,6 +71,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		Cmd:        []string{"sh", "-c", script, "boxrt-exec", workdir, req.Cmd, pidFile},
 	}
 	if req.TTY != nil {
+		opts.Cmd = append(opts.Cmd, "tty")
 		opts.Tty = true
 		opts.ConsoleSize = &[2]uint{uint(req.TTY.Rows), uint(req.TTY.Cols)}
 	}

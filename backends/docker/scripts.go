@@ -102,8 +102,20 @@ exit $bk_c
 // wrapper stays the session root so that every process of the command
 // shares its session (the kernel does not reuse a pid that is still a
 // session's id, so the sweep cannot hit a stranger).
+//
+// With a terminal ($4 = tty) the wrapper first waits (briefly, and only if
+// the image has stty) for the engine to size it: engines before API 1.42
+// ignore the size given at creation and boxrt resizes right after the
+// start, a moment after the command would otherwise have read 0x0.
 const interactiveScript = `
 { echo $$ >"$3"; } 2>/dev/null
+if [ "$4" = tty ] && command -v stty >/dev/null 2>&1; then
+	bk_i=0
+	while [ $bk_i -lt 200 ]; do
+		case $(stty size 2>/dev/null) in '' | '0 '* | *' 0') ;; *) break ;; esac
+		bk_i=$((bk_i + 1))
+	done
+fi
 { [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" && sh -lc "$2"
 `
 

@@ -176,10 +176,18 @@ type ExecRequest struct {
 	// arrives on Stdout.
 	TTY *TTYSize
 	// Resize carries new terminal sizes while the command runs (TTY only).
-	Resize <-chan TTYSize
+	Resize <-chan Resize
 	// Signals carries signals for the command's whole process tree while
 	// it runs. SIGKILL is not sent here: cancelling ctx kills the tree.
 	Signals <-chan syscall.Signal
+}
+
+// Resize asks a running TTY exec to change its terminal's size; the
+// backend answers on Done (buffered, capacity 1) once the size is in
+// effect, so that what the caller does next sees it.
+type Resize struct {
+	Size TTYSize
+	Done chan<- error
 }
 
 // TTYSize is a terminal's size in character cells.

@@ -88,7 +88,7 @@ type liveExec struct {
 	chunkers           [2]*chunker
 	stdout, stderr     *lockedHeadTail
 	cancel             context.CancelCauseFunc
-	resize             chan backends.TTYSize
+	resize             chan backends.Resize
 	signals            chan syscall.Signal
 	done               chan struct{}
 
@@ -113,7 +113,7 @@ func newLiveExec(ctx context.Context, s *session, spec Spec, opts ExecOptions, b
 	ctx, cancel := context.WithCancelCause(ctx)
 	x := &liveExec{
 		id: newExecID(), sessionID: spec.SessionID, cmd: spec.Cmd, s: s, background: background, tty: opts.PTY,
-		started: now, cancel: cancel, resize: make(chan backends.TTYSize), signals: make(chan syscall.Signal),
+		started: now, cancel: cancel, resize: make(chan backends.Resize), signals: make(chan syscall.Signal),
 		done:   make(chan struct{}),
 		stdout: &lockedHeadTail{h: newHeadTail(limit)}, stderr: &lockedHeadTail{h: newHeadTail(limit)},
 	}
@@ -434,9 +434,10 @@ func (r *Runtime) ResizeExec(ctx context.Context, id string, size backends.TTYSi
 	if x.tty == nil {
 		return boxerr.Validation("exec_id", "exec %s has no terminal (start it with pty)", id).With("exec_id", id)
 	}
+	done := make(chan error, 1)
 	select {
-	case x.resize <- size:
-		return nil
+	case x.resize <- backends.Resize{Size: size, Done: done}:
+		return <-done
 	case <-x.done:
 		return boxerr.Validation("exec_id", "exec %s has ended", id).With("exec_id", id)
 	case <-ctx.Done():

@@ -89,10 +89,14 @@ func (x *execIO) started() {
 	}
 }
 
-func (x *execIO) resize(sz backends.TTYSize) {
-	if x.master != nil {
-		_ = pty.Setsize(x.master, winsize(sz))
+func (x *execIO) resize(sz backends.TTYSize) error {
+	if x.master == nil {
+		return boxerr.Validation("pty", "the command has no terminal")
 	}
+	if err := pty.Setsize(x.master, winsize(sz)); err != nil {
+		return boxerr.Failure("bwrap: resizing the terminal: %v", err).Wrap(err)
+	}
+	return nil
 }
 
 // finish runs once the command has ended (or never started): it ends a

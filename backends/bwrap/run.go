@@ -829,8 +829,8 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 			canceled = true
 			r.kill()
 			waiting = false
-		case sz := <-req.Resize:
-			xio.resize(sz)
+		case rs := <-req.Resize:
+			rs.Done <- xio.resize(rs.Size)
 		case sig := <-req.Signals:
 			// A signal that finds nobody to receive it (the command is
 			// ending) is not the exec's failure.

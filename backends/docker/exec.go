@@ -124,9 +124,12 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		case <-ctx.Done():
 			cancelled = ctx.Err()
 			waiting = false
-		case sz := <-req.Resize:
-			// A failed resize leaves the old size; the command goes on.
-			_ = b.cli.ContainerExecResize(ctx, created.ID, container.ResizeOptions{Height: uint(sz.Rows), Width: uint(sz.Cols)})
+		case rs := <-req.Resize:
+			err := b.cli.ContainerExecResize(ctx, created.ID, container.ResizeOptions{Height: uint(rs.Size.Rows), Width: uint(rs.Size.Cols)})
+			if err != nil {
+				err = b.apiError("resizing the terminal of an exec in "+info.BackendSessionID, err)
+			}
+			rs.Done <- err
 		case sig := <-req.Signals:
 			if name, ok := signalNames[sig]; ok {
 				// Nobody left to signal is the command ending, not a failure.

@@ -111,7 +111,7 @@ const interactiveScript = `
 { echo $$ >"$3"; } 2>/dev/null
 if [ "$4" = tty ] && command -v stty >/dev/null 2>&1; then
 	bk_i=0
-	while [ $bk_i -lt 200 ]; do
+	while [ $bk_i -lt 2000 ]; do
 		case $(stty size 2>/dev/null) in '' | '0 '* | *' 0') ;; *) break ;; esac
 		bk_i=$((bk_i + 1))
 	done

@@ -421,7 +421,8 @@ func TestExecKillTree(t *testing.T) {
 					assert.Eventually(t, func() bool { return !hostHas(marker) }, 5*time.Second, 50*time.Millisecond, "the TERM-proof child survived")
 					var list struct {
 						Execs []struct {
-							ExecID, Status string
+							ExecID string `json:"exec_id"`
+							Status string `json:"status"`
 						} `json:"execs"`
 					}
 					e.c.call("box_exec_list", map[string]any{"session_id": "kill"}, &list)

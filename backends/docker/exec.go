@@ -54,8 +54,10 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	// A command that reads its stdin (or has a terminal) owns the exec's
 	// stdin, so the in-container watcher that kills on a line from boxrt
 	// cannot be used: those execs are killed through a helper exec and
-	// their pid file (see interactiveScript).
-	interactive := req.Stdin != nil || req.TTY != nil
+	// their pid file (see interactiveScript). So are execs that may be
+	// signalled: a signal can end the wrapper and leave a child that
+	// ignored it, which only the sweep at the end (by pid file) reaches.
+	interactive := req.Stdin != nil || req.TTY != nil || req.Signals != nil
 	script := execScript
 	if interactive {
 		script = interactiveScript
@@ -102,9 +104,14 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 			_ = b.signalSession(ictx, info.BackendSessionID, "", pidFile, "KILL", true)
 		}()
 	}
-	if req.Stdin != nil {
+	switch {
+	case req.Stdin != nil:
 		feed := feedStdin(&hj, req.Stdin, opts.Tty)
 		defer feed()
+	case interactive && !opts.Tty:
+		// Nothing to read: the command's stdin ends at once, like the
+		// /dev/null of a plain exec.
+		_ = hj.CloseWrite()
 	}
 
 	var expired <-chan time.Time

@@ -83,7 +83,8 @@ type liveExec struct {
 	s                  *session
 	background         bool
 	tty                *backends.TTYSize
-	started            time.Time
+	started            time.Time // on the runtime's clock, for the wire
+	t0                 time.Time // monotonic, for durations
 	out                *execOutput
 	chunkers           [2]*chunker
 	stdout, stderr     *lockedHeadTail
@@ -113,7 +114,7 @@ func newLiveExec(ctx context.Context, s *session, spec Spec, opts ExecOptions, b
 	ctx, cancel := context.WithCancelCause(ctx)
 	x := &liveExec{
 		id: newExecID(), sessionID: spec.SessionID, cmd: spec.Cmd, s: s, background: background, tty: opts.PTY,
-		started: now, cancel: cancel, resize: make(chan backends.Resize), signals: make(chan syscall.Signal),
+		started: now, t0: time.Now(), cancel: cancel, resize: make(chan backends.Resize), signals: make(chan syscall.Signal),
 		done:   make(chan struct{}),
 		stdout: &lockedHeadTail{h: newHeadTail(limit)}, stderr: &lockedHeadTail{h: newHeadTail(limit)},
 	}
@@ -349,7 +350,7 @@ func (r *Runtime) WaitExec(ctx context.Context, id string, timeout time.Duration
 	case <-ctx.Done():
 		return ExecResult{}, ctx.Err()
 	}
-	res := ExecResult{SessionID: x.sessionID, Status: StatusRunning, DurationMS: time.Since(x.started).Milliseconds()}
+	res := ExecResult{SessionID: x.sessionID, Status: StatusRunning, DurationMS: time.Since(x.t0).Milliseconds()}
 	res.Stdout, res.StdoutTruncated, res.StdoutBytes = x.stdout.snapshot()
 	res.Stderr, res.StderrTruncated, res.StderrBytes = x.stderr.snapshot()
 	r.mu.Lock()

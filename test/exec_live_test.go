@@ -567,3 +567,42 @@ func TestExecBackgroundLimits(t *testing.T) {
 	assert.Equal(t, "BoxValidationError", r.Error.Type())
 	assert.Equal(t, "exec_id", r.Error.Data["field"])
 }
+
+// TestCallStreams: boxrt call prints streamed output on stderr as it
+// arrives (raw or as JSON lines) and keeps stdout for the result; for
+// box_exec_start it follows the output to the exec's end.
+func TestCallStreams(t *testing.T) {
+	env := []string{`BOXRT_CONFIG={"backend":"bwrap"}`}
+	cases := []struct {
+		name, method, format string
+		check                func(t *testing.T, stdout, stderr string)
+	}{
+		{name: "box_exec raw", method: "box_exec", format: "raw", check: func(t *testing.T, stdout, stderr string) {
+			assert.Equal(t, "one\ntwo\n", stderr)
+			var res ExecResult
+			require.NoError(t, json.Unmarshal([]byte(stdout), &res))
+			assert.Equal(t, "one\ntwo\n", res.Stdout)
+		}},
+		{name: "box_exec_start jsonl", method: "box_exec_start", format: "jsonl", check: func(t *testing.T, stdout, stderr string) {
+			var info struct {
+				ExecID string `json:"exec_id"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(stdout), &info))
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			require.Len(t, lines, 3, stderr)
+			var last map[string]any
+			require.NoError(t, json.Unmarshal([]byte(lines[2]), &last))
+			assert.Equal(t, true, last["eof"])
+			assert.Equal(t, info.ExecID, last["exec_id"])
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, code := runCall(t, env, "", tc.method,
+				`{"session_id":"call-stream","cmd":"echo one; sleep 0.3; echo two","stream":true}`,
+				"--stream-format", tc.format, "--spawn-cmd", binPath+` serve --stdio --listen '' --log-level warn`)
+			require.Equal(t, 0, code, "stdout: %s stderr: %s", stdout, stderr)
+			tc.check(t, stdout, stderr)
+		})
+	}
+}

@@ -268,7 +268,8 @@ type outputNotice struct {
 }
 
 // outputSink notifies the request's connection of chunks, also after the
-// request has returned (until the connection ends).
+// request has returned (until the connection ends). Chunks already waiting
+// go out in one write.
 func outputSink(ctx context.Context) runtime.ChunkSink {
 	nctx := context.WithoutCancel(ctx)
 	reqID := rpc.RequestIDFrom(ctx)
@@ -281,6 +282,9 @@ func outputSink(ctx context.Context) runtime.ChunkSink {
 			n.Data = &s
 		default:
 			n.DataBase64 = base64.StdEncoding.EncodeToString(c.Data)
+		}
+		if c.More {
+			return rpc.NotifyQueued(nctx, OutputNotification, n)
 		}
 		return rpc.Notify(nctx, OutputNotification, n)
 	}

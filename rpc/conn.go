@@ -285,6 +285,19 @@ func RequestIDFrom(ctx context.Context) json.RawMessage {
 // notifying the connection after the request returned, until the
 // connection ends (ErrClosed). It waits while the peer is slow to read.
 func Notify(ctx context.Context, method string, params any) error {
+	return notify(ctx, method, params, true)
+}
+
+// NotifyQueued is Notify for a notification that more will follow at
+// once: it is queued, and written together with the next Notify (or
+// answer), or alone when the queue is large. A burst of notifications then
+// costs one write instead of one each. The caller must end the burst with
+// Notify, or the last ones may wait for the next write on the connection.
+func NotifyQueued(ctx context.Context, method string, params any) error {
+	return notify(ctx, method, params, false)
+}
+
+func notify(ctx context.Context, method string, params any, flush bool) error {
 	c, ok := ctx.Value(connKey{}).(*conn)
 	if !ok {
 		return errors.New("rpc: Notify outside a request")
@@ -293,7 +306,7 @@ func Notify(ctx context.Context, method string, params any) error {
 	if err != nil {
 		return err
 	}
-	return c.send(&Message{Method: method, Params: raw}, true)
+	return c.send(&Message{Method: method, Params: raw}, flush)
 }
 
 // TransportFrom returns the transport the request in ctx arrived on

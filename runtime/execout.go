@@ -37,6 +37,9 @@ type ExecChunk struct {
 	// EOF marks the last chunk a subscriber gets, without data: the
 	// exec ended and everything before was delivered.
 	EOF bool
+	// More says that the subscriber gets the next chunk right away, so a
+	// sink may hold this one back to send them together.
+	More bool
 }
 
 // ChunkSink receives an exec's chunks in order. It may block (the command
@@ -174,7 +177,8 @@ func (o *execOutput) follow(s *subscriber, sink ChunkSink, stop <-chan struct{})
 		}
 		closed, ch := o.closed, o.changed
 		o.mu.Unlock()
-		for _, c := range batch {
+		for i, c := range batch {
+			c.More = i < len(batch)-1
 			if sink(c) != nil {
 				return
 			}

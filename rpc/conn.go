@@ -176,23 +176,13 @@ func (c *conn) run(ctx context.Context, req *Request, flush bool) {
 	}
 	if !req.Notif && req.ID != nil {
 		ctx = context.WithValue(ctx, idKey{}, req.ID)
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		key := idString(req.ID)
-		c.mu.Lock()
-		if c.inflight == nil {
-			c.inflight = map[string]context.CancelFunc{}
+		// Only a request on its own goroutine can be cancelled: an inline
+		// one holds the reading goroutine, which would read the cancel.
+		if flush {
+			var done func()
+			ctx, done = c.cancellable(ctx, req.ID)
+			defer done()
 		}
-		// A client reusing the id of a request still in flight cancels
-		// the newer one only: the older one stays reachable by nobody.
-		c.inflight[key] = cancel
-		c.mu.Unlock()
-		defer func() {
-			c.mu.Lock()
-			delete(c.inflight, key)
-			c.mu.Unlock()
-		}()
 	}
 	result, err := c.srv.handler.Handle(ctx, req)
 	if !req.Notif {
@@ -242,6 +232,26 @@ func (c *conn) encode(m *Message) ([][]byte, error) {
 		}
 	}
 	return frames, nil
+}
+
+// cancellable registers ctx's request for $/cancelRequest until done.
+func (c *conn) cancellable(ctx context.Context, id json.RawMessage) (_ context.Context, done func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	key := idString(id)
+	c.mu.Lock()
+	if c.inflight == nil {
+		c.inflight = map[string]context.CancelFunc{}
+	}
+	// A client reusing the id of a request still in flight cancels the
+	// newer one only: the older one stays reachable by nobody.
+	c.inflight[key] = cancel
+	c.mu.Unlock()
+	return ctx, func() {
+		c.mu.Lock()
+		delete(c.inflight, key)
+		c.mu.Unlock()
+		cancel()
+	}
 }
 
 // cancelRequest handles $/cancelRequest.

@@ -371,15 +371,18 @@ func (r *Runtime) KillExec(ctx context.Context, id string, sig syscall.Signal) (
 		return ExecInfo{}, err
 	}
 	if sig != 0 && sig != syscall.SIGKILL {
-		select {
-		case x.signals <- sig:
-		case <-x.done:
-		case <-ctx.Done():
-			return ExecInfo{}, ctx.Err()
-		}
+		// The grace starts now: a backend that is slow to take the signal
+		// (or does not take signals) still ends in a kill.
 		t := time.NewTimer(ExecKillGrace)
 		defer t.Stop()
 		select {
+		case x.signals <- sig:
+			select {
+			case <-x.done:
+			case <-t.C:
+			case <-ctx.Done():
+				return ExecInfo{}, ctx.Err()
+			}
 		case <-x.done:
 		case <-t.C:
 		case <-ctx.Done():

@@ -70,7 +70,9 @@ func (p *execParams) decodeParams(raw json.RawMessage) error {
 // result); a cancelled request kills the command and answers status
 // canceled.
 func (d *Dispatcher) exec(ctx context.Context, p execParams) (runtime.ExecResult, error) {
-	opts := runtime.ExecOptions{PTY: p.opts.PTY}
+	// A terminal's input is the host's to type (box_exec_write_stdin with
+	// the exec id its chunks carry).
+	opts := runtime.ExecOptions{PTY: p.opts.PTY, Stdin: p.opts.PTY != nil}
 	if p.opts.Stream {
 		opts.Sink = outputSink(ctx)
 	}

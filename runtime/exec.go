@@ -163,7 +163,7 @@ func (r *Runtime) execIn(ctx context.Context, s *session, spec Spec, opts ExecOp
 }
 
 // runExec runs one command through the backend: with x, a live exec's
-// streams and controls, else plain head+tail buffers of limit bytes.
+// streams and controls, else plain head+tail buffers (outputLimit).
 func (r *Runtime) runExec(ctx context.Context, spec Spec, b backends.Backend, info backends.Session, x *liveExec) (_ ExecResult, gone bool, _ error) {
 	req := backends.ExecRequest{
 		Cmd:     spec.Cmd,

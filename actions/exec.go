@@ -25,18 +25,21 @@ const maxTTYCells = 1000
 // execParams is box_exec's params: the session spec plus the live options.
 type execParams struct {
 	spec runtime.Spec
-	opts liveOptions
+	opts LiveOptions
 }
 
-// liveOptions are the members box_exec and box_exec_start add to the spec.
-type liveOptions struct {
+// LiveOptions are the members box_exec and box_exec_start add to the spec.
+// The type is exported because it is embedded in the params' wire structs:
+// an exported embedded field stays out of the field paths that validation
+// errors name (pty.rows, not liveOptions.pty.rows).
+type LiveOptions struct {
 	// Stream sends the output as box_exec_output notifications while the
 	// command runs.
 	Stream bool              `json:"stream"`
 	PTY    *backends.TTYSize `json:"pty"`
 }
 
-func (o liveOptions) validate() error {
+func (o LiveOptions) validate() error {
 	if o.PTY != nil {
 		return validTTY("pty.", *o.PTY)
 	}
@@ -56,12 +59,12 @@ func validTTY(prefix string, sz backends.TTYSize) error {
 func (p *execParams) decodeParams(raw json.RawMessage) error {
 	w := struct {
 		runtime.Spec
-		liveOptions
+		LiveOptions
 	}{Spec: runtime.DefaultSpec()}
 	if err := decodeSpecInto(raw, &w.Spec, &w); err != nil {
 		return err
 	}
-	p.spec, p.opts = w.Spec, w.liveOptions
+	p.spec, p.opts = w.Spec, w.LiveOptions
 	return p.opts.validate()
 }
 
@@ -82,7 +85,7 @@ func (d *Dispatcher) exec(ctx context.Context, p execParams) (runtime.ExecResult
 // startParams is box_exec_start's: box_exec's plus stdin.
 type startParams struct {
 	spec  runtime.Spec
-	opts  liveOptions
+	opts  LiveOptions
 	stdin bool
 }
 
@@ -91,13 +94,13 @@ func (p *startParams) decodeParams(raw json.RawMessage) error {
 	spec.TimeoutSec = runtime.DefaultBackgroundTimeoutSec
 	w := struct {
 		runtime.Spec
-		liveOptions
+		LiveOptions
 		Stdin bool `json:"stdin"`
 	}{Spec: spec}
 	if err := decodeSpecInto(raw, &w.Spec, &w); err != nil {
 		return err
 	}
-	p.spec, p.opts, p.stdin = w.Spec, w.liveOptions, w.Stdin
+	p.spec, p.opts, p.stdin = w.Spec, w.LiveOptions, w.Stdin
 	return p.opts.validate()
 }
 

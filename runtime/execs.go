@@ -190,17 +190,26 @@ func (t *execTable) add(x *liveExec) {
 	t.byID[x.id] = x
 }
 
-// runningBackground counts s's background execs still running.
-func (t *execTable) runningBackground(s *session) int {
+// addBackground adds a background exec unless its session already runs
+// limit of them (counted and added in one step, so concurrent starts
+// cannot overshoot); it returns how many run.
+func (t *execTable) addBackground(x *liveExec, limit int) (int, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := 0
-	for _, x := range t.byID {
-		if x.s == s && x.background && !isClosed(x.done) {
+	for _, y := range t.byID {
+		if y.s == x.s && y.background && !isClosed(y.done) {
 			n++
 		}
 	}
-	return n
+	if n >= limit {
+		return n, false
+	}
+	if t.byID == nil {
+		t.byID = map[string]*liveExec{}
+	}
+	t.byID[x.id] = x
+	return n, true
 }
 
 // ended keeps a finished background exec for later waits and drops a
@@ -279,13 +288,13 @@ func (r *Runtime) StartExec(ctx context.Context, spec Spec, opts ExecOptions) (E
 	if err != nil {
 		return ExecInfo{}, err
 	}
-	if n := r.execs.runningBackground(s); n >= MaxBackgroundExecs {
+	x, xctx := newLiveExec(context.WithoutCancel(ctx), s, spec, opts, true, r.outputLimit(spec), r.clock.Now())
+	if n, ok := r.execs.addBackground(x, MaxBackgroundExecs); !ok {
+		x.cancel(nil)
 		r.releaseExec(s)
 		return ExecInfo{}, boxerr.CapacityExceeded("max_background_execs", MaxBackgroundExecs,
 			"session %s already runs %d background execs (max_background_execs)", spec.SessionID, n)
 	}
-	x, xctx := newLiveExec(context.WithoutCancel(ctx), s, spec, opts, true, r.outputLimit(spec), r.clock.Now())
-	r.execs.add(x)
 	r.mu.Lock()
 	deleting, info, b := s.deleting, s.sandboxInfo(), r.backend
 	r.counters.TotalExecs++

@@ -319,3 +319,36 @@ func TestForegroundCancel(t *testing.T) {
 	assert.True(t, got[len(got)-1].EOF, "every chunk is out before the result")
 	assert.Len(t, rt.ListSessions(), 1)
 }
+
+// TestBackgroundExecLimitConcurrent: concurrent starts never overshoot the
+// per-session limit.
+func TestBackgroundExecLimitConcurrent(t *testing.T) {
+	ctx := context.Background()
+	fb := newFake()
+	fb.execFn = blockingExec
+	rt, _ := newTestRuntime(t, fb, "")
+	s := spec("race")
+	s.Cmd = "serve"
+	_, err := rt.EnsureSession(ctx, s)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	started, refused := 0, 0
+	for i := 0; i < 2*MaxBackgroundExecs; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := rt.StartExec(ctx, s, ExecOptions{})
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				started++
+			} else if errors.Is(err, boxerr.ErrCapacityExceeded) {
+				refused++
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, MaxBackgroundExecs, started)
+	assert.Equal(t, MaxBackgroundExecs, refused)
+}

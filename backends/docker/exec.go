@@ -94,16 +94,6 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		// terminal now, as the docker CLI does after starting an exec.
 		_ = b.cli.ContainerExecResize(ctx, created.ID, container.ResizeOptions{Height: uint(req.TTY.Rows), Width: uint(req.TTY.Cols)})
 	}
-	if interactive {
-		// What the command left behind (a child that ignored a signal, a
-		// background job) goes with it, as everything in a bwrap exec's
-		// namespace does; this also removes the pid file.
-		defer func() {
-			ictx, cancel := cleanupContext(ctx, helperTimeout)
-			defer cancel()
-			_ = b.signalSession(ictx, info.BackendSessionID, "", pidFile, "KILL", true)
-		}()
-	}
 	switch {
 	case req.Stdin != nil:
 		feed := feedStdin(&hj, req.Stdin, opts.Tty)
@@ -171,6 +161,13 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	// dies. Either way the result says nothing about the command.
 	if (code == 126 || code > 128) && b.stopping(ictx, info) {
 		return backends.ExitStatus{}, containerGone(info, code)
+	}
+	if interactive {
+		// What the command left behind (a child that ignored a signal, a
+		// background job) goes with it, as everything in a bwrap exec's
+		// namespace does; this also removes the pid file. (A killed exec
+		// had the same sweep in killExec.)
+		_ = b.signalSession(ictx, info.BackendSessionID, "", pidFile, "KILL", true)
 	}
 	return backends.ExitStatus{ExitCode: code}, nil
 }

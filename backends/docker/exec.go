@@ -54,13 +54,15 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	// A command that reads its stdin (or has a terminal) owns the exec's
 	// stdin, so the in-container watcher that kills on a line from boxrt
 	// cannot be used: those execs are killed through a helper exec and
-	// their pid file (see interactiveScript). So are execs that may be
-	// signalled: a signal can end the wrapper and leave a child that
-	// ignored it, which only the sweep at the end (by pid file) reaches.
-	interactive := req.Stdin != nil || req.TTY != nil || req.Signals != nil
-	script := execScript
-	if interactive {
+	// their pid file (see interactiveScript). An exec that may be
+	// signalled keeps the watcher, in live mode (see execScript).
+	interactive := req.Stdin != nil || req.TTY != nil
+	script, mode := execScript, ""
+	switch {
+	case interactive:
 		script = interactiveScript
+	case req.Signals != nil:
+		mode = "live"
 	}
 	opts := container.ExecOptions{
 		AttachStdin:  true,
@@ -70,10 +72,10 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		// The wrapper creates and enters the real workdir; the engine would
 		// refuse a working directory that does not exist yet.
 		WorkingDir: "/",
-		Cmd:        []string{"sh", "-c", script, "boxrt-exec", workdir, req.Cmd, pidFile},
+		Cmd:        []string{"sh", "-c", script, "boxrt-exec", workdir, req.Cmd, pidFile, mode},
 	}
 	if req.TTY != nil {
-		opts.Cmd = append(opts.Cmd, "tty")
+		opts.Cmd[len(opts.Cmd)-1] = "tty"
 		opts.Tty = true
 		opts.ConsoleSize = &[2]uint{uint(req.TTY.Rows), uint(req.TTY.Cols)}
 	}
@@ -94,14 +96,9 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		// terminal now, as the docker CLI does after starting an exec.
 		_ = b.cli.ContainerExecResize(ctx, created.ID, container.ResizeOptions{Height: uint(req.TTY.Rows), Width: uint(req.TTY.Cols)})
 	}
-	switch {
-	case req.Stdin != nil:
+	if req.Stdin != nil {
 		feed := feedStdin(&hj, req.Stdin, opts.Tty)
 		defer feed()
-	case interactive && !opts.Tty:
-		// Nothing to read: the command's stdin ends at once, like the
-		// /dev/null of a plain exec.
-		_ = hj.CloseWrite()
 	}
 
 	var expired <-chan time.Time

@@ -22,13 +22,15 @@ func TestExecLive(t *testing.T) {
 		name   string
 		cmd    string
 		tty    bool
+		stdin  bool // give the command a stdin (else: an exec that may only be signalled)
 		cancel bool // cancel the exec's context after drive
 		drive  func(t *testing.T, in *io.PipeWriter, out *syncBuffer, resize chan<- backends.Resize, sig chan<- syscall.Signal)
 		check  func(t *testing.T, r result)
 	}{
 		{
-			name: "stdin round trip",
-			cmd:  "cat; echo end",
+			name:  "stdin round trip",
+			cmd:   "cat; echo end",
+			stdin: true,
 			drive: func(t *testing.T, in *io.PipeWriter, _ *syncBuffer, _ chan<- backends.Resize, _ chan<- syscall.Signal) {
 				_, _ = io.WriteString(in, "hello\n")
 				in.Close()
@@ -40,9 +42,10 @@ func TestExecLive(t *testing.T) {
 			},
 		},
 		{
-			name: "terminal and resize",
-			cmd:  "test -t 0 && test -t 1 && stty size; read l; stty size",
-			tty:  true,
+			name:  "terminal and resize",
+			cmd:   "test -t 0 && test -t 1 && stty size; read l; stty size",
+			tty:   true,
+			stdin: true,
 			drive: func(t *testing.T, in *io.PipeWriter, out *syncBuffer, resize chan<- backends.Resize, _ chan<- syscall.Signal) {
 				waitFor(t, out, "30 100")
 				done := make(chan error, 1)
@@ -75,8 +78,9 @@ func TestExecLive(t *testing.T) {
 			},
 		},
 		{
-			name: "a child left behind dies with the exec",
-			cmd:  "(trap '' TERM HUP; exec sleep 7732 >/dev/null 2>&1) & echo started",
+			name:  "with stdin: a child left behind dies with the exec",
+			cmd:   "(trap '' TERM HUP; exec sleep 7732 >/dev/null 2>&1) & echo started",
+			stdin: true,
 			drive: func(t *testing.T, in *io.PipeWriter, _ *syncBuffer, _ chan<- backends.Resize, _ chan<- syscall.Signal) {
 				in.Close()
 			},
@@ -87,13 +91,37 @@ func TestExecLive(t *testing.T) {
 				waitNoProcesses(t, b, info, "sleep 7732")
 			},
 		},
+		{
+			name:  "signalled only: a child left behind dies with the exec",
+			cmd:   "(trap '' TERM HUP; exec sleep 7733 >/dev/null 2>&1) & echo started",
+			drive: func(*testing.T, *io.PipeWriter, *syncBuffer, chan<- backends.Resize, chan<- syscall.Signal) {},
+			check: func(t *testing.T, r result) {
+				if r.err != nil || r.stdout != "started\n" {
+					t.Fatalf("got %q %v", r.stdout, r.err)
+				}
+				waitNoProcesses(t, b, info, "sleep 7733")
+			},
+		},
+		{
+			name:  "signalled only: stdin is empty",
+			cmd:   "cat; echo end",
+			drive: func(*testing.T, *io.PipeWriter, *syncBuffer, chan<- backends.Resize, chan<- syscall.Signal) {},
+			check: func(t *testing.T, r result) {
+				if r.err != nil || r.stdout != "end\n" {
+					t.Fatalf("got %q %v", r.stdout, r.err)
+				}
+			},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			inR, inW := io.Pipe()
 			resize, sig := make(chan backends.Resize), make(chan syscall.Signal)
 			var out syncBuffer
-			req := backends.ExecRequest{Cmd: tc.cmd, Stdin: inR, Resize: resize, Signals: sig, Stdout: &out, Timeout: 60 * time.Second}
+			req := backends.ExecRequest{Cmd: tc.cmd, Resize: resize, Signals: sig, Stdout: &out, Timeout: 60 * time.Second}
+			if tc.stdin {
+				req.Stdin = inR
+			}
 			if tc.tty {
 				req.TTY = &backends.TTYSize{Rows: 30, Cols: 100}
 			}

@@ -67,7 +67,8 @@ bk_kill() {
 }
 `
 
-// execScript wraps a box_exec command. $1 workdir, $2 command, $3 pid file.
+// execScript wraps a box_exec command. $1 workdir, $2 command, $3 pid file,
+// $4 "live" for an exec that may be signalled (see below).
 //
 // The kill path must not need a new process at kill time (the pids limit may
 // be exhausted, and `docker exec` itself needs a pid), so a watcher subshell
@@ -76,10 +77,19 @@ bk_kill() {
 // the whole session of the wrapper except itself. The command's own stdin is
 // /dev/null, as with a non-interactive docker exec. The pid file is only for
 // the fallback path (a second exec) if the watcher is gone.
+//
+// A live exec may get signals (box_exec_kill with TERM, …), which go to the
+// whole session; its watcher ignores them, and outlives the wrapper: when the
+// command ends it is the EOF of boxrt closing the exec's connection that
+// makes the watcher sweep what the command left behind (a child that ignored
+// the signal, a background job), as a bwrap exec's namespace goes with it.
+// A plain exec's watcher is killed at the end instead, and what the command
+// started in the background keeps running (the reference's behaviour).
 const execScript = killFuncs + `
 { echo $$ >"$3"; } 2>/dev/null
 exec 3<&0 </dev/null
 (
+	[ "$4" = live ] && trap '' TERM INT HUP QUIT USR1 USR2
 	read -r bk_self _ </proc/self/stat
 	read -r _ <&3
 	bk_kill KILL $$ "$bk_self" 2>/dev/null
@@ -89,8 +99,10 @@ bk_w=$!
 exec 3<&-
 { [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" && sh -lc "$2"
 bk_c=$?
-kill "$bk_w" 2>/dev/null
-rm -f "$3" 2>/dev/null
+if [ "$4" != live ]; then
+	kill "$bk_w" 2>/dev/null
+	rm -f "$3" 2>/dev/null
+fi
 exit $bk_c
 `
 

@@ -184,6 +184,11 @@ func (r *Runtime) runExec(ctx context.Context, spec Spec, b backends.Backend, in
 	status, err := b.Exec(ctx, info, req)
 	if x != nil {
 		x.endOutput()
+		if x.stdinR != nil {
+			// The backend closes it too; this ends a stdin write still
+			// waiting even if a backend forgot.
+			x.stdinR.Close()
+		}
 	}
 	if errors.Is(context.Cause(ctx), errDeleted) {
 		return ExecResult{}, false, boxerr.SessionNotFound(spec.SessionID).With("reason", "deleted").Wrap(errDeleted)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -55,7 +57,19 @@ Examples:
   boxrt call box_exec '{"session_id":"s1","cmd":"uname -a"}' --spawn
   echo '{"session_id":"s1"}' | boxrt call box_get_session - --url ws://127.0.0.1:5410
   boxrt call box_get_sessions --spawn-cmd 'boxrt serve --stdio --listen "" --config /etc/boxrt.yaml'
-  boxrt call box_get_session '{"session_id":"nope"}' --url ws://127.0.0.1:5410 | jq -r .error.type`,
+  boxrt call box_get_session '{"session_id":"nope"}' --url ws://127.0.0.1:5410 | jq -r .error.type
+
+Streaming: when PARAMS_JSON asks for "stream": true (box_exec,
+box_exec_start) or the method is box_exec_attach, the command's output is
+printed on stderr as it arrives (--stream-format raw: the bytes as the
+command wrote them, both streams; jsonl: one box_exec_output per line, for
+tools), while stdout still gets only the result. For box_exec_start and
+box_exec_attach the call then keeps following the output until the exec
+ends (or --timeout); interrupting boxrt call closes its connection, which
+cancels a streamed box_exec (status canceled) but leaves a background exec
+running.
+  boxrt call box_exec '{"session_id":"s1","cmd":"make test","stream":true}' --url ws://127.0.0.1:5410
+  boxrt call box_exec_attach '{"exec_id":"x-…"}' --url ws://127.0.0.1:5410 --stream-format jsonl 2>&1 >/dev/null | jq .`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "url", Usage: "runtime URL to dial, e.g. ws://127.0.0.1:5410"},
 			&cli.StringFlag{Name: "token-file", Usage: "read the control token from this file (default: $BOXRT_CONTROL_TOKEN, else for a loopback --url STATE_DIR/control-token)"},
@@ -64,6 +78,7 @@ Examples:
 			&cli.StringFlag{Name: "spawn-cmd", Usage: "command line to spawn instead (implies --spawn); quotes work as in a shell"},
 			&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "give up on the call after this long (reaching the runtime: at most 10s of it)"},
 			&cli.BoolFlag{Name: "verbose", Usage: "with --spawn, show the runtime's log on stderr as it runs"},
+			&cli.StringFlag{Name: "stream-format", Value: "raw", Usage: "how streamed exec output is printed on stderr: raw or jsonl"},
 		},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return &exitError{code: 2, msg: "call: " + err.Error() + " (see boxrt call --help)"}
@@ -80,6 +95,9 @@ type callArgs struct {
 	spawnCmd []string // nil: dial
 	timeout  time.Duration
 	verbose  bool
+	// streamFormat is "raw" or "jsonl"; stream says the call streams.
+	streamFormat string
+	stream       bool
 }
 
 func usageErr(format string, args ...any) error {
@@ -174,6 +192,12 @@ func parseCallArgs(c *cli.Context, stdin io.Reader) (*callArgs, error) {
 		}
 		a.params = raw
 	}
+
+	a.streamFormat = str("stream-format")
+	if a.streamFormat != "raw" && a.streamFormat != "jsonl" {
+		return nil, usageErr("--stream-format must be raw or jsonl, got %q", a.streamFormat)
+	}
+	a.stream = streams(a.method, a.params)
 
 	spawn := boolean("spawn")
 	if sc := str("spawn-cmd"); sc != "" {
@@ -284,7 +308,11 @@ func runCall(c *cli.Context) error {
 	}
 	var result json.RawMessage
 	if err == nil {
-		err = client.Call(ctx, a.method, a.params, &result)
+		if a.stream {
+			err = callStreaming(ctx, client, a, c.App.Writer, c.App.ErrWriter)
+		} else {
+			err = client.Call(ctx, a.method, a.params, &result)
+		}
 		// Close before printing: in spawn mode it waits for the child's
 		// shutdown, whose log belongs before our verdict.
 		_ = client.Close()
@@ -296,8 +324,69 @@ func runCall(c *cli.Context) error {
 		writeIndented(c.App.Writer, callErrorJSON(err, a.timeout))
 		return &exitError{code: 1}
 	}
-	writeIndented(c.App.Writer, result)
+	if !a.stream {
+		writeIndented(c.App.Writer, result)
+	}
 	return nil
+}
+
+// streams reports whether a call streams exec output to its connection.
+func streams(method string, params json.RawMessage) bool {
+	if method == "box_exec_attach" {
+		return true
+	}
+	var p struct {
+		Stream bool `json:"stream"`
+	}
+	return (method == "box_exec" || method == "box_exec_start") && json.Unmarshal(params, &p) == nil && p.Stream
+}
+
+// callStreaming makes a streaming call: the output goes to errOut as it
+// arrives, the result to out (for box_exec after the output, which ends
+// before it; for box_exec_start and box_exec_attach at once, then the
+// output is followed to its end).
+func callStreaming(ctx context.Context, client *reconnect.Client, a *callArgs, out, errOut io.Writer) error {
+	ended := make(chan reconnect.ExecOutput, 1)
+	var result json.RawMessage
+	err := client.CallStream(ctx, a.method, a.params, &result, func(o reconnect.ExecOutput) {
+		printOutput(errOut, a.streamFormat, o)
+		if o.EOF || o.Err != nil {
+			ended <- o
+		}
+	})
+	if err != nil {
+		return err
+	}
+	writeIndented(out, result)
+	select {
+	case o := <-ended:
+		return o.Err
+	case <-ctx.Done():
+		return fmt.Errorf("following the exec's output: %w", context.Cause(ctx))
+	}
+}
+
+// printOutput prints one chunk: raw bytes, or a JSON line.
+func printOutput(w io.Writer, format string, o reconnect.ExecOutput) {
+	if format == "raw" {
+		if len(o.Data) > 0 {
+			_, _ = w.Write(o.Data)
+		}
+		return
+	}
+	line := map[string]any{"exec_id": o.ExecID, "seq": o.Seq}
+	switch {
+	case o.Err != nil:
+		line = map[string]any{"error": o.Err.Error()}
+	case o.EOF:
+		line["eof"] = true
+	case utf8.Valid(o.Data):
+		line["stream"], line["data"] = o.Stream, string(o.Data)
+	default:
+		line["stream"], line["data_base64"] = o.Stream, base64.StdEncoding.EncodeToString(o.Data)
+	}
+	b, _ := json.Marshal(line)
+	_, _ = w.Write(append(b, '\n'))
 }
 
 // callErrorJSON renders err as {"error":{…}}: a typed *reconnect.Error as

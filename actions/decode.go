@@ -98,16 +98,22 @@ func jsonKind(goKind string) string {
 // BoxValidationErrors naming the field.
 func DecodeSpec(raw json.RawMessage) (runtime.Spec, error) {
 	spec := runtime.DefaultSpec()
-	if err := DecodeParams(raw, &spec); err != nil {
+	if err := decodeSpecInto(raw, &spec, &spec); err != nil {
 		return runtime.Spec{}, err
+	}
+	return spec, nil
+}
+
+// decodeSpecInto decodes raw strictly into v, a struct that is spec or
+// embeds it next to a method's own members, then normalises spec.
+func decodeSpecInto(raw json.RawMessage, spec *runtime.Spec, v any) error {
+	if err := DecodeParams(raw, v); err != nil {
+		return err
 	}
 	// The reference defaults workdir to mount_path when workdir is absent,
 	// null or empty.
 	if strings.TrimSpace(spec.Workdir) == "" {
 		spec.Workdir = spec.MountPath
 	}
-	if err := spec.Normalize(); err != nil {
-		return runtime.Spec{}, err
-	}
-	return spec, nil
+	return spec.Normalize()
 }

@@ -1,6 +1,7 @@
 package actions
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -154,4 +155,34 @@ func FuzzDecodeSpec(f *testing.F) {
 			t.Fatalf("a decoded spec fails its own validation: %v", err)
 		}
 	})
+}
+
+// TestLiveParamsFieldPaths: errors in the live members of box_exec and
+// box_exec_start name the wire field.
+func TestLiveParamsFieldPaths(t *testing.T) {
+	cases := []struct {
+		name, raw, field string
+		start            bool
+	}{
+		{name: "stream type", raw: `{"session_id":"s","cmd":"x","stream":"yes"}`, field: "stream"},
+		{name: "pty rows type", raw: `{"session_id":"s","cmd":"x","pty":{"rows":"a","cols":1}}`, field: "pty.rows"},
+		{name: "pty rows range", raw: `{"session_id":"s","cmd":"x","pty":{"rows":0,"cols":1}}`, field: "pty.rows"},
+		{name: "stdin only on start", raw: `{"session_id":"s","cmd":"x","stdin":true}`, field: "stdin"},
+		{name: "stdin type on start", raw: `{"session_id":"s","cmd":"x","stdin":1}`, field: "stdin", start: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			if tc.start {
+				var p startParams
+				err = p.decodeParams(json.RawMessage(tc.raw))
+			} else {
+				var p execParams
+				err = p.decodeParams(json.RawMessage(tc.raw))
+			}
+			var be *boxerr.Error
+			require.True(t, errors.As(err, &be), "%v", err)
+			assert.Equal(t, tc.field, be.Details["field"])
+		})
+	}
 }

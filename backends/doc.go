@@ -9,4 +9,10 @@
 // (Spec, SessionInfo, ExecResult) is runtime's. It is a leaf of the
 // dependency graph: runtime and every backend subpackage import it, it
 // imports only runtime/boxerr.
+//
+// ExecRequest's live fields (Stdin, TTY, Resize, Signals) are part of the
+// Exec contract, not an option: the runtime sets them for streamed and
+// background execs and waits on them (a stdin write until the backend
+// reads it, a resize until Done, a signal until it is taken), so every
+// backend must serve them while the command runs.
 package backends

@@ -168,6 +168,34 @@ type ExecRequest struct {
 	Timeout time.Duration
 	Stdout  io.Writer
 	Stderr  io.Writer
+	// Stdin, when not nil, is the command's standard input (nil: an empty
+	// one, /dev/null). The backend copies it to the command until EOF,
+	// then closes the command's stdin; it closes Stdin itself when the
+	// command has ended, which is what ends a Read still pending on it.
+	Stdin io.ReadCloser
+	// TTY, when not nil, runs the command on a pseudo-terminal of that
+	// size: stdin, stdout and stderr are the terminal, and all output
+	// arrives on Stdout.
+	TTY *TTYSize
+	// Resize carries new terminal sizes while the command runs (TTY only).
+	Resize <-chan Resize
+	// Signals carries signals for the command's whole process tree while
+	// it runs. SIGKILL is not sent here: cancelling ctx kills the tree.
+	Signals <-chan syscall.Signal
+}
+
+// Resize asks a running TTY exec to change its terminal's size; the
+// backend answers on Done (buffered, capacity 1) once the size is in
+// effect, so that what the caller does next sees it.
+type Resize struct {
+	Size TTYSize
+	Done chan<- error
+}
+
+// TTYSize is a terminal's size in character cells.
+type TTYSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
 }
 
 // ExitStatus is how a command ended. ExitCode is meaningless when TimedOut.

@@ -2,6 +2,7 @@ package reconnect
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -32,6 +33,8 @@ type Client struct {
 	done    chan struct{} // closed when the supervisor has stopped everything
 	first   chan error    // outcome of the first connection, sent once
 	ownHTTP *http.Client  // the default handshake client, if we made it
+
+	streams streams
 
 	mu       sync.Mutex
 	cur      *link         // the link calls use; nil while down
@@ -290,6 +293,8 @@ func (c *Client) connect() (*link, error) {
 	if err != nil {
 		return nil, err
 	}
+	notify := c.notified
+	l.onNotify.Store(&notify)
 	fail := func(step string, err error) (*link, error) {
 		if l.child != nil && l.child.waitExit(100*time.Millisecond) {
 			// The child died during the handshake; its exit status and
@@ -355,13 +360,25 @@ func (c *Client) publish(l *link) {
 
 func (c *Client) withdraw(l *link, cause error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.cur == l {
 		c.cur = nil
 		c.ready = make(chan struct{})
 	}
 	c.lastErr = cause
 	close(l.released)
+	c.mu.Unlock()
+	c.streams.lost(l, cause)
+}
+
+// notified handles a notification from boxrt: exec output goes to its
+// CallStream, everything goes to WithOnNotification.
+func (c *Client) notified(method string, params json.RawMessage) {
+	if method == OutputNotification {
+		c.streams.deliver(params)
+	}
+	if c.o.onNotification != nil {
+		c.o.onNotification(method, params)
+	}
 }
 
 func (c *Client) setLastErr(err error) {

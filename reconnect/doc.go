@@ -22,6 +22,12 @@
 //   - Errors: boxrt's wire errors come back as *Error, matched with
 //     errors.Is against ErrSessionNotFound, ErrValidation, … and unpacked
 //     with errors.As.
+//   - Streams: CallStream makes a call that streams an exec's output
+//     (box_exec or box_exec_start with "stream": true, box_exec_attach) and
+//     hands each box_exec_output chunk to a callback of that call, in order,
+//     ending with EOF or, when the link drops, a retryable error (the exec
+//     goes on in boxrt: re-attach after the reconnect from the next seq).
+//     WithOnNotification sees every notification.
 //
 // Close stops the heartbeat and any reconnect and ends the child or socket;
 // when it returns nothing of the Client is left running.

@@ -174,3 +174,52 @@ func startFakeRuntime(token string) (url string, stop func()) {
 	}))
 	return srv.URL, func() { srv.CloseClientConnections(); srv.Close(); wg.Wait() }
 }
+
+// A host that runs a long command in the background, shows its output as
+// it arrives, and picks the stream up again after a reconnect.
+func ExampleClient_CallStream() {
+	ctx := context.Background()
+	c, err := reconnect.Dial(ctx, "ws://127.0.0.1:5410", reconnect.WithToken(os.Getenv("BOXRT_CONTROL_TOKEN")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	// The callback runs on the link's reader: hand the chunks over.
+	chunks := make(chan reconnect.ExecOutput, 256)
+	onOutput := func(o reconnect.ExecOutput) { chunks <- o }
+
+	var started struct {
+		ExecID string `json:"exec_id"`
+	}
+	err = c.CallStream(ctx, "box_exec_start", map[string]any{
+		"session_id": "build-7", "cmd": "make -j4 all", "stream": true,
+	}, &started, onOutput)
+	if err != nil {
+		log.Fatal(err)
+	}
+	next := int64(0)
+	for o := range chunks {
+		switch {
+		case o.EOF:
+			var res struct {
+				ExitCode *int `json:"exit_code"`
+			}
+			if err := c.Call(ctx, "box_exec_wait", map[string]any{"exec_id": started.ExecID}, &res); err != nil {
+				log.Fatal(err)
+			}
+			fmt.Println("exit code", *res.ExitCode)
+			return
+		case o.Err != nil:
+			// The link dropped; the build goes on. Once the client has
+			// reconnected, catch up from the next chunk.
+			err := c.CallStream(ctx, "box_exec_attach", map[string]any{"exec_id": started.ExecID, "from_seq": next}, nil, onOutput)
+			if err != nil {
+				log.Fatal(err)
+			}
+		default:
+			next = o.Seq + 1
+			os.Stdout.Write(o.Data)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
@@ -40,6 +41,10 @@ type link struct {
 	// released is closed once the Client stopped handing this link to new
 	// calls, which a call that found it already down waits for.
 	released chan struct{}
+
+	// onNotify receives the runtime's notifications (set by the Client
+	// before the link carries any call that could cause one).
+	onNotify atomic.Pointer[func(method string, params json.RawMessage)]
 
 	wg sync.WaitGroup // watch and reply goroutines
 }
@@ -144,7 +149,7 @@ func (l *link) Call(ctx context.Context, method string, params, result any) erro
 	return l.call(ctx, method, params, result)
 }
 
-func (l *link) call(ctx context.Context, method string, params, result any) error {
+func (l *link) call(ctx context.Context, method string, params, result any, opts ...jsonrpc2.CallOption) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: %w", method, context.Cause(ctx))
 	}
@@ -156,7 +161,7 @@ func (l *link) call(ctx context.Context, method string, params, result any) erro
 		return l.lost(ctx, method)
 	}
 	l.wctx = ctx
-	w, err := l.conn.DispatchCall(ctx, method, params)
+	w, err := l.conn.DispatchCall(ctx, method, params, opts...)
 	l.wctx = nil
 	<-l.wsem
 	if err != nil {
@@ -211,8 +216,13 @@ func (l *link) lost(ctx context.Context, method string) error {
 // sends, with "method not found", as JSON-RPC requires of a peer.
 type refuseRequests struct{ l *link }
 
+// Notifications (exec output, file events) go to the Client, in order, on
+// the reading goroutine.
 func (h refuseRequests) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	if req.Notif {
+		if fn := h.l.onNotify.Load(); fn != nil && req.Params != nil {
+			(*fn)(req.Method, *req.Params)
+		}
 		return
 	}
 	// Not on the reader goroutine: a write blocked on a full pipe would

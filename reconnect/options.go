@@ -2,6 +2,7 @@ package reconnect
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -90,8 +91,10 @@ type options struct {
 
 	onConnect     func(ctx context.Context, c Caller) error
 	onStateChange func(State, error)
-	clock         Clock
-	logger        *slog.Logger
+	// onNotification gets every notification boxrt sends.
+	onNotification func(method string, params json.RawMessage)
+	clock          Clock
+	logger         *slog.Logger
 
 	// test seams
 	rand      func() float64 // uniform in [0, 1)
@@ -232,6 +235,14 @@ func WithOnConnect(fn func(ctx context.Context, c Caller) error) Option {
 // supervising goroutine: it must return quickly and must not call Close.
 func WithOnStateChange(fn func(s State, err error)) Option {
 	return func(o *options) { o.onStateChange = fn }
+}
+
+// WithOnNotification is called with every notification boxrt sends
+// (method and raw params), in order, on the link's reading goroutine: it
+// must return quickly. Exec output is easier to take per exec through
+// Client.CallStream.
+func WithOnNotification(fn func(method string, params json.RawMessage)) Option {
+	return func(o *options) { o.onNotification = fn }
 }
 
 // WithClock replaces the time source for heartbeat and backoff (tests).

@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,13 +45,23 @@ type conn struct {
 	out       outbox
 	sem       chan struct{}
 
-	mu       sync.Mutex // guards closed against handlers.Add
+	mu       sync.Mutex // guards closed against handlers.Add, and inflight
 	closed   bool
 	handlers sync.WaitGroup
+	// inflight cancels a running request by its id ($/cancelRequest).
+	inflight map[string]context.CancelFunc
 }
 
 type connKey struct{}
 type metaKey struct{}
+type idKey struct{}
+
+// CancelMethod is the notification that cancels an in-flight request, as
+// in the Language Server Protocol: params {"id": <the request's id>}. The
+// request's context is cancelled; the handler still answers (what a
+// cancelled call answers is the method's business). An unknown or
+// finished id is ignored.
+const CancelMethod = "$/cancelRequest"
 
 func (s *Server) serve(ctx context.Context, fc frameConn, transport string) {
 	c := &conn{srv: s, fc: fc, codec: s.newCodec(), transport: transport, sem: make(chan struct{}, s.maxInFlight)}
@@ -116,6 +127,10 @@ func (c *conn) readLoop(ctx context.Context) {
 			c.send(&Message{ID: de.ID, Error: de.Err}, false)
 			continue
 		}
+		if req != nil && req.Notif && req.Method == CancelMethod {
+			c.cancelRequest(req.Params)
+			continue
+		}
 		if req != nil {
 			req.Transport = c.transport
 			c.dispatch(ctx, req)
@@ -158,6 +173,16 @@ func (c *conn) run(ctx context.Context, req *Request, flush bool) {
 	start := time.Now()
 	if req.Meta != nil {
 		ctx = context.WithValue(ctx, metaKey{}, req.Meta)
+	}
+	if !req.Notif && req.ID != nil {
+		ctx = context.WithValue(ctx, idKey{}, req.ID)
+		// Only a request on its own goroutine can be cancelled: an inline
+		// one holds the reading goroutine, which would read the cancel.
+		if flush {
+			var done func()
+			ctx, done = c.cancellable(ctx, req.ID)
+			defer done()
+		}
 	}
 	result, err := c.srv.handler.Handle(ctx, req)
 	if !req.Notif {
@@ -209,9 +234,80 @@ func (c *conn) encode(m *Message) ([][]byte, error) {
 	return frames, nil
 }
 
+// cancellable registers ctx's request for $/cancelRequest until done.
+func (c *conn) cancellable(ctx context.Context, id json.RawMessage) (_ context.Context, done func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	key := idString(id)
+	c.mu.Lock()
+	if c.inflight == nil {
+		c.inflight = map[string]context.CancelFunc{}
+	}
+	// A client reusing the id of a request still in flight cancels the
+	// newer one only: the older one stays reachable by nobody.
+	c.inflight[key] = cancel
+	c.mu.Unlock()
+	return ctx, func() {
+		c.mu.Lock()
+		delete(c.inflight, key)
+		c.mu.Unlock()
+		cancel()
+	}
+}
+
+// cancelRequest handles $/cancelRequest.
+func (c *conn) cancelRequest(params json.RawMessage) {
+	var p struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(params, &p) != nil || len(p.ID) == 0 {
+		c.srv.log.Debug().Msg("ignored " + CancelMethod + " without an id")
+		return
+	}
+	c.mu.Lock()
+	cancel := c.inflight[idString(p.ID)]
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// idString is an id's canonical JSON (no insignificant whitespace), so the
+// id in $/cancelRequest matches the request's however either was spaced.
+func idString(id json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, id) != nil {
+		return string(id)
+	}
+	return b.String()
+}
+
+// RequestIDFrom returns the id of the request in ctx (nil for a
+// notification or outside a request), e.g. to name the request in the
+// notifications it causes.
+func RequestIDFrom(ctx context.Context) json.RawMessage {
+	id, _ := ctx.Value(idKey{}).(json.RawMessage)
+	return id
+}
+
 // Notify sends a server-initiated notification (no id, no answer) on the
-// connection the request in ctx arrived on.
+// connection the request in ctx arrived on. It only needs ctx's values, so
+// a context detached from the request (context.WithoutCancel) keeps
+// notifying the connection after the request returned, until the
+// connection ends (ErrClosed). It waits while the peer is slow to read.
 func Notify(ctx context.Context, method string, params any) error {
+	return notify(ctx, method, params, true)
+}
+
+// NotifyQueued is Notify for a notification that more will follow at
+// once: it is queued, and written together with the next Notify (or
+// answer), or alone when the queue is large. A burst of notifications then
+// costs one write instead of one each. The caller must end the burst with
+// Notify, or the last ones may wait for the next write on the connection.
+func NotifyQueued(ctx context.Context, method string, params any) error {
+	return notify(ctx, method, params, false)
+}
+
+func notify(ctx context.Context, method string, params any, flush bool) error {
 	c, ok := ctx.Value(connKey{}).(*conn)
 	if !ok {
 		return errors.New("rpc: Notify outside a request")
@@ -220,7 +316,7 @@ func Notify(ctx context.Context, method string, params any) error {
 	if err != nil {
 		return err
 	}
-	return c.send(&Message{Method: method, Params: raw}, true)
+	return c.send(&Message{Method: method, Params: raw}, flush)
 }
 
 // TransportFrom returns the transport the request in ctx arrived on

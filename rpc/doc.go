@@ -3,9 +3,10 @@
 // pluggable Codec for the envelope (JSON-RPC 2.0 here, LangBot's
 // action-RPC envelope later). The loop owns what every envelope shares:
 // frame size limits, decoding each frame once, the per-connection
-// in-flight bound, cancellation when the connection ends, encoding each
-// answer once, coalesced writes, and server-initiated notifications
-// (Notify). It also owns bearer-token authentication, the Host/Origin guard in
+// in-flight bound, cancellation when the connection ends or by the
+// LSP-style $/cancelRequest notification, encoding each answer once,
+// coalesced writes, and server-initiated notifications (Notify,
+// NotifyQueued). It also owns bearer-token authentication, the Host/Origin guard in
 // front of every HTTP route, and the encoding of errors into wire errors. jsonrpc2 contributes its Error type; its Conn
 // is the reconnect client's, not the server's.
 //

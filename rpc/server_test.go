@@ -322,3 +322,44 @@ func TestCodecIsPluggable(t *testing.T) {
 func TestNotifyOutsideARequest(t *testing.T) {
 	assert.Error(t, Notify(context.Background(), "m", nil))
 }
+
+// TestCancelRequest: $/cancelRequest cancels the context of the request
+// with that id, however the id is spelled; the handler still answers, and
+// unknown ids or malformed cancels change nothing.
+func TestCancelRequest(t *testing.T) {
+	h := funcHandler(func(ctx context.Context, req *Request) (json.RawMessage, error) {
+		if req.Method != "wait" {
+			return json.RawMessage(`"quick"`), nil
+		}
+		assert.Equal(t, string(req.ID), string(RequestIDFrom(ctx)))
+		select {
+		case <-ctx.Done():
+			return json.RawMessage(`"canceled"`), nil
+		case <-time.After(10 * time.Second):
+			return json.RawMessage(`"not canceled"`), nil
+		}
+	})
+	cases := []struct {
+		name, id, cancel string
+	}{
+		{name: "number", id: `7`, cancel: `{"id":7}`},
+		{name: "string", id: `"req-7"`, cancel: `{"id": "req-7"}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, stop := startStdio(t, h)
+			defer stop()
+			go func() {
+				fmt.Fprintf(c.w, `{"jsonrpc":"2.0","id":%s,"method":"wait"}`+"\n", tc.id)
+				fmt.Fprint(c.w, `{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":"unknown"}}`+"\n")
+				fmt.Fprint(c.w, `{"jsonrpc":"2.0","method":"$/cancelRequest","params":[]}`+"\n")
+				fmt.Fprint(c.w, `{"jsonrpc":"2.0","id":8,"method":"other"}`+"\n")
+			}()
+			r := c.read(t)
+			assert.Equal(t, "quick", r["result"], "a malformed or unknown cancel is ignored")
+			go fmt.Fprintf(c.w, `{"jsonrpc":"2.0","method":"$/cancelRequest","params":%s}`+"\n", tc.cancel)
+			r = c.read(t)
+			assert.Equal(t, "canceled", r["result"])
+		})
+	}
+}

@@ -1,7 +1,9 @@
 // Package runtime owns boxrt's state: the configuration and its atomic
 // updates, backend selection with a cached health probe, the session table
 // (get-or-create, compatibility, liveness, capacity), exec with bounded
-// head/tail output capture, managed processes, and the TTL reaper. It owns
+// head/tail output capture, live execs (execs.go: streamed output through a
+// bounded replay log, background execs with stdin, terminals, kill and
+// re-attach by exec id), managed processes, and the TTL reaper. It owns
 // the wire-facing session model too (model.go): Spec with its defaults and
 // validation, SessionInfo as the host sees it, ExecResult, and
 // compatibilityFields, the one list of the fields a reused session must

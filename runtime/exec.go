@@ -48,9 +48,23 @@ type ExecEvent struct {
 // EnsureSession does). A timeout kills the command's process tree and keeps
 // the session; its files and state survive.
 func (r *Runtime) Exec(ctx context.Context, spec Spec) (ExecResult, error) {
+	return r.ExecWith(ctx, spec, ExecOptions{})
+}
+
+// ExecWith is Exec with live options: streamed output, a terminal, stdin.
+// Such an exec has an id (in its chunks) by which KillExec and friends
+// reach it while it runs. Cancelling ctx kills the command's tree and
+// answers with status canceled.
+func (r *Runtime) ExecWith(ctx context.Context, spec Spec, opts ExecOptions) (ExecResult, error) {
 	start := time.Now()
-	res, err := r.exec(ctx, spec)
-	ev := ExecEvent{SessionID: spec.SessionID, Backend: res.BackendName, Duration: time.Since(start), Status: res.Status,
+	res, err := r.exec(ctx, spec, opts)
+	r.observeExec(spec, res, err, time.Since(start))
+	return res, err
+}
+
+// observeExec logs a finished exec and reports it to the exec observer.
+func (r *Runtime) observeExec(spec Spec, res ExecResult, err error, d time.Duration) {
+	ev := ExecEvent{SessionID: spec.SessionID, Backend: res.BackendName, Duration: d, Status: res.Status,
 		Truncated: res.StdoutTruncated || res.StderrTruncated}
 	log := r.log.Info()
 	if err != nil {
@@ -71,7 +85,6 @@ func (r *Runtime) Exec(ctx context.Context, spec Spec) (ExecResult, error) {
 	if r.execObserver != nil {
 		r.execObserver(ev)
 	}
-	return res, err
 }
 
 // ErrorType is the wire type name of err ("BoxError" for untyped errors).
@@ -83,7 +96,7 @@ func ErrorType(err error) string {
 	return boxerr.ErrBox.Error()
 }
 
-func (r *Runtime) exec(ctx context.Context, spec Spec) (ExecResult, error) {
+func (r *Runtime) exec(ctx context.Context, spec Spec, opts ExecOptions) (ExecResult, error) {
 	if spec.Cmd == "" {
 		return ExecResult{}, boxerr.Validation("cmd", "cmd must not be empty")
 	}
@@ -92,7 +105,7 @@ func (r *Runtime) exec(ctx context.Context, spec Spec) (ExecResult, error) {
 		if err != nil {
 			return ExecResult{}, err
 		}
-		res, gone, err := r.execIn(ctx, s, spec)
+		res, gone, err := r.execIn(ctx, s, spec, opts)
 		if !gone || attempt > 0 {
 			return res, err
 		}
@@ -111,13 +124,8 @@ func (r *Runtime) exec(ctx context.Context, spec Spec) (ExecResult, error) {
 
 // execIn runs spec.Cmd in s. gone reports a failure whose cause is that
 // the sandbox no longer exists.
-func (r *Runtime) execIn(ctx context.Context, s *session, spec Spec) (_ ExecResult, gone bool, _ error) {
-	defer func() {
-		r.mu.Lock()
-		s.activeExecs--
-		s.info.LastUsedAt = r.clock.Now()
-		r.mu.Unlock()
-	}()
+func (r *Runtime) execIn(ctx context.Context, s *session, spec Spec, opts ExecOptions) (_ ExecResult, gone bool, _ error) {
+	defer r.releaseExec(s)
 
 	s.execMu.Lock()
 	defer s.execMu.Unlock()
@@ -125,7 +133,6 @@ func (r *Runtime) execIn(ctx context.Context, s *session, spec Spec) (_ ExecResu
 	defer cancel(nil)
 	r.mu.Lock()
 	deleting, info, b := s.deleting, s.sandboxInfo(), r.backend
-	limit := r.cfg.Limits.MaxOutputBytes
 	r.counters.TotalExecs++
 	s.cancelExec = cancel
 	r.mu.Unlock()
@@ -137,53 +144,95 @@ func (r *Runtime) execIn(ctx context.Context, s *session, spec Spec) (_ ExecResu
 	if deleting || b == nil {
 		return ExecResult{}, false, boxerr.SessionNotFound(spec.SessionID).With("reason", "being deleted")
 	}
-	if spec.MaxOutputBytes > 0 {
-		limit = spec.MaxOutputBytes
+	if !opts.live() {
+		return r.runExec(ctx, spec, b, info, nil)
 	}
-	stdout, stderr := newHeadTail(limit), newHeadTail(limit)
-	start := time.Now()
-	status, err := b.Exec(ctx, info, backends.ExecRequest{
+	x, xctx := newLiveExec(ctx, s, spec, opts, false, r.outputLimit(spec), r.clock.Now())
+	r.execs.add(x)
+	var followed <-chan struct{}
+	if opts.Sink != nil {
+		_, followed = x.follow(0, opts.Sink)
+	}
+	res, gone, err := r.runExec(xctx, spec, b, info, x)
+	if followed != nil {
+		<-followed // every chunk is out before the result
+	}
+	x.finish(res, err, r.clock.Now())
+	r.execs.ended(x, r.clock.Now())
+	return res, gone, err
+}
+
+// runExec runs one command through the backend: with x, a live exec's
+// streams and controls, else plain head+tail buffers (outputLimit).
+func (r *Runtime) runExec(ctx context.Context, spec Spec, b backends.Backend, info backends.Session, x *liveExec) (_ ExecResult, gone bool, _ error) {
+	req := backends.ExecRequest{
 		Cmd:     spec.Cmd,
 		Workdir: spec.Workdir,
 		Env:     spec.Env,
 		Timeout: time.Duration(spec.TimeoutSec) * time.Second,
-		Stdout:  stdout,
-		Stderr:  stderr,
-	})
+	}
+	var stdout, stderr *lockedHeadTail
+	if x != nil {
+		x.wire(&req)
+		stdout, stderr = x.stdout, x.stderr
+	} else {
+		limit := r.outputLimit(spec)
+		stdout, stderr = &lockedHeadTail{h: newHeadTail(limit)}, &lockedHeadTail{h: newHeadTail(limit)}
+		req.Stdout, req.Stderr = stdout, stderr
+	}
+	start := time.Now()
+	status, err := b.Exec(ctx, info, req)
+	if x != nil {
+		x.endOutput()
+		if x.stdinR != nil {
+			// The backend closes it too; this ends a stdin write still
+			// waiting even if a backend forgot.
+			x.stdinR.Close()
+		}
+	}
 	if errors.Is(context.Cause(ctx), errDeleted) {
 		return ExecResult{}, false, boxerr.SessionNotFound(spec.SessionID).With("reason", "deleted").Wrap(errDeleted)
 	}
-	if err != nil {
+	// A cancelled context is a host stopping the command (its request was
+	// cancelled, box_exec_kill, its connection went): the tree is killed
+	// and the answer says so, with what the command printed until then.
+	canceled := ctx.Err() != nil
+	if err != nil && !canceled {
 		return ExecResult{}, ctx.Err() == nil && !b.Alive(ctx, info), err
 	}
 	res := ExecResult{
-		SessionID:       spec.SessionID,
-		BackendName:     b.Name(),
-		Status:          StatusCompleted,
-		Stdout:          stdout.String(),
-		Stderr:          stderr.String(),
-		DurationMS:      time.Since(start).Milliseconds(),
-		StdoutTruncated: stdout.Truncated(),
-		StderrTruncated: stderr.Truncated(),
-		StdoutBytes:     stdout.total,
-		StderrBytes:     stderr.total,
+		SessionID:   spec.SessionID,
+		BackendName: b.Name(),
+		Status:      StatusCompleted,
+		DurationMS:  time.Since(start).Milliseconds(),
 	}
+	res.Stdout, res.StdoutTruncated, res.StdoutBytes = stdout.snapshot()
+	res.Stderr, res.StderrTruncated, res.StderrBytes = stderr.snapshot()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if res.StdoutTruncated || res.StderrTruncated {
-		r.mu.Lock()
 		r.counters.TotalTruncated++
-		r.mu.Unlock()
 	}
-	if status.TimedOut {
+	switch {
+	case canceled:
+		res.Status = StatusCanceled
+	case status.TimedOut:
 		res.Status = StatusTimedOut
 		if res.Stderr == "" {
 			res.Stderr = "Command timed out after " + strconv.Itoa(spec.TimeoutSec) + " seconds."
 		}
-		r.mu.Lock()
 		r.counters.TotalTimeouts++
-		r.mu.Unlock()
-	} else {
+	default:
 		code := status.ExitCode
 		res.ExitCode = &code
 	}
 	return res, false, nil
+}
+
+// outputLimit is what an exec keeps of each stream.
+func (r *Runtime) outputLimit(spec Spec) int {
+	if spec.MaxOutputBytes > 0 {
+		return spec.MaxOutputBytes
+	}
+	return r.Config().Limits.MaxOutputBytes
 }

@@ -43,6 +43,8 @@ type Runtime struct {
 	backend    backends.Backend
 	health     Health
 	sessions   map[string]*session
+	// execs are the live execs (execs.go).
+	execs execTable
 	// selecting is closed when the backend selection under way ends.
 	selecting    chan struct{}
 	creating     int
@@ -547,6 +549,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 	err := r.destroyWhere(ctx, func(s *session) bool {
 		return !s.info.Persistent && s.info.State != backends.StateSuspended
 	}, "exit")
+	r.stopExecs(func(*liveExec) bool { return true }, errCanceled)
 	r.stopAllProcesses(ctx)
 	r.mu.Lock()
 	b := r.backend

@@ -366,6 +366,7 @@ func (r *Runtime) destroy(ctx context.Context, s *session, reason string, interr
 		s.cancelExec(errDeleted)
 	}
 	r.mu.Unlock()
+	r.stopSessionExecs(s) // background execs die with their sandbox
 
 	ctx = context.WithoutCancel(ctx)
 	s.execMu.Lock() // waits for the exec to end (killed when interrupting)

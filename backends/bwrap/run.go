@@ -781,6 +781,11 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	if err != nil {
 		return backends.ExitStatus{}, err
 	}
+	xio, err := newExecIO(req)
+	if err != nil {
+		return backends.ExitStatus{}, err
+	}
+	defer xio.finish()
 	r, err := b.start(launch{
 		sessionID: info.SessionID,
 		key:       info.BackendSessionID,
@@ -793,12 +798,14 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		argv:   []string{"/bin/sh", "-lc", req.Cmd},
 		lim:    limitsOf(info, 0),
 		kind:   kindExec,
-		stdout: req.Stdout,
-		stderr: req.Stderr,
+		stdin:  xio.stdin,
+		stdout: xio.stdout,
+		stderr: xio.stderr,
 	})
 	if err != nil {
 		return backends.ExitStatus{}, err
 	}
+	xio.started()
 	var timeout <-chan time.Time
 	if req.Timeout > 0 {
 		t := time.NewTimer(req.Timeout)
@@ -806,18 +813,29 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		timeout = t.C
 	}
 	timedOut, canceled := false, false
-	select {
-	case <-r.done:
-	case <-timeout:
+	for waiting := true; waiting; {
 		select {
-		case <-r.done: // finished in the same instant: a completion
-		default:
-			timedOut = true
+		case <-r.done:
+			waiting = false
+		case <-timeout:
+			select {
+			case <-r.done: // finished in the same instant: a completion
+			default:
+				timedOut = true
+				r.kill()
+			}
+			waiting = false
+		case <-ctx.Done():
+			canceled = true
 			r.kill()
+			waiting = false
+		case rs := <-req.Resize:
+			rs.Done <- xio.resize(rs.Size)
+		case sig := <-req.Signals:
+			// A signal that finds nobody to receive it (the command is
+			// ending) is not the exec's failure.
+			_ = r.signal(sig)
 		}
-	case <-ctx.Done():
-		canceled = true
-		r.kill()
 	}
 	<-r.done
 	switch {

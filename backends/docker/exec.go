@@ -51,7 +51,20 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		workdir = "/"
 	}
 	pidFile := "/tmp/.boxrt-exec-" + randomHex(16) + ".pid"
-	created, err := b.cli.ContainerExecCreate(ctx, info.BackendSessionID, container.ExecOptions{
+	// A command that reads its stdin (or has a terminal) owns the exec's
+	// stdin, so the in-container watcher that kills on a line from boxrt
+	// cannot be used: those execs are killed through a helper exec and
+	// their pid file (see interactiveScript). An exec that may be
+	// signalled keeps the watcher, in live mode (see execScript).
+	interactive := req.Stdin != nil || req.TTY != nil
+	script, mode := execScript, ""
+	switch {
+	case interactive:
+		script = interactiveScript
+	case req.Signals != nil:
+		mode = "live"
+	}
+	opts := container.ExecOptions{
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,
@@ -59,19 +72,34 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		// The wrapper creates and enters the real workdir; the engine would
 		// refuse a working directory that does not exist yet.
 		WorkingDir: "/",
-		Cmd:        []string{"sh", "-c", execScript, "boxrt-exec", workdir, req.Cmd, pidFile},
-	})
+		Cmd:        []string{"sh", "-c", script, "boxrt-exec", workdir, req.Cmd, pidFile, mode},
+	}
+	if req.TTY != nil {
+		opts.Cmd[len(opts.Cmd)-1] = "tty"
+		opts.Tty = true
+		opts.ConsoleSize = &[2]uint{uint(req.TTY.Rows), uint(req.TTY.Cols)}
+	}
+	created, err := b.cli.ContainerExecCreate(ctx, info.BackendSessionID, opts)
 	if err != nil {
 		return backends.ExitStatus{}, b.execError(ctx, info, "creating exec in "+info.BackendSessionID, err)
 	}
 	// Attach is the start: the engine runs the exec when the hijacked
 	// stream is set up, so there is no separate ContainerExecStart.
-	hj, err := b.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	hj, err := b.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{Tty: opts.Tty, ConsoleSize: opts.ConsoleSize})
 	if err != nil {
 		return backends.ExitStatus{}, b.execError(ctx, info, "starting exec in "+info.BackendSessionID, err)
 	}
-	s := newStream(&hj, orDiscard(req.Stdout), orDiscard(req.Stderr))
+	s := newStream(&hj, opts.Tty, orDiscard(req.Stdout), orDiscard(req.Stderr))
 	defer s.close()
+	if req.TTY != nil {
+		// Engines before API 1.42 ignore ConsoleSize at creation: size the
+		// terminal now, as the docker CLI does after starting an exec.
+		_ = b.cli.ContainerExecResize(ctx, created.ID, container.ResizeOptions{Height: uint(req.TTY.Rows), Width: uint(req.TTY.Cols)})
+	}
+	if req.Stdin != nil {
+		feed := feedStdin(&hj, req.Stdin, opts.Tty)
+		defer feed()
+	}
 
 	var expired <-chan time.Time
 	if req.Timeout > 0 {
@@ -81,22 +109,38 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	}
 
 	var cancelled error
-	select {
-	case <-s.done:
-	case <-expired:
-	case <-ctx.Done():
-		cancelled = ctx.Err()
+	for waiting := true; waiting; {
+		select {
+		case <-s.done:
+			waiting = false
+		case <-expired:
+			waiting = false
+		case <-ctx.Done():
+			cancelled = ctx.Err()
+			waiting = false
+		case rs := <-req.Resize:
+			err := b.cli.ContainerExecResize(ctx, created.ID, container.ResizeOptions{Height: uint(rs.Size.Rows), Width: uint(rs.Size.Cols)})
+			if err != nil {
+				err = b.apiError("resizing the terminal of an exec in "+info.BackendSessionID, err)
+			}
+			rs.Done <- err
+		case sig := <-req.Signals:
+			if name, ok := signalNames[sig]; ok {
+				// Nobody left to signal is the command ending, not a failure.
+				_ = b.signalSession(ctx, info.BackendSessionID, "", pidFile, name, false)
+			}
+		}
 	}
 	if !isDone(s.done) {
 		// Timed out or cancelled while still running (a command that ended
 		// at the same instant counts as completed).
-		b.killExec(ctx, info, created.ID, pidFile, s, true)
+		b.killExec(ctx, info, created.ID, pidFile, s, !interactive, true)
 		return backends.ExitStatus{TimedOut: true}, cancelled
 	}
 	if s.err != nil {
 		// Either the caller's writer failed or the engine connection broke;
 		// in both cases nobody would see the rest, so stop it.
-		b.killExec(ctx, info, created.ID, pidFile, s, false)
+		b.killExec(ctx, info, created.ID, pidFile, s, !interactive, false)
 		if werr := s.writeErr(); werr != nil {
 			return backends.ExitStatus{}, boxerr.Failure("writing command output: %v", werr).Wrap(werr)
 		}
@@ -114,6 +158,13 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	// dies. Either way the result says nothing about the command.
 	if (code == 126 || code > 128) && b.stopping(ictx, info) {
 		return backends.ExitStatus{}, containerGone(info, code)
+	}
+	if interactive {
+		// What the command left behind (a child that ignored a signal, a
+		// background job) goes with it, as everything in a bwrap exec's
+		// namespace does; this also removes the pid file. (A killed exec
+		// had the same sweep in killExec.)
+		_ = b.signalSession(ictx, info.BackendSessionID, "", pidFile, "KILL", true)
 	}
 	return backends.ExitStatus{ExitCode: code}, nil
 }
@@ -174,12 +225,18 @@ func containerGone(info backends.Session, code int) *boxerr.Error {
 // killed by the command; the exec ending is no proof, since the engine
 // closes the stream two seconds after the wrapper exits whoever still holds
 // it.
-func (b *Backend) killExec(ctx context.Context, info backends.Session, execID, pidFile string, s *stream, streamLive bool) {
+//
+// An interactive exec has no watcher (its stdin is the command's): only
+// the second step applies.
+func (b *Backend) killExec(ctx context.Context, info backends.Session, execID, pidFile string, s *stream, watcher, streamLive bool) {
 	ctx, cancel := cleanupContext(ctx, 3*killGrace)
 	defer cancel()
-	_ = s.hj.Conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
-	_, _ = s.hj.Conn.Write(killRequest)
-	ended := b.waitExecEnd(ctx, execID, s, streamLive)
+	ended := false
+	if watcher {
+		_ = s.hj.Conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		_, _ = s.hj.Conn.Write(killRequest)
+		ended = b.waitExecEnd(ctx, execID, s, streamLive)
+	}
 	_ = b.signalSession(ctx, info.BackendSessionID, "", pidFile, "KILL", true)
 	if !ended {
 		b.waitExecEnd(ctx, execID, s, streamLive)
@@ -280,7 +337,7 @@ func (b *Backend) runHelper(ctx context.Context, containerName, user string, cmd
 		return err
 	}
 	out := &limitedBuffer{max: 4096}
-	s := newStream(&hj, out, out)
+	s := newStream(&hj, false, out, out)
 	select {
 	case <-s.done:
 	case <-ctx.Done():
@@ -310,7 +367,9 @@ type stream struct {
 	stderr *trackingWriter
 }
 
-func newStream(hj *types.HijackedResponse, stdout, stderr io.Writer) *stream {
+// With a terminal (tty) the engine sends the terminal's output as it is,
+// not multiplexed: all of it goes to stdout.
+func newStream(hj *types.HijackedResponse, tty bool, stdout, stderr io.Writer) *stream {
 	s := &stream{
 		hj:     hj,
 		done:   make(chan struct{}),
@@ -319,10 +378,40 @@ func newStream(hj *types.HijackedResponse, stdout, stderr io.Writer) *stream {
 	}
 	go func() {
 		defer close(s.done)
+		if tty {
+			_, s.err = io.Copy(s.stdout, hj.Reader)
+			return
+		}
 		_, s.err = stdcopy.StdCopy(s.stdout, s.stderr, hj.Reader)
 	}()
 	return s
 }
+
+// feedStdin copies stdin to the exec's stdin until EOF, then closes it
+// (on a terminal, which has no half-close, it types the end-of-file
+// character instead). The returned func closes stdin, which ends a read
+// still pending, and waits for the copy.
+func feedStdin(hj *types.HijackedResponse, stdin io.ReadCloser, tty bool) func() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := io.Copy(hj.Conn, stdin); err != nil {
+			return
+		}
+		if tty {
+			_, _ = hj.Conn.Write([]byte{veof})
+			return
+		}
+		_ = hj.CloseWrite()
+	}()
+	return func() {
+		stdin.Close()
+		<-done
+	}
+}
+
+// veof is the terminal's end-of-file character (^D).
+const veof = 0x04
 
 func (s *stream) close() {
 	s.hj.Close()

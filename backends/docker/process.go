@@ -133,7 +133,7 @@ func (p *process) Signal(sig syscall.Signal) error {
 
 func (p *process) run(outW, errW *io.PipeWriter) {
 	defer close(p.done)
-	s := newStream(&p.hj, outW, errW)
+	s := newStream(&p.hj, false, outW, errW)
 	<-s.done
 	// Readers get EOF (or the stream's error) as soon as output ends, not
 	// after the bookkeeping below.

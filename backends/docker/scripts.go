@@ -67,7 +67,8 @@ bk_kill() {
 }
 `
 
-// execScript wraps a box_exec command. $1 workdir, $2 command, $3 pid file.
+// execScript wraps a box_exec command. $1 workdir, $2 command, $3 pid file,
+// $4 "live" for an exec that may be signalled (see below).
 //
 // The kill path must not need a new process at kill time (the pids limit may
 // be exhausted, and `docker exec` itself needs a pid), so a watcher subshell
@@ -76,10 +77,19 @@ bk_kill() {
 // the whole session of the wrapper except itself. The command's own stdin is
 // /dev/null, as with a non-interactive docker exec. The pid file is only for
 // the fallback path (a second exec) if the watcher is gone.
+//
+// A live exec may get signals (box_exec_kill with TERM, …), which go to the
+// whole session; its watcher ignores them, and outlives the wrapper: when the
+// command ends it is the EOF of boxrt closing the exec's connection that
+// makes the watcher sweep what the command left behind (a child that ignored
+// the signal, a background job), as a bwrap exec's namespace goes with it.
+// A plain exec's watcher is killed at the end instead, and what the command
+// started in the background keeps running (the reference's behaviour).
 const execScript = killFuncs + `
 { echo $$ >"$3"; } 2>/dev/null
 exec 3<&0 </dev/null
 (
+	[ "$4" = live ] && trap '' TERM INT HUP QUIT USR1 USR2
 	read -r bk_self _ </proc/self/stat
 	read -r _ <&3
 	bk_kill KILL $$ "$bk_self" 2>/dev/null
@@ -89,9 +99,36 @@ bk_w=$!
 exec 3<&-
 { [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" && sh -lc "$2"
 bk_c=$?
-kill "$bk_w" 2>/dev/null
-rm -f "$3" 2>/dev/null
+if [ "$4" != live ]; then
+	kill "$bk_w" 2>/dev/null
+	rm -f "$3" 2>/dev/null
+fi
 exit $bk_c
+`
+
+// interactiveScript wraps an exec whose stdin is the command's (written to
+// by the host, or a terminal). $1 workdir, $2 command, $3 pid file. There
+// is no watcher (it would need the stdin): a kill goes through a helper
+// exec and the pid file, as signalScript does, and so does the sweep of
+// what is left when the exec ends, which also deletes the pid file. The
+// wrapper stays the session root so that every process of the command
+// shares its session (the kernel does not reuse a pid that is still a
+// session's id, so the sweep cannot hit a stranger).
+//
+// With a terminal ($4 = tty) the wrapper first waits (briefly, and only if
+// the image has stty) for the engine to size it: engines before API 1.42
+// ignore the size given at creation and boxrt resizes right after the
+// start, a moment after the command would otherwise have read 0x0.
+const interactiveScript = `
+{ echo $$ >"$3"; } 2>/dev/null
+if [ "$4" = tty ] && command -v stty >/dev/null 2>&1; then
+	bk_i=0
+	while [ $bk_i -lt 2000 ]; do
+		case $(stty size 2>/dev/null) in '' | '0 '* | *' 0') ;; *) break ;; esac
+		bk_i=$((bk_i + 1))
+	done
+fi
+{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" && sh -lc "$2"
 `
 
 // procScript starts a managed process. $1 cwd, $2 pid file, then the argv.

@@ -47,6 +47,7 @@ type config struct {
 	coldNBwrap   int // fresh sessions per run, bwrap backend
 	relayN       int // relay round trips per run
 	streamSec    float64
+	execStreamMB int // MB a command prints in the exec-stream scenario
 	scaleDocker  int
 	scaleBwrap   int
 	scaleReps    int
@@ -66,12 +67,12 @@ type config struct {
 func defaults(quick bool) config {
 	if quick {
 		return config{reps: 3, pingN: 2000, pingConcN: 40, pingCallers: 64, execNDocker: 15, execNCLI: 6,
-			execNBwrap: 30, coldNDocker: 2, coldNBwrap: 5, relayN: 300, streamSec: 0.5, scaleDocker: 10,
+			execNBwrap: 30, coldNDocker: 2, coldNBwrap: 5, relayN: 300, streamSec: 0.5, execStreamMB: 20, scaleDocker: 10,
 			scaleBwrap: 50, scaleReps: 1, scaleConc: 4, reconnectN: 2, reconnectRep: 1, burstSessions: 20, burstExecs: 60,
 			burstInFlight: 32, burstIdle: 5 * time.Second, burstReps: 1, timeoutTotal: 10 * time.Minute}
 	}
 	return config{reps: 3, pingN: 20000, pingConcN: 500, pingCallers: 64, execNDocker: 100, execNCLI: 40,
-		execNBwrap: 300, coldNDocker: 8, coldNBwrap: 30, relayN: 3000, streamSec: 3, scaleDocker: 200,
+		execNBwrap: 300, coldNDocker: 8, coldNBwrap: 30, relayN: 3000, streamSec: 3, execStreamMB: 200, scaleDocker: 200,
 		scaleBwrap: 1000, scaleReps: 3, scaleConc: 4, reconnectN: 6, burstSessions: 100, burstExecs: 300,
 		burstInFlight: 128, burstIdle: 30 * time.Second, burstReps: 1, timeoutTotal: 40 * time.Minute}
 }
@@ -84,7 +85,7 @@ func main() {
 	fs.StringVar(&c.boxrtBin, "boxrt", "bin/boxrt", "the boxrt binary to measure")
 	fs.StringVar(&c.out, "out", "docs/benchmarks.md", "where to write the report")
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: small counts, about a minute")
-	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,reconnect,scale,burst,burst64,durable (default all)")
+	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,reconnect,scale,burst,burst64,durable,stream (default all)")
 	fs.StringVar(&c.backends, "backends", "docker,bwrap", "comma-separated backends the exec and session scenarios measure: docker,bwrap")
 	fs.BoolVar(&c.keepWork, "keep-work", false, "keep the work directory (boxrt logs, state dirs)")
 	fs.StringVar(&c.image, "image", envOr("BOXRT_TEST_IMAGE", "boxrt-test:busybox"), "docker image for the docker cases")
@@ -99,6 +100,7 @@ func main() {
 	fs.IntVar(&c.coldNDocker, "cold-n-docker", d.coldNDocker, "fresh sessions per run, docker")
 	fs.IntVar(&c.coldNBwrap, "cold-n-bwrap", d.coldNBwrap, "fresh sessions per run, bwrap")
 	fs.IntVar(&c.relayN, "relay-n", d.relayN, "relay round trips per run")
+	fs.IntVar(&c.execStreamMB, "stream-mb", d.execStreamMB, "MB the command prints in the stream scenario (streamed box_exec throughput)")
 	fs.Float64Var(&c.streamSec, "stream-sec", d.streamSec, "seconds of streaming per run")
 	fs.IntVar(&c.scaleDocker, "scale-docker", d.scaleDocker, "docker sessions in the scale scenario")
 	fs.IntVar(&c.scaleBwrap, "scale-bwrap", d.scaleBwrap, "bwrap sessions in the scale scenario")
@@ -152,6 +154,7 @@ func main() {
 		apply("cold-n-docker", &c.coldNDocker, q.coldNDocker)
 		apply("cold-n-bwrap", &c.coldNBwrap, q.coldNBwrap)
 		apply("relay-n", &c.relayN, q.relayN)
+		apply("stream-mb", &c.execStreamMB, q.execStreamMB)
 		apply("scale-docker", &c.scaleDocker, q.scaleDocker)
 		apply("scale-bwrap", &c.scaleBwrap, q.scaleBwrap)
 		apply("scale-reps", &c.scaleReps, q.scaleReps)
@@ -307,6 +310,7 @@ func run(c config) error {
 		{"burst", b.scenarioBurst},
 		{"burst64", b.scenarioBurst64},
 		{"durable", b.scenarioDurable},
+		{"stream", b.scenarioStream},
 	}
 	for _, s := range steps {
 		if !b.want(s.name) {

@@ -51,6 +51,9 @@ type rpcClient struct {
 	pending map[uint64]chan response
 	readErr error
 	done    chan struct{}
+	// notify, when set, gets every message without an id (box_exec_output
+	// notifications), on the reading goroutine.
+	notify atomic.Pointer[func(msg []byte)]
 }
 
 func newRPCClient(t transport) *rpcClient {
@@ -75,6 +78,12 @@ func (c *rpcClient) readLoop() {
 		}
 		var r response
 		if err := json.Unmarshal(msg, &r); err != nil {
+			continue
+		}
+		if r.ID == nil {
+			if fn := c.notify.Load(); fn != nil {
+				(*fn)(msg)
+			}
 			continue
 		}
 		id, err := strconv.ParseUint(string(r.ID), 10, 64)

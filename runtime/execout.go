@@ -1,0 +1,300 @@
+package runtime
+
+import (
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// Output streams of an exec.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+)
+
+// Coalescing of streamed output: a chunk goes out when ExecChunkBytes are
+// waiting or ExecChunkDelay after the first waiting byte, whichever comes
+// first, so a chatty command costs a message per 16 KiB, not per write,
+// and a quiet one is still seen within 20 ms.
+const (
+	ExecChunkBytes = 16 << 10
+	ExecChunkDelay = 20 * time.Millisecond
+)
+
+// ExecReplayBytes bounds the output an exec keeps for hosts that attach
+// later (box_exec_attach replays from it).
+const ExecReplayBytes = 1 << 20
+
+// ExecChunk is one piece of an exec's output, in the order the exec's
+// streams produced it (Seq counts chunks of both streams from 0).
+type ExecChunk struct {
+	ExecID string
+	Seq    int64
+	Stream string
+	// Offset is how many bytes of Stream came before this chunk.
+	Offset int64
+	Data   []byte
+	// EOF marks the last chunk a subscriber gets, without data: the
+	// exec ended and everything before was delivered.
+	EOF bool
+	// More says that the subscriber gets the next chunk right away, so a
+	// sink may hold this one back to send them together.
+	More bool
+}
+
+// ChunkSink receives an exec's chunks in order. It may block (the command
+// then waits, as on a full pipe); an error ends the subscription.
+type ChunkSink func(ExecChunk) error
+
+// execOutput is an exec's chunk log: a bounded replay buffer plus the
+// subscribers following it. The producer never overwrites a chunk a live
+// subscriber has not taken yet: it waits instead (backpressure, as a pipe
+// gives), unless the exec is being killed (abort), when the chunk log goes
+// lossy so that the kill cannot hang on a host that stopped reading.
+// Chunks dropped from the front are counted for attach.
+type execOutput struct {
+	id    string
+	max   int
+	abort <-chan struct{}
+
+	mu           sync.Mutex
+	chunks       []ExecChunk
+	first, next  int64 // seq of chunks[0]; seq of the next chunk
+	bytes        int   // of chunks
+	droppedBytes int64
+	offsets      [2]int64
+	closed       bool
+	changed      chan struct{} // closed and replaced whenever anything changes
+	subs         map[*subscriber]struct{}
+}
+
+type subscriber struct{ next int64 }
+
+func newExecOutput(id string, max int, abort <-chan struct{}) *execOutput {
+	return &execOutput{id: id, max: max, abort: abort, changed: make(chan struct{}), subs: map[*subscriber]struct{}{}}
+}
+
+func (o *execOutput) broadcastLocked() {
+	close(o.changed)
+	o.changed = make(chan struct{})
+}
+
+// lagLocked reports whether a subscriber still needs the oldest chunk.
+func (o *execOutput) lagLocked() bool {
+	for s := range o.subs {
+		if s.next <= o.first {
+			return true
+		}
+	}
+	return false
+}
+
+func (o *execOutput) append(stream string, data []byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for len(o.chunks) > 0 && o.bytes+len(data) > o.max && o.lagLocked() {
+		ch := o.changed
+		o.mu.Unlock()
+		select {
+		case <-ch:
+		case <-o.abort:
+		}
+		o.mu.Lock()
+		if isClosed(o.abort) {
+			break
+		}
+	}
+	i := 0
+	if stream == StreamStderr {
+		i = 1
+	}
+	o.chunks = append(o.chunks, ExecChunk{ExecID: o.id, Seq: o.next, Stream: stream, Offset: o.offsets[i], Data: data})
+	o.offsets[i] += int64(len(data))
+	o.next++
+	o.bytes += len(data)
+	for len(o.chunks) > 1 && o.bytes > o.max && (!o.lagLocked() || isClosed(o.abort)) {
+		c := o.chunks[0]
+		o.chunks[0] = ExecChunk{}
+		o.chunks = o.chunks[1:]
+		o.first++
+		o.bytes -= len(c.Data)
+		o.droppedBytes += int64(len(c.Data))
+	}
+	o.broadcastLocked()
+}
+
+func (o *execOutput) close() {
+	o.mu.Lock()
+	o.closed = true
+	o.broadcastLocked()
+	o.mu.Unlock()
+}
+
+// Replay says what a subscription starting at FromSeq will miss.
+type Replay struct {
+	FromSeq       int64 `json:"from_seq"`
+	FirstSeq      int64 `json:"first_seq"`
+	DroppedChunks int64 `json:"dropped_chunks"`
+	// DroppedBytes is exact from seq 0; for a later FromSeq that was itself
+	// dropped it counts from the oldest dropped byte, an upper bound.
+	DroppedBytes int64 `json:"dropped_bytes"`
+}
+
+// subscribe registers a subscriber from fromSeq (clamped to what is
+// kept) and returns it with the replay report.
+func (o *execOutput) subscribe(fromSeq int64) (*subscriber, Replay) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	rep := Replay{FromSeq: fromSeq, FirstSeq: o.first}
+	if fromSeq < o.first {
+		rep.DroppedChunks = o.first - fromSeq
+		rep.DroppedBytes = o.droppedBytes
+	}
+	s := &subscriber{next: max(fromSeq, o.first)}
+	o.subs[s] = struct{}{}
+	return s, rep
+}
+
+func (o *execOutput) unsubscribe(s *subscriber) {
+	o.mu.Lock()
+	delete(o.subs, s)
+	o.broadcastLocked()
+	o.mu.Unlock()
+}
+
+// follow hands s its chunks in order until the output is closed and
+// drained, sink fails or stop is closed; it unsubscribes s on return.
+func (o *execOutput) follow(s *subscriber, sink ChunkSink, stop <-chan struct{}) {
+	defer o.unsubscribe(s)
+	for {
+		o.mu.Lock()
+		var batch []ExecChunk
+		if s.next < o.first { // dropped while the exec was being killed
+			s.next = o.first
+		}
+		if s.next < o.next {
+			batch = append(batch, o.chunks[s.next-o.first:]...)
+		}
+		closed, ch := o.closed, o.changed
+		o.mu.Unlock()
+		for i, c := range batch {
+			c.More = i < len(batch)-1
+			if sink(c) != nil {
+				return
+			}
+			o.mu.Lock()
+			s.next = c.Seq + 1
+			o.broadcastLocked()
+			o.mu.Unlock()
+		}
+		if len(batch) > 0 {
+			continue
+		}
+		if closed {
+			_ = sink(ExecChunk{ExecID: o.id, Seq: s.next, EOF: true})
+			return
+		}
+		select {
+		case <-ch:
+		case <-stop:
+			return
+		}
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// chunker coalesces one stream's writes into chunks of the output (see
+// ExecChunkBytes). Chunks end on a UTF-8 character boundary where the
+// data allows, so text never arrives split inside a character.
+type chunker struct {
+	out    *execOutput
+	stream string
+
+	mu     sync.Mutex
+	buf    []byte
+	timer  *time.Timer
+	closed bool
+}
+
+func (c *chunker) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return len(p), nil
+	}
+	c.buf = append(c.buf, p...)
+	for len(c.buf) >= ExecChunkBytes {
+		c.emitLocked(ExecChunkBytes, false)
+	}
+	if len(c.buf) > 0 && c.timer == nil {
+		c.timer = time.AfterFunc(ExecChunkDelay, c.tick)
+	}
+	return len(p), nil
+}
+
+func (c *chunker) tick() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.timer = nil
+	if !c.closed && len(c.buf) > 0 {
+		c.emitLocked(len(c.buf), false)
+	}
+}
+
+// emitLocked sends the first n bytes of buf (fewer when that would cut a
+// character, unless final) as a chunk.
+func (c *chunker) emitLocked(n int, final bool) {
+	if !final {
+		if i := lastRuneStart(c.buf[:n]); i > 0 && !utf8.FullRune(c.buf[i:n]) && n-i < utf8.UTFMax {
+			n = i
+		}
+	}
+	if n == 0 {
+		return
+	}
+	data := make([]byte, n)
+	copy(data, c.buf)
+	c.buf = append(c.buf[:0], c.buf[n:]...)
+	c.out.append(c.stream, data)
+}
+
+// close sends what is left.
+func (c *chunker) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+	if len(c.buf) > 0 {
+		c.emitLocked(len(c.buf), true)
+	}
+	c.closed = true
+}
+
+// lockedHeadTail is a headTail the command writes while a waiter may
+// read it (box_exec_wait answering before the end).
+type lockedHeadTail struct {
+	mu sync.Mutex
+	h  *headTail
+}
+
+func (l *lockedHeadTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.h.Write(p)
+}
+
+func (l *lockedHeadTail) snapshot() (s string, truncated bool, total int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.h.String(), l.h.Truncated(), l.h.total
+}

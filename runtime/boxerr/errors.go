@@ -99,3 +99,8 @@ func ProcessConflict(sessionID, processID, format string, args ...any) *Error {
 func CapacityExceeded(limit string, value int, format string, args ...any) *Error {
 	return newError(ErrCapacityExceeded, format, args...).With("limit", limit).With("value", value)
 }
+
+// FileNotFound reports a session path that names nothing.
+func FileNotFound(path string) *Error {
+	return newError(ErrFileNotFound, "%s: no such file or directory", path).With("path", path)
+}

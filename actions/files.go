@@ -16,17 +16,35 @@ import (
 // travels base64-encoded and at most runtime.MaxRPCFileBytes per call;
 // the files endpoint streams larger ones.
 
+// A path is "path", or "path_base64" for a name that is not UTF-8 (JSON
+// strings cannot carry such bytes).
 type fsPathParams struct {
-	SessionID string `json:"session_id"`
-	Path      string `json:"path"`
+	SessionID  string `json:"session_id"`
+	Path       string `json:"path"`
+	PathBase64 string `json:"path_base64"`
 }
 
 func (p *fsPathParams) validate() error {
 	if strings.TrimSpace(p.SessionID) == "" {
 		return boxerr.Validation("session_id", "session_id is required")
 	}
-	if p.Path == "" {
-		return boxerr.Validation("path", "path is required")
+	return pathParam("path", &p.Path, p.PathBase64)
+}
+
+// pathParam settles a path given as field or field_base64 (exactly one).
+func pathParam(field string, p *string, b64 string) error {
+	switch {
+	case *p != "" && b64 != "":
+		return boxerr.Validation(field, "give %s or %s_base64, not both", field, field)
+	case b64 != "":
+		raw, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			return boxerr.Validation(field+"_base64", "%s_base64 is not standard base64: %v", field, err)
+		}
+		*p = string(raw)
+	}
+	if *p == "" {
+		return boxerr.Validation(field, "%s is required", field)
 	}
 	return nil
 }
@@ -140,13 +158,17 @@ func (d *Dispatcher) fsList(ctx context.Context, p fsListParams) (fsListResult, 
 	if entries == nil {
 		entries = []backends.FileInfo{}
 	}
+	for i := range entries {
+		entries[i] = entries[i].Encoded()
+	}
 	return fsListResult{Entries: entries, Truncated: cut}, err
 }
 
 // fsStat: box_fs_stat {"session_id", "path"} → {name, path, type, size,
 // mode, mtime} of the path itself (a symlink is reported as one).
 func (d *Dispatcher) fsStat(ctx context.Context, p fsPathParams) (backends.FileInfo, error) {
-	return d.rt.FileStat(ctx, p.SessionID, p.Path)
+	fi, err := d.rt.FileStat(ctx, p.SessionID, p.Path)
+	return fi.Encoded(), err
 }
 
 type fsRemoveParams struct {
@@ -166,21 +188,21 @@ func (d *Dispatcher) fsMkdir(ctx context.Context, p fsPathParams) (struct{}, err
 }
 
 type fsRenameParams struct {
-	SessionID string `json:"session_id"`
-	From      string `json:"from"`
-	To        string `json:"to"`
+	SessionID  string `json:"session_id"`
+	From       string `json:"from"`
+	FromBase64 string `json:"from_base64"`
+	To         string `json:"to"`
+	ToBase64   string `json:"to_base64"`
 }
 
 func (p *fsRenameParams) validate() error {
-	switch {
-	case strings.TrimSpace(p.SessionID) == "":
+	if strings.TrimSpace(p.SessionID) == "" {
 		return boxerr.Validation("session_id", "session_id is required")
-	case p.From == "":
-		return boxerr.Validation("from", "from is required")
-	case p.To == "":
-		return boxerr.Validation("to", "to is required")
 	}
-	return nil
+	if err := pathParam("from", &p.From, p.FromBase64); err != nil {
+		return err
+	}
+	return pathParam("to", &p.To, p.ToBase64)
 }
 
 // fsRename: box_fs_rename {"session_id", "from", "to"} → {}.

@@ -1,12 +1,14 @@
 package backends
 
 import (
+	"encoding/base64"
 	"errors"
 	"io/fs"
 	"path"
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
@@ -29,14 +31,30 @@ const (
 )
 
 // FileInfo is one file as the sandbox sees it. Path is the sandbox path as
-// the caller named it (a listing's entries: below the listed path).
+// the caller named it (a listing's entries: below the listed path). JSON
+// strings cannot hold every byte a file name may: names that are not
+// UTF-8 also come base64-encoded (Encoded fills those members).
 type FileInfo struct {
-	Name  string    `json:"name"`
-	Path  string    `json:"path"`
-	Type  string    `json:"type"`
-	Size  int64     `json:"size"`
-	Mode  uint32    `json:"mode"`
-	MTime time.Time `json:"mtime"`
+	Name       string    `json:"name"`
+	Path       string    `json:"path"`
+	NameBase64 string    `json:"name_base64,omitempty"`
+	PathBase64 string    `json:"path_base64,omitempty"`
+	Type       string    `json:"type"`
+	Size       int64     `json:"size"`
+	Mode       uint32    `json:"mode"`
+	MTime      time.Time `json:"mtime"`
+}
+
+// Encoded returns fi with name_base64/path_base64 set when its name or
+// path is not valid UTF-8.
+func (fi FileInfo) Encoded() FileInfo {
+	if !utf8.ValidString(fi.Name) {
+		fi.NameBase64 = base64.StdEncoding.EncodeToString([]byte(fi.Name))
+	}
+	if !utf8.ValidString(fi.Path) {
+		fi.PathBase64 = base64.StdEncoding.EncodeToString([]byte(fi.Path))
+	}
+	return fi
 }
 
 // FileType maps a file mode to the wire's type name.

@@ -1,6 +1,8 @@
 package test
 
 import (
+	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
@@ -17,6 +19,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/boxrt/boxrt/reconnect"
 )
 
 // rpcCaller is a JSON-RPC call over either transport.
@@ -323,4 +327,62 @@ func TestFilesHTTPLarge(t *testing.T) {
 		}
 		e.must(t, "box_delete_session", map[string]any{"session_id": sid}, nil)
 	})
+}
+
+// TestFilesClient drives the reconnect client's file helpers against a
+// dialed runtime and a spawned one (whose files endpoint and token come
+// from box_health).
+func TestFilesClient(t *testing.T) {
+	cfg := "{" + backendConfigs["bwrap"] + "}"
+	p := Start(t, Options{Config: cfg})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dialed, err := reconnect.Dial(ctx, "http://"+p.Addr, reconnect.WithToken(p.Token))
+	require.NoError(t, err)
+	defer dialed.Close()
+	spawned, err := reconnect.Spawn(ctx, reconnect.WithCommand(binPath, "serve", "--stdio", "--listen", "127.0.0.1:0",
+		"--state-dir", t.TempDir()), reconnect.WithEnv(append(os.Environ(), "BOXRT_CONFIG="+cfg)), reconnect.WithStderr(io.Discard))
+	require.NoError(t, err)
+	defer spawned.Close()
+	for name, c := range map[string]*reconnect.Client{"dial": dialed, "spawn": spawned} {
+		t.Run(name, func(t *testing.T) {
+			require.NoError(t, c.Call(ctx, "box_create_session", map[string]any{"session_id": "client"}, nil))
+			require.NoError(t, c.WriteFile(ctx, "client", "/workspace/s\xe9/small.txt", []byte("small"), 0o600))
+			got, err := c.ReadFile(ctx, "client", "/workspace/s\xe9/small.txt")
+			require.NoError(t, err)
+			assert.Equal(t, "small", string(got))
+
+			n, err := c.Upload(ctx, "client", "/workspace/big.bin", newPattern(20<<20), 0)
+			require.NoError(t, err)
+			assert.EqualValues(t, 20<<20, n)
+			want, _ := io.ReadAll(newPattern(20 << 20))
+			var buf bytes.Buffer
+			_, err = c.Download(ctx, "client", "/workspace/big.bin", &buf)
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(want, buf.Bytes()), "download differs")
+			whole, err := c.ReadFile(ctx, "client", "/workspace/big.bin")
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(want, whole), "chunked box_fs_read differs")
+
+			entries, err := c.ListFiles(ctx, "client", "/workspace", 2)
+			require.NoError(t, err)
+			var paths []string
+			for _, e := range entries {
+				paths = append(paths, e.RawPath())
+			}
+			assert.Contains(t, paths, "/workspace/s\xe9/small.txt")
+			require.NoError(t, c.RenameFile(ctx, "client", "/workspace/big.bin", "/workspace/moved.bin"))
+			require.NoError(t, c.MakeDir(ctx, "client", "/workspace/d/e"))
+			fi, err := c.StatFile(ctx, "client", "/workspace/d/e")
+			require.NoError(t, err)
+			assert.Equal(t, "dir", fi.Type)
+			require.NoError(t, c.RemoveFile(ctx, "client", "/workspace/d", true))
+			_, err = c.StatFile(ctx, "client", "/workspace/d")
+			assert.ErrorIs(t, err, reconnect.ErrFileNotFound)
+			_, err = c.Download(ctx, "client", "/workspace/big.bin", io.Discard)
+			assert.ErrorIs(t, err, reconnect.ErrFileNotFound)
+			_, err = c.Upload(ctx, "client", "/etc/x", strings.NewReader("x"), 0)
+			assert.ErrorIs(t, err, reconnect.ErrValidation)
+		})
+	}
 }

@@ -7,11 +7,14 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -385,4 +388,62 @@ func TestFilesClient(t *testing.T) {
 			assert.ErrorIs(t, err, reconnect.ErrValidation)
 		})
 	}
+}
+
+// runCp runs boxrt cp against p with its generated token.
+func runCp(t *testing.T, p *Proc, stdin io.Reader, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, append([]string{"cp", "--url", "http://" + p.Addr, "--state-dir", p.State}, args...)...)
+	cmd.Env = append(os.Environ(), "BOXRT_CONTROL_TOKEN=", "LANGBOT_BOX_CONTROL_TOKEN=")
+	cmd.Stdin = stdin
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return stdout.String(), stderr.String(), ee.ExitCode()
+	}
+	require.NoError(t, err, "stderr: %s", stderr.String())
+	return stdout.String(), stderr.String(), 0
+}
+
+func TestCp(t *testing.T) {
+	p := Start(t, Options{Config: "{" + backendConfigs["bwrap"] + "}"})
+	ws := DialWS(t, p.Addr, p.Token)
+	require.Nil(t, ws.Call("box_create_session", map[string]any{"session_id": "cp"}).Error)
+	dir := t.TempDir()
+	local := filepath.Join(dir, "in.bin")
+	want, _ := io.ReadAll(newPattern(5 << 20))
+	require.NoError(t, os.WriteFile(local, want, 0o644))
+
+	_, stderr, code := runCp(t, p, nil, "--progress", "--mode", "600", local, "cp:/workspace/up/")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "5.0 MiB / 5.0 MiB (100%)")
+	r := ws.Call("box_fs_stat", map[string]any{"session_id": "cp", "path": "/workspace/up/in.bin"})
+	require.Nil(t, r.Error)
+	assert.Contains(t, string(r.Result), `"mode":384`)
+
+	out := filepath.Join(dir, "out")
+	require.NoError(t, os.Mkdir(out, 0o755))
+	_, stderr, code = runCp(t, p, nil, "cp:/workspace/up/in.bin", out)
+	require.Equal(t, 0, code, stderr)
+	got, err := os.ReadFile(filepath.Join(out, "in.bin"))
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(want, got), "download differs")
+
+	_, stderr, code = runCp(t, p, strings.NewReader("from stdin"), "-", "cp:/workspace/s.txt")
+	require.Equal(t, 0, code, stderr)
+	stdout, stderr, code := runCp(t, p, nil, "cp:/workspace/s.txt", "-")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "from stdin", stdout)
+
+	_, stderr, code = runCp(t, p, nil, "cp:/workspace/missing", filepath.Join(dir, "x"))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "BoxFileNotFoundError")
+	entries, _ := os.ReadDir(dir)
+	assert.Len(t, entries, 2, "a failed download leaves no temporary file: %v", entries)
+	_, stderr, code = runCp(t, p, nil, local, filepath.Join(dir, "y"))
+	assert.Equal(t, 2, code, stderr)
 }

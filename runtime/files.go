@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"io"
+	"sort"
 	"sync"
 
 	"github.com/boxrt/boxrt/backends"
@@ -98,6 +99,7 @@ func (r *Runtime) FileList(ctx context.Context, sessionID, path string, depth in
 	entries, err := withFiles(r, sessionID, path, func(fsys FileSystem, info backends.Session, p string) ([]backends.FileInfo, error) {
 		return fsys.ListFiles(ctx, info, p, depth, MaxListEntries+1)
 	})
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
 	if len(entries) > MaxListEntries {
 		return entries[:MaxListEntries], true, err
 	}

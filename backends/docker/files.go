@@ -103,7 +103,9 @@ read)
 	resolve "$1" follow; exists "$1"
 	[ -f "$R" ] || die notfile "$1"
 	stat -c %s "$R" || die failed "stat $1"
-	if [ "$3" -lt 0 ]; then tail -c "+$(($2 + 1))" "$R"; else tail -c "+$(($2 + 1))" "$R" | head -c "$3"; fi ;;
+	if [ "$2" = 0 ] && [ "$3" -lt 0 ]; then cat "$R"
+	elif [ "$3" -lt 0 ]; then tail -c "+$(($2 + 1))" "$R"
+	else tail -c "+$(($2 + 1))" "$R" | head -c "$3"; fi ;;
 upload)
 	resolve "$1" follow; rw "$1"
 	[ -d "$R" ] && die isdir "$1"

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
@@ -178,6 +179,22 @@ func TestFilesRoundTrip(t *testing.T) {
 		}
 		if out := mustRun(t, b, info, "ls -a /workspace/"); strings.Contains(out, "boxrt-upload") || strings.Contains(out, "\nm\n") {
 			t.Fatalf("workspace after remove: %q", out)
+		}
+	})
+	t.Run("a broken upload leaves the old file", func(t *testing.T) {
+		p := "/workspace/keep.txt"
+		if err := write(t, b, info, p, []byte("old"), backends.WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		broken := io.MultiReader(bytes.NewReader(make([]byte, 100000)), iotest.ErrReader(errors.New("client went away")))
+		if _, err := b.WriteFile(ctx, info, p, broken, backends.WriteOptions{}); err == nil {
+			t.Fatal("a write whose source failed succeeded")
+		}
+		if got, err := readAll(t, b, info, p, 0, -1); err != nil || string(got) != "old" {
+			t.Fatalf("after a broken upload: %q %v", got, err)
+		}
+		if out := mustRun(t, b, info, "ls -a /workspace"); strings.Contains(out, "boxrt-upload") {
+			t.Fatalf("a temporary file was left: %q", out)
 		}
 	})
 	t.Run("typed refusals", func(t *testing.T) {

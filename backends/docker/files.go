@@ -102,7 +102,7 @@ list)
 read)
 	resolve "$1" follow; exists "$1"
 	[ -f "$R" ] || die notfile "$1"
-	stat -c %s "$R" || die failed "stat $1"
+	stat -c '%f %s %Y' "$R" || die failed "stat $1"
 	if [ "$2" = 0 ] && [ "$3" -lt 0 ]; then cat "$R"
 	elif [ "$3" -lt 0 ]; then tail -c "+$(($2 + 1))" "$R"
 	else tail -c "+$(($2 + 1))" "$R" | head -c "$3"; fi ;;
@@ -185,6 +185,9 @@ type fsRun struct {
 	stderr *limitedBuffer
 	done   chan struct{}
 	err    error // of the stream, valid after done
+	// fed is closed once stdin's copy has ended (at once without stdin),
+	// so nobody reads the caller's reader after wait.
+	fed chan struct{}
 }
 
 // startFS starts fsScript op in the container; stdin (when not nil) is
@@ -209,7 +212,7 @@ func (b *Backend) startFS(ctx context.Context, info backends.Session, stdin io.R
 		return nil, b.sessionError(info, "file "+op+" in "+info.BackendSessionID, err)
 	}
 	pr, pw := io.Pipe()
-	r := &fsRun{b: b, info: info, id: created.ID, conn: hj.Conn, stdout: pr, stderr: &limitedBuffer{max: 4096}, done: make(chan struct{})}
+	r := &fsRun{b: b, info: info, id: created.ID, conn: hj.Conn, stdout: pr, stderr: &limitedBuffer{max: 4096}, done: make(chan struct{}), fed: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		_, r.err = stdcopy.StdCopy(pw, r.stderr, hj.Reader)
@@ -217,14 +220,15 @@ func (b *Backend) startFS(ctx context.Context, info backends.Session, stdin io.R
 	}()
 	if stdin != nil {
 		go func() {
-			if _, err := io.Copy(hj.Conn, stdin); err != nil {
-				// The upload broke: the script must not see a clean end.
-				pw.CloseWithError(err)
-				hj.Close()
-				return
-			}
+			defer close(r.fed)
+			// A source that fails ends the script's stdin like a finished
+			// one; the caller, which sees the failure, then aborts
+			// instead of committing.
+			_, _ = io.Copy(hj.Conn, stdin)
 			_ = hj.CloseWrite()
 		}()
+	} else {
+		close(r.fed)
 	}
 	// A cancelled caller ends the exec's streams.
 	stop := context.AfterFunc(ctx, func() { hj.Close() })
@@ -241,6 +245,7 @@ func (r *fsRun) wait(params ...string) error {
 	_, _ = io.Copy(io.Discard, r.stdout)
 	<-r.done
 	r.conn.Close()
+	<-r.fed
 	if r.err != nil {
 		return boxerr.Failure("docker: file call on %s: %v", params[1], r.err).Wrap(r.err)
 	}
@@ -375,31 +380,27 @@ func (b *Backend) ListFiles(ctx context.Context, info backends.Session, dir stri
 	return entries, nil
 }
 
-// ReadFile implements runtime.FileSystem.
+// ReadFile implements runtime.FileSystem: one exec, whose first line is
+// the file's stat (after the last symlink), then its bytes.
 func (b *Backend) ReadFile(ctx context.Context, info backends.Session, p string, offset, length int64) (io.ReadCloser, backends.FileInfo, error) {
-	fi, err := b.StatFile(ctx, info, p)
-	if err != nil {
-		return nil, fi, err
-	}
 	r, err := b.startFS(ctx, info, nil, "read", p, strconv.FormatInt(offset, 10), strconv.FormatInt(length, 10))
 	if err != nil {
-		return nil, fi, err
+		return nil, backends.FileInfo{}, err
 	}
-	br := bufio.NewReader(r.stdout)
+	br := bufio.NewReaderSize(r.stdout, 64<<10)
 	line, rerr := br.ReadString('\n')
 	if rerr != nil {
 		if err := r.wait("path", p); err != nil {
-			return nil, fi, err
+			return nil, backends.FileInfo{}, err
 		}
-		return nil, fi, boxerr.Failure("docker: reading %s: %v", p, rerr)
+		return nil, backends.FileInfo{}, boxerr.Failure("docker: reading %s: %v", p, rerr)
 	}
-	size, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
+	fi, err := parseStat(path.Base(p), p, strings.TrimSpace(line))
 	if err != nil {
-		r.wait("path", p)
-		return nil, fi, boxerr.Failure("docker: reading %s: unexpected size %q", p, line)
+		r.conn.Close()
+		_ = r.wait("path", p)
+		return nil, fi, err
 	}
-	// The first stat did not follow a last symlink; this is the file's.
-	fi.Size, fi.Type = size, backends.FileTypeFile
 	return &fsReader{r: r, br: br, p: p}, fi, nil
 }
 

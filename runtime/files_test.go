@@ -47,7 +47,7 @@ func (f *fakeFiles) WriteFile(context.Context, backends.Session, string, io.Read
 	return 0, nil
 }
 func (f *fakeFiles) RemoveFile(context.Context, backends.Session, string, bool) error { return nil }
-func (f *fakeFiles) MakeDir(context.Context, backends.Session, string) error         { return nil }
+func (f *fakeFiles) MakeDir(context.Context, backends.Session, string) error          { return nil }
 func (f *fakeFiles) RenameFile(context.Context, backends.Session, string, string) error {
 	return nil
 }

@@ -132,3 +132,13 @@ func TestFileReadKeepsTheSessionFromTheReaper(t *testing.T) {
 	clock.Advance(2 * time.Minute)
 	assert.Equal(t, 1, rt.Reap(ctx), "idle again once the reader is closed")
 }
+
+func TestWatchRefusesATreeItCannotListWhole(t *testing.T) {
+	ctx := context.Background()
+	ff := &fakeFiles{fakeBackend: newFake(), release: make(chan struct{})}
+	rt, _ := newTestRuntime(t, ff, "")
+	_, err := rt.EnsureSession(ctx, spec("s"))
+	require.NoError(t, err)
+	_, err = rt.WatchFiles(ctx, "s", "/workspace", 2)
+	assert.True(t, errors.Is(err, boxerr.ErrValidation), "%v", err)
+}

@@ -447,3 +447,83 @@ func TestCp(t *testing.T) {
 	_, stderr, code = runCp(t, p, nil, local, filepath.Join(dir, "y"))
 	assert.Equal(t, 2, code, stderr)
 }
+
+// watchEvent is a box_fs_event notification.
+type watchEvent struct {
+	Method string `json:"method"`
+	Params struct {
+		WatchID   string `json:"watch_id"`
+		SessionID string `json:"session_id"`
+		Events    []struct {
+			Event string `json:"event"`
+			Type  string `json:"type"`
+			Path  string `json:"path"`
+		} `json:"events"`
+		Ended *struct{ Type, Message string } `json:"ended"`
+	} `json:"params"`
+}
+
+// nextEvent reads notifications until one of watch id arrives.
+func nextEvent(t *testing.T, p *Proc, id string) watchEvent {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		var ev watchEvent
+		require.NoError(t, json.Unmarshal(p.NextLine(time.Until(deadline)), &ev))
+		if ev.Method == "box_fs_event" && ev.Params.WatchID == id {
+			return ev
+		}
+	}
+	t.Fatalf("no box_fs_event for %s", id)
+	return watchEvent{}
+}
+
+func eventsOf(ev watchEvent) []string {
+	var out []string
+	for _, e := range ev.Params.Events {
+		out = append(out, e.Event+" "+e.Type+" "+e.Path)
+	}
+	return out
+}
+
+func TestFilesWatch(t *testing.T) {
+	eachBackend(t, func(t *testing.T, backend string) {
+		e := newFilesEnv(t, backend, "stdio")
+		p := e.p
+		e.must(t, "box_create_session", map[string]any{"session_id": "w"}, nil)
+		e.must(t, "box_fs_mkdir", map[string]any{"session_id": "w", "path": "/workspace/w"}, nil)
+		var res struct {
+			WatchID string `json:"watch_id"`
+		}
+		e.must(t, "box_fs_watch", map[string]any{"session_id": "w", "path": "/workspace/w", "depth": 2, "interval_ms": 300}, &res)
+		require.NotEmpty(t, res.WatchID)
+		exec := func(cmd string) {
+			e.must(t, "box_exec", map[string]any{"session_id": "w", "cmd": cmd}, nil)
+		}
+		exec("echo x > /workspace/w/a && mkdir /workspace/w/d && echo y > /workspace/w/d/b")
+		var got []string
+		for len(got) < 3 {
+			got = append(got, eventsOf(nextEvent(t, p, res.WatchID))...)
+		}
+		assert.ElementsMatch(t, []string{"created file /workspace/w/a", "created dir /workspace/w/d", "created file /workspace/w/d/b"}, got)
+		exec("rm /workspace/w/a && echo longer >> /workspace/w/d/b")
+		got = nil
+		for len(got) < 2 {
+			got = append(got, eventsOf(nextEvent(t, p, res.WatchID))...)
+		}
+		assert.ElementsMatch(t, []string{"removed file /workspace/w/a", "modified file /workspace/w/d/b"}, got)
+
+		e.must(t, "box_fs_unwatch", map[string]any{"watch_id": res.WatchID}, nil)
+		e.fails(t, "box_fs_unwatch", map[string]any{"watch_id": res.WatchID}, "BoxValidationError", "watch_id")
+		e.fails(t, "box_fs_watch", map[string]any{"session_id": "w", "path": "/workspace/nope"}, "BoxFileNotFoundError", "")
+		e.fails(t, "box_fs_watch", map[string]any{"session_id": "w", "path": "/etc"}, "BoxValidationError", "path")
+
+		// The watch ends, saying why, when its session goes.
+		e.must(t, "box_fs_watch", map[string]any{"session_id": "w", "path": "/workspace", "interval_ms": 300}, &res)
+		e.must(t, "box_delete_session", map[string]any{"session_id": "w"}, nil)
+		ev := nextEvent(t, p, res.WatchID)
+		require.NotNil(t, ev.Params.Ended, "%+v", ev)
+		assert.Equal(t, "BoxSessionNotFoundError", ev.Params.Ended.Type)
+		e.fails(t, "box_fs_unwatch", map[string]any{"watch_id": res.WatchID}, "BoxValidationError", "watch_id")
+	})
+}

@@ -121,13 +121,14 @@ upload)
 	printf '%s\n' "$tmp"
 	cat >"$tmp" || { rm -f "$tmp"; die failed "write $1"; } ;;
 commit)
+	case ${3##*/} in .boxrt-upload-*) ;; *) die failed "not an upload: $3" ;; esac
 	resolve "$1" follow; rw "$1"
 	[ -d "$R" ] && { rm -f "$3"; die isdir "$1"; }
 	mode=$2
 	if [ -z "$mode" ]; then mode=644; [ -f "$R" ] && mode=$(stat -c %a "$R"); fi
 	chmod "$mode" "$3" && mv -f "$3" "$R" || { rm -f "$3"; die failed "rename into $1"; } ;;
 abort)
-	rm -f "$1" ;;
+	case ${1##*/} in .boxrt-upload-*) rm -f "$1" ;; esac ;;
 remove)
 	resolve "$1" nofollow; rw "$1"; busy "$1"; exists "$1"
 	if [ "$2" = recursive ]; then rm -rf "$R" || die failed "remove $1"

@@ -527,3 +527,38 @@ func TestFilesWatch(t *testing.T) {
 		e.fails(t, "box_fs_unwatch", map[string]any{"watch_id": res.WatchID}, "BoxValidationError", "watch_id")
 	})
 }
+
+// A watch belongs to its connection: over WebSocket its events arrive as
+// notification frames, and closing the socket ends it.
+func TestFilesWatchEndsWithItsConnection(t *testing.T) {
+	p := Start(t, Options{Config: "{" + backendConfigs["bwrap"] + "}"})
+	ws := DialWS(t, p.Addr, p.Token)
+	require.Nil(t, ws.Call("box_create_session", map[string]any{"session_id": "wws"}).Error)
+	r := ws.Call("box_fs_watch", map[string]any{"session_id": "wws", "path": "/workspace", "interval_ms": 200})
+	require.Nil(t, r.Error)
+	var res struct {
+		WatchID string `json:"watch_id"`
+	}
+	require.NoError(t, json.Unmarshal(r.Result, &res))
+	other := DialWS(t, p.Addr, p.Token)
+	require.Nil(t, other.Call("box_fs_write", map[string]any{"session_id": "wws", "path": "/workspace/n.txt", "data_base64": "eA=="}).Error)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		_, data, err := ws.C.Read(ctx)
+		require.NoError(t, err)
+		var ev watchEvent
+		require.NoError(t, json.Unmarshal(data, &ev))
+		if ev.Method == "box_fs_event" {
+			assert.Equal(t, []string{"created file /workspace/n.txt"}, eventsOf(ev))
+			break
+		}
+	}
+	ws.C.CloseNow()
+	// The server sees the socket close at once; give it a moment, then
+	// one unwatch (which would stop a live watch, so it is asked once).
+	time.Sleep(time.Second)
+	r = other.Call("box_fs_unwatch", map[string]any{"watch_id": res.WatchID})
+	require.NotNil(t, r.Error, "the watch outlived its connection")
+	assert.Equal(t, "BoxValidationError", r.Error.Type())
+}

@@ -39,10 +39,13 @@ func NewFiles(rt *runtime.Runtime, log zerolog.Logger) *Files {
 
 // Response headers of a download.
 const (
-	HeaderFileSize  = "X-Boxrt-File-Size"
-	HeaderFileMode  = "X-Boxrt-File-Mode"
-	copyBufferBytes = 256 << 10
+	HeaderFileSize = "X-Boxrt-File-Size"
+	HeaderFileMode = "X-Boxrt-File-Mode"
 )
+
+// copyBufferBytes is a download's copy buffer: fixed, so memory does not
+// grow with the file, and large, so a GiB costs few syscalls.
+const copyBufferBytes = 256 << 10
 
 func (f *Files) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sessionID := r.PathValue("session_id")

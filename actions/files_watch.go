@@ -146,6 +146,9 @@ func (d *Dispatcher) runWatch(ctx context.Context, id, sessionID string, w *runt
 			if failures++; failures < watchFailures && !errors.Is(err, boxerr.ErrSessionNotFound) && !errors.Is(err, boxerr.ErrFileNotFound) {
 				continue
 			}
+			// Gone from the set before the host hears of the end, so an
+			// unwatch sent after the last notification finds no watch.
+			d.watches.remove(id)
 			_ = rpc.Notify(ctx, "box_fs_event", fsEvent{WatchID: id, SessionID: sessionID, Events: []runtime.FileEvent{},
 				Ended: &fsEnded{Type: runtime.ErrorType(err), Message: err.Error()}})
 			return

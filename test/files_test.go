@@ -478,10 +478,15 @@ func nextEvent(t *testing.T, p *Proc, id string) watchEvent {
 	return watchEvent{}
 }
 
+// eventsOf renders a notification's events, leaving out directories
+// whose mtime changed: whether a poll sees a directory made and filled at
+// once or in two steps (made, then modified) is timing.
 func eventsOf(ev watchEvent) []string {
 	var out []string
 	for _, e := range ev.Params.Events {
-		out = append(out, e.Event+" "+e.Type+" "+e.Path)
+		if e.Event != "modified" || e.Type != "dir" {
+			out = append(out, e.Event+" "+e.Type+" "+e.Path)
+		}
 	}
 	return out
 }

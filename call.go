@@ -222,34 +222,44 @@ func parseCallArgs(c *cli.Context, stdin io.Reader) (*callArgs, error) {
 	case a.spawnCmd == nil && a.url == "":
 		return nil, usageErr("say where the runtime is: --url URL, or --spawn")
 	}
-	if tf := str("token-file"); tf != "" {
-		b, err := os.ReadFile(tf)
+	token, err := clientToken(str("token-file"), str("state-dir"), a.url, usageErr)
+	if err != nil {
+		return nil, err
+	}
+	a.token = token
+	return a, nil
+}
+
+// clientToken finds the control token a client command sends: --token-file,
+// else BOXRT_CONTROL_TOKEN (or LANGBOT_BOX_CONTROL_TOKEN), else, for a
+// loopback runtimeURL, the token a local serve generated in stateDir.
+func clientToken(tokenFile, stateDir, runtimeURL string, usage func(string, ...any) error) (string, error) {
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
 		if err != nil {
-			return nil, usageErr("--token-file: %v", err)
+			return "", usage("--token-file: %v", err)
 		}
-		a.token = strings.TrimSpace(string(b))
-		if a.token == "" {
-			return nil, usageErr("--token-file %s is empty", tf)
+		tok := strings.TrimSpace(string(b))
+		if tok == "" {
+			return "", usage("--token-file %s is empty", tokenFile)
 		}
-	} else {
-		for _, env := range []string{"BOXRT_CONTROL_TOKEN", "LANGBOT_BOX_CONTROL_TOKEN"} {
-			if tok := strings.TrimSpace(os.Getenv(env)); tok != "" {
-				a.token = tok
-				break
-			}
+		return tok, nil
+	}
+	for _, env := range []string{"BOXRT_CONTROL_TOKEN", "LANGBOT_BOX_CONTROL_TOKEN"} {
+		if tok := strings.TrimSpace(os.Getenv(env)); tok != "" {
+			return tok, nil
 		}
 	}
-	if a.token == "" && a.url != "" && loopbackURL(a.url) {
-		path := filepath.Join(str("state-dir"), controlTokenFileName)
-		tok, err := readTokenFile(path, false)
+	if runtimeURL != "" && loopbackURL(runtimeURL) {
+		tok, err := readTokenFile(filepath.Join(stateDir, controlTokenFileName), false)
 		switch {
 		case err == nil:
-			a.token = tok
+			return tok, nil
 		case !errors.Is(err, fs.ErrNotExist):
-			return nil, usageErr("reading the generated control token: %v (pass --token-file or BOXRT_CONTROL_TOKEN)", err)
+			return "", usage("reading the generated control token: %v (pass --token-file or BOXRT_CONTROL_TOKEN)", err)
 		}
 	}
-	return a, nil
+	return "", nil
 }
 
 // loopbackURL reports whether raw names this machine by a loopback name,

@@ -58,6 +58,7 @@ Protocol reference: docs/protocol.md`,
 		Commands: []*cli.Command{
 			serveCommand(),
 			callCommand(),
+			cpCommand(),
 			doctorCommand(),
 			{
 				Name:  "version",

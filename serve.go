@@ -416,6 +416,12 @@ func runServe(c *cli.Context) error {
 		// relay_token of the one process addressed.
 		mux.Handle("GET /v1/sessions/{session_id}/managed-process/{process_id}/ws", relayHandler)
 		mux.Handle("GET /v1/sessions/{session_id}/managed-process/ws", relayHandler)
+		// A session's files, streamed (box_fs_* stop at a few MiB): the
+		// control token only, as the control plane.
+		files := auth.Require(relay.NewFiles(rt, log.With().Str("component", "files").Logger()))
+		for _, m := range []string{"GET", "PUT"} { // GET serves HEAD too
+			mux.Handle(m+" "+runtime.FilesEndpoint, files)
+		}
 		if c.Bool("metrics-public") {
 			mux.Handle("GET /metrics", metrics.handler())
 		} else {

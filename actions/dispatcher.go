@@ -28,6 +28,7 @@ type Dispatcher struct {
 	server  Server
 	methods map[string]handler
 	errors  errorRing
+	watches watchSet
 }
 
 // New returns a Dispatcher with every method registered: the runtime's and
@@ -77,6 +78,16 @@ func New(rt *runtime.Runtime, store *skills.Store, server Server) *Dispatcher {
 		"box_preview_skill_zip":    method(d.previewSkillZip),
 		"box_install_skill_zip":    method(d.installSkillZip),
 		"__file_chunk":             method(d.fileChunk),
+
+		"box_fs_read":    method(d.fsRead),
+		"box_fs_write":   method(d.fsWrite),
+		"box_fs_list":    method(d.fsList),
+		"box_fs_stat":    method(d.fsStat),
+		"box_fs_remove":  method(d.fsRemove),
+		"box_fs_mkdir":   method(d.fsMkdir),
+		"box_fs_rename":  method(d.fsRename),
+		"box_fs_watch":   method(d.fsWatch),
+		"box_fs_unwatch": method(d.fsUnwatch),
 	}
 	return d
 }

@@ -95,6 +95,7 @@ func Dial(ctx context.Context, runtimeURL string, opts ...Option) (*Client, erro
 		return nil, err
 	}
 	o := buildOptions(opts)
+	o.httpBase = httpBase(u)
 	var own *http.Client
 	if o.connector == nil {
 		hc := o.httpClient

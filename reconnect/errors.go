@@ -26,6 +26,7 @@ var (
 	ErrCapacityExceeded   = boxerr.ErrCapacityExceeded
 	ErrAdmission          = boxerr.ErrAdmission
 	ErrReadiness          = boxerr.ErrReadiness
+	ErrFileNotFound       = boxerr.ErrFileNotFound
 	ErrParse              = boxerr.ErrParse
 	ErrInvalidRequest     = boxerr.ErrInvalidRequest
 	ErrMethodNotFound     = boxerr.ErrMethodNotFound

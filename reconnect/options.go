@@ -78,6 +78,7 @@ type options struct {
 	stopTimeout time.Duration
 
 	// dial mode
+	httpBase   string // the dialed runtime as http(s)://host:port (files)
 	token      string
 	httpClient *http.Client
 	header     http.Header

@@ -5,4 +5,7 @@
 // nobody is attached and replays it on the next attach; the latest attacher
 // takes over. The relay checks its own credentials: a process's relay_token
 // opens that process alone, the control token (operator) opens every one.
+//
+// Files (files.go) is the other HTTP surface of a session: its files
+// streamed in and out with GET and PUT, behind the control token.
 package relay

@@ -162,7 +162,7 @@ func (c *fakeClock) NewTicker(time.Duration) (<-chan time.Time, func()) {
 	return make(chan time.Time), func() {}
 }
 
-func newTestRuntime(t *testing.T, fb *fakeBackend, patch string, opts ...Option) (*Runtime, *fakeClock) {
+func newTestRuntime(t *testing.T, fb backends.Backend, patch string, opts ...Option) (*Runtime, *fakeClock) {
 	t.Helper()
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	cfg := DefaultConfig()

@@ -122,6 +122,15 @@ func TestSuspendSurvivesKill9(t *testing.T) {
 			assert.True(t, proc.Resumed, "flagged: its replay buffer starts empty")
 			p2.MustCall("box_get_session", map[string]any{"session_id": "d1"}, &info)
 			assert.Equal(t, "running", info.State)
+			// File access resumes a suspended session too.
+			p2.MustCall("box_suspend_session", map[string]any{"session_id": "d1"}, &info)
+			var read struct {
+				DataBase64 string `json:"data_base64"`
+			}
+			p2.MustCall("box_fs_read", map[string]any{"session_id": "d1", "path": "/workspace/f"}, &read)
+			assert.Equal(t, "a2VwdAo=", read.DataBase64, "box_fs_read of a suspended session resumed it and read kept\\n")
+			p2.MustCall("box_get_session", map[string]any{"session_id": "d1"}, &info)
+			assert.Equal(t, "running", info.State)
 			// A suspended session is deleted like any other.
 			p2.MustCall("box_suspend_session", map[string]any{"session_id": "d1"}, &info)
 			p2.MustCall("box_delete_session", map[string]any{"session_id": "d1"}, nil)

@@ -104,3 +104,8 @@ func CapacityExceeded(limit string, value int, format string, args ...any) *Erro
 func SnapshotCorrupted(snapshotID, format string, args ...any) *Error {
 	return newError(ErrSnapshotCorrupted, format, args...).With("snapshot_id", snapshotID)
 }
+
+// FileNotFound reports a session path that names nothing.
+func FileNotFound(path string) *Error {
+	return newError(ErrFileNotFound, "%s: no such file or directory", path).With("path", path)
+}

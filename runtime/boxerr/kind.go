@@ -27,6 +27,9 @@ var (
 	ErrCapacityExceeded   = &Kind{"BoxCapacityExceededError", -32007, true}
 	ErrAdmission          = &Kind{"BoxAdmissionError", -32008, false}
 	ErrReadiness          = &Kind{"BoxReadinessError", -32009, false}
+	// ErrFileNotFound: a session path (box_fs_*, the files endpoint) names
+	// nothing. -32010 is left to tenancy's PermissionError.
+	ErrFileNotFound = &Kind{"BoxFileNotFoundError", -32011, false}
 	// ErrSnapshotCorrupted: a stored snapshot failed its checksum or does
 	// not decode; it is never restored.
 	ErrSnapshotCorrupted = &Kind{"BoxSnapshotCorruptedError", -32015, false}
@@ -45,7 +48,7 @@ var (
 var Kinds = []*Kind{
 	ErrBox, ErrValidation, ErrBackendUnavailable, ErrRuntimeUnavailable,
 	ErrSessionConflict, ErrSessionNotFound, ErrProcessConflict, ErrProcessNotFound,
-	ErrCapacityExceeded, ErrAdmission, ErrReadiness, ErrSnapshotCorrupted,
+	ErrCapacityExceeded, ErrAdmission, ErrReadiness, ErrFileNotFound, ErrSnapshotCorrupted,
 	ErrParse, ErrInvalidRequest, ErrMethodNotFound, ErrInternal,
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/boxrt/boxrt/backends"
 )
 
 // reaperInterval is min(30 s, TTL); 0 when reaping is off.
@@ -37,6 +39,36 @@ func (r *Runtime) reaperLoop(ctx context.Context) {
 	}
 }
 
+// sharedBackend is a backend whose sessions other boxrt processes may use
+// too (kube: replicas sharing a namespace). Before reaping a session the
+// reaper asks it when the session was last used anywhere, so one replica
+// never reaps a session another is serving.
+type sharedBackend interface {
+	LastUsed(ctx context.Context, info backends.Session) (time.Time, error)
+}
+
+// usedElsewhere reports whether b knows of a use of s after cutoff, and
+// records it as the session's last use.
+func (r *Runtime) usedElsewhere(ctx context.Context, s *session, cutoff time.Time) bool {
+	r.mu.Lock()
+	sb, ok := r.backend.(sharedBackend)
+	info := s.info
+	r.mu.Unlock()
+	if !ok {
+		return false
+	}
+	last, err := sb.LastUsed(ctx, info)
+	if err != nil || !last.After(cutoff) {
+		return false
+	}
+	r.mu.Lock()
+	if last.After(s.info.LastUsedAt) {
+		s.info.LastUsedAt = last
+	}
+	r.mu.Unlock()
+	return true
+}
+
 // Reap destroys idle sessions: not persistent, unused for longer than the
 // TTL, with no exec running and no managed process running. It also purges
 // expired managed-process exit records. It returns how many sessions went.
@@ -65,7 +97,7 @@ func (r *Runtime) Reap(ctx context.Context) int {
 		still := r.sessions[s.info.SessionID] == s && !s.deleting && s.activeExecs == 0 &&
 			s.runningProcesses() == 0 && s.info.LastUsedAt.Before(cutoff)
 		r.mu.Unlock()
-		if still {
+		if still && !r.usedElsewhere(ctx, s, cutoff) {
 			if err := r.destroy(ctx, s, "ttl", false); err == nil {
 				n++
 			}

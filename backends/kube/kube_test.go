@@ -165,6 +165,10 @@ func TestReplicaAdoption(t *testing.T) {
 	if got := mustRun(t, b, adopted[0], "cat /workspace/state"); got != "before" {
 		t.Errorf("adopted session's workspace = %q", got)
 	}
+	// The exec on replica b is visible to replica a's reaper.
+	if last, err := a.LastUsed(context.Background(), info); err != nil || time.Since(last) > time.Minute {
+		t.Errorf("LastUsed after an exec on another replica = %v, %v", last, err)
+	}
 	// Another installation sees none of it.
 	other := newBackend(t, "")
 	if got, err := other.Adopt(context.Background()); err != nil || len(got) != 0 {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"syscall"
+	"time"
 
 	"k8s.io/client-go/tools/remotecommand"
 
@@ -59,6 +60,7 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 		done:    make(chan struct{}),
 	}
 	go p.run(ex, inR, outW, errW)
+	go p.keepTouching()
 	return p, nil
 }
 
@@ -98,6 +100,22 @@ func (p *process) Signal(sig syscall.Signal) error {
 	default:
 	}
 	return p.b.signal(context.Background(), p.pod, p.pidFile, name, false)
+}
+
+// keepTouching refreshes the Pod's last-used annotation while the process
+// runs: its relay traffic is invisible to other replicas, whose reapers
+// would otherwise take the session for idle.
+func (p *process) keepTouching() {
+	t := time.NewTicker(touchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-t.C:
+			p.b.touch(context.Background(), p.pod)
+		}
+	}
 }
 
 func (p *process) run(ex remotecommand.Executor, stdin *io.PipeReader, outW, errW *io.PipeWriter) {

@@ -659,3 +659,17 @@ func (b *Backend) touch(ctx context.Context, name string) {
 }
 
 func (b *Backend) forgetTouch(name string) { b.touched.Delete(name) }
+
+// LastUsed reads the session's last-used annotation: another replica may
+// have used the session since this one last did. The runtime's reaper asks
+// before reaping, so one replica never reaps a session another serves.
+func (b *Backend) LastUsed(ctx context.Context, info backends.Session) (time.Time, error) {
+	if b.configErr != nil {
+		return time.Time{}, b.configErr
+	}
+	pod, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, info.BackendSessionID, metav1.GetOptions{})
+	if err != nil {
+		return time.Time{}, b.apiError("reading Pod "+info.BackendSessionID, err)
+	}
+	return time.Parse(time.RFC3339Nano, pod.Annotations[AnnLastUsed])
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
 
 	"github.com/boxrt/boxrt/backends/kube"
 )
@@ -54,28 +56,64 @@ func writeKubeconfig(t *testing.T, path, server, token string) {
 // list pods in the test namespace.
 func limitedToken(t *testing.T) string {
 	t.Helper()
+	const name = "boxrt-limited"
+	bind(t, name, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}}},
+	})
+	return saToken(t, name)
+}
+
+// applyMinimalRole creates ServiceAccount sa bound to the Role (and
+// RoleBinding) kube.MinimalRole renders, decoded from its YAML as an
+// operator's kubectl apply would.
+func applyMinimalRole(t *testing.T, sa string) {
+	t.Helper()
+	docs := strings.Split(kube.MinimalRole(testNamespace, sa), "\n---\n")
+	if len(docs) != 2 {
+		t.Fatalf("MinimalRole: %d YAML documents, want Role and RoleBinding", len(docs))
+	}
+	var role rbacv1.Role
+	if err := yaml.UnmarshalStrict([]byte(docs[0]), &role); err != nil {
+		t.Fatalf("MinimalRole's Role: %v", err)
+	}
+	role.Name = sa // one Role per test, not the shared name "boxrt"
+	bind(t, sa, &role)
+}
+
+// bind creates ServiceAccount name, role and a RoleBinding between them.
+func bind(t *testing.T, name string, role *rbacv1.Role) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	name := "boxrt-limited"
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace}}
 	if _, err := admin.CoreV1().ServiceAccounts(testNamespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
-	}
-	role := &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}}},
 	}
 	if _, err := admin.RbacV1().Roles(testNamespace).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	rb := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: testNamespace}},
 	}
 	if _, err := admin.RbacV1().RoleBindings(testNamespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = admin.RbacV1().RoleBindings(testNamespace).Delete(ctx, name, metav1.DeleteOptions{})
+		_ = admin.RbacV1().Roles(testNamespace).Delete(ctx, role.Name, metav1.DeleteOptions{})
+		_ = admin.CoreV1().ServiceAccounts(testNamespace).Delete(ctx, name, metav1.DeleteOptions{})
+	})
+}
+
+// saToken returns a short-lived token of ServiceAccount name.
+func saToken(t *testing.T, name string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	exp := int64(600)
 	tok, err := admin.CoreV1().ServiceAccounts(testNamespace).CreateToken(ctx, name,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})

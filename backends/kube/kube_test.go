@@ -381,3 +381,77 @@ func TestUnavailable(t *testing.T) {
 		})
 	}
 }
+
+// TestMinimalRoleSuffices binds a fresh ServiceAccount to exactly the Role
+// MinimalRole prints (what boxrt doctor tells operators to apply) and runs
+// a whole session lifecycle with it.
+func TestMinimalRoleSuffices(t *testing.T) {
+	needCluster(t)
+	sa := "boxrt-minimal-" + randomID()
+	applyMinimalRole(t, sa)
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	writeKubeconfig(t, path, adminRC.Host, saToken(t, sa))
+	b, err := newBackendAt(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { assertNothingLeft(t, b.InstanceID()) })
+	if err := b.Probe(context.Background()); err != nil {
+		t.Fatalf("Probe with the minimal Role: %v", err)
+	}
+	s := spec("minimal-" + randomID())
+	s.Persistent = true // PVC and NetworkPolicy too
+	info := start(t, b, s)
+	if got := mustRun(t, b, info, "echo ok"); got != "ok" {
+		t.Errorf("exec = %q", got)
+	}
+	r, err := run(t, b, info, backends.ExecRequest{Cmd: "sleep 60", Timeout: time.Second})
+	if err != nil || !r.TimedOut {
+		t.Errorf("timeout with the minimal Role: %+v %v", r, err)
+	}
+	if _, err := b.Adopt(context.Background()); err != nil {
+		t.Errorf("Adopt with the minimal Role: %v", err)
+	}
+	if err := b.StopSession(context.Background(), info); err != nil {
+		t.Errorf("StopSession with the minimal Role: %v", err)
+	}
+}
+
+// TestRefusals: what the backend cannot do is a typed error naming the
+// field, and leaves nothing behind.
+func TestRefusals(t *testing.T) {
+	b := newBackend(t, "")
+	for _, tc := range []struct {
+		name  string
+		edit  func(*backends.SandboxSpec)
+		kind  error
+		words []string
+	}{
+		{"host_path", func(s *backends.SandboxSpec) { s.HostPath, s.HostPathMode = "/srv/data", backends.MountRW },
+			boxerr.ErrValidation, []string{"host_path", "/srv/data", "kube.host_path_claims"}},
+		{"extra mount", func(s *backends.SandboxSpec) {
+			s.ExtraMounts = []backends.MountSpec{{HostPath: "/srv/x", MountPath: "/x", Mode: backends.MountRO}}
+		}, boxerr.ErrValidation, []string{"extra_mounts[0].host_path"}},
+		{"image not on the node", func(s *backends.SandboxSpec) { s.Image = "boxrt-no-such-image:never" },
+			boxerr.ErrBox, []string{"boxrt-no-such-image:never", "ErrImageNeverPull"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := spec("refuse-" + randomID())
+			tc.edit(&s)
+			began := time.Now()
+			_, err := b.StartSession(context.Background(), s)
+			if !errors.Is(err, tc.kind) {
+				t.Fatalf("StartSession = %v, want %v", err, tc.kind)
+			}
+			for _, w := range tc.words {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			if d := time.Since(began); d > 30*time.Second {
+				t.Errorf("refusal took %v", d)
+			}
+			assertNothingLeft(t, b.InstanceID())
+		})
+	}
+}

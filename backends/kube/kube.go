@@ -112,7 +112,10 @@ func New(cfg Config) (*Backend, error) {
 	if err := validate(&cfg); err != nil {
 		return nil, err
 	}
-	b := &Backend{cfg: cfg, instance: cfg.InstanceID, instanceL: InstanceLabel(cfg.InstanceID)}
+	b := &Backend{cfg: cfg, instance: cfg.InstanceID, instanceL: InstanceLabel(cfg.InstanceID), ns: cfg.Namespace}
+	if b.ns == "" {
+		b.ns = "default" // until the configuration says otherwise
+	}
 	rc, ns, from, err := loadConfig(cfg.Kubeconfig)
 	b.configFrom = from
 	if err != nil {

@@ -220,6 +220,22 @@ func TestConcurrentCreate(t *testing.T) {
 	if !errors.Is(err, boxerr.ErrSessionConflict) {
 		t.Errorf("create with another spec: %v, want BoxSessionConflictError", err)
 	}
+
+	// A conflicting create leaves the winner's objects as they were: no
+	// deny-all policy lands on a network-on session.
+	on := spec("race-on-" + randomID())
+	on.Network = backends.NetworkOn
+	onInfo := start(t, first, on)
+	off := on
+	off.Network = backends.NetworkOff
+	if _, err := first.StartSession(context.Background(), off); !errors.Is(err, boxerr.ErrSessionConflict) {
+		t.Errorf("network-off create of a network-on session: %v, want BoxSessionConflictError", err)
+	}
+	for _, o := range objects(t, first.InstanceID()) {
+		if o == "networkpolicy/"+onInfo.BackendSessionID {
+			t.Errorf("the conflicting create left %s on the network-on session", o)
+		}
+	}
 }
 
 // TestNetworkOff: a network-off session gets a deny-all NetworkPolicy, and

@@ -112,14 +112,39 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 	if err != nil {
 		return backends.Session{}, err
 	}
+	// What this call created, undone when the Pod turns out not to be
+	// ours: another replica's Pod of the same session keeps its own
+	// policy and claim (a deny-all policy left on a network-on session
+	// would cut it off).
+	var undo []func(context.Context) error
+	rollback := func() {
+		ctx, cancel := cleanupContext(ctx, cleanupTimeout)
+		defer cancel()
+		for _, u := range undo {
+			_ = u(ctx)
+		}
+	}
 	if spec.Network != backends.NetworkOn {
-		if err := b.ensureNetworkPolicy(ctx, name); err != nil {
+		created, err := b.ensureNetworkPolicy(ctx, name)
+		if err != nil {
 			return backends.Session{}, err
+		}
+		if created {
+			undo = append(undo, func(ctx context.Context) error {
+				return b.cs.NetworkingV1().NetworkPolicies(b.ns).Delete(ctx, name, metav1.DeleteOptions{})
+			})
 		}
 	}
 	if spec.Persistent {
-		if err := b.ensurePVC(ctx, name, spec.WorkspaceQuotaMB); err != nil {
+		created, err := b.ensurePVC(ctx, name, spec.WorkspaceQuotaMB)
+		if err != nil {
+			rollback()
 			return backends.Session{}, err
+		}
+		if created {
+			undo = append(undo, func(ctx context.Context) error {
+				return b.cs.CoreV1().PersistentVolumeClaims(b.ns).Delete(ctx, name, metav1.DeleteOptions{})
+			})
 		}
 	}
 	for attempt := 0; ; attempt++ {
@@ -128,7 +153,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 			break
 		}
 		if !apierrors.IsAlreadyExists(err) || attempt >= 3 {
-			b.removeSession(ctx, name)
+			rollback()
 			return backends.Session{}, b.apiError("creating Pod for session "+spec.SessionID, err)
 		}
 		existing, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, name, metav1.GetOptions{})
@@ -136,16 +161,22 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 			continue
 		}
 		if err != nil {
+			rollback()
 			return backends.Session{}, b.apiError("reading Pod "+name, err)
 		}
 		if existing.DeletionTimestamp != nil {
 			// A delete of the same session is finishing: wait, then create.
 			if err := b.waitGone(ctx, name); err != nil {
+				rollback()
 				return backends.Session{}, err
 			}
 			continue
 		}
-		return b.adoptCreated(ctx, existing, info)
+		got, err := b.adoptCreated(ctx, existing, info)
+		if err != nil {
+			rollback()
+		}
+		return got, err
 	}
 	if err := b.waitRunning(ctx, name); err != nil {
 		b.removeSession(ctx, name)
@@ -321,8 +352,9 @@ func (b *Backend) mappedClaim(field, hostPath string, mode backends.MountMode) (
 }
 
 // ensureNetworkPolicy creates the policy that denies the Pod all ingress
-// and egress. One that exists already (another replica's) is kept.
-func (b *Backend) ensureNetworkPolicy(ctx context.Context, name string) error {
+// and egress. One that exists already (another replica's) is kept; created
+// says whether this call made it.
+func (b *Backend) ensureNetworkPolicy(ctx context.Context, name string) (created bool, err error) {
 	np := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.ns, Labels: b.labels(name)},
 		Spec: networkingv1.NetworkPolicySpec{
@@ -330,16 +362,20 @@ func (b *Backend) ensureNetworkPolicy(ctx context.Context, name string) error {
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 		},
 	}
-	_, err := b.cs.NetworkingV1().NetworkPolicies(b.ns).Create(ctx, np, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return b.apiError("creating NetworkPolicy "+name, err)
+	_, err = b.cs.NetworkingV1().NetworkPolicies(b.ns).Create(ctx, np, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return false, nil
 	}
-	return nil
+	if err != nil {
+		return false, b.apiError("creating NetworkPolicy "+name, err)
+	}
+	return true, nil
 }
 
 // ensurePVC creates the persistent workspace's claim; one that is being
-// deleted (the same session id, just deleted) is waited out first.
-func (b *Backend) ensurePVC(ctx context.Context, name string, quotaMB int) error {
+// deleted (the same session id, just deleted) is waited out first; created
+// says whether this call made it.
+func (b *Backend) ensurePVC(ctx context.Context, name string, quotaMB int) (created bool, err error) {
 	if quotaMB <= 0 {
 		quotaMB = b.cfg.WorkspaceSizeMB
 	}
@@ -358,29 +394,29 @@ func (b *Backend) ensurePVC(ctx context.Context, name string, quotaMB int) error
 	for attempt := 0; attempt < 3; attempt++ {
 		_, err := pvcs.Create(ctx, pvc, metav1.CreateOptions{})
 		if err == nil {
-			return nil
+			return true, nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
-			return b.apiError("creating PersistentVolumeClaim "+name, err)
+			return false, b.apiError("creating PersistentVolumeClaim "+name, err)
 		}
 		existing, err := pvcs.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return b.apiError("reading PersistentVolumeClaim "+name, err)
+			return false, b.apiError("reading PersistentVolumeClaim "+name, err)
 		}
 		if existing.DeletionTimestamp == nil {
-			return nil
+			return false, nil
 		}
 		if err := b.poll(ctx, goneTimeout, "PersistentVolumeClaim "+name+" to be deleted", func() (bool, error) {
 			_, err := pvcs.Get(ctx, name, metav1.GetOptions{})
 			return apierrors.IsNotFound(err), ignoreNotFound(err)
 		}); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return boxerr.Failure("kube backend error: PersistentVolumeClaim %s keeps being recreated and deleted", name)
+	return false, boxerr.Failure("kube backend error: PersistentVolumeClaim %s keeps being recreated and deleted", name)
 }
 
 // waitRunning waits for the Pod's container to run, failing early on what

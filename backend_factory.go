@@ -3,10 +3,14 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/bwrap"
 	"github.com/boxrt/boxrt/backends/docker"
+	"github.com/boxrt/boxrt/backends/kube"
 	"github.com/boxrt/boxrt/runtime"
 )
 
@@ -27,6 +31,40 @@ func newBackend(name string, cfg runtime.Config, instanceID, stateDir string) (b
 		})
 	case "bwrap":
 		return bwrap.New(bwrap.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir)})
+	case "kube":
+		return kube.New(kubeConfig(cfg.Kube, instanceID))
 	}
 	return nil, fmt.Errorf("unknown backend %q", name)
+}
+
+// kubeConfig maps the kube config section onto the backend's Config; the
+// section's instance, when set, replaces this installation's instance id so
+// replicas can share sessions.
+func kubeConfig(k runtime.Kube, instanceID string) kube.Config {
+	if k.Instance != "" {
+		instanceID = k.Instance
+	}
+	tol := make([]corev1.Toleration, len(k.Tolerations))
+	for i, t := range k.Tolerations {
+		tol[i] = corev1.Toleration{Key: t.Key, Operator: corev1.TolerationOperator(t.Operator), Value: t.Value,
+			Effect: corev1.TaintEffect(t.Effect), TolerationSeconds: t.TolerationSeconds}
+	}
+	return kube.Config{
+		InstanceID:      instanceID,
+		Kubeconfig:      k.Kubeconfig,
+		Namespace:       k.Namespace,
+		Image:           k.Image,
+		ImagePullPolicy: k.ImagePullPolicy,
+		RuntimeClass:    k.RuntimeClass,
+		StorageClass:    k.StorageClass,
+		WorkspaceSizeMB: k.WorkspaceSizeMB,
+		NodeSelector:    k.NodeSelector,
+		Tolerations:     tol,
+		RunAsUser:       k.RunAsUser,
+		RunAsGroup:      k.RunAsGroup,
+		TmpSizeMB:       k.TmpSizeMB,
+		RequestPercent:  k.RequestPercent,
+		HostPathClaims:  k.HostPathClaims,
+		StartTimeout:    time.Duration(k.StartTimeoutSec) * time.Second,
+	}
 }

@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/kube"
 	"github.com/boxrt/boxrt/runtime"
 	"github.com/docker/docker/client"
 	"github.com/urfave/cli/v2"
@@ -48,6 +50,9 @@ type doctorReport struct {
 	Checks  []check  `json:"checks"`
 	Usable  []string `json:"usable_backends"`
 	Auto    string   `json:"auto_selects"`
+	// KubeRole is the minimal Role (and RoleBinding) the kube backend
+	// needs, when kube is configured.
+	KubeRole string `json:"kube_role,omitempty"`
 }
 
 func runDoctor(c *cli.Context) error {
@@ -67,13 +72,21 @@ func runDoctor(c *cli.Context) error {
 		add(check{Status: "ok", What: fmt.Sprintf("state dir %s is writable", stateDir)})
 	}
 
-	for _, name := range runtime.BackendOrder {
+	names := runtime.BackendOrder
+	if cfg.Backend == "kube" {
+		// kube is never auto-selected, so it is checked only when the
+		// configuration names it.
+		names = append(slices.Clone(names), "kube")
+	}
+	for _, name := range names {
 		var checks []check
 		switch name {
 		case "docker":
 			checks = doctorDocker(ctx, cfg)
 		case "bwrap":
 			checks = doctorBwrap(ctx, cfg, stateDir)
+		case "kube":
+			checks, rep.KubeRole = doctorKube(ctx, cfg)
 		}
 		usable := true
 		for _, ch := range checks {
@@ -121,6 +134,9 @@ func printDoctor(w io.Writer, rep doctorReport, choice string) {
 		}
 	}
 	fmt.Fprintln(w)
+	if rep.KubeRole != "" {
+		fmt.Fprintf(w, "the minimal Role the kube backend needs (kubectl apply -f -):\n\n%s\n", rep.KubeRole)
+	}
 	if rep.Auto == "" {
 		fmt.Fprintf(w, "no usable backend for backend=%q: boxrt would answer BoxBackendUnavailableError\n", orAuto(choice))
 		return
@@ -275,4 +291,32 @@ func missingLimits(d backends.Description) []string {
 		}
 	}
 	return missing
+}
+
+// doctorKube checks the API server and boxrt's RBAC permissions in the
+// configured namespace (SelfSubjectAccessReview), and returns the minimal
+// Role for that namespace.
+func doctorKube(ctx context.Context, cfg runtime.Config) ([]check, string) {
+	kb, err := kube.New(kubeConfig(cfg.Kube, "doctor"))
+	if err != nil {
+		return []check{{Status: "fail", What: err.Error(), Fix: "fix the kube section of the configuration"}}, ""
+	}
+	role := kube.MinimalRole(kb.Namespace(), "boxrt")
+	version, err := kb.ServerVersion(ctx)
+	if err != nil {
+		return []check{{Status: "fail", What: err.Error(),
+			Fix: "set kube.kubeconfig (or $KUBECONFIG) to a kubeconfig whose API server answers, or run boxrt in the cluster"}}, role
+	}
+	out := []check{{Status: "ok", What: fmt.Sprintf("API server %s answers; sessions go to namespace %s", version, kb.Namespace())}}
+	missing, err := kb.MissingPermissions(ctx)
+	switch {
+	case err != nil:
+		out = append(out, check{Status: "fail", What: err.Error()})
+	case len(missing) > 0:
+		out = append(out, check{Status: "fail", What: "missing RBAC permissions in namespace " + kb.Namespace() + ": " + strings.Join(missing, ", "),
+			Fix: "bind boxrt's identity to the Role printed below"})
+	default:
+		out = append(out, check{Status: "ok", What: "RBAC allows everything boxrt does in namespace " + kb.Namespace() + " (pods, pods/exec, persistentvolumeclaims, networkpolicies)"})
+	}
+	return out, role
 }

@@ -1,6 +1,13 @@
 package main
 
-import "testing"
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/boxrt/boxrt/runtime"
+)
 
 func TestDockerIsolationChecks(t *testing.T) {
 	tests := []struct {
@@ -20,5 +27,23 @@ func TestDockerIsolationChecks(t *testing.T) {
 				t.Errorf("checks %+v, want userns %s seccomp %s", got, tc.userns, tc.seccompOK)
 			}
 		})
+	}
+}
+
+// TestDoctorKubeBadKubeconfig: a kubeconfig that cannot be loaded is a
+// failed check that says so, and the Role is still printed.
+func TestDoctorKubeBadKubeconfig(t *testing.T) {
+	cfg := runtime.DefaultConfig()
+	cfg.Backend = "kube"
+	cfg.Kube.Kubeconfig = filepath.Join(t.TempDir(), "missing")
+	cfg.Kube.Namespace = "sandboxes"
+	checks, role := doctorKube(context.Background(), cfg)
+	if len(checks) != 1 || checks[0].Status != "fail" || !strings.Contains(checks[0].What, "cannot load the cluster configuration") {
+		t.Errorf("checks = %+v", checks)
+	}
+	for _, want := range []string{"kind: Role", "namespace: sandboxes", `resources: ["pods/exec"]`, `apiGroups: ["networking.k8s.io"]`} {
+		if !strings.Contains(role, want) {
+			t.Errorf("Role lacks %q:\n%s", want, role)
+		}
 	}
 }

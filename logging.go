@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"io"
 	"log"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/diode"
+	"k8s.io/klog/v2"
 )
 
 const (
@@ -118,6 +121,12 @@ func (s *logSink) captureStdlog(logger zerolog.Logger) {
 	s.stdlogPrev, s.stdlogFlag = log.Writer(), log.Flags()
 	log.SetFlags(0) // zerolog adds the time
 	log.SetOutput(stdlogWriter{s})
+	// client-go (the kube backend) logs through klog, which writes straight
+	// to stderr by default: the same queue takes its lines, one per call.
+	w := stdlogWriter{s}
+	klog.SetLogger(funcr.New(func(prefix, args string) {
+		_, _ = w.Write([]byte(strings.TrimSpace("client-go " + prefix + " " + args)))
+	}, funcr.Options{}))
 	go func() {
 		defer close(s.stdlogDone)
 		for {

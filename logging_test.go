@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/klog/v2"
 )
 
 // gatedWriter blocks every Write until open is closed, like a pipe whose
@@ -179,6 +180,8 @@ func TestLogSinkCapturesStdlog(t *testing.T) {
 	sink, logger := newLogSink(w, "json", zerolog.InfoLevel)
 	sink.captureStdlog(logger)
 	start := time.Now()
+	klog.Errorf("client-go: something")
+	klog.Flush()
 	for i := range 2000 {
 		log.Printf("http: something %d", i)
 	}
@@ -187,8 +190,12 @@ func TestLogSinkCapturesStdlog(t *testing.T) {
 	require.True(t, sink.Close(10*time.Second))
 	lines := parseLines(t, w.String())
 	require.NotEmpty(t, lines)
-	var got int
+	var got, klogLines int
 	for _, l := range lines {
+		if l.Component == "stdlib" && strings.Contains(l.Message, "client-go: something") {
+			klogLines++
+			continue
+		}
 		if l.Component == "stdlib" {
 			got++
 			assert.True(t, strings.HasPrefix(l.Message, "http: something "), l.Message)
@@ -196,6 +203,7 @@ func TestLogSinkCapturesStdlog(t *testing.T) {
 		}
 	}
 	assert.Positive(t, got)
+	assert.Equal(t, 1, klogLines, "klog (client-go) goes through the sink too")
 	assert.Equal(t, log.Writer() != nil, true)
 	assert.NotEqual(t, fmt.Sprintf("%T", log.Writer()), "main.stdlogWriter", "Close restores the standard logger")
 }

@@ -29,6 +29,7 @@ type Config struct {
 	Local   Local          `json:"local"`
 	Docker  Docker         `json:"docker"`
 	Durable Durable        `json:"durable"`
+	Kube    Kube           `json:"kube"`
 	E2B     map[string]any `json:"e2b,omitempty"`
 }
 
@@ -83,6 +84,48 @@ type Docker struct {
 	WorkspaceQuotaMB int `json:"workspace_quota_mb"`
 	// TmpSizeMB is the size of the /tmp tmpfs of read-only-rootfs sessions.
 	TmpSizeMB int `json:"tmp_size_mb"`
+}
+
+// Kube configures the kube backend (sessions as Pods through the API
+// server). It is used only when backend is "kube": auto-selection never
+// picks a cluster.
+type Kube struct {
+	// Kubeconfig is a kubeconfig file; "" means the in-cluster service
+	// account, then $KUBECONFIG (and ~/.kube/config).
+	Kubeconfig string `json:"kubeconfig"`
+	// Namespace holds the session Pods; "" means the kubeconfig's (or the
+	// in-cluster Pod's) namespace.
+	Namespace string `json:"namespace"`
+	// Instance is the id the session Pods are labelled with; replicas that
+	// share it serve each other's sessions. "" means this installation's
+	// instance id (state dir), which no other replica has.
+	Instance        string `json:"instance"`
+	Image           string `json:"image"`
+	ImagePullPolicy string `json:"image_pull_policy"`
+	RuntimeClass    string `json:"runtime_class"`
+	StorageClass    string `json:"storage_class"`
+	// WorkspaceSizeMB is a persistent session's PVC size when its spec
+	// sets no workspace_quota_mb.
+	WorkspaceSizeMB int               `json:"workspace_size_mb"`
+	NodeSelector    map[string]string `json:"node_selector"`
+	Tolerations     []KubeToleration  `json:"tolerations"`
+	RunAsUser       int64             `json:"run_as_user"`
+	RunAsGroup      int64             `json:"run_as_group"`
+	TmpSizeMB       int               `json:"tmp_size_mb"`
+	// RequestPercent is the share of the CPU/memory limits a Pod requests.
+	RequestPercent int `json:"request_percent"`
+	// HostPathClaims maps host paths specs may name to existing PVCs.
+	HostPathClaims  map[string]string `json:"host_path_claims"`
+	StartTimeoutSec int               `json:"start_timeout_sec"`
+}
+
+// KubeToleration is a Pod toleration, in the Kubernetes field names.
+type KubeToleration struct {
+	Key               string `json:"key"`
+	Operator          string `json:"operator"`
+	Value             string `json:"value"`
+	Effect            string `json:"effect"`
+	TolerationSeconds *int64 `json:"tolerationSeconds,omitempty"`
 }
 
 // Docker defaults and bounds.
@@ -151,8 +194,9 @@ func (l *Limits) ranges() []limitRange {
 
 // Validate checks every value and names the first bad key.
 func (c *Config) Validate() error {
-	if !autoBackend(c.Backend) && !slices.Contains(BackendOrder, c.Backend) {
-		return boxerr.Validation("backend", "backend must be one of auto, %s; got %q", strings.Join(BackendOrder, ", "), c.Backend)
+	if !autoBackend(c.Backend) && !slices.Contains(BackendOrder, c.Backend) && !slices.Contains(ExplicitBackends, c.Backend) {
+		return boxerr.Validation("backend", "backend must be one of auto, %s, %s; got %q",
+			strings.Join(BackendOrder, ", "), strings.Join(ExplicitBackends, ", "), c.Backend)
 	}
 	for _, r := range c.Limits.ranges() {
 		if *r.value < r.min || *r.value > r.max {
@@ -177,6 +221,33 @@ func (c *Config) Validate() error {
 	}
 	if t := c.Docker.TmpSizeMB; t < 1 || t > maxDockerTmpSizeMB {
 		return boxerr.Validation("docker.tmp_size_mb", "docker.tmp_size_mb must be between 1 and %d, got %d", maxDockerTmpSizeMB, t)
+	}
+	return c.Kube.validate()
+}
+
+// validate checks what the kube backend cannot check for itself before
+// it is selected; the backend checks the rest when it is built.
+func (k *Kube) validate() error {
+	switch k.ImagePullPolicy {
+	case "", "IfNotPresent", "Always", "Never":
+	default:
+		return boxerr.Validation("kube.image_pull_policy", "kube.image_pull_policy must be IfNotPresent, Always or Never, got %q", k.ImagePullPolicy)
+	}
+	for _, f := range []struct {
+		name     string
+		value    int64
+		min, max int64
+	}{
+		{"run_as_user", k.RunAsUser, 0, 1<<31 - 1},
+		{"run_as_group", k.RunAsGroup, 0, 1<<31 - 1},
+		{"tmp_size_mb", int64(k.TmpSizeMB), 0, maxDockerTmpSizeMB},
+		{"workspace_size_mb", int64(k.WorkspaceSizeMB), 0, backends.MaxWorkspaceQuotaMB},
+		{"request_percent", int64(k.RequestPercent), 0, 100},
+		{"start_timeout_sec", int64(k.StartTimeoutSec), 0, 3600},
+	} {
+		if f.value < f.min || f.value > f.max {
+			return boxerr.Validation("kube."+f.name, "kube.%s must be between %d and %d (0: the default), got %d", f.name, f.min, f.max, f.value)
+		}
 	}
 	return nil
 }

@@ -43,6 +43,36 @@ func (r *Runtime) reaperLoop(ctx context.Context) {
 	}
 }
 
+// sharedBackend is a backend whose sessions other boxrt processes may use
+// too (kube: replicas sharing a namespace). Before reaping a session the
+// reaper asks it when the session was last used anywhere, so one replica
+// never reaps a session another is serving.
+type sharedBackend interface {
+	LastUsed(ctx context.Context, info backends.Session) (time.Time, error)
+}
+
+// usedElsewhere reports whether b knows of a use of s after cutoff, and
+// records it as the session's last use.
+func (r *Runtime) usedElsewhere(ctx context.Context, s *session, cutoff time.Time) bool {
+	r.mu.Lock()
+	sb, ok := r.backend.(sharedBackend)
+	info := s.info
+	r.mu.Unlock()
+	if !ok {
+		return false
+	}
+	last, err := sb.LastUsed(ctx, info)
+	if err != nil || !last.After(cutoff) {
+		return false
+	}
+	r.mu.Lock()
+	if last.After(s.info.LastUsedAt) {
+		s.info.LastUsedAt = last
+	}
+	r.mu.Unlock()
+	return true
+}
+
 // Reap deals with idle sessions (unused for longer than the TTL, with no
 // exec and no managed process running, not suspended already) as
 // durable.idle_policy says: suspend or destroy (see idleAction). It also
@@ -78,7 +108,7 @@ func (r *Runtime) Reap(ctx context.Context) int {
 		action := r.idleAction(b, s)
 		r.mu.Unlock()
 		switch {
-		case !still:
+		case !still || r.usedElsewhere(ctx, s, cutoff):
 		case action == IdleSuspend:
 			if err := r.suspendLocked(ctx, b, s, reasonTTL); err == nil {
 				suspended++

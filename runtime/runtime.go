@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +26,10 @@ type Factory func(name string, cfg Config, instanceID, stateDir string) (backend
 
 // BackendOrder is the auto-selection order.
 var BackendOrder = []string{"docker", "bwrap"}
+
+// ExplicitBackends are backends only a configuration naming them selects:
+// auto never sends sessions to a cluster.
+var ExplicitBackends = []string{"kube"}
 
 // Runtime is the session table and everything around it.
 type Runtime struct {
@@ -215,7 +220,7 @@ func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage, decode
 	prev := r.cfg
 	r.cfg = next
 	reselect := len(r.sessions) == 0 && r.creating == 0 &&
-		(prev.Backend != next.Backend || prev.Docker != next.Docker || r.backend == nil)
+		(prev.Backend != next.Backend || prev.Docker != next.Docker || !reflect.DeepEqual(prev.Kube, next.Kube) || r.backend == nil)
 	ttlChanged := prev.Limits.SessionTTLSec != next.Limits.SessionTTLSec
 	r.mu.Unlock()
 	if ttlChanged {

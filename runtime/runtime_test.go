@@ -380,3 +380,42 @@ func TestAdoptStopsDuplicateSandboxes(t *testing.T) {
 	defer fb.mu.Unlock()
 	assert.Equal(t, []string{"box-new"}, fb.stopped)
 }
+
+// sharedFake is a backend whose sessions another process may use: it
+// reports a last use the runtime did not see.
+type sharedFake struct {
+	*fakeBackend
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (s *sharedFake) LastUsed(context.Context, backends.Session) (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last, nil
+}
+
+// TestReaperAsksSharedBackend: a session another replica used recently is
+// not reaped; once nobody used it for the TTL, it is.
+func TestReaperAsksSharedBackend(t *testing.T) {
+	ctx := context.Background()
+	fb := newFake()
+	sf := &sharedFake{fakeBackend: fb}
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	cfg, _, err := DefaultConfig().Merge([]byte(`{"limits":{"session_ttl_sec":60}}`), json.Unmarshal)
+	require.NoError(t, err)
+	rt, err := New(cfg, func(string, Config, string, string) (backends.Backend, error) { return sf, nil }, t.TempDir(), WithClock(clock))
+	require.NoError(t, err)
+	rt.Start(ctx)
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	_, err = rt.EnsureSession(ctx, spec("shared"))
+	require.NoError(t, err)
+
+	clock.Advance(61 * time.Second)
+	sf.mu.Lock()
+	sf.last = clock.Now().Add(-10 * time.Second) // used by another replica
+	sf.mu.Unlock()
+	assert.Equal(t, 0, rt.Reap(ctx), "used elsewhere 10 s ago: kept")
+	clock.Advance(55 * time.Second)
+	assert.Equal(t, 1, rt.Reap(ctx), "idle everywhere for the TTL: reaped")
+}

@@ -160,13 +160,6 @@ func (p *process) run(outW, errW *io.PipeWriter) {
 	p.code = signalExitCode(code)
 }
 
-func signalExitCode(code int) int {
-	if code > 128 && code <= 128+64 {
-		return -(code - 128)
-	}
-	return code
-}
-
 // processStdin writes to the exec's stdin. Close half-closes the engine
 // connection, which the engine turns into EOF on the process's stdin while
 // its output keeps flowing.

@@ -62,6 +62,7 @@ type config struct {
 	burstReps     int
 	timeoutTotal  time.Duration
 	waitQuiet     time.Duration
+	kubeconfig    string
 }
 
 func defaults(quick bool) config {
@@ -85,7 +86,8 @@ func main() {
 	fs.StringVar(&c.boxrtBin, "boxrt", "bin/boxrt", "the boxrt binary to measure")
 	fs.StringVar(&c.out, "out", "docs/benchmarks.md", "where to write the report")
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: small counts, about a minute")
-	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,reconnect,scale,burst,burst64,durable,stream,files (default all)")
+	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,reconnect,scale,burst,burst64,durable,stream,files,kube (default all)")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster the kube scenario uses (default $BOXRT_TEST_KUBECONFIG, else scripts/kube-up's)")
 	fs.StringVar(&c.backends, "backends", "docker,bwrap", "comma-separated backends the exec and session scenarios measure: docker,bwrap")
 	fs.BoolVar(&c.keepWork, "keep-work", false, "keep the work directory (boxrt logs, state dirs)")
 	fs.StringVar(&c.image, "image", envOr("BOXRT_TEST_IMAGE", "boxrt-test:busybox"), "docker image for the docker cases")
@@ -312,6 +314,7 @@ func run(c config) error {
 		{"durable", b.scenarioDurable},
 		{"stream", b.scenarioStream},
 		{"files", b.scenarioFiles},
+		{"kube", b.scenarioKube},
 	}
 	for _, s := range steps {
 		if !b.want(s.name) {

@@ -1,0 +1,208 @@
+package sandboxsh
+
+import "syscall"
+
+// Shell snippets run inside the sandbox by the container backends (docker,
+// kube). They are passed as the script of
+// `sh -c` with user data only ever in positional parameters, so no caller
+// string is ever spliced into shell source.
+//
+// Every process started by an exec is a session leader: runc calls setsid for
+// each exec. The command's whole tree therefore shares that session id unless
+// something calls setsid again, and that survives re-parenting to the
+// container's init, which a plain parent/child walk would miss (a fork bomb
+// orphans almost all of its processes). The scan below takes every process
+// whose session is the root's, plus anything whose parent is already taken.
+// It uses /proc/<pid>/stat rather than /proc/<pid>/task/*/children because
+// the latter needs CONFIG_PROC_CHILDREN, which some kernels (Firecracker
+// guests among them) lack.
+//
+// Only builtins are used (read, kill, [, case, arithmetic), so the killer
+// never forks: a fork bomb that has used up the pids limit cannot stop it.
+// For SIGKILL every member is first stopped, repeatedly, until a full pass
+// finds nobody running: stopped processes cannot fork, so the set stops
+// growing, and nobody is re-parented away mid-kill.
+//
+// bk_kill SIG ROOT SPARE: signal the session ROOT with SIG, never touching
+// the pid SPARE (the caller itself).
+const KillFuncs = `
+bk_one() {
+	case $2 in Z | X | x) return ;; esac
+	case $bk_set in
+	*" $bk_p "*) ;;
+	*)
+		if [ "$5" != "$bk_root" ]; then
+			case $bk_set in *" $3 "*) ;; *) return ;; esac
+		fi
+		bk_set="$bk_set$bk_p "
+		bk_more=0
+		;;
+	esac
+	case $1 in
+	collect) ;;
+	STOP) [ "$2" = T ] || { kill -s STOP "$bk_p"; bk_more=0; } ;;
+	*) kill -s "$1" "$bk_p"; bk_more=0 ;;
+	esac
+}
+bk_pass() {
+	bk_more=1
+	for bk_d in /proc/[0-9]*; do
+		bk_p=${bk_d#/proc/}
+		[ "$bk_p" = "$bk_spare" ] && continue
+		bk_st=
+		read -r bk_st <"$bk_d/stat" || continue
+		bk_one "$1" ${bk_st##*) }
+	done
+	return $bk_more
+}
+bk_kill() {
+	bk_root=$2 bk_spare=$3 bk_set=' ' bk_i=0
+	if [ "$1" = KILL ]; then
+		while [ $bk_i -lt 500 ] && bk_pass STOP; do bk_i=$((bk_i + 1)); done
+		bk_i=0
+		while [ $bk_i -lt 50 ] && bk_pass KILL; do bk_i=$((bk_i + 1)); done
+	else
+		while [ $bk_i -lt 10 ] && bk_pass collect; do bk_i=$((bk_i + 1)); done
+		for bk_p in $bk_set; do kill -s "$1" "$bk_p"; done
+	fi
+}
+`
+
+// ExecScript wraps a box_exec command. $1 workdir, $2 command, $3 pid file,
+// $4 "live" for an exec that may be signalled (see below).
+//
+// The kill path must not need a new process at kill time (the pids limit may
+// be exhausted, and `docker exec` itself needs a pid), so a watcher subshell
+// is forked up front. It blocks reading the exec's stdin, which only boxrt
+// writes to: a line, or EOF when boxrt's connection goes away, makes it kill
+// the whole session of the wrapper except itself. The command's own stdin is
+// /dev/null, as with a non-interactive docker exec. The pid file is only for
+// the fallback path (a second exec) if the watcher is gone.
+//
+// A live exec may get signals (box_exec_kill with TERM, …), which go to the
+// whole session; its watcher ignores them, and outlives the wrapper: when the
+// command ends it is the EOF of boxrt closing the exec's connection that
+// makes the watcher sweep what the command left behind (a child that ignored
+// the signal, a background job), as a bwrap exec's namespace goes with it.
+// A plain exec's watcher is killed at the end instead, and what the command
+// started in the background keeps running (the reference's behaviour).
+const ExecScript = KillFuncs + `
+{ echo $$ >"$3"; } 2>/dev/null
+exec 3<&0 </dev/null
+(
+	[ "$4" = live ] && trap '' TERM INT HUP QUIT USR1 USR2
+	read -r bk_self _ </proc/self/stat
+	read -r _ <&3
+	bk_kill KILL $$ "$bk_self" 2>/dev/null
+	rm -f "$3"
+) >/dev/null 2>&1 &
+bk_w=$!
+exec 3<&-
+{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" && sh -lc "$2"
+bk_c=$?
+if [ "$4" != live ]; then
+	kill "$bk_w" 2>/dev/null
+	rm -f "$3" 2>/dev/null
+fi
+exit $bk_c
+`
+
+// InteractiveScript wraps an exec whose stdin is the command's (written to
+// by the host, or a terminal). $1 workdir, $2 command, $3 pid file. There
+// is no watcher (it would need the stdin): a kill goes through a helper
+// exec and the pid file, as SignalScript does, and so does the sweep of
+// what is left when the exec ends, which also deletes the pid file. The
+// wrapper stays the session root so that every process of the command
+// shares its session (the kernel does not reuse a pid that is still a
+// session's id, so the sweep cannot hit a stranger).
+//
+// With a terminal ($4 = tty) the wrapper first waits (briefly, and only if
+// the image has stty) for the engine to size it: engines before API 1.42
+// ignore the size given at creation and boxrt resizes right after the
+// start, a moment after the command would otherwise have read 0x0.
+const InteractiveScript = `
+{ echo $$ >"$3"; } 2>/dev/null
+if [ "$4" = tty ] && command -v stty >/dev/null 2>&1; then
+	bk_i=0
+	while [ $bk_i -lt 2000 ]; do
+		case $(stty size 2>/dev/null) in '' | '0 '* | *' 0') ;; *) break ;; esac
+		bk_i=$((bk_i + 1))
+	done
+fi
+{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" && sh -lc "$2"
+`
+
+// ProcScript starts a managed process. $1 cwd, $2 pid file, then the argv.
+// exec keeps the process's pid equal to the recorded session root and makes
+// the exec's exit code the process's own.
+const ProcScript = `
+{ echo $$ >"$2"; } 2>/dev/null
+mkdir -p "$1" && cd "$1" || exit
+shift 2
+exec "$@"
+`
+
+// SignalScript signals the session recorded in a pid file. $1 pid file,
+// $2 signal name, $3 "cleanup" to delete the pid file afterwards. A missing
+// pid file means there is nothing left to signal.
+const SignalScript = KillFuncs + `
+exec 2>/dev/null
+bk_r=
+read -r bk_r <"$1"
+case $bk_r in '' | *[!0-9]*) exit 0 ;; esac
+bk_kill "$2" "$bk_r" $$
+[ "$3" = cleanup ] && rm -f "$1"
+exit 0
+`
+
+// OrphanScript kills, in a container being re-adopted, every process tree
+// a previous boxrt started and can no longer reach: managed processes (and
+// any exec whose watcher did not fire) recorded in pid files under /tmp.
+// The new boxrt knows nothing of them, so nobody would ever stop them.
+const OrphanScript = KillFuncs + `
+exec 2>/dev/null
+for bk_f in /tmp/.boxrt-proc-*.pid /tmp/.boxrt-exec-*.pid; do
+	[ -f "$bk_f" ] || continue
+	bk_r=
+	read -r bk_r <"$bk_f"
+	case $bk_r in '' | *[!0-9]*) ;; *) bk_kill KILL "$bk_r" $$ ;; esac
+	rm -f "$bk_f"
+done
+exit 0
+`
+
+// KeepAlive is the container's main process. docker-init (Init: true) is
+// pid 1 and reaps orphans; the loop only has to exist, and to exit promptly
+// on SIGTERM so a plain stop does not wait for the kill timeout.
+const KeepAlive = `trap "exit 0" TERM; while :; do sleep 3600 & wait $!; done`
+
+// SignalNames maps signals to the names `kill -s` takes. Names rather than
+// numbers because the shell's numbering is the kernel's but POSIX only
+// guarantees names.
+var SignalNames = map[syscall.Signal]string{
+	syscall.SIGHUP:   "HUP",
+	syscall.SIGINT:   "INT",
+	syscall.SIGQUIT:  "QUIT",
+	syscall.SIGABRT:  "ABRT",
+	syscall.SIGKILL:  "KILL",
+	syscall.SIGUSR1:  "USR1",
+	syscall.SIGUSR2:  "USR2",
+	syscall.SIGPIPE:  "PIPE",
+	syscall.SIGALRM:  "ALRM",
+	syscall.SIGTERM:  "TERM",
+	syscall.SIGCONT:  "CONT",
+	syscall.SIGSTOP:  "STOP",
+	syscall.SIGTSTP:  "TSTP",
+	syscall.SIGWINCH: "WINCH",
+}
+
+// SignalExitCode turns the shell's 128+n exit code of a process killed by
+// signal n back into -n, as the reference (and os/exec) report it. A
+// process that really exits with such a code is indistinguishable and reads
+// as killed.
+func SignalExitCode(code int) int {
+	if code > 128 && code <= 128+64 {
+		return -(code - 128)
+	}
+	return code
+}

@@ -1,0 +1,20 @@
+// Package kube runs sessions as Pods on a Kubernetes cluster through the API
+// server (client-go), for operators who need more than one machine.
+//
+// A session is one Pod in the configured namespace. Everything boxrt needs to
+// serve it again lives on the Pod itself (labels and annotations: instance,
+// logical session id, sandbox spec and its hash, created/last-used), and the
+// Pod's name is derived from a hash of the instance and session ids, so any
+// boxrt replica pointed at the same namespace with the same instance id can
+// serve any session: two replicas creating the same session race on the
+// name, one create wins and the other adopts the winner's Pod.
+//
+// Commands and managed processes run through the Pod exec subresource
+// (client-go remotecommand over WebSocket, SPDY only where the server lacks
+// it), wrapped in the same shell snippets as the docker backend (sandboxsh):
+// a watcher reading the exec's stdin kills the command's process tree on a
+// timeout, or when the exec stream breaks, and the Pod stays.
+//
+// Network off is a NetworkPolicy denying all ingress and egress of the Pod,
+// which only a CNI that enforces NetworkPolicy turns into a real barrier.
+package kube

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// kubeconfigPath is the test cluster's kubeconfig: -kubeconfig, else
+// $BOXRT_TEST_KUBECONFIG, else where scripts/kube-up writes it.
+func (b *bench) kubeconfigPath() string {
+	if b.cfg.kubeconfig != "" {
+		return b.cfg.kubeconfig
+	}
+	return envOr("BOXRT_TEST_KUBECONFIG", "/tmp/boxrt-k8s/state/kubeconfig")
+}
+
+// scenarioKube measures the kube backend against kubectl on the same
+// cluster: a new session's create → first output, and a warm exec.
+func (b *bench) scenarioKube(ctx context.Context) *Scenario {
+	cfg := b.cfg
+	kubeconfig := b.kubeconfigPath()
+	sc := &Scenario{Title: "kube backend: create → first output, warm exec"}
+	sc.Intro = fmt.Sprintf(`The kube backend on the cluster of %s (scripts/kube-up: single node, containerd + runc,
+image %s imported, namespace default), boxrt over stdio.
+- *create → first output*: %d `+"`box_exec {\"session_id\":<new id>,\"cmd\":\"echo hi\"}`"+` per run (the Pod is created, scheduled and
+  started, then the first exec runs through the exec subresource); each session is deleted afterwards (timed separately; delete waits
+  until the Pod is gone). **Baseline:** `+"`kubectl run --rm -i --restart=Never -- echo hi`"+` — create, attach, delete.
+- *warm exec*: %d `+"`box_exec {\"cmd\":\"true\"}`"+` per run on a warm session. **Baseline:** `+"`kubectl exec <pod> -- sh -c true`"+` on the
+  same Pod (kubectl's own start, ~0.1 s, is included: it is what a CLI-driven runtime pays).
+Warm pools are not implemented on kube, so there is no warm-pool row.`,
+		"`"+kubeconfig+"`", "`"+cfg.image+"`", cfg.coldNDocker, cfg.execNCLI)
+
+	boxCold := newMeasure("boxrt kube, new session")
+	kubectlRun := newMeasure("`kubectl run --rm -i`")
+	boxWarm := newMeasure("boxrt kube, warm exec")
+	kubectlExec := newMeasure("`kubectl exec`")
+	del := newMeasure("boxrt kube: box_delete_session")
+	sc.Rows = []Row{
+		{Case: "create → first output", Boxrt: boxCold, Base: kubectlRun},
+		{Case: "warm exec of `true`", Boxrt: boxWarm, Base: kubectlExec},
+	}
+	sc.Extra = []*Measure{del}
+	all := []*Measure{boxCold, kubectlRun, boxWarm, kubectlExec, del}
+	unavailable := func(why string) *Scenario {
+		for _, m := range all {
+			m.Unavailable = why
+		}
+		return sc
+	}
+	if _, err := os.Stat(kubeconfig); err != nil {
+		return unavailable("no test cluster (run scripts/kube-up): " + err.Error())
+	}
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		kubectl = "/var/cache/boxrt-k8s/bin/v1.31.4/kubectl"
+	}
+	k := func(args ...string) (string, error) {
+		return runCmd(ctx, kubectl, append([]string{"--kubeconfig", kubeconfig, "-n", "default"}, args...)...)
+	}
+	if _, err := k("get", "--raw", "/readyz"); err != nil {
+		return unavailable("test cluster not answering: " + firstLine(err.Error()))
+	}
+
+	conf, _ := json.Marshal(map[string]any{"backend": "kube", "kube": map[string]any{
+		"kubeconfig": kubeconfig, "namespace": "default", "image": cfg.image, "image_pull_policy": "Never"}})
+	p, err := b.startBoxrt(ctx, boxrtOpts{Name: "kube", Stdio: true, Config: string(conf)})
+	if err != nil {
+		return unavailable(err.Error())
+	}
+	defer p.stop(time.Minute)
+	var st struct {
+		Backend struct {
+			Available bool   `json:"available"`
+			Error     string `json:"error"`
+		} `json:"backend"`
+	}
+	if err := p.rpc.CallInto(ctx, "box_status", nil, &st); err != nil || !st.Backend.Available {
+		return unavailable(fmt.Sprintf("kube backend not available: %v %s", err, truncate(st.Backend.Error, 300)))
+	}
+
+	warm := fmt.Sprintf("bench-kube-warm-%d", time.Now().UnixNano())
+	var created struct {
+		BackendSessionID string `json:"backend_session_id"`
+	}
+	if err := p.rpc.CallInto(ctx, "box_create_session", map[string]any{"session_id": warm}, &created); err != nil {
+		return unavailable("creating the warm session: " + err.Error())
+	}
+	defer func() { _ = deleteSession(context.WithoutCancel(ctx), p.rpc, warm) }()
+	for range 3 {
+		_, _ = boxExec(ctx, p.rpc, warm, "true")
+	}
+
+	for rep := 0; rep < cfg.reps && ctx.Err() == nil; rep++ {
+		var samples, dels []time.Duration
+		for i := 0; i < cfg.coldNDocker && ctx.Err() == nil; i++ {
+			sid := fmt.Sprintf("bench-kube-cold-%d-%d-%d", time.Now().UnixNano(), rep, i)
+			s := time.Now()
+			r, err := boxExec(ctx, p.rpc, sid, "echo hi")
+			d := time.Since(s)
+			if err == nil {
+				err = expectOut(r.Stdout, "hi\n")
+			}
+			if err != nil {
+				boxCold.fail(err)
+			} else {
+				samples = append(samples, d)
+			}
+			s = time.Now()
+			if err := deleteSession(ctx, p.rpc, sid); err != nil {
+				del.fail(err)
+			} else {
+				dels = append(dels, time.Since(s))
+			}
+		}
+		addSamples(boxCold, samples)
+		addSamples(del, dels)
+		timeOps(ctx, kubectlRun, cfg.coldNDocker, func(i int) error {
+			out, err := k("run", fmt.Sprintf("bench-kubectl-%d-%d", rep, i), "--image="+cfg.image, "--image-pull-policy=Never",
+				"--restart=Never", "--rm", "-i", "--quiet", "--", "echo", "hi")
+			if err != nil {
+				return err
+			}
+			return expectOut(strings.TrimPrefix(out, "\n"), "hi\n")
+		})
+		timeOps(ctx, boxWarm, cfg.execNCLI, func(int) error {
+			_, err := boxExec(ctx, p.rpc, warm, "true")
+			return err
+		})
+		timeOps(ctx, kubectlExec, cfg.execNCLI, func(int) error {
+			_, err := k("exec", created.BackendSessionID, "-c", "sandbox", "--", "sh", "-c", "true")
+			return err
+		})
+	}
+	return sc
+}
+
+// addSamples adds one run of sequential samples to m.
+func addSamples(m *Measure, samples []time.Duration) {
+	if len(samples) == 0 {
+		return
+	}
+	var sum time.Duration
+	for _, d := range samples {
+		sum += d
+	}
+	m.add(summarise(samples, sum))
+}

@@ -1,0 +1,168 @@
+package test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// kubeconfigForTests is the test cluster's kubeconfig: $BOXRT_TEST_KUBECONFIG
+// (scripts/test sets it), else what scripts/kube-up (idempotent) prints.
+func kubeconfigForTests(t *testing.T) string {
+	t.Helper()
+	if k := os.Getenv("BOXRT_TEST_KUBECONFIG"); k != "" {
+		return k
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join("..", "scripts", "kube-up")).Output()
+	require.NoError(t, err, "scripts/kube-up: the kube tests need the test cluster")
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	k, ok := strings.CutPrefix(lines[len(lines)-1], "KUBECONFIG=")
+	require.True(t, ok, "scripts/kube-up must end with KUBECONFIG=<path>: %q", lines[len(lines)-1])
+	return k
+}
+
+// uploadByExec writes a file into a session the way a host without file
+// methods would: gzip + base64 in chunks small enough for one argv string
+// (Linux caps one argument at 128 KiB), then decoded inside the sandbox.
+func uploadByExec(t *testing.T, p *Proc, session func(map[string]any) map[string]any, path string, data []byte) {
+	t.Helper()
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	_, err := w.Write(data)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	text := base64.StdEncoding.EncodeToString(gz.Bytes())
+	const chunk = 96 << 10 // a multiple of 4: chunks decode as one stream
+	p.MustCall("box_exec", session(map[string]any{"cmd": "rm -f /tmp/upload.b64"}), nil)
+	for off := 0; off < len(text); off += chunk {
+		part := text[off:min(off+chunk, len(text))]
+		var r map[string]any
+		p.MustCall("box_exec", session(map[string]any{"cmd": "printf '%s' " + part + " >> /tmp/upload.b64"}), &r)
+		require.Equal(t, float64(0), r["exit_code"], "%v", r)
+	}
+	var r map[string]any
+	p.MustCall("box_exec", session(map[string]any{
+		"cmd": fmt.Sprintf("base64 -d /tmp/upload.b64 | gunzip > %s && chmod +x %s && rm /tmp/upload.b64", path, path)}), &r)
+	require.Equal(t, float64(0), r["exit_code"], "%v", r)
+}
+
+// mcpOverRelay speaks MCP to the managed process sid/default through the
+// relay of p and checks both fixture tools.
+func mcpOverRelay(t *testing.T, e *relayEnv, sid string) {
+	t.Helper()
+	c, _ := e.dial(t, sid, "default")
+	client := mcp.NewClient(&mcp.Implementation{Name: "boxrt-test", Version: "1.0.0"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := client.Connect(ctx, &wsTransport{c: c}, nil)
+	require.NoError(t, err, "MCP initialize through the relay")
+	defer cs.Close()
+	sum, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"a": 40, "b": 2}})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"sum":42}`, mustJSON(t, sum.StructuredContent))
+	read, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "read_file", Arguments: map[string]any{"path": "/workspace/f"}})
+	require.NoError(t, err)
+	require.False(t, read.IsError, "%v", read.Content)
+	assert.Contains(t, mustJSON(t, read.StructuredContent), "kept")
+}
+
+// TestKubeReplicaKillAndRelay runs the built binary on the kube backend:
+// a session with a real MCP server behind the relay; then boxrt is killed
+// with SIGKILL and another replica (another state dir, the same
+// kube.instance) re-adopts the session from the API server and serves it,
+// relay and MCP included; deleting it leaves no session behind.
+func TestKubeReplicaKillAndRelay(t *testing.T) {
+	kubeconfig := kubeconfigForTests(t)
+	buf := make([]byte, 6)
+	_, _ = rand.Read(buf)
+	instance := "e2e-" + hex.EncodeToString(buf)
+	cfg, err := json.Marshal(map[string]any{
+		"backend": "kube",
+		"kube": map[string]any{"kubeconfig": kubeconfig, "namespace": "default", "instance": instance,
+			"image": "boxrt-test:busybox", "image_pull_policy": "Never"},
+		"limits": map[string]any{"session_ttl_sec": 300},
+	})
+	require.NoError(t, err)
+	replica := func() *relayEnv {
+		p := Start(t, Options{Stdio: true, Config: string(cfg)})
+		var health struct {
+			RelayToken string `json:"relay_token"`
+		}
+		p.MustCall("box_health", map[string]any{}, &health)
+		return &relayEnv{p: p, token: health.RelayToken, procs: map[string]string{}}
+	}
+
+	bin := filepath.Join(t.TempDir(), "mcpserver")
+	build := exec.Command("go", "build", "-ldflags", "-s -w", "-o", bin, "./fixtures/mcpserver")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	data, err := os.ReadFile(bin)
+	require.NoError(t, err)
+
+	// Every call names the session's spec, as a host does.
+	session := func(m map[string]any) map[string]any {
+		m["session_id"], m["persistent"] = "kube-e2e", true
+		return m
+	}
+	first := replica()
+	var created struct {
+		BackendName      string `json:"backend_name"`
+		BackendSessionID string `json:"backend_session_id"`
+	}
+	first.p.MustCall("box_create_session", session(map[string]any{}), &created)
+	require.Equal(t, "kube", created.BackendName)
+	// The replica alive when the test stops early deletes the session
+	// (cleanups run before the replica's own stop, registered earlier).
+	live := first
+	cleanupBy := func(e *relayEnv) {
+		t.Cleanup(func() {
+			if live == e {
+				e.p.Call("box_delete_session", map[string]any{"session_id": "kube-e2e"}, time.Minute)
+			}
+		})
+	}
+	cleanupBy(first)
+	first.p.MustCall("box_exec", session(map[string]any{"cmd": "echo kept > /workspace/f"}), nil)
+	uploadByExec(t, first.p, session, "/workspace/mcpserver", data)
+	first.start(t, "kube-e2e", "default", "/workspace/mcpserver")
+	mcpOverRelay(t, first, "kube-e2e")
+
+	first.p.Kill() // SIGKILL: no shutdown path runs
+
+	second := replica()
+	live = second
+	cleanupBy(second)
+	var got map[string]any
+	second.p.MustCall("box_get_session", map[string]any{"session_id": "kube-e2e"}, &got)
+	assert.Equal(t, created.BackendSessionID, got["backend_session_id"], "the same Pod, adopted: %v", got)
+	var r map[string]any
+	second.p.MustCall("box_exec", session(map[string]any{"cmd": "cat /workspace/f"}), &r)
+	assert.Equal(t, "kept\n", r["stdout"])
+	second.start(t, "kube-e2e", "default", "/workspace/mcpserver")
+	mcpOverRelay(t, second, "kube-e2e")
+
+	second.p.MustCall("box_delete_session", map[string]any{"session_id": "kube-e2e"}, nil)
+	live = nil
+	third := replica()
+	var sessions map[string]any
+	third.p.MustCall("box_get_sessions", map[string]any{}, &sessions)
+	assert.NotContains(t, mustJSON(t, sessions), "kube-e2e", "a deleted session is not adopted again")
+}

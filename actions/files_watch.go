@@ -113,9 +113,8 @@ func (d *Dispatcher) fsWatch(ctx context.Context, p fsWatchParams) (fsWatchResul
 	buf := make([]byte, 16)
 	_, _ = rand.Read(buf)
 	id := "w-" + hex.EncodeToString(buf)
-	// The request's context lives as long as its connection: the watch
-	// ends with it.
-	wctx, stop := context.WithCancel(ctx)
+	// The watch outlives the request and ends with its connection.
+	wctx, stop := context.WithCancel(rpc.ConnContext(ctx))
 	if err := d.watches.add(id, stop); err != nil {
 		stop()
 		return fsWatchResult{}, err

@@ -50,6 +50,8 @@ type conn struct {
 	handlers sync.WaitGroup
 	// inflight cancels a running request by its id ($/cancelRequest).
 	inflight map[string]context.CancelFunc
+	// life is cancelled when the connection ends (ConnContext).
+	life context.Context
 }
 
 type connKey struct{}
@@ -68,6 +70,7 @@ func (s *Server) serve(ctx context.Context, fc frameConn, transport string) {
 	c.out.init(fc)
 	ctx, cancel := context.WithCancel(context.WithValue(ctx, connKey{}, c))
 	defer cancel()
+	c.life = ctx
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -317,6 +320,17 @@ func notify(ctx context.Context, method string, params any, flush bool) error {
 		return err
 	}
 	return c.send(&Message{Method: method, Params: raw}, flush)
+}
+
+// ConnContext returns a context that lives as long as the connection the
+// request in ctx arrived on, not just as long as the request, and still
+// reaches it with Notify: for work a method starts and that keeps notifying
+// after its answer (a file watch). Outside a request it returns ctx.
+func ConnContext(ctx context.Context) context.Context {
+	if c, ok := ctx.Value(connKey{}).(*conn); ok {
+		return c.life
+	}
+	return ctx
 }
 
 // TransportFrom returns the transport the request in ctx arrived on

@@ -99,3 +99,15 @@ func ProcessConflict(sessionID, processID, format string, args ...any) *Error {
 func CapacityExceeded(limit string, value int, format string, args ...any) *Error {
 	return newError(ErrCapacityExceeded, format, args...).With("limit", limit).With("value", value)
 }
+
+// Permission reports a tenant context the runtime cannot trust: missing,
+// of another instance, or of a stale placement generation.
+func Permission(format string, args ...any) *Error { return newError(ErrPermission, format, args...) }
+
+// Admission reports a sandbox admission grant that is missing, stale or
+// over its limits.
+func Admission(format string, args ...any) *Error { return newError(ErrAdmission, format, args...) }
+
+// Readiness reports that the runtime cannot serve managed sandboxes (a
+// failed shared-workspace probe).
+func Readiness(format string, args ...any) *Error { return newError(ErrReadiness, format, args...) }

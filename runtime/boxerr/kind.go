@@ -27,6 +27,10 @@ var (
 	ErrCapacityExceeded   = &Kind{"BoxCapacityExceededError", -32007, true}
 	ErrAdmission          = &Kind{"BoxAdmissionError", -32008, false}
 	ErrReadiness          = &Kind{"BoxReadinessError", -32009, false}
+	// ErrPermission: a tenant context that is missing, names another
+	// instance, or carries a stale placement generation. The reference
+	// raises Python's PermissionError, and hosts match that name.
+	ErrPermission = &Kind{"PermissionError", -32010, false}
 )
 
 // Protocol kinds: produced by the wire layer before any method runs. They
@@ -42,7 +46,7 @@ var (
 var Kinds = []*Kind{
 	ErrBox, ErrValidation, ErrBackendUnavailable, ErrRuntimeUnavailable,
 	ErrSessionConflict, ErrSessionNotFound, ErrProcessConflict, ErrProcessNotFound,
-	ErrCapacityExceeded, ErrAdmission, ErrReadiness,
+	ErrCapacityExceeded, ErrAdmission, ErrReadiness, ErrPermission,
 	ErrParse, ErrInvalidRequest, ErrMethodNotFound, ErrInternal,
 }
 

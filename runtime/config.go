@@ -387,6 +387,10 @@ func (c Config) mountRoots(stateDir string) ([]string, error) {
 	return out, nil
 }
 
+// DefaultWorkspace is the managed workspace root LangBot's shared
+// workspace probe (box_verify_shared_workspace) reads.
+func (c Config) DefaultWorkspace() string { return c.defaultWorkspace() }
+
 // defaultWorkspace is local.default_workspace made absolute: relative to
 // host_root, <host_root>/default when unset.
 func (c Config) defaultWorkspace() string {

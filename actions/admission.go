@@ -108,10 +108,10 @@ func (r *revocation) validate() error {
 
 // admissionRecord is one Workspace's admission history.
 type admissionRecord struct {
-	current            *grant
-	highestRevision    int64
-	revokedRevision    int64
-	highestGeneration  int64
+	current           *grant
+	highestRevision   int64
+	revokedRevision   int64
+	highestGeneration int64
 }
 
 // grants holds the admission policy and every Workspace's record.

@@ -77,10 +77,10 @@ func (t *Trust) Matches(instance string) bool {
 // fence and admission grants. The runtime below it stays tenant-agnostic:
 // it only ever sees physical session ids.
 type Tenancy struct {
-	next  *Dispatcher
-	rt    *runtime.Runtime
-	trust *Trust
-	fence *Fence
+	next   *Dispatcher
+	rt     *runtime.Runtime
+	trust  *Trust
+	fence  *Fence
 	grants *grants
 	// required: tenant actions without a context are refused (LangBot
 	// mode). Otherwise they run unnamespaced, as single-tenant JSON-RPC.

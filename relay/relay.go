@@ -53,13 +53,13 @@ type Event struct {
 
 // Handler is the relay's http.Handler.
 type Handler struct {
-	rt           *runtime.Runtime
-	operator     *rpc.Authenticator
-	authorizer   func(r *http.Request, sessionID, processID string) bool
+	rt         *runtime.Runtime
+	operator   *rpc.Authenticator
+	authorizer func(r *http.Request, sessionID, processID string) bool
 	// maxFrame, when set, is the largest stdout line sent: a longer one
 	// closes the relay (1009) instead of reaching a peer that cannot read
 	// it.
-	maxFrame int
+	maxFrame     int
 	log          zerolog.Logger
 	observe      func(Event)
 	pingInterval time.Duration

@@ -233,7 +233,7 @@ func decodeLangBotContext(raw json.RawMessage) (*Meta, error) {
 		return nil, nil
 	}
 	if raw[0] != '{' {
-		return nil, fmt.Errorf("Input should be a valid dictionary")
+		return nil, fmt.Errorf("must be an object")
 	}
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &members); err != nil {

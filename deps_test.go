@@ -24,6 +24,7 @@ func TestDependencyDirection(t *testing.T) {
 		"backends":                {"runtime/boxerr"},
 		"backends/bwrap":          {"backends", "runtime/boxerr"},
 		"backends/docker":         {"backends", "runtime/boxerr"},
+		"backends/host":           {"backends", "runtime/boxerr"},
 		"relay":                   {"rpc", "runtime", "runtime/boxerr", "backends"},
 		"rpc":                     {"runtime/boxerr"},
 		"reconnect":               {"runtime/boxerr"},

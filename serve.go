@@ -325,6 +325,9 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if protocol == protocolLangBot && !stdio && token.value == "" && cfg.Backend == actions.HostBackend {
+		return &exitError{code: 2, msg: actions.ErrOpenHostBackend().Error()}
+	}
 	trust, err := trustedInstance(protocol, stdio)
 	if err != nil {
 		return err
@@ -404,7 +407,8 @@ func runServe(c *cli.Context) error {
 		RelayToken: relayToken,
 	})
 	langbot := protocol == protocolLangBot
-	tenancy := actions.NewTenancy(dispatcher, trust, actions.TenancyOptions{Required: langbot, LangBot: langbot})
+	tenancy := actions.NewTenancy(dispatcher, trust, actions.TenancyOptions{Required: langbot, LangBot: langbot,
+		OpenWebSocket: langbot && !stdio && configuredControlToken == ""})
 	tenancy.ApplyStartupConfig(os.Getenv("LANGBOT_BOX_CONFIG"))
 	metrics.register(rt, tenancy.Methods())
 	rpcLog := log.With().Str("component", "rpc").Logger()

@@ -16,14 +16,13 @@ var backendAliases = map[string]string{"nsjail": "bwrap"}
 var backendAliasNotes = map[string]string{
 	"nsjail": "boxrt runs LangBot's nsjail backend as bwrap (bubblewrap): the same daemonless isolation without nsjail's cgroup limits",
 	"e2b":    "boxrt has no E2B backend; configure docker, nsjail (bwrap) or local",
-	"host":   "boxrt has no unsandboxed host backend; configure docker, nsjail (bwrap) or local",
 }
 
 // unavailableBackends are LangBot backend names boxrt accepts in its
 // configuration (so the host's handshake succeeds) but cannot run: every
 // sandbox action then fails with BoxBackendUnavailableError, as the
 // reference fails when its forced backend is unavailable.
-var unavailableBackends = map[string]bool{"e2b": true, "host": true}
+var unavailableBackends = map[string]bool{"e2b": true}
 
 // TranslateLangBotConfig rewrites the host's box: section for boxrt's
 // configuration: a LangBot backend name is mapped (nsjail → bwrap) or, for

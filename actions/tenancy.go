@@ -87,7 +87,9 @@ type Tenancy struct {
 	required bool
 	// langbot: answer in the reference's shapes where boxrt's differ.
 	langbot bool
-	own     map[string]handler
+	// openWS: see TenancyOptions.OpenWebSocket.
+	openWS bool
+	own    map[string]handler
 
 	mu sync.Mutex
 	// requestedBackend is the LangBot backend name behind the configured
@@ -102,11 +104,15 @@ type TenancyOptions struct {
 	// LangBot: answer box_init with {"initialized": true} only, as the
 	// reference does.
 	LangBot bool
+	// OpenWebSocket: /rpc/ws takes no token (LangBot mode without
+	// LANGBOT_BOX_CONTROL_TOKEN), so it may not select the unsandboxed host
+	// backend.
+	OpenWebSocket bool
 }
 
 // NewTenancy returns the tenancy layer around d.
 func NewTenancy(d *Dispatcher, trust *Trust, opts TenancyOptions) *Tenancy {
-	t := &Tenancy{next: d, rt: d.rt, trust: trust, required: opts.Required, langbot: opts.LangBot}
+	t := &Tenancy{next: d, rt: d.rt, trust: trust, required: opts.Required, langbot: opts.LangBot, openWS: opts.OpenWebSocket}
 	t.fence = NewFence(func() int { return t.rt.Config().Limits.MaxAdmissionRecords })
 	t.grants = newGrants()
 	t.own = map[string]handler{
@@ -294,6 +300,9 @@ func (t *Tenancy) hostControl(ctx context.Context, req *rpc.Request) (json.RawMe
 		if err != nil {
 			return nil, err
 		}
+		if t.openWS && rpc.TransportFrom(ctx) == rpc.TransportWebSocket && namesBackend(params, HostBackend) {
+			return nil, ErrOpenHostBackend()
+		}
 		t.grants.configure(req.Params)
 		inner := *req
 		inner.Params = params
@@ -324,12 +333,15 @@ func (t *Tenancy) hostControl(ctx context.Context, req *rpc.Request) (json.RawMe
 // stands for, when the host asked for one boxrt maps (nsjail → bwrap).
 func (t *Tenancy) annotateBackend(res json.RawMessage) (json.RawMessage, error) {
 	requested := t.requested()
-	if requested == "" {
-		return res, nil
-	}
 	var info map[string]any
 	if err := json.Unmarshal(res, &info); err != nil {
 		return nil, boxerr.Failure("cannot read the backend info: %v", err).Wrap(err)
+	}
+	if info["name"] == HostBackend {
+		info["unsafe_direct_execution"] = true
+	}
+	if requested == "" {
+		return encodeResult(info)
 	}
 	info["requested_backend"] = requested
 	if unavailableBackends[requested] {
@@ -366,4 +378,22 @@ func backendNamed(patch json.RawMessage) bool {
 	_ = json.Unmarshal(patch, &members)
 	_, ok := members["backend"]
 	return ok
+}
+
+// HostBackend is the unsandboxed backend's name.
+const HostBackend = "host"
+
+// ErrOpenHostBackend refuses the host backend on a WebSocket anyone on the
+// machine may open, as the reference does.
+func ErrOpenHostBackend() error {
+	return boxerr.Validation("backend", "host backend requires local stdio control or WebSocket control protected by LANGBOT_BOX_CONTROL_TOKEN")
+}
+
+// namesBackend reports whether a config patch selects backend name.
+func namesBackend(patch json.RawMessage, name string) bool {
+	var members struct {
+		Backend string `json:"backend"`
+	}
+	_ = json.Unmarshal(patch, &members)
+	return members.Backend == name
 }

@@ -149,8 +149,9 @@ func (l *Limits) ranges() []limitRange {
 
 // Validate checks every value and names the first bad key.
 func (c *Config) Validate() error {
-	if !autoBackend(c.Backend) && !slices.Contains(BackendOrder, c.Backend) {
-		return boxerr.Validation("backend", "backend must be one of auto, %s; got %q", strings.Join(BackendOrder, ", "), c.Backend)
+	if !autoBackend(c.Backend) && !slices.Contains(BackendOrder, c.Backend) && !slices.Contains(ExplicitBackends, c.Backend) {
+		return boxerr.Validation("backend", "backend must be one of auto, %s; got %q",
+			strings.Join(append(slices.Clone(BackendOrder), ExplicitBackends...), ", "), c.Backend)
 	}
 	for _, r := range c.Limits.ranges() {
 		if *r.value < r.min || *r.value > r.max {

@@ -26,6 +26,10 @@ type Factory func(name string, cfg Config, instanceID, stateDir string) (backend
 // BackendOrder is the auto-selection order.
 var BackendOrder = []string{"docker", "bwrap"}
 
+// ExplicitBackends are chosen only when the configuration names them,
+// never by auto-selection: "host" runs commands unsandboxed.
+var ExplicitBackends = []string{"host"}
+
 // Runtime is the session table and everything around it.
 type Runtime struct {
 	log        zerolog.Logger

@@ -490,3 +490,35 @@ func TestLangBotRelayMCP(t *testing.T) {
 		}
 	}
 }
+
+func TestLangBotHostBackend(t *testing.T) {
+	t.Run("stdio runs commands unsandboxed with a minimal environment", func(t *testing.T) {
+		p := startBox(t, lbOptions{Stdio: true, Config: `{"backend":"host"}`, Token: lbToken})
+		var info map[string]any
+		p.OK("box_get_backend_info", map[string]any{}, nil, &info)
+		assert.Equal(t, "host", info["name"])
+		assert.Equal(t, true, info["unsafe_direct_execution"])
+		var res map[string]any
+		p.OK("box_exec", map[string]any{"session_id": "h", "cmd": `echo "token=[$LANGBOT_BOX_CONTROL_TOKEN]"; cd /workspace 2>/dev/null || echo "no /workspace on the host path"; echo "$LANGBOT_BOX_WORKSPACE" | grep -c /host/`}, tenant("w", 1), &res)
+		assert.Equal(t, "token=[]\nno /workspace on the host path\n1\n", res["stdout"], "the token never leaks; only workdir and cwd are rewritten: %v", res)
+		r := p.Call("box_exec", map[string]any{"session_id": "h", "cmd": "sleep 30", "timeout_sec": 1}, tenant("w", 1))
+		require.Equal(t, 0, r.Code, r.Message)
+		assert.Contains(t, string(r.Data), `"status":"timed_out"`)
+	})
+	t.Run("never over an open WebSocket", func(t *testing.T) {
+		p := startBox(t, lbOptions{Config: `{}`, Env: []string{"LANGBOT_BOX_TRUSTED_INSTANCE_UUID="}})
+		c, status := dialBox(t, p.Addr, lbHeaders(lbInstance, ""))
+		require.Equal(t, http.StatusSwitchingProtocols, status)
+		c.Refused("box_init", map[string]any{"backend": "host"}, nil,
+			"BoxValidationError: host backend requires local stdio control or WebSocket control protected by LANGBOT_BOX_CONTROL_TOKEN")
+	})
+	t.Run("start-up refuses it without a token", func(t *testing.T) {
+		cmd := exec.Command(binPath, "box", "--host", "127.0.0.1", "--ws-control-port", "0", "--state-dir", t.TempDir())
+		cmd.Env = append(os.Environ(), `LANGBOT_BOX_CONFIG={"backend":"host"}`, "LANGBOT_BOX_CONTROL_TOKEN=", "BOXRT_CONTROL_TOKEN=")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%s", out)
+		assert.Equal(t, 2, ee.ExitCode())
+		assert.Contains(t, string(out), "host backend requires local stdio control")
+	})
+}

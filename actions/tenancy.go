@@ -1,6 +1,7 @@
 package actions
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"regexp"
@@ -333,6 +334,9 @@ func (t *Tenancy) hostControl(ctx context.Context, req *rpc.Request) (json.RawMe
 // stands for, when the host asked for one boxrt maps (nsjail → bwrap).
 func (t *Tenancy) annotateBackend(res json.RawMessage) (json.RawMessage, error) {
 	requested := t.requested()
+	if requested == "" && !bytes.Contains(res, []byte(`"name":"`+HostBackend+`"`)) {
+		return res, nil // nothing to add: the heartbeat-cheap path
+	}
 	var info map[string]any
 	if err := json.Unmarshal(res, &info); err != nil {
 		return nil, boxerr.Failure("cannot read the backend info: %v", err).Wrap(err)

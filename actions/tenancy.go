@@ -65,6 +65,7 @@ func (t *Trust) Pin(instance string) bool {
 // Matches reports whether a context's or relay request's instance is the
 // trusted one; it never pins, except a first context in JSON-RPC mode.
 func (t *Trust) Matches(instance string) bool {
+	instance = strings.TrimSpace(instance)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.instance == "" && t.pinOnContext && instance != "" {
@@ -179,6 +180,9 @@ func (t *Tenancy) handle(ctx context.Context, req *rpc.Request) (json.RawMessage
 			return h(ctx, req.Params)
 		}
 		return t.next.call(ctx, req)
+	}
+	if strings.TrimSpace(meta.InstanceUUID) == "" || strings.TrimSpace(meta.WorkspaceUUID) == "" {
+		return nil, errNoContext()
 	}
 	if !t.trust.Matches(meta.InstanceUUID) {
 		return nil, errOtherInstance()

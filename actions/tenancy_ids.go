@@ -24,9 +24,11 @@ type Placement struct {
 	Generation int64
 }
 
-// PlacementOf returns the placement a tenant context names.
+// PlacementOf returns the placement a tenant context names; a context
+// without a generation is at generation 1, as the reference defaults it.
 func PlacementOf(m *rpc.Meta) Placement {
-	return Placement{Instance: m.InstanceUUID, Workspace: m.WorkspaceUUID, Generation: m.PlacementGeneration}
+	gen := max(m.PlacementGeneration, 1)
+	return Placement{Instance: strings.TrimSpace(m.InstanceUUID), Workspace: strings.TrimSpace(m.WorkspaceUUID), Generation: gen}
 }
 
 // WorkspaceNamespace is "ws-" + the first 24 hex digits of

@@ -522,3 +522,40 @@ func TestLangBotHostBackend(t *testing.T) {
 		assert.Contains(t, string(out), "host backend requires local stdio control")
 	})
 }
+
+// TestJSONRPCMetaTenancy: JSON-RPC requests carry the same tenant context
+// in "meta", and get the same namespacing and fence; requests without it
+// stay single-tenant.
+func TestJSONRPCMetaTenancy(t *testing.T) {
+	p := Start(t, Options{Stdio: true, Config: `{"backend":"bwrap"}`})
+	call := func(id, method, params string, gen int) Response {
+		t.Helper()
+		meta := ""
+		if gen > 0 {
+			meta = fmt.Sprintf(`,"meta":{"instance_uuid":"instance-a","workspace_uuid":"workspace-a","placement_generation":%d}`, gen)
+		}
+		p.Send([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%q,"method":%q,"params":%s%s}`+"\n", id, method, params, meta)))
+		for {
+			var r Response
+			line := p.NextLine(time.Minute)
+			require.NoError(t, json.Unmarshal(line, &r))
+			if string(r.ID) == fmt.Sprintf("%q", id) {
+				return r
+			}
+		}
+	}
+	r := call("a", "box_exec", `{"session_id":"s1","cmd":"echo hi"}`, 1)
+	require.Nil(t, r.Error)
+	assert.Contains(t, string(r.Result), `"session_id":"s1"`)
+	r = call("b", "box_get_sessions", `{}`, 0)
+	require.Nil(t, r.Error)
+	assert.Contains(t, string(r.Result), `"session_id":"ws-695136eeae1cb9b6af4a8226-g1-s1"`, "without meta the runtime's own ids show")
+	r = call("c", "box_get_sessions", `{}`, 2)
+	require.Nil(t, r.Error)
+	assert.JSONEq(t, `{"sessions":[]}`, string(r.Result))
+	r = call("d", "box_exec", `{"session_id":"s1","cmd":"true"}`, 1)
+	require.NotNil(t, r.Error)
+	assert.Equal(t, int64(-32010), r.Error.Code)
+	assert.Equal(t, "PermissionError: Stale Box placement generation", r.Error.Message)
+	assert.Equal(t, "PermissionError", r.Error.Type())
+}

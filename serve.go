@@ -273,6 +273,14 @@ func loadConfig(file string) (runtime.Config, error) {
 		if err != nil {
 			return cfg, &exitError{code: 2, msg: fmt.Sprintf("%s: %v", p.from, err)}
 		}
+		if p.from == "LANGBOT_BOX_CONFIG" {
+			// The host's default mount roots hold its skill store.
+			var notes []string
+			patch, notes = actions.FitLangBotMountRoots(cfg, patch)
+			for _, n := range notes {
+				fmt.Fprintf(os.Stderr, "boxrt: LANGBOT_BOX_CONFIG: %s\n", n)
+			}
+		}
 		next, ignored, err := cfg.Merge(patch, actions.DecodeParams)
 		if err != nil {
 			return cfg, &exitError{code: 2, msg: fmt.Sprintf("%s: %v", p.from, err)}
@@ -408,7 +416,7 @@ func runServe(c *cli.Context) error {
 	})
 	langbot := protocol == protocolLangBot
 	tenancy := actions.NewTenancy(dispatcher, trust, actions.TenancyOptions{Required: langbot, LangBot: langbot,
-		OpenWebSocket: langbot && !stdio && configuredControlToken == ""})
+		OpenWebSocket: langbot && !stdio && configuredControlToken == "", Log: log.With().Str("component", "tenancy").Logger()})
 	tenancy.ApplyStartupConfig(os.Getenv("LANGBOT_BOX_CONFIG"))
 	metrics.register(rt, tenancy.Methods())
 	rpcLog := log.With().Str("component", "rpc").Logger()

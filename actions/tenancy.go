@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/rs/zerolog"
+
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/boxerr"
@@ -91,6 +93,7 @@ type Tenancy struct {
 	langbot bool
 	// openWS: see TenancyOptions.OpenWebSocket.
 	openWS bool
+	log    zerolog.Logger
 	own    map[string]handler
 
 	mu sync.Mutex
@@ -110,11 +113,13 @@ type TenancyOptions struct {
 	// LANGBOT_BOX_CONTROL_TOKEN), so it may not select the unsandboxed host
 	// backend.
 	OpenWebSocket bool
+	// Log receives what the layer adapted in the host's configuration.
+	Log zerolog.Logger
 }
 
 // NewTenancy returns the tenancy layer around d.
 func NewTenancy(d *Dispatcher, trust *Trust, opts TenancyOptions) *Tenancy {
-	t := &Tenancy{next: d, rt: d.rt, trust: trust, required: opts.Required, langbot: opts.LangBot, openWS: opts.OpenWebSocket}
+	t := &Tenancy{next: d, rt: d.rt, trust: trust, required: opts.Required, langbot: opts.LangBot, openWS: opts.OpenWebSocket, log: opts.Log}
 	t.fence = NewFence(func() int { return t.rt.Config().Limits.MaxAdmissionRecords })
 	t.grants = newGrants()
 	t.own = map[string]handler{
@@ -307,6 +312,13 @@ func (t *Tenancy) hostControl(ctx context.Context, req *rpc.Request) (json.RawMe
 		}
 		if t.openWS && rpc.TransportFrom(ctx) == rpc.TransportWebSocket && namesBackend(params, HostBackend) {
 			return nil, ErrOpenHostBackend()
+		}
+		if t.langbot {
+			var notes []string
+			params, notes = FitLangBotMountRoots(t.rt.Config(), params)
+			for _, n := range notes {
+				t.log.Warn().Msg(n)
+			}
 		}
 		t.grants.configure(req.Params)
 		inner := *req

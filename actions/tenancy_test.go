@@ -3,12 +3,14 @@ package actions
 import (
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -158,6 +160,53 @@ func TestRelayPlacement(t *testing.T) {
 			if ok {
 				assert.Equal(t, tc.wantGeneration, p.Generation)
 			}
+		})
+	}
+}
+
+func TestFitLangBotMountRoots(t *testing.T) {
+	root := t.TempDir()
+	other := t.TempDir()
+	base := runtime.DefaultConfig()
+	tests := []struct {
+		name  string
+		local string
+		want  []string // nil: patch unchanged
+	}{
+		{name: "the host's default: a root holding the skill store is narrowed",
+			local: `{"host_root":"` + root + `","default_workspace":"default","skills_root":"skills","allowed_mount_roots":["` + root + `","` + other + `"]}`,
+			want:  []string{filepath.Join(root, "default"), other}},
+		{name: "comma-separated roots", local: `{"host_root":"` + root + `","allowed_mount_roots":"` + root + `,` + other + `"}`,
+			want: []string{filepath.Join(root, "default"), other}},
+		{name: "a root inside the skill store is left out", local: `{"host_root":"` + root + `","allowed_mount_roots":["` + root + `/skills/x"]}`, want: []string{}},
+		{name: "default workspace outside the root", local: `{"host_root":"` + root + `","default_workspace":"` + other + `","allowed_mount_roots":["` + root + `"]}`, want: []string{}},
+		{name: "roots clear of the store are kept", local: `{"host_root":"` + root + `","allowed_mount_roots":["` + other + `"]}`},
+		{name: "no roots", local: `{"host_root":"` + root + `"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			patch := json.RawMessage(`{"backend":"docker","local":` + tc.local + `}`)
+			out, notes := FitLangBotMountRoots(base, patch)
+			if tc.want == nil {
+				assert.Equal(t, string(patch), string(out))
+				assert.Empty(t, notes)
+				return
+			}
+			assert.NotEmpty(t, notes)
+			var got struct {
+				Backend string `json:"backend"`
+				Local   struct {
+					AllowedMountRoots []string `json:"allowed_mount_roots"`
+					HostRoot          string   `json:"host_root"`
+				} `json:"local"`
+			}
+			require.NoError(t, json.Unmarshal(out, &got))
+			assert.Equal(t, "docker", got.Backend)
+			assert.Equal(t, root, got.Local.HostRoot)
+			assert.Equal(t, tc.want, got.Local.AllowedMountRoots)
+			next, _, err := base.Merge(out, DecodeParams)
+			require.NoError(t, err, "the fitted config is one boxrt accepts")
+			assert.Equal(t, tc.want, []string(next.Local.AllowedMountRoots))
 		})
 	}
 }

@@ -215,6 +215,9 @@ func (t *Tenancy) tenant(ctx context.Context, req *rpc.Request, p Placement) (js
 	if h, ok := t.own[req.Method]; ok {
 		return h(withPlacement(ctx, p), params)
 	}
+	if t.langbot && (req.Method == "box_exec" || req.Method == "box_create_session") {
+		params = t.fitImage(params)
+	}
 	inner := *req
 	inner.Meta = nil
 	if sandboxActions[req.Method] {
@@ -416,4 +419,31 @@ func namesBackend(patch json.RawMessage, name string) bool {
 	}
 	_ = json.Unmarshal(patch, &members)
 	return members.Backend == name
+}
+
+// fitImage leaves out a spec's Docker image reference when the backend is
+// bwrap, whose images are rootfs directories: the host always names its
+// Docker image, and the reference's nsjail backend (which bwrap stands
+// for) ignores it the same way, running on the host's system directories.
+func (t *Tenancy) fitImage(params json.RawMessage) json.RawMessage {
+	if name := t.rt.BackendInfo().Name; name == nil || *name != "bwrap" {
+		return params
+	}
+	var members map[string]json.RawMessage
+	if json.Unmarshal(params, &members) != nil || members == nil {
+		return params
+	}
+	var image string
+	if json.Unmarshal(members["image"], &image) != nil {
+		return params
+	}
+	if image = strings.TrimSpace(image); image == "" || image == "host" || strings.HasPrefix(image, "/") {
+		return params
+	}
+	delete(members, "image")
+	out, err := json.Marshal(members)
+	if err != nil {
+		return params
+	}
+	return out
 }

@@ -334,6 +334,9 @@ func startBox(t *testing.T, o lbOptions) *lbProc {
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		_ = p.stdin.Close()
+		if !o.Stdio {
+			_ = cmd.Process.Signal(os.Interrupt) // stdin EOF ends the stdio mode only
+		}
 		select {
 		case <-p.done:
 		case <-time.After(15 * time.Second):

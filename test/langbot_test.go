@@ -207,8 +207,28 @@ func indexOf(list []string, s string) int {
 	return -1
 }
 
+// referenceExec is the reference's literal box_exec request (SDK spec
+// §1.9): the full BoxSpec as the host dumps it, Docker image included.
+const referenceExec = `{"seq_id": 48213, "action": "box_exec", "data": {"cmd": "echo hi", "workdir": "/workspace", "timeout_sec": 30, "network": "off", "session_id": "s1", "env": {}, "image": "rockchin/langbot-sandbox:latest", "host_path": null, "host_path_mode": "rw", "mount_path": "/workspace", "extra_mounts": [], "skill_name": null, "persistent": false, "cpus": 1.0, "memory_mb": 512, "pids_limit": 128, "read_only_rootfs": true, "workspace_quota_mb": 0}, "context": {"instance_uuid": "instance-a", "workspace_uuid": "workspace-a", "placement_generation": 1}}`
+
 func TestLangBotTenancy(t *testing.T) {
 	p := startBox(t, lbOptions{Stdio: true, Config: hostBoxConfig, Token: lbToken})
+	t.Run("the reference's literal exec", func(t *testing.T) {
+		// nsjail runs as bwrap, which ignores the Docker image as nsjail does.
+		p.Raw(referenceExec + "\n")
+		select {
+		case r := <-p.stray:
+			require.Equal(t, "48213", string(r.SeqID))
+			require.Equal(t, 0, r.Code, r.Message)
+			var res map[string]any
+			require.NoError(t, json.Unmarshal(r.Data, &res))
+			assert.Equal(t, "s1", res["session_id"])
+			assert.Equal(t, "hi\n", res["stdout"])
+			assert.Equal(t, "completed", res["status"])
+		case <-time.After(time.Minute):
+			t.Fatal("no answer")
+		}
+	})
 	a1, b1 := tenant("workspace-a", 1), tenant("workspace-b", 1)
 	// The host's id for a conversation scope: 71 characters, so the
 	// physical id is over 100.

@@ -233,3 +233,25 @@ func TestLangBotChunkedRequestRefusals(t *testing.T) {
 		})
 	}
 }
+
+func BenchmarkLangBotDecode(b *testing.B) {
+	frames := map[string][]byte{
+		"ping":         []byte(`{"seq_id": 41001, "action": "__ping", "data": {}}`),
+		"with context": []byte(`{"seq_id": 41001, "action": "box_status", "data": {}, "context": {"instance_uuid": "instance-a", "workspace_uuid": "workspace-a", "placement_generation": 1}}`),
+		"jsonrpc ping": []byte(`{"jsonrpc":"2.0","id":41001,"method":"__ping","params":{}}`),
+	}
+	for name, f := range frames {
+		b.Run(name, func(b *testing.B) {
+			var c Codec = NewLangBot(true)
+			if strings.HasPrefix(name, "jsonrpc") {
+				c = JSONRPC{}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Decode(f); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -579,3 +579,30 @@ func TestJSONRPCMetaTenancy(t *testing.T) {
 	assert.Equal(t, "PermissionError: Stale Box placement generation", r.Error.Message)
 	assert.Equal(t, "PermissionError", r.Error.Type())
 }
+
+// TestLangBotRelayFrameLimit: the host's relay client refuses messages of
+// 1 MiB and more, so a longer stdout line closes the relay (1009) instead
+// of reaching it; the lines before it arrive whole.
+func TestLangBotRelayFrameLimit(t *testing.T) {
+	p := startBox(t, lbOptions{Stdio: true, Config: hostBoxConfig, Token: lbToken})
+	ctx := tenant("frames", 1)
+	p.OK("box_create_session", map[string]any{"session_id": "f"}, ctx, nil)
+	p.OK("box_start_managed_process", map[string]any{"session_id": "f", "spec": map[string]any{"command": "sh",
+		"args": []string{"-c", `echo small; head -c 1048576 /dev/zero | tr '\0' a; echo; exec sleep 60`}}}, ctx, nil)
+	h := lbHeaders(lbInstance, lbToken)
+	h.Set("X-LangBot-Workspace-Id", "frames")
+	h.Set("X-LangBot-Placement-Generation", "1")
+	dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, _, err := websocket.Dial(dctx, "ws://"+p.Addr+"/v1/sessions/"+workspaceNS("frames")+"-g1-f/managed-process/default/ws",
+		&websocket.DialOptions{HTTPHeader: h, Subprotocols: []string{"mcp"}})
+	require.NoError(t, err)
+	defer c.CloseNow()
+	c.SetReadLimit(32 << 20)
+	_, first, err := c.Read(dctx)
+	require.NoError(t, err)
+	assert.Equal(t, "small", string(first))
+	_, _, err = c.Read(dctx)
+	require.Error(t, err)
+	assert.Equal(t, websocket.StatusMessageTooBig, websocket.CloseStatus(err), "%v", err)
+}

@@ -3,12 +3,14 @@ package actions
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/runtime/skills"
 )
 
 // admissionPolicy is the config's admission section (the reference's
@@ -341,6 +343,9 @@ func (t *Tenancy) admit(p Placement, req *rpc.Request) (json.RawMessage, error) 
 	switch {
 	case configErr != "":
 		return nil, boxerr.Readiness("Invalid sandbox admission configuration: %s", configErr)
+	case backendIs(t.rt.BackendInfo().Name, HostBackend):
+		// Grant-enforced sandboxes are never unsandboxed.
+		return nil, boxerr.Readiness("Managed sandbox isolation is not ready (failed checks: required_backend)")
 	case cur == nil:
 		return nil, boxerr.Admission("Sandbox admission grant is missing")
 	case *cur.ExecutionGeneration != p.Generation:
@@ -361,6 +366,10 @@ func (t *Tenancy) admit(p Placement, req *rpc.Request) (json.RawMessage, error) 
 	}
 	canonical, _ := json.Marshal(policy.LogicalSessionID)
 	if req.Method == "box_exec" || req.Method == "box_create_session" {
+		workspace := filepath.Join(skills.ResolveRoot(".", t.rt.Config().DefaultWorkspace()), "tenants", p.Namespace())
+		if err := managedSpec(members, policy, workspace); err != nil {
+			return nil, err
+		}
 		physical, _ := p.PhysicalID(policy.LogicalSessionID)
 		if err := t.sessionRoom(p, physical, *cur.MaxSessions); err != nil {
 			return nil, err
@@ -390,6 +399,51 @@ func (t *Tenancy) sessionRoom(p Placement, target string, limit int) error {
 		return boxerr.Admission("Sandbox admission session limit exceeded")
 	case !exists && n >= limit:
 		return boxerr.Admission("Sandbox admission session limit reached")
+	}
+	return nil
+}
+
+func backendIs(name *string, want string) bool { return name != nil && *name == want }
+
+// managedSpec refuses what a grant-enforced sandbox may not ask for, as
+// the reference does, and forces the policy's resources onto the spec
+// (members of box_exec / box_create_session params): network off, no
+// extra mounts, the runtime-owned /workspace (a host_path, if sent, must be
+// the Workspace's own directory, which the host sends), a persistent
+// session, the policy's timeout cap and limits, the default image.
+func managedSpec(members map[string]json.RawMessage, policy admissionPolicy, workspace string) error {
+	str := func(key string) (string, bool) {
+		var v *string
+		if json.Unmarshal(members[key], &v) != nil || v == nil {
+			return "", false
+		}
+		return strings.TrimSpace(*v), true
+	}
+	if v, ok := str("network"); ok && v != "off" {
+		return boxerr.Admission("Managed sandbox network access is disabled")
+	}
+	var mounts []json.RawMessage
+	if json.Unmarshal(members["extra_mounts"], &mounts) == nil && len(mounts) > 0 {
+		return boxerr.Admission("Managed sandbox additional host mounts are disabled")
+	}
+	if v, ok := str("mount_path"); ok && v != "/workspace" {
+		return boxerr.Admission("Managed sandbox mount_path is runtime-owned")
+	}
+	if v, ok := str("workdir"); ok && v != "" && v != "/workspace" && !strings.HasPrefix(v, "/workspace/") {
+		return boxerr.Admission("Managed sandbox workdir must stay under /workspace")
+	}
+	if v, ok := str("host_path"); ok && v != "" && filepath.Clean(v) != workspace {
+		return boxerr.Admission("Managed sandbox host_path is runtime-owned")
+	}
+	var timeout int
+	if json.Unmarshal(members["timeout_sec"], &timeout) != nil || timeout <= 0 || timeout > policy.MaxTimeoutSec {
+		timeout = policy.MaxTimeoutSec
+	}
+	delete(members, "image")
+	for k, v := range map[string]any{"network": "off", "persistent": true, "timeout_sec": timeout, "cpus": policy.CPUs,
+		"memory_mb": policy.MemoryMB, "pids_limit": policy.PidsLimit, "read_only_rootfs": policy.ReadOnlyRootfs,
+		"workspace_quota_mb": policy.WorkspaceQuotaMB} {
+		members[k], _ = json.Marshal(v)
 	}
 	return nil
 }

@@ -334,7 +334,12 @@ func TestLangBotAdmission(t *testing.T) {
 		{"install", "box_upsert_sandbox_admission_grant", grant("adm", 1, 2, 1, 0, exp(time.Minute)), nil, ""},
 		{"same revision, other limits", "box_upsert_sandbox_admission_grant", grant("adm", 1, 2, 0, 0, exp(time.Minute)), nil, "BoxAdmissionError: Sandbox admission limits changed without a new entitlement revision"},
 		{"stale revision", "box_upsert_sandbox_admission_grant", grant("adm", 1, 1, 1, 0, exp(time.Minute)), nil, "BoxAdmissionError: Sandbox admission grant revision is stale"},
-		{"exec uses the canonical session", "box_exec", map[string]any{"session_id": "anything", "cmd": "true"}, w, ""},
+		{"network is off", "box_exec", map[string]any{"session_id": "x", "cmd": "true", "network": "on"}, w, "BoxAdmissionError: Managed sandbox network access is disabled"},
+		{"no extra mounts", "box_exec", map[string]any{"session_id": "x", "cmd": "true", "extra_mounts": []any{map[string]any{"host_path": "/tmp", "mount_path": "/x"}}}, w, "BoxAdmissionError: Managed sandbox additional host mounts are disabled"},
+		{"mount path", "box_exec", map[string]any{"session_id": "x", "cmd": "true", "mount_path": "/data"}, w, "BoxAdmissionError: Managed sandbox mount_path is runtime-owned"},
+		{"workdir", "box_exec", map[string]any{"session_id": "x", "cmd": "true", "workdir": "/etc"}, w, "BoxAdmissionError: Managed sandbox workdir must stay under /workspace"},
+		{"host path", "box_exec", map[string]any{"session_id": "x", "cmd": "true", "host_path": "/etc"}, w, "BoxAdmissionError: Managed sandbox host_path is runtime-owned"},
+		{"exec uses the canonical session", "box_exec", map[string]any{"session_id": "anything", "cmd": "true", "image": "rockchin/langbot-sandbox:latest", "timeout_sec": 9999}, w, ""},
 		{"session id is runtime-owned", "box_get_session", map[string]any{"session_id": "anything"}, w, "BoxAdmissionError: Managed sandbox session_id is runtime-owned"},
 		{"canonical session", "box_get_session", map[string]any{"session_id": "global"}, w, ""},
 		{"no managed processes", "box_start_managed_process", map[string]any{"session_id": "global", "spec": map[string]any{"command": "true"}}, w, "BoxAdmissionError: Sandbox admission grant does not permit managed processes"},
@@ -358,8 +363,13 @@ func TestLangBotAdmission(t *testing.T) {
 			assert.Equal(t, true, res["installed"])
 			assert.Equal(t, float64(2), res["entitlement_revision"])
 			assert.True(t, strings.HasSuffix(res["expires_at"].(string), "+00:00"), "expires_at is isoformat: %v", res["expires_at"])
-		case "exec uses the canonical session", "canonical session":
+		case "exec uses the canonical session":
 			assert.Equal(t, "global", res["session_id"], s.name)
+		case "canonical session":
+			assert.Equal(t, "global", res["session_id"])
+			assert.Equal(t, true, res["persistent"], "the policy's spec: %v", res)
+			assert.Equal(t, "off", res["network"])
+			assert.Equal(t, float64(512), res["memory_mb"])
 		case "revoke":
 			assert.Equal(t, map[string]any{"revoked": true, "workspace_uuid": "adm", "entitlement_revision": float64(3)}, res)
 		}

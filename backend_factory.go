@@ -10,6 +10,7 @@ import (
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/bwrap"
 	"github.com/boxrt/boxrt/backends/docker"
+	"github.com/boxrt/boxrt/backends/host"
 	"github.com/boxrt/boxrt/backends/kube"
 	"github.com/boxrt/boxrt/runtime"
 )
@@ -33,6 +34,8 @@ func newBackend(name string, cfg runtime.Config, instanceID, stateDir string) (b
 		return bwrap.New(bwrap.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir)})
 	case "kube":
 		return kube.New(kubeConfig(cfg.Kube, instanceID))
+	case host.Name:
+		return host.New(host.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir)})
 	}
 	return nil, fmt.Errorf("unknown backend %q", name)
 }

@@ -27,6 +27,7 @@ func TestDependencyDirection(t *testing.T) {
 		"backends/docker":             {"backends", "backends/internal/sandboxsh", "runtime/boxerr"},
 		"backends/kube":               {"backends", "backends/internal/sandboxsh", "runtime/boxerr"},
 		"backends/internal/sandboxsh": {},
+		"backends/host":               {"backends", "runtime/boxerr"},
 		"relay":                       {"rpc", "runtime", "runtime/boxerr", "backends"},
 		"rpc":                         {"runtime/boxerr"},
 		"reconnect":                   {"runtime/boxerr"},

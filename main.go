@@ -57,6 +57,7 @@ Protocol reference: docs/protocol.md`,
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			serveCommand(),
+			boxCommand(),
 			callCommand(),
 			cpCommand(),
 			doctorCommand(),

@@ -66,6 +66,7 @@ then box_init at run time), for example:
 			&cli.BoolFlag{Name: "metrics-public", Usage: "serve /metrics without the control token"},
 			&cli.StringSliceFlag{Name: "allowed-hosts", EnvVars: []string{"BOXRT_ALLOWED_HOSTS"}, Usage: "more host names or IPs clients may use in Host and Origin headers (comma-separated), e.g. the name a reverse proxy forwards"},
 			&cli.DurationFlag{Name: "keepalive", Value: 20 * time.Second, Usage: "ping idle WebSocket peers (control and relay) this often; a peer that misses a pong for half as long is closed"},
+			&cli.StringFlag{Name: "protocol", Value: protocolJSONRPC, Usage: "envelope of stdio and /rpc/ws: jsonrpc (JSON-RPC 2.0) or langbot (LangBot's action RPC; see boxrt box)"},
 		},
 		Action: runServe,
 	}
@@ -267,7 +268,20 @@ func loadConfig(file string) (runtime.Config, error) {
 		}
 	}
 	for _, p := range patches {
-		next, ignored, err := cfg.Merge(p.patch, actions.DecodeParams)
+		// The host's backend names (nsjail, e2b, host) become boxrt's.
+		patch, _, err := actions.TranslateLangBotConfig(p.patch)
+		if err != nil {
+			return cfg, &exitError{code: 2, msg: fmt.Sprintf("%s: %v", p.from, err)}
+		}
+		if p.from == "LANGBOT_BOX_CONFIG" {
+			// The host's default mount roots hold its skill store.
+			var notes []string
+			patch, notes = actions.FitLangBotMountRoots(cfg, patch)
+			for _, n := range notes {
+				fmt.Fprintf(os.Stderr, "boxrt: LANGBOT_BOX_CONFIG: %s\n", n)
+			}
+		}
+		next, ignored, err := cfg.Merge(patch, actions.DecodeParams)
 		if err != nil {
 			return cfg, &exitError{code: 2, msg: fmt.Sprintf("%s: %v", p.from, err)}
 		}
@@ -314,6 +328,21 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	protocol := c.String("protocol")
+	newCodec, err := codecFor(protocol, stdio)
+	if err != nil {
+		return err
+	}
+	if protocol == protocolLangBot && !stdio && token.value == "" && cfg.Backend == actions.HostBackend {
+		return &exitError{code: 2, msg: actions.ErrOpenHostBackend().Error()}
+	}
+	trust, err := trustedInstance(protocol, stdio)
+	if err != nil {
+		return err
+	}
+	// The token the host configured (the LangBot header must carry it);
+	// "" when boxrt generates one below.
+	configuredControlToken := token.value
 
 	if token.value == "" {
 		if token, err = generateToken(stdio, c.String("state-dir")); err != nil {
@@ -332,6 +361,13 @@ func runServe(c *cli.Context) error {
 			return &exitError{code: 2, msg: fmt.Sprintf("--listen: %v", err)}
 		}
 		ln, err = net.Listen("tcp", listen)
+		if err != nil && stdio && protocol == protocolLangBot {
+			// As the reference: a LangBot host that respawns its stdio
+			// child must not lose the action RPC to a port still held;
+			// only the relay and health are missing.
+			log.Warn().Err(err).Str("listen", listen).Msg("cannot listen; serving stdio without the relay")
+			ln, err = nil, nil
+		}
 		if err != nil {
 			return &exitError{code: 2, msg: fmt.Sprintf("cannot listen on %s: %v (use --listen 127.0.0.1:0 for a free port, or --listen '' for none)", listen, err)}
 		}
@@ -378,10 +414,15 @@ func runServe(c *cli.Context) error {
 		RelayURL:   func() string { return relayURL.Load().(string) },
 		RelayToken: relayToken,
 	})
-	metrics.register(rt, dispatcher.Methods())
+	langbot := protocol == protocolLangBot
+	tenancy := actions.NewTenancy(dispatcher, trust, actions.TenancyOptions{Required: langbot, LangBot: langbot,
+		OpenWebSocket: langbot && !stdio && configuredControlToken == "", Log: log.With().Str("component", "tenancy").Logger()})
+	tenancy.ApplyStartupConfig(os.Getenv("LANGBOT_BOX_CONFIG"))
+	metrics.register(rt, tenancy.Methods())
 	rpcLog := log.With().Str("component", "rpc").Logger()
 	keepalive := c.Duration("keepalive")
-	server := rpc.NewServer(dispatcher,
+	server := rpc.NewServer(tenancy,
+		rpc.WithCodec(newCodec),
 		rpc.WithKeepalive(keepalive, keepalive/2),
 		rpc.WithInline("__ping", "box_health", "box_get_backend_info"),
 		rpc.WithErrorEncoder(actions.EncodeError),
@@ -389,8 +430,13 @@ func runServe(c *cli.Context) error {
 		rpc.WithObserver(func(call rpc.Call) { logCall(rpcLog, call); metrics.observe(call) }),
 	)
 	auth := rpc.NewAuthenticator(token.value)
-	relayHandler := relay.New(rt, relay.WithOperator(auth), relay.WithLogger(log.With().Str("component", "relay").Logger()),
-		relay.WithObserver(metrics.relay), relay.WithKeepalive(keepalive, keepalive/2))
+	relayOpts := []relay.Option{relay.WithOperator(auth), relay.WithLogger(log.With().Str("component", "relay").Logger()),
+		relay.WithObserver(metrics.relay), relay.WithKeepalive(keepalive, keepalive/2),
+		relay.WithAuthorizer(tenancy.RelayAuthorizer(configuredControlToken))}
+	if langbot {
+		relayOpts = append(relayOpts, relay.WithMaxFrame(langbotMaxRelayFrame))
+	}
+	relayHandler := relay.New(rt, relayOpts...)
 
 	var httpServer *http.Server
 	if ln != nil {
@@ -409,7 +455,11 @@ func runServe(c *cli.Context) error {
 			}
 			writeJSON(w, status, map[string]any{"ready": ready})
 		})
-		if !stdio {
+		switch {
+		case stdio:
+		case langbot:
+			mux.Handle("GET /rpc/ws", actions.RequireLangBotControl(server, configuredControlToken, trust, auth.Check))
+		default:
 			mux.Handle("GET /rpc/ws", auth.Require(server))
 		}
 		// The relay checks its own credentials: the control token, or the
@@ -434,7 +484,7 @@ func runServe(c *cli.Context) error {
 			}
 		}()
 	}
-	log.Info().Str("version", buildVersion()).Bool("stdio", stdio).Str("listen", relayURL.Load().(string)).
+	log.Info().Str("version", buildVersion()).Bool("stdio", stdio).Str("protocol", protocol).Str("listen", relayURL.Load().(string)).
 		Str("token_file", token.file).Str("instance_id", rt.InstanceID()).Msg("boxrt serving")
 
 	if stdio {

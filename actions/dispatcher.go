@@ -105,17 +105,25 @@ func (d *Dispatcher) Methods() []string {
 // Handle implements rpc.Handler. Failures are also kept in the ring of
 // recent errors box_status reports.
 func (d *Dispatcher) Handle(ctx context.Context, req *rpc.Request) (json.RawMessage, error) {
-	var res json.RawMessage
-	var err error
+	res, err := d.call(ctx, req)
+	return res, d.record(req, err)
+}
+
+// call runs the method req names.
+func (d *Dispatcher) call(ctx context.Context, req *rpc.Request) (json.RawMessage, error) {
 	if m, ok := d.methods[req.Method]; ok {
-		res, err = m(ctx, req.Params)
-	} else {
-		err = &rpc.MethodNotFoundError{Method: req.Method}
+		return m(ctx, req.Params)
 	}
+	return nil, &rpc.MethodNotFoundError{Method: req.Method}
+}
+
+// record keeps a failure in the ring of recent errors and returns it; nil
+// stays nil.
+func (d *Dispatcher) record(req *rpc.Request, err error) error {
 	if err != nil {
 		e := rpc.Encode(EncodeError, err)
 		d.errors.add(RecentError{Time: time.Now().UTC(), Method: req.Method, Type: e.Type, Code: e.Code,
 			Message: clip.String(e.Message, 500), SessionID: sessionIDOf(req.Params)})
 	}
-	return res, err
+	return err
 }

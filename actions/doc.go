@@ -7,4 +7,10 @@
 // for session specs and, handed to runtime.Config.Merge, for configuration
 // patches. It also owns the mapping from typed Go
 // errors to the wire form using runtime/boxerr's table (errors.go).
+//
+// Tenancy (tenancy*.go, fence.go, admission.go) wraps the Dispatcher as
+// LangBot's Box runtime does: action scopes, the trusted instance, session
+// ids namespaced per Workspace placement and mapped back in answers, the
+// generation fence, and admission grants. The runtime below it stays
+// tenant-agnostic: it only ever sees physical session ids.
 package actions

@@ -53,8 +53,13 @@ type Event struct {
 
 // Handler is the relay's http.Handler.
 type Handler struct {
-	rt           *runtime.Runtime
-	operator     *rpc.Authenticator
+	rt         *runtime.Runtime
+	operator   *rpc.Authenticator
+	authorizer func(r *http.Request, sessionID, processID string) bool
+	// maxFrame, when set, is the largest stdout line sent: a longer one
+	// closes the relay (1009) instead of reaching a peer that cannot read
+	// it.
+	maxFrame     int
 	log          zerolog.Logger
 	observe      func(Event)
 	pingInterval time.Duration
@@ -85,6 +90,17 @@ type Option func(*Handler)
 // WithOperator also lets the control token's holder attach to every
 // process; without it only each process's own relay_token opens its relay.
 func WithOperator(a *rpc.Authenticator) Option { return func(h *Handler) { h.operator = a } }
+
+// WithAuthorizer admits requests a caller-defined credential vouches for
+// (LangBot's X-LangBot-* headers checked against the tenancy fence), in
+// addition to the control and relay tokens.
+func WithAuthorizer(a func(r *http.Request, sessionID, processID string) bool) Option {
+	return func(h *Handler) { h.authorizer = a }
+}
+
+// WithMaxFrame closes the relay on a stdout line of n bytes or more: the
+// LangBot host's WebSocket client refuses messages of 1 MiB and more.
+func WithMaxFrame(n int) Option { return func(h *Handler) { h.maxFrame = n } }
 
 // WithLogger sets the logger.
 func WithLogger(l zerolog.Logger) Option { return func(h *Handler) { h.log = l } }
@@ -249,6 +265,9 @@ func (h *Handler) authorized(r *http.Request, sessionID, processID string) bool 
 	if h.operator != nil && h.operator.Check(r) {
 		return true
 	}
+	if h.authorizer != nil && h.authorizer(r, sessionID, processID) {
+		return true
+	}
 	info, err := h.rt.Process(sessionID, processID)
 	return err == nil && rpc.TokenMatches(rpc.OfferedTokens(r), []byte(info.RelayToken))
 }
@@ -400,6 +419,8 @@ func (b *bridge) sendBatch(ctx context.Context, lines []runtime.Line) (n int, wh
 			why = closeReason{websocket.StatusMessageTooBig, "stdout line dropped: unfinished lines exceed limits.relay_line_buffer_bytes"}
 		case line.TooLong:
 			why = closeReason{websocket.StatusMessageTooBig, fmt.Sprintf("stdout line exceeds %d bytes", MaxMessageBytes)}
+		case b.h.maxFrame > 0 && len(line.Data) >= b.h.maxFrame:
+			why = closeReason{websocket.StatusMessageTooBig, fmt.Sprintf("stdout line of %d bytes exceeds the relay's %d-byte frame limit", len(line.Data), b.h.maxFrame)}
 		}
 		if why.code != 0 {
 			if b.conn.uncork() != nil {

@@ -47,8 +47,9 @@ type DecodeError struct {
 func (e *DecodeError) Error() string { return e.Err.Error() }
 
 // Meta is the tenant context a request carries: JSON-RPC's "meta" member,
-// the LangBot envelope's "context". boxrt is single-tenant today, so
-// handlers receive it (Request.Meta, MetaFrom) and ignore it.
+// the LangBot envelope's "context". The rpc layer only carries it
+// (Request.Meta, MetaFrom); the handler decides what it means (boxrt's
+// tenancy layer namespaces and fences by it).
 type Meta struct {
 	InstanceUUID        string `json:"instance_uuid"`
 	WorkspaceUUID       string `json:"workspace_uuid"`

@@ -1,7 +1,7 @@
 // Package rpc is boxrt's RPC plumbing: one frame loop per connection over
 // line-framed stdio or WebSocket (coder/websocket) text messages, with a
-// pluggable Codec for the envelope (JSON-RPC 2.0 here, LangBot's
-// action-RPC envelope later). The loop owns what every envelope shares:
+// pluggable Codec for the envelope (JSON-RPC 2.0, and LangBot's
+// action-RPC envelope with its stdio chunk framing). The loop owns what every envelope shares:
 // frame size limits, decoding each frame once, the per-connection
 // in-flight bound, cancellation when the connection ends or by the
 // LSP-style $/cancelRequest notification, encoding each answer once,

@@ -195,8 +195,8 @@ func (l *Limits) ranges() []limitRange {
 // Validate checks every value and names the first bad key.
 func (c *Config) Validate() error {
 	if !autoBackend(c.Backend) && !slices.Contains(BackendOrder, c.Backend) && !slices.Contains(ExplicitBackends, c.Backend) {
-		return boxerr.Validation("backend", "backend must be one of auto, %s, %s; got %q",
-			strings.Join(BackendOrder, ", "), strings.Join(ExplicitBackends, ", "), c.Backend)
+		return boxerr.Validation("backend", "backend must be one of auto, %s; got %q",
+			strings.Join(append(slices.Clone(BackendOrder), ExplicitBackends...), ", "), c.Backend)
 	}
 	for _, r := range c.Limits.ranges() {
 		if *r.value < r.min || *r.value > r.max {
@@ -462,6 +462,10 @@ func (c Config) mountRoots(stateDir string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// DefaultWorkspace is the managed workspace root LangBot's shared
+// workspace probe (box_verify_shared_workspace) reads.
+func (c Config) DefaultWorkspace() string { return c.defaultWorkspace() }
 
 // defaultWorkspace is local.default_workspace made absolute: relative to
 // host_root, <host_root>/default when unset.

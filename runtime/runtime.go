@@ -27,9 +27,10 @@ type Factory func(name string, cfg Config, instanceID, stateDir string) (backend
 // BackendOrder is the auto-selection order.
 var BackendOrder = []string{"docker", "bwrap"}
 
-// ExplicitBackends are backends only a configuration naming them selects:
-// auto never sends sessions to a cluster.
-var ExplicitBackends = []string{"kube"}
+// ExplicitBackends are chosen only when the configuration names them,
+// never by auto-selection: auto never sends sessions to a cluster, and
+// "host" runs commands unsandboxed.
+var ExplicitBackends = []string{"kube", "host"}
 
 // Runtime is the session table and everything around it.
 type Runtime struct {

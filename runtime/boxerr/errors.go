@@ -109,3 +109,15 @@ func SnapshotCorrupted(snapshotID, format string, args ...any) *Error {
 func FileNotFound(path string) *Error {
 	return newError(ErrFileNotFound, "%s: no such file or directory", path).With("path", path)
 }
+
+// Permission reports a tenant context the runtime cannot trust: missing,
+// of another instance, or of a stale placement generation.
+func Permission(format string, args ...any) *Error { return newError(ErrPermission, format, args...) }
+
+// Admission reports a sandbox admission grant that is missing, stale or
+// over its limits.
+func Admission(format string, args ...any) *Error { return newError(ErrAdmission, format, args...) }
+
+// Readiness reports that the runtime cannot serve managed sandboxes (a
+// failed shared-workspace probe).
+func Readiness(format string, args ...any) *Error { return newError(ErrReadiness, format, args...) }

@@ -27,6 +27,10 @@ var (
 	ErrCapacityExceeded   = &Kind{"BoxCapacityExceededError", -32007, true}
 	ErrAdmission          = &Kind{"BoxAdmissionError", -32008, false}
 	ErrReadiness          = &Kind{"BoxReadinessError", -32009, false}
+	// ErrPermission: a tenant context that is missing, names another
+	// instance, or carries a stale placement generation. The reference
+	// raises Python's PermissionError, and hosts match that name.
+	ErrPermission = &Kind{"PermissionError", -32010, false}
 	// ErrFileNotFound: a session path (box_fs_*, the files endpoint) names
 	// nothing. -32010 is left to tenancy's PermissionError.
 	ErrFileNotFound = &Kind{"BoxFileNotFoundError", -32011, false}
@@ -48,7 +52,7 @@ var (
 var Kinds = []*Kind{
 	ErrBox, ErrValidation, ErrBackendUnavailable, ErrRuntimeUnavailable,
 	ErrSessionConflict, ErrSessionNotFound, ErrProcessConflict, ErrProcessNotFound,
-	ErrCapacityExceeded, ErrAdmission, ErrReadiness, ErrFileNotFound, ErrSnapshotCorrupted,
+	ErrCapacityExceeded, ErrAdmission, ErrReadiness, ErrPermission, ErrFileNotFound, ErrSnapshotCorrupted,
 	ErrParse, ErrInvalidRequest, ErrMethodNotFound, ErrInternal,
 }
 

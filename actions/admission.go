@@ -1,0 +1,449 @@
+package actions
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/boxrt/boxrt/rpc"
+	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/runtime/skills"
+)
+
+// admissionPolicy is the config's admission section (the reference's
+// SandboxAdmissionPolicy). With Required, sandbox actions need an
+// installed grant for their Workspace and execution generation, and the
+// runtime owns the session id ("global").
+type admissionPolicy struct {
+	Required            bool    `json:"required"`
+	LogicalSessionID    string  `json:"logical_session_id"`
+	RequiredBackend     string  `json:"required_backend"`
+	MaxSessions         int     `json:"max_sessions"`
+	MaxManagedProcesses int     `json:"max_managed_processes"`
+	MaxGrantTTLSec      int     `json:"max_grant_ttl_sec"`
+	MaxTimeoutSec       int     `json:"max_timeout_sec"`
+	CPUs                float64 `json:"cpus"`
+	MemoryMB            int     `json:"memory_mb"`
+	PidsLimit           int     `json:"pids_limit"`
+	ReadOnlyRootfs      bool    `json:"read_only_rootfs"`
+	WorkspaceQuotaMB    int     `json:"workspace_quota_mb"`
+	ReadinessCacheSec   int     `json:"readiness_cache_sec"`
+}
+
+func defaultAdmissionPolicy() admissionPolicy {
+	return admissionPolicy{LogicalSessionID: "global", RequiredBackend: "nsjail", MaxSessions: 1,
+		MaxGrantTTLSec: 300, MaxTimeoutSec: 120, CPUs: 1, MemoryMB: 512, PidsLimit: 128, ReadOnlyRootfs: true,
+		ReadinessCacheSec: 15}
+}
+
+func (p admissionPolicy) check() error {
+	switch {
+	case p.LogicalSessionID != "global":
+		return boxerr.Validation("admission.logical_session_id", `logical_session_id must be "global"`)
+	case p.RequiredBackend != "nsjail":
+		return boxerr.Validation("admission.required_backend", `required_backend must be "nsjail"`)
+	case p.MaxSessions < 0 || p.MaxSessions > 1:
+		return boxerr.Validation("admission.max_sessions", "max_sessions must be 0 or 1")
+	case p.MaxManagedProcesses != 0:
+		return boxerr.Validation("admission.max_managed_processes", "max_managed_processes must be 0")
+	case p.MaxGrantTTLSec <= 0 || p.MaxTimeoutSec <= 0 || p.CPUs <= 0 || p.MemoryMB < 32 || p.PidsLimit <= 0 ||
+		p.WorkspaceQuotaMB < 0 || p.ReadinessCacheSec < 0:
+		return boxerr.Validation("admission", "admission limits out of range")
+	}
+	return nil
+}
+
+// grant is an installed SandboxAdmissionGrant.
+type grant struct {
+	InstanceUUID        string `json:"instance_uuid"`
+	WorkspaceUUID       string `json:"workspace_uuid"`
+	ExecutionGeneration *int64 `json:"execution_generation"`
+	EntitlementRevision *int64 `json:"entitlement_revision"`
+	ExpiresAt           string `json:"expires_at"`
+	MaxSessions         *int   `json:"max_sessions"`
+	MaxManagedProcesses *int   `json:"max_managed_processes"`
+
+	expires time.Time
+}
+
+func (g *grant) validate() error {
+	g.InstanceUUID, g.WorkspaceUUID = strings.TrimSpace(g.InstanceUUID), strings.TrimSpace(g.WorkspaceUUID)
+	switch {
+	case g.InstanceUUID == "" || g.WorkspaceUUID == "":
+		return boxerr.Validation("instance_uuid", "instance_uuid and workspace_uuid must not be empty")
+	case g.ExecutionGeneration == nil || *g.ExecutionGeneration < 1:
+		return boxerr.Validation("execution_generation", "execution_generation must be an integer >= 1")
+	case g.EntitlementRevision == nil || *g.EntitlementRevision < 1:
+		return boxerr.Validation("entitlement_revision", "entitlement_revision must be an integer >= 1")
+	case g.MaxSessions == nil || *g.MaxSessions < 0:
+		return boxerr.Validation("max_sessions", "max_sessions must be an integer >= 0")
+	case g.MaxManagedProcesses == nil || *g.MaxManagedProcesses < 0:
+		return boxerr.Validation("max_managed_processes", "max_managed_processes must be an integer >= 0")
+	}
+	t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(g.ExpiresAt))
+	if err != nil {
+		return boxerr.Validation("expires_at", "expires_at must be an ISO-8601 datetime that includes a timezone")
+	}
+	g.expires = t.UTC()
+	return nil
+}
+
+type revocation struct {
+	InstanceUUID        string `json:"instance_uuid"`
+	WorkspaceUUID       string `json:"workspace_uuid"`
+	EntitlementRevision *int64 `json:"entitlement_revision"`
+}
+
+func (r *revocation) validate() error {
+	r.InstanceUUID, r.WorkspaceUUID = strings.TrimSpace(r.InstanceUUID), strings.TrimSpace(r.WorkspaceUUID)
+	switch {
+	case r.InstanceUUID == "" || r.WorkspaceUUID == "":
+		return boxerr.Validation("instance_uuid", "instance_uuid and workspace_uuid must not be empty")
+	case r.EntitlementRevision == nil || *r.EntitlementRevision < 1:
+		return boxerr.Validation("entitlement_revision", "entitlement_revision must be an integer >= 1")
+	}
+	return nil
+}
+
+// admissionRecord is one Workspace's admission history.
+type admissionRecord struct {
+	current           *grant
+	highestRevision   int64
+	revokedRevision   int64
+	highestGeneration int64
+}
+
+// grants holds the admission policy and every Workspace's record.
+type grants struct {
+	mu        sync.Mutex
+	policy    admissionPolicy
+	configErr string
+	records   map[fenceKey]*admissionRecord
+	now       func() time.Time
+}
+
+func newGrants() *grants {
+	return &grants{policy: defaultAdmissionPolicy(), records: map[fenceKey]*admissionRecord{}, now: time.Now}
+}
+
+// configure reads the admission section of a config patch. An invalid one
+// turns admission on with a configuration error (fail closed), and once on
+// it cannot be turned off without a restart, as in the reference.
+func (g *grants) configure(patch json.RawMessage) {
+	var members map[string]json.RawMessage
+	if json.Unmarshal(patch, &members) != nil {
+		return
+	}
+	raw, ok := members["admission"]
+	if !ok || string(raw) == "null" {
+		return
+	}
+	p := defaultAdmissionPolicy()
+	err := DecodeParams(raw, &p)
+	if err == nil {
+		err = p.check()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case err != nil:
+		g.policy.Required, g.configErr = true, err.Error()
+	case g.policy.Required && !p.Required:
+		g.configErr = "Sandbox admission enforcement cannot be disabled without restarting the Box Runtime"
+	default:
+		g.policy, g.configErr = p, ""
+	}
+}
+
+func (g *grants) required() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.policy.Required
+}
+
+// enabledLocked refuses grant changes when admission is off or broken.
+func (g *grants) enabledLocked() error {
+	if !g.policy.Required {
+		return boxerr.Admission("Sandbox admission enforcement is not enabled")
+	}
+	if g.configErr != "" {
+		return boxerr.Readiness("Invalid sandbox admission configuration: %s", g.configErr)
+	}
+	return nil
+}
+
+// recordLocked returns k's record, creating it within capacity.
+func (g *grants) recordLocked(k fenceKey, capacity int) (*admissionRecord, error) {
+	g.purgeLocked()
+	if r, ok := g.records[k]; ok {
+		return r, nil
+	}
+	if len(g.records) >= capacity {
+		return nil, boxerr.Admission("Sandbox admission record capacity reached; refusing an unbounded Workspace fence allocation")
+	}
+	r := &admissionRecord{}
+	g.records[k] = r
+	return r, nil
+}
+
+// purgeLocked drops expired grants (their revisions stay recorded).
+func (g *grants) purgeLocked() {
+	now := g.now()
+	for _, r := range g.records {
+		if r.current != nil && !r.current.expires.After(now) {
+			r.current = nil
+		}
+	}
+}
+
+type grantInstalled struct {
+	Installed           bool   `json:"installed"`
+	WorkspaceUUID       string `json:"workspace_uuid"`
+	ExecutionGeneration int64  `json:"execution_generation"`
+	EntitlementRevision int64  `json:"entitlement_revision"`
+	MaxSessions         int    `json:"max_sessions"`
+	MaxManagedProcesses int    `json:"max_managed_processes"`
+	ExpiresAt           string `json:"expires_at"`
+}
+
+// upsertGrant: box_upsert_sandbox_admission_grant. The checks run in the
+// reference's order; installing a grant of a new generation (or the first,
+// or one without sessions) destroys the Workspace's sessions, any other
+// replacement all but the canonical one.
+func (t *Tenancy) upsertGrant(ctx context.Context, in grant) (grantInstalled, error) {
+	g := t.grants
+	g.mu.Lock()
+	cur, destroyAll, err := t.installLocked(&in)
+	g.mu.Unlock()
+	if err != nil {
+		return grantInstalled{}, err
+	}
+	p := Placement{Instance: in.InstanceUUID, Workspace: in.WorkspaceUUID, Generation: *cur.ExecutionGeneration}
+	t.destroyWorkspace(ctx, p, !destroyAll)
+	out := grantInstalled{Installed: true, WorkspaceUUID: cur.WorkspaceUUID, ExecutionGeneration: *cur.ExecutionGeneration,
+		EntitlementRevision: *cur.EntitlementRevision, MaxSessions: *cur.MaxSessions,
+		MaxManagedProcesses: *cur.MaxManagedProcesses, ExpiresAt: cur.expires.Format("2006-01-02T15:04:05.999999") + "+00:00"}
+	// The grant's generation passes the fence after it is installed: a
+	// stale one is refused with the grant in place, as in the reference.
+	if err := t.observe(ctx, p); err != nil {
+		return grantInstalled{}, err
+	}
+	return out, nil
+}
+
+func (t *Tenancy) installLocked(in *grant) (cur *grant, destroyAll bool, err error) {
+	g := t.grants
+	if err := g.enabledLocked(); err != nil {
+		return nil, false, err
+	}
+	if !t.trust.Matches(in.InstanceUUID) {
+		return nil, false, boxerr.Permission("Sandbox admission grant does not match the trusted instance")
+	}
+	now := g.now()
+	switch {
+	case !in.expires.After(now):
+		return nil, false, boxerr.Admission("Cannot install an expired sandbox admission grant")
+	case in.expires.After(now.Add(time.Duration(g.policy.MaxGrantTTLSec) * time.Second)):
+		return nil, false, boxerr.Admission("Sandbox admission grant lifetime exceeds the configured maximum")
+	case *in.MaxSessions > g.policy.MaxSessions:
+		return nil, false, boxerr.Admission("Sandbox admission grant exceeds the session cap")
+	case *in.MaxManagedProcesses > g.policy.MaxManagedProcesses:
+		return nil, false, boxerr.Admission("Sandbox admission grant exceeds the managed-process cap")
+	}
+	r, err := g.recordLocked(fenceKey{in.InstanceUUID, in.WorkspaceUUID}, t.rt.Config().Limits.MaxAdmissionRecords)
+	if err != nil {
+		return nil, false, err
+	}
+	rev, gen := *in.EntitlementRevision, *in.ExecutionGeneration
+	switch {
+	case rev <= r.revokedRevision:
+		return nil, false, boxerr.Admission("Sandbox admission grant revision was revoked")
+	case rev < r.highestRevision:
+		return nil, false, boxerr.Admission("Sandbox admission grant revision is stale")
+	case gen < r.highestGeneration:
+		return nil, false, boxerr.Admission("Sandbox admission execution generation is stale")
+	case rev == r.highestRevision && r.current != nil &&
+		(*r.current.MaxSessions != *in.MaxSessions || *r.current.MaxManagedProcesses != *in.MaxManagedProcesses):
+		return nil, false, boxerr.Admission("Sandbox admission limits changed without a new entitlement revision")
+	}
+	if c := r.current; c != nil && *c.EntitlementRevision == rev && *c.ExecutionGeneration == gen && !in.expires.After(c.expires) {
+		return c, false, nil // a duplicate of a longer grant: nothing changes
+	}
+	destroyAll = r.current == nil || gen != r.highestGeneration || *in.MaxSessions == 0
+	r.current, r.highestRevision, r.highestGeneration = in, rev, gen
+	return in, destroyAll, nil
+}
+
+type grantRevoked struct {
+	Revoked             bool   `json:"revoked"`
+	WorkspaceUUID       string `json:"workspace_uuid"`
+	EntitlementRevision int64  `json:"entitlement_revision"`
+}
+
+// revokeGrant: box_revoke_sandbox_admission_grant removes the grant,
+// keeps its revision as a tombstone and destroys the Workspace's sessions.
+func (t *Tenancy) revokeGrant(ctx context.Context, in revocation) (grantRevoked, error) {
+	g := t.grants
+	g.mu.Lock()
+	err := g.enabledLocked()
+	if err == nil && !t.trust.Matches(in.InstanceUUID) {
+		err = boxerr.Permission("Sandbox admission revocation does not match the trusted instance")
+	}
+	var r *admissionRecord
+	if err == nil {
+		r, err = g.recordLocked(fenceKey{in.InstanceUUID, in.WorkspaceUUID}, t.rt.Config().Limits.MaxAdmissionRecords)
+	}
+	rev := *in.EntitlementRevision
+	if err == nil && rev < max(r.highestRevision, r.revokedRevision) {
+		err = boxerr.Admission("Sandbox admission revocation is stale")
+	}
+	if err == nil {
+		r.current, r.highestRevision, r.revokedRevision = nil, rev, rev
+	}
+	g.mu.Unlock()
+	if err != nil {
+		return grantRevoked{}, err
+	}
+	t.destroyWorkspace(ctx, Placement{Instance: in.InstanceUUID, Workspace: in.WorkspaceUUID}, false)
+	return grantRevoked{Revoked: true, WorkspaceUUID: in.WorkspaceUUID, EntitlementRevision: rev}, nil
+}
+
+// destroyWorkspace deletes the Workspace's sessions of every generation;
+// keepCanonical spares the canonical session of p's generation.
+func (t *Tenancy) destroyWorkspace(ctx context.Context, p Placement, keepCanonical bool) {
+	ns := p.Namespace() + "-g"
+	canonical, _ := p.PhysicalID(t.grants.policy.LogicalSessionID)
+	for _, s := range t.rt.ListSessions() {
+		if strings.HasPrefix(s.SessionID, ns) && !(keepCanonical && s.SessionID == canonical) {
+			_ = t.rt.DeleteSession(context.WithoutCancel(ctx), s.SessionID)
+		}
+	}
+}
+
+// admit runs the per-request admission check of a sandbox action in
+// admission mode, and returns its params with the session id the runtime
+// owns: exec and create_session always use the canonical session, the
+// others must name it.
+func (t *Tenancy) admit(p Placement, req *rpc.Request) (json.RawMessage, error) {
+	g := t.grants
+	if !sandboxActions[req.Method] || !g.required() {
+		return req.Params, nil
+	}
+	g.mu.Lock()
+	policy, configErr := g.policy, g.configErr
+	g.purgeLocked()
+	var cur *grant
+	if r := g.records[fenceKey{p.Instance, p.Workspace}]; r != nil {
+		cur = r.current
+	}
+	g.mu.Unlock()
+	switch {
+	case configErr != "":
+		return nil, boxerr.Readiness("Invalid sandbox admission configuration: %s", configErr)
+	case backendIs(t.rt.BackendInfo().Name, HostBackend):
+		// Grant-enforced sandboxes are never unsandboxed.
+		return nil, boxerr.Readiness("Managed sandbox isolation is not ready (failed checks: required_backend)")
+	case cur == nil:
+		return nil, boxerr.Admission("Sandbox admission grant is missing")
+	case *cur.ExecutionGeneration != p.Generation:
+		return nil, boxerr.Admission("Sandbox admission grant belongs to another execution generation")
+	case *cur.MaxSessions <= 0:
+		return nil, boxerr.Admission("Sandbox admission grant does not permit sessions")
+	case *cur.MaxSessions > policy.MaxSessions || *cur.MaxManagedProcesses > policy.MaxManagedProcesses:
+		return nil, boxerr.Admission("Sandbox admission grant exceeds the active runtime policy")
+	case req.Method == "box_start_managed_process" && *cur.MaxManagedProcesses <= 0:
+		return nil, boxerr.Admission("Sandbox admission grant does not permit managed processes")
+	}
+	if req.Method == "box_get_sessions" {
+		return req.Params, nil
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(req.Params, &members); err != nil || members == nil {
+		return req.Params, nil // the method's decoder words the error
+	}
+	canonical, _ := json.Marshal(policy.LogicalSessionID)
+	if req.Method == "box_exec" || req.Method == "box_create_session" {
+		workspace := filepath.Join(skills.ResolveRoot(".", t.rt.Config().DefaultWorkspace()), "tenants", p.Namespace())
+		if err := managedSpec(members, policy, workspace); err != nil {
+			return nil, err
+		}
+		physical, _ := p.PhysicalID(policy.LogicalSessionID)
+		if err := t.sessionRoom(p, physical, *cur.MaxSessions); err != nil {
+			return nil, err
+		}
+		members["session_id"] = canonical
+		return json.Marshal(members)
+	}
+	var id string
+	if json.Unmarshal(members["session_id"], &id) != nil || strings.TrimSpace(id) != policy.LogicalSessionID {
+		return nil, boxerr.Admission("Managed sandbox session_id is runtime-owned")
+	}
+	return req.Params, nil
+}
+
+// sessionRoom enforces the grant's session limit for the Workspace.
+func (t *Tenancy) sessionRoom(p Placement, target string, limit int) error {
+	ns := p.Namespace() + "-g"
+	n, exists := 0, false
+	for _, s := range t.rt.ListSessions() {
+		if strings.HasPrefix(s.SessionID, ns) {
+			n++
+			exists = exists || s.SessionID == target
+		}
+	}
+	switch {
+	case n > limit:
+		return boxerr.Admission("Sandbox admission session limit exceeded")
+	case !exists && n >= limit:
+		return boxerr.Admission("Sandbox admission session limit reached")
+	}
+	return nil
+}
+
+func backendIs(name *string, want string) bool { return name != nil && *name == want }
+
+// managedSpec refuses what a grant-enforced sandbox may not ask for, as
+// the reference does, and forces the policy's resources onto the spec
+// (members of box_exec / box_create_session params): network off, no
+// extra mounts, the runtime-owned /workspace (a host_path, if sent, must be
+// the Workspace's own directory, which the host sends), a persistent
+// session, the policy's timeout cap and limits, the default image.
+func managedSpec(members map[string]json.RawMessage, policy admissionPolicy, workspace string) error {
+	str := func(key string) (string, bool) {
+		var v *string
+		if json.Unmarshal(members[key], &v) != nil || v == nil {
+			return "", false
+		}
+		return strings.TrimSpace(*v), true
+	}
+	if v, ok := str("network"); ok && v != "off" {
+		return boxerr.Admission("Managed sandbox network access is disabled")
+	}
+	var mounts []json.RawMessage
+	if json.Unmarshal(members["extra_mounts"], &mounts) == nil && len(mounts) > 0 {
+		return boxerr.Admission("Managed sandbox additional host mounts are disabled")
+	}
+	if v, ok := str("mount_path"); ok && v != "/workspace" {
+		return boxerr.Admission("Managed sandbox mount_path is runtime-owned")
+	}
+	if v, ok := str("workdir"); ok && v != "" && v != "/workspace" && !strings.HasPrefix(v, "/workspace/") {
+		return boxerr.Admission("Managed sandbox workdir must stay under /workspace")
+	}
+	if v, ok := str("host_path"); ok && v != "" && filepath.Clean(v) != workspace {
+		return boxerr.Admission("Managed sandbox host_path is runtime-owned")
+	}
+	var timeout int
+	if json.Unmarshal(members["timeout_sec"], &timeout) != nil || timeout <= 0 || timeout > policy.MaxTimeoutSec {
+		timeout = policy.MaxTimeoutSec
+	}
+	delete(members, "image")
+	for k, v := range map[string]any{"network": "off", "persistent": true, "timeout_sec": timeout, "cpus": policy.CPUs,
+		"memory_mb": policy.MemoryMB, "pids_limit": policy.PidsLimit, "read_only_rootfs": policy.ReadOnlyRootfs,
+		"workspace_quota_mb": policy.WorkspaceQuotaMB} {
+		members[k], _ = json.Marshal(v)
+	}
+	return nil
+}

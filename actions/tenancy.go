@@ -1,0 +1,449 @@
+package actions
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/boxrt/boxrt/rpc"
+	"github.com/boxrt/boxrt/runtime"
+	"github.com/boxrt/boxrt/runtime/boxerr"
+)
+
+// Action scopes, as the reference defines them: host-control actions need
+// no tenant context (one, if sent, must name the trusted instance);
+// sandbox actions address sessions, which are namespaced per placement;
+// every other action is a tenant action, fenced like the sandbox ones.
+var (
+	hostControlActions = map[string]bool{
+		"__ping": true, "__file_chunk": true, "box_health": true, "box_get_backend_info": true,
+		"box_init": true, "box_upsert_sandbox_admission_grant": true, "box_revoke_sandbox_admission_grant": true,
+		"box_verify_shared_workspace": true, "box_shutdown": true,
+	}
+	sandboxActions = map[string]bool{
+		"box_exec": true, "box_create_session": true, "box_get_session": true, "box_get_sessions": true,
+		"box_delete_session": true, "box_start_managed_process": true, "box_get_managed_process": true,
+		"box_stop_managed_process": true,
+	}
+)
+
+// InstanceIDPattern is what an instance id (header or trusted setting)
+// must look like.
+var InstanceIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// Trust is the LangBot instance this runtime serves: configured
+// (LANGBOT_BOX_TRUSTED_INSTANCE_UUID), or pinned by the first
+// authenticated control connection.
+type Trust struct {
+	mu       sync.Mutex
+	instance string
+	// pinOnContext: the first tenant context pins the instance (JSON-RPC
+	// mode, where no control connection names one).
+	pinOnContext bool
+}
+
+// NewTrust returns the trust of a runtime; instance may be "" (not yet
+// pinned).
+func NewTrust(instance string, pinOnContext bool) *Trust {
+	return &Trust{instance: strings.TrimSpace(instance), pinOnContext: pinOnContext}
+}
+
+// Pin admits a control connection of instance: the first one pins it when
+// none is configured, later ones must name the same.
+func (t *Trust) Pin(instance string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.instance == "" {
+		t.instance = instance
+	}
+	return t.instance == instance
+}
+
+// Matches reports whether a context's or relay request's instance is the
+// trusted one; it never pins, except a first context in JSON-RPC mode.
+func (t *Trust) Matches(instance string) bool {
+	instance = strings.TrimSpace(instance)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.instance == "" && t.pinOnContext && instance != "" {
+		t.instance = instance
+	}
+	return t.instance != "" && t.instance == instance
+}
+
+// Tenancy wraps the Dispatcher with LangBot's tenancy: action scopes,
+// trusted contexts, per-Workspace session namespaces, the generation
+// fence and admission grants. The runtime below it stays tenant-agnostic:
+// it only ever sees physical session ids.
+type Tenancy struct {
+	next   *Dispatcher
+	rt     *runtime.Runtime
+	trust  *Trust
+	fence  *Fence
+	grants *grants
+	// required: tenant actions without a context are refused (LangBot
+	// mode). Otherwise they run unnamespaced, as single-tenant JSON-RPC.
+	required bool
+	// langbot: answer in the reference's shapes where boxrt's differ.
+	langbot bool
+	// openWS: see TenancyOptions.OpenWebSocket.
+	openWS bool
+	log    zerolog.Logger
+	own    map[string]handler
+
+	mu sync.Mutex
+	// requestedBackend is the LangBot backend name behind the configured
+	// one ("nsjail" for bwrap), for box_get_backend_info.
+	requestedBackend string
+}
+
+// TenancyOptions configure NewTenancy.
+type TenancyOptions struct {
+	// Required: tenant actions need a trusted context (LangBot mode).
+	Required bool
+	// LangBot: answer box_init with {"initialized": true} only, as the
+	// reference does.
+	LangBot bool
+	// OpenWebSocket: /rpc/ws takes no token (LangBot mode without
+	// LANGBOT_BOX_CONTROL_TOKEN), so it may not select the unsandboxed host
+	// backend.
+	OpenWebSocket bool
+	// Log receives what the layer adapted in the host's configuration.
+	Log zerolog.Logger
+}
+
+// NewTenancy returns the tenancy layer around d.
+func NewTenancy(d *Dispatcher, trust *Trust, opts TenancyOptions) *Tenancy {
+	t := &Tenancy{next: d, rt: d.rt, trust: trust, required: opts.Required, langbot: opts.LangBot, openWS: opts.OpenWebSocket, log: opts.Log}
+	t.fence = NewFence(func() int { return t.rt.Config().Limits.MaxAdmissionRecords })
+	t.grants = newGrants()
+	t.own = map[string]handler{
+		"box_upsert_sandbox_admission_grant": method(t.upsertGrant),
+		"box_revoke_sandbox_admission_grant": method(t.revokeGrant),
+		"box_verify_shared_workspace":        method(t.verifySharedWorkspace),
+		"box_get_storage_analysis":           method(t.storageAnalysis),
+	}
+	return t
+}
+
+// Fence is the generation fence the relay checks.
+func (t *Tenancy) Fence() *Fence { return t.fence }
+
+// Trust is the trusted instance.
+func (t *Tenancy) Trust() *Trust { return t.trust }
+
+// Methods lists every method served, the dispatcher's and the tenancy's.
+func (t *Tenancy) Methods() []string {
+	out := t.next.Methods()
+	for name := range t.own {
+		out = append(out, name)
+	}
+	return out
+}
+
+func errNoContext() error {
+	return boxerr.Permission("Box tenant action requires a trusted Workspace context")
+}
+
+func errOtherInstance() error {
+	return boxerr.Permission("Box action context does not match the trusted instance")
+}
+
+// Handle implements rpc.Handler. Failures are kept in the dispatcher's
+// ring of recent errors, as the dispatcher's own are.
+func (t *Tenancy) Handle(ctx context.Context, req *rpc.Request) (json.RawMessage, error) {
+	res, err := t.handle(ctx, req)
+	return res, t.next.record(req, err)
+}
+
+func (t *Tenancy) handle(ctx context.Context, req *rpc.Request) (json.RawMessage, error) {
+	meta := req.Meta
+	_, own := t.own[req.Method]
+	if _, served := t.next.methods[req.Method]; !served && !own {
+		// Unknown whatever the context: "Action <name> not found".
+		return t.next.call(ctx, req)
+	}
+	if requested := t.requested(); sandboxActions[req.Method] && unavailableBackends[requested] {
+		return nil, errBackendUnavailable(requested)
+	}
+	if hostControlActions[req.Method] {
+		if meta != nil && !t.trust.Matches(meta.InstanceUUID) {
+			return nil, errOtherInstance()
+		}
+		return t.hostControl(ctx, req)
+	}
+	if meta == nil {
+		if t.required {
+			return nil, errNoContext()
+		}
+		if h, ok := t.own[req.Method]; ok {
+			return h(ctx, req.Params)
+		}
+		return t.next.call(ctx, req)
+	}
+	if strings.TrimSpace(meta.InstanceUUID) == "" || strings.TrimSpace(meta.WorkspaceUUID) == "" {
+		return nil, errNoContext()
+	}
+	if !t.trust.Matches(meta.InstanceUUID) {
+		return nil, errOtherInstance()
+	}
+	p := PlacementOf(meta)
+	res, err := t.tenant(ctx, req, p)
+	if err == nil && !t.fence.Holds(p) {
+		// The generation advanced while the action ran: its side effects
+		// stay, its answer is refused, as in the reference.
+		err = errStale()
+	}
+	return res, err
+}
+
+// tenant runs a fenced action for placement p.
+func (t *Tenancy) tenant(ctx context.Context, req *rpc.Request, p Placement) (json.RawMessage, error) {
+	// The admission check runs before the fence, as in the reference.
+	params, err := t.admit(p, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.observe(ctx, p); err != nil {
+		return nil, err
+	}
+	if h, ok := t.own[req.Method]; ok {
+		return h(withPlacement(ctx, p), params)
+	}
+	if t.langbot && (req.Method == "box_exec" || req.Method == "box_create_session") {
+		params = t.fitImage(params)
+	}
+	inner := *req
+	inner.Meta = nil
+	if sandboxActions[req.Method] {
+		if inner.Params, err = p.rewriteSessionID(params); err != nil {
+			return nil, err
+		}
+	}
+	res, err := t.next.call(ctx, &inner)
+	if err != nil {
+		return nil, err
+	}
+	switch req.Method {
+	case "box_get_sessions":
+		return t.placementSessions(p)
+	case "box_delete_session":
+		var ref sessionRef
+		_ = json.Unmarshal(req.Params, &ref)
+		return encodeResult(deleted{Deleted: ref.SessionID})
+	case "box_status":
+		return t.placementStatus(res, p)
+	}
+	return p.logicalResult(res)
+}
+
+// observe passes p through the fence and retires the sessions of the
+// Workspace's other generations when p's is new.
+func (t *Tenancy) observe(ctx context.Context, p Placement) error {
+	advanced, err := t.fence.Observe(p)
+	if err != nil {
+		return err
+	}
+	if advanced {
+		t.retire(ctx, p)
+	}
+	return nil
+}
+
+// retire deletes every session of p's Workspace that is not of p's
+// generation; deleting a session stops its managed processes, which ends
+// their relays.
+func (t *Tenancy) retire(ctx context.Context, p Placement) {
+	ns := p.Namespace() + "-g"
+	for _, s := range t.rt.ListSessions() {
+		if strings.HasPrefix(s.SessionID, ns) && !p.Owns(s.SessionID) {
+			// Already gone is as good as retired.
+			_ = t.rt.DeleteSession(context.WithoutCancel(ctx), s.SessionID)
+		}
+	}
+}
+
+// placementSessions answers box_get_sessions with p's sessions only.
+func (t *Tenancy) placementSessions(p Placement) (json.RawMessage, error) {
+	list := sessionList{Sessions: []runtime.SessionInfo{}}
+	for _, s := range t.rt.ListSessions() {
+		if p.Owns(s.SessionID) {
+			list.Sessions = append(list.Sessions, s)
+		}
+	}
+	res, err := encodeResult(list)
+	if err != nil {
+		return nil, err
+	}
+	return p.logicalResult(res)
+}
+
+// placementStatus counts p's sessions only and leaves out the runtime's
+// recent errors, which name other tenants' sessions.
+func (t *Tenancy) placementStatus(res json.RawMessage, p Placement) (json.RawMessage, error) {
+	var st map[string]any
+	if err := json.Unmarshal(res, &st); err != nil {
+		return nil, boxerr.Failure("cannot read the status: %v", err).Wrap(err)
+	}
+	n := 0
+	for _, s := range t.rt.ListSessions() {
+		if p.Owns(s.SessionID) {
+			n++
+		}
+	}
+	st["active_sessions"] = n
+	st["recent_errors"] = []any{}
+	return encodeResult(st)
+}
+
+// hostControl runs a host-control action, adapting box_init and
+// box_get_backend_info to the host's backend names.
+func (t *Tenancy) hostControl(ctx context.Context, req *rpc.Request) (json.RawMessage, error) {
+	if h, ok := t.own[req.Method]; ok {
+		return h(ctx, req.Params)
+	}
+	switch req.Method {
+	case "box_init":
+		params, requested, err := TranslateLangBotConfig(req.Params)
+		if err != nil {
+			return nil, err
+		}
+		if t.openWS && rpc.TransportFrom(ctx) == rpc.TransportWebSocket && namesBackend(params, HostBackend) {
+			return nil, ErrOpenHostBackend()
+		}
+		if t.langbot {
+			var notes []string
+			params, notes = FitLangBotMountRoots(t.rt.Config(), params)
+			for _, n := range notes {
+				t.log.Warn().Msg(n)
+			}
+		}
+		t.grants.configure(req.Params)
+		inner := *req
+		inner.Params = params
+		res, err := t.next.call(ctx, &inner)
+		if err != nil {
+			return nil, err
+		}
+		if requested != "" || backendNamed(req.Params) {
+			t.mu.Lock()
+			t.requestedBackend = requested
+			t.mu.Unlock()
+		}
+		if t.langbot {
+			return json.RawMessage(`{"initialized":true}`), nil
+		}
+		return res, nil
+	case "box_get_backend_info":
+		res, err := t.next.call(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return t.annotateBackend(res)
+	}
+	return t.next.call(ctx, req)
+}
+
+// annotateBackend says which LangBot backend name the running backend
+// stands for, when the host asked for one boxrt maps (nsjail → bwrap).
+func (t *Tenancy) annotateBackend(res json.RawMessage) (json.RawMessage, error) {
+	requested := t.requested()
+	if requested == "" && !bytes.Contains(res, []byte(`"name":"`+HostBackend+`"`)) {
+		return res, nil // nothing to add: the heartbeat-cheap path
+	}
+	var info map[string]any
+	if err := json.Unmarshal(res, &info); err != nil {
+		return nil, boxerr.Failure("cannot read the backend info: %v", err).Wrap(err)
+	}
+	if info["name"] == HostBackend {
+		info["unsafe_direct_execution"] = true
+	}
+	if requested == "" {
+		return encodeResult(info)
+	}
+	info["requested_backend"] = requested
+	if unavailableBackends[requested] {
+		info["available"] = false
+	}
+	if note, ok := backendAliasNotes[requested]; ok {
+		info["requested_backend_note"] = note
+	}
+	return encodeResult(info)
+}
+
+type placementKey struct{}
+
+func withPlacement(ctx context.Context, p Placement) context.Context {
+	return context.WithValue(ctx, placementKey{}, p)
+}
+
+// placementFrom returns the placement of the tenant action in ctx.
+func placementFrom(ctx context.Context) (Placement, bool) {
+	p, ok := ctx.Value(placementKey{}).(Placement)
+	return p, ok
+}
+
+func (t *Tenancy) requested() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.requestedBackend
+}
+
+// backendNamed reports whether a config patch names a backend, which
+// replaces any earlier requested one.
+func backendNamed(patch json.RawMessage) bool {
+	var members map[string]json.RawMessage
+	_ = json.Unmarshal(patch, &members)
+	_, ok := members["backend"]
+	return ok
+}
+
+// HostBackend is the unsandboxed backend's name.
+const HostBackend = "host"
+
+// ErrOpenHostBackend refuses the host backend on a WebSocket anyone on the
+// machine may open, as the reference does.
+func ErrOpenHostBackend() error {
+	return boxerr.Validation("backend", "host backend requires local stdio control or WebSocket control protected by LANGBOT_BOX_CONTROL_TOKEN")
+}
+
+// namesBackend reports whether a config patch selects backend name.
+func namesBackend(patch json.RawMessage, name string) bool {
+	var members struct {
+		Backend string `json:"backend"`
+	}
+	_ = json.Unmarshal(patch, &members)
+	return members.Backend == name
+}
+
+// fitImage leaves out a spec's Docker image reference when the backend is
+// bwrap, whose images are rootfs directories: the host always names its
+// Docker image, and the reference's nsjail backend (which bwrap stands
+// for) ignores it the same way, running on the host's system directories.
+func (t *Tenancy) fitImage(params json.RawMessage) json.RawMessage {
+	if name := t.rt.BackendInfo().Name; name == nil || *name != "bwrap" {
+		return params
+	}
+	var members map[string]json.RawMessage
+	if json.Unmarshal(params, &members) != nil || members == nil {
+		return params
+	}
+	var image string
+	if json.Unmarshal(members["image"], &image) != nil {
+		return params
+	}
+	if image = strings.TrimSpace(image); image == "" || image == "host" || strings.HasPrefix(image, "/") {
+		return params
+	}
+	delete(members, "image")
+	out, err := json.Marshal(members)
+	if err != nil {
+		return params
+	}
+	return out
+}

@@ -1,0 +1,99 @@
+package actions
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// The LangBot host's HTTP headers: on /rpc/ws the token and instance, on
+// the relay also the Workspace and placement generation of the process.
+const (
+	HeaderControlToken        = "X-LangBot-Box-Control-Token"
+	HeaderInstanceID          = "X-LangBot-Instance-Id"
+	HeaderWorkspaceID         = "X-LangBot-Workspace-Id"
+	HeaderPlacementGeneration = "X-LangBot-Placement-Generation"
+)
+
+// maxWorkspaceHeader bounds the Workspace header, as the reference does.
+const maxWorkspaceHeader = 256
+
+// LangBotTokenOK reports whether r carries the control token in the
+// LangBot header. An empty token (none configured) admits every request,
+// as in the reference; boxrt only allows that on a loopback listener.
+func LangBotTokenOK(r *http.Request, token string) bool {
+	if token == "" {
+		return true
+	}
+	got := strings.TrimSpace(r.Header.Get(HeaderControlToken))
+	return subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+// RequireLangBotControl guards /rpc/ws the way the reference does, before
+// the upgrade: the token (when configured) and an instance id header of
+// the trusted instance, the first connection pinning it when none is
+// configured. Failure is 401 "Unauthorized" (text/plain). A client that
+// sends boxrt's own bearer token instead is passed to fallback.
+func RequireLangBotControl(h http.Handler, token string, trust *Trust, fallback func(*http.Request) bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		instance := strings.TrimSpace(r.Header.Get(HeaderInstanceID))
+		tokenOK := LangBotTokenOK(r, token) || (fallback != nil && fallback(r))
+		if !tokenOK || !InstanceIDPattern.MatchString(instance) || !trust.Pin(instance) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte("Unauthorized"))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// RelayAuthorizer admits a relay request carrying the LangBot headers: the
+// token (when configured), the trusted instance, a Workspace and a
+// canonical positive generation that the fence currently holds, and a
+// session id (physical) of that placement. In admission mode the relay is
+// refused, as the reference refuses it (its policy permits no managed
+// processes).
+func (t *Tenancy) RelayAuthorizer(token string) func(r *http.Request, sessionID, processID string) bool {
+	return func(r *http.Request, sessionID, _ string) bool {
+		if r.Header.Get(HeaderInstanceID) == "" || !LangBotTokenOK(r, token) {
+			return false
+		}
+		p, ok := relayPlacement(r)
+		if !ok || !t.trust.Matches(p.Instance) || !t.fence.Holds(p) || t.grants.required() {
+			return false
+		}
+		return p.Owns(sessionID)
+	}
+}
+
+// relayPlacement reads the placement from the relay headers.
+func relayPlacement(r *http.Request) (Placement, bool) {
+	instance := strings.TrimSpace(r.Header.Get(HeaderInstanceID))
+	workspace := strings.TrimSpace(r.Header.Get(HeaderWorkspaceID))
+	genText := strings.TrimSpace(r.Header.Get(HeaderPlacementGeneration))
+	gen, err := strconv.ParseInt(genText, 10, 64)
+	if !InstanceIDPattern.MatchString(instance) || workspace == "" || len(workspace) > maxWorkspaceHeader ||
+		err != nil || gen < 1 || strconv.FormatInt(gen, 10) != genText {
+		return Placement{}, false
+	}
+	return Placement{Instance: instance, Workspace: workspace, Generation: gen}, true
+}
+
+// ApplyStartupConfig reads what the tenancy layer needs from the start-up
+// configuration (LANGBOT_BOX_CONFIG): the backend the host asked for and
+// the admission policy.
+func (t *Tenancy) ApplyStartupConfig(patch string) {
+	raw := json.RawMessage(strings.TrimSpace(patch))
+	if len(raw) == 0 {
+		return
+	}
+	if _, requested, err := TranslateLangBotConfig(raw); err == nil && requested != "" {
+		t.mu.Lock()
+		t.requestedBackend = requested
+		t.mu.Unlock()
+	}
+	t.grants.configure(raw)
+}

@@ -1,0 +1,212 @@
+package actions
+
+import (
+	"encoding/json"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/boxrt/boxrt/runtime"
+	"github.com/boxrt/boxrt/runtime/boxerr"
+)
+
+func TestPlacementIDs(t *testing.T) {
+	p := Placement{Instance: "instance-a", Workspace: "workspace-a", Generation: 1}
+	// The reference's worked example.
+	require.Equal(t, "ws-695136eeae1cb9b6af4a8226", p.Namespace())
+	tests := []struct {
+		name, logical, physical, back string
+		err                           string
+	}{
+		{name: "plain", logical: "s1", physical: "ws-695136eeae1cb9b6af4a8226-g1-s1", back: "s1"},
+		{name: "runs collapse", logical: " my session//1 ", physical: "ws-695136eeae1cb9b6af4a8226-g1-my-session-1", back: "my-session-1"},
+		{name: "dashes trimmed", logical: "--a--", physical: "ws-695136eeae1cb9b6af4a8226-g1-a", back: "a"},
+		{name: "long host id", logical: "lb-box-" + strings.Repeat("ab", 32), physical: "ws-695136eeae1cb9b6af4a8226-g1-lb-box-" + strings.Repeat("ab", 32), back: "lb-box-" + strings.Repeat("ab", 32)},
+		{name: "empty", logical: "  ", err: "Box session_id must not be empty"},
+		{name: "no valid character", logical: "///", err: "Box session_id must contain a valid character"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := p.PhysicalID(tc.logical)
+			if tc.err != "" {
+				require.ErrorIs(t, err, boxerr.ErrValidation)
+				assert.EqualError(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.physical, got)
+			assert.True(t, p.Owns(got))
+			assert.Equal(t, tc.back, p.LogicalID(got))
+		})
+	}
+	other := Placement{Instance: "instance-a", Workspace: "workspace-a", Generation: 2}
+	assert.False(t, other.Owns("ws-695136eeae1cb9b6af4a8226-g1-s1"), "another generation owns none of them")
+	assert.Equal(t, "ws-695136eeae1cb9b6af4a8226-g1-s1", other.LogicalID("ws-695136eeae1cb9b6af4a8226-g1-s1"))
+	assert.False(t, p.Owns(p.Prefix()), "the bare prefix is no session")
+}
+
+func TestLogicalResult(t *testing.T) {
+	p := Placement{Instance: "i", Workspace: "w", Generation: 7}
+	phys, err := p.PhysicalID("s1")
+	require.NoError(t, err)
+	foreign := "ws-000000000000000000000000-g7-s1"
+	in := `{"session_id":"` + phys + `","stdout":"<b>&","managed_processes":{"default":{"session_id":"` + phys + `","n":12345678901234567890}},` +
+		`"list":[{"session_id":"` + foreign + `"}],"backend_session_id":"` + phys + `"}`
+	out, err := p.logicalResult(json.RawMessage(in))
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"session_id":"s1","stdout":"<b>&","managed_processes":{"default":{"session_id":"s1","n":12345678901234567890}},`+
+		`"list":[{"session_id":"`+foreign+`"}],"backend_session_id":"`+phys+`"}`, string(out))
+	assert.Contains(t, string(out), "<b>&", "no HTML escaping")
+	assert.Contains(t, string(out), "12345678901234567890", "numbers keep their digits")
+}
+
+func TestFence(t *testing.T) {
+	f := NewFence(func() int { return 2 })
+	a := func(gen int64) Placement { return Placement{Instance: "i", Workspace: "a", Generation: gen} }
+	steps := []struct {
+		name     string
+		p        Placement
+		advanced bool
+		err      string
+	}{
+		{name: "first sight", p: a(2), advanced: true},
+		{name: "same generation", p: a(2)},
+		{name: "lower is stale", p: a(1), err: "Stale Box placement generation"},
+		{name: "higher advances", p: a(5), advanced: true},
+		{name: "another workspace", p: Placement{Instance: "i", Workspace: "b", Generation: 1}, advanced: true},
+		{name: "capacity", p: Placement{Instance: "i", Workspace: "c", Generation: 1}, err: "Box generation fence capacity reached; refusing an unbounded Workspace allocation"},
+	}
+	for _, s := range steps {
+		advanced, err := f.Observe(s.p)
+		if s.err != "" {
+			require.ErrorIs(t, err, boxerr.ErrPermission, s.name)
+			assert.EqualError(t, err, s.err, s.name)
+			continue
+		}
+		require.NoError(t, err, s.name)
+		assert.Equal(t, s.advanced, advanced, s.name)
+	}
+	assert.True(t, f.Holds(a(5)))
+	assert.False(t, f.Holds(a(2)))
+}
+
+func TestTranslateLangBotConfig(t *testing.T) {
+	tests := []struct {
+		name, in, out, requested string
+	}{
+		{name: "nsjail runs as bwrap", in: `{"backend":"nsjail","enabled":true}`, out: `{"backend":"bwrap","enabled":true}`, requested: "nsjail"},
+		{name: "e2b is left out", in: `{"backend":"e2b","limits":{"max_sessions":3}}`, out: `{"limits":{"max_sessions":3}}`, requested: "e2b"},
+		{name: "docker unchanged", in: `{"backend":"docker"}`, out: `{"backend":"docker"}`},
+		{name: "local unchanged", in: `{"backend":"local"}`, out: `{"backend":"local"}`},
+		{name: "no backend", in: `{"limits":{}}`, out: `{"limits":{}}`},
+		{name: "not an object is left for the config", in: `[1]`, out: `[1]`},
+		{name: "backend not a string is left for the config", in: `{"backend":5}`, out: `{"backend":5}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, requested, err := TranslateLangBotConfig(json.RawMessage(tc.in))
+			require.NoError(t, err)
+			assert.JSONEq(t, tc.out, string(out))
+			assert.Equal(t, tc.requested, requested)
+		})
+	}
+}
+
+func TestTrust(t *testing.T) {
+	pinned := NewTrust("", false)
+	assert.False(t, pinned.Matches("a"), "a context never pins in LangBot mode")
+	assert.True(t, pinned.Pin("a"))
+	assert.False(t, pinned.Pin("b"), "the first control connection pinned a")
+	assert.True(t, pinned.Matches("a"))
+
+	jsonrpc := NewTrust("", true)
+	assert.True(t, jsonrpc.Matches("x"), "the first JSON-RPC context pins")
+	assert.False(t, jsonrpc.Matches("y"))
+
+	configured := NewTrust(" inst ", false)
+	assert.False(t, configured.Pin("other"))
+	assert.True(t, configured.Matches("inst"))
+}
+
+func TestRelayPlacement(t *testing.T) {
+	tests := []struct {
+		name           string
+		inst, ws, gen  string
+		ok             bool
+		wantGeneration int64
+	}{
+		{name: "valid", inst: "i", ws: "w", gen: "3", ok: true, wantGeneration: 3},
+		{name: "padded", inst: " i ", ws: " w ", gen: " 3 ", ok: true, wantGeneration: 3},
+		{name: "leading zero", inst: "i", ws: "w", gen: "03"},
+		{name: "plus sign", inst: "i", ws: "w", gen: "+3"},
+		{name: "zero", inst: "i", ws: "w", gen: "0"},
+		{name: "no workspace", inst: "i", ws: " ", gen: "1"},
+		{name: "long workspace", inst: "i", ws: strings.Repeat("w", 257), gen: "1"},
+		{name: "bad instance", inst: "a b", ws: "w", gen: "1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := http.NewRequest("GET", "/", nil)
+			require.NoError(t, err)
+			r.Header.Set(HeaderInstanceID, tc.inst)
+			r.Header.Set(HeaderWorkspaceID, tc.ws)
+			r.Header.Set(HeaderPlacementGeneration, tc.gen)
+			p, ok := relayPlacement(r)
+			assert.Equal(t, tc.ok, ok)
+			if ok {
+				assert.Equal(t, tc.wantGeneration, p.Generation)
+			}
+		})
+	}
+}
+
+func TestFitLangBotMountRoots(t *testing.T) {
+	root := t.TempDir()
+	other := t.TempDir()
+	base := runtime.DefaultConfig()
+	tests := []struct {
+		name  string
+		local string
+		want  []string // nil: patch unchanged
+	}{
+		{name: "the host's default: a root holding the skill store is narrowed",
+			local: `{"host_root":"` + root + `","default_workspace":"default","skills_root":"skills","allowed_mount_roots":["` + root + `","` + other + `"]}`,
+			want:  []string{filepath.Join(root, "default"), other}},
+		{name: "comma-separated roots", local: `{"host_root":"` + root + `","allowed_mount_roots":"` + root + `,` + other + `"}`,
+			want: []string{filepath.Join(root, "default"), other}},
+		{name: "a root inside the skill store is left out", local: `{"host_root":"` + root + `","allowed_mount_roots":["` + root + `/skills/x"]}`, want: []string{}},
+		{name: "default workspace outside the root", local: `{"host_root":"` + root + `","default_workspace":"` + other + `","allowed_mount_roots":["` + root + `"]}`, want: []string{}},
+		{name: "roots clear of the store are kept", local: `{"host_root":"` + root + `","allowed_mount_roots":["` + other + `"]}`},
+		{name: "no roots", local: `{"host_root":"` + root + `"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			patch := json.RawMessage(`{"backend":"docker","local":` + tc.local + `}`)
+			out, notes := FitLangBotMountRoots(base, patch)
+			if tc.want == nil {
+				assert.Equal(t, string(patch), string(out))
+				assert.Empty(t, notes)
+				return
+			}
+			assert.NotEmpty(t, notes)
+			var got struct {
+				Backend string `json:"backend"`
+				Local   struct {
+					AllowedMountRoots []string `json:"allowed_mount_roots"`
+					HostRoot          string   `json:"host_root"`
+				} `json:"local"`
+			}
+			require.NoError(t, json.Unmarshal(out, &got))
+			assert.Equal(t, "docker", got.Backend)
+			assert.Equal(t, root, got.Local.HostRoot)
+			assert.Equal(t, tc.want, got.Local.AllowedMountRoots)
+			next, _, err := base.Merge(out, DecodeParams)
+			require.NoError(t, err, "the fitted config is one boxrt accepts")
+			assert.Equal(t, tc.want, []string(next.Local.AllowedMountRoots))
+		})
+	}
+}

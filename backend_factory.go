@@ -24,6 +24,8 @@ func newBackend(name string, cfg runtime.Config, instanceID, stateDir string) (b
 			ProcessUser:             cfg.Docker.ProcessUser,
 			StateDir:                filepath.Clean(stateDir),
 			DefaultWorkspaceQuotaMB: cfg.Docker.WorkspaceQuotaMB,
+			Runtime:                 cfg.Docker.Runtime,
+			GVisorRuntime:           cfg.Docker.GVisorRuntime,
 		})
 	case "bwrap":
 		return bwrap.New(bwrap.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir)})

@@ -432,6 +432,9 @@ func (r *Runtime) BackendInfo() BackendInfo {
 	if info.EnforcedLimits == nil {
 		info.EnforcedLimits = []string{}
 	}
+	if info.IsolationLevels == nil {
+		info.IsolationLevels = []string{}
+	}
 	return info
 }
 

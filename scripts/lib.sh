@@ -63,3 +63,90 @@ elapsed() {
 	local s=$((SECONDS - $1))
 	if ((s >= 60)); then echo "$((s / 60)) min $((s % 60)) s"; else echo "$s s"; fi
 }
+
+# runsc_needs_network_host is true for a runsc older than release-20240801
+# (Debian's 0.0~2022… included) on a kernel that shows
+# /proc/sys/net/core/rmem_default in every network namespace: such a runsc
+# takes every namespace for the host's and refuses to start a container.
+runsc_needs_network_host() {
+	local date
+	date=$(runsc --version 2>/dev/null | head -1 | grep -oE '[0-9]{8}' | head -1)
+	[[ -n $date ]] && ((date < 20240801)) || return 1
+	unshare -n test -e /proc/sys/net/core/rmem_default
+}
+
+# dockerd_pid prints the pid of the running dockerd, if any.
+dockerd_pid() {
+	local pid
+	pid=$(cat /var/run/docker.pid 2>/dev/null) && kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
+# configure_dockerd merges boxrt's keys into /etc/docker/daemon.json
+# (scripts/docker-daemon-config: experimental, the runsc runtime) and, when
+# a dockerd already runs, applies a change the cheapest way: SIGHUP when only
+# runtimes changed (containers keep running), a restart when experimental
+# changed (dockerd reads it only at start; containers without a restart
+# policy stop). Setup time only; a dockerd that is not running yet just
+# reads the file when ensure_dockerd starts it.
+configure_dockerd() {
+	is_root || { log "not root: leaving /etc/docker/daemon.json alone"; return 0; }
+	local flags=() action pid
+	runsc_needs_network_host && flags+=(--runsc-network-host)
+	action=$(scripts/docker-daemon-config --runsc "$(command -v runsc)" "${flags[@]}" | tail -1)
+	pid=$(dockerd_pid) || return 0
+	case $action in
+	reload)
+		log "daemon.json: runtimes changed, reloading dockerd (SIGHUP)"
+		kill -HUP "$pid"
+		for _ in $(seq 1 20); do
+			docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"' && return 0
+			sleep 0.5
+		done
+		die "dockerd did not pick up the runsc runtime after SIGHUP (see its log)"
+		;;
+	restart)
+		log "daemon.json: experimental changed, restarting dockerd (running containers stop)"
+		if command -v systemctl >/dev/null && systemctl is-active --quiet docker 2>/dev/null; then
+			systemctl restart docker
+		else
+			kill -TERM "$pid"
+			for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+			kill -0 "$pid" 2>/dev/null && die "dockerd (pid $pid) did not stop in 30 s"
+		fi
+		;;
+	esac
+}
+
+# PODMAN_SOCKET is where Podman's Docker-compatible API listens (Podman's
+# own default for root); DOCKER_HOST=unix://$PODMAN_SOCKET points boxrt's
+# docker backend at it.
+PODMAN_SOCKET=/run/podman/podman.sock
+
+# ensure_podman_service starts `podman system service` on PODMAN_SOCKET when
+# nothing answers there, with runc as the OCI runtime: crun (Podman's
+# preferred runtime) is not installed, and on this cgroup v1 host layout it
+# is not what Debian's podman is tested with. Log: /var/log/boxrt-podman.log.
+ensure_podman_service() {
+	curl -sf --unix-socket "$PODMAN_SOCKET" http://d/_ping >/dev/null 2>&1 && return 0
+	is_root || die "Podman's API socket $PODMAN_SOCKET does not answer and we are not root"
+	mkdir -p "$(dirname "$PODMAN_SOCKET")"
+	log "starting podman system service on $PODMAN_SOCKET (log: /var/log/boxrt-podman.log)"
+	nohup podman --runtime runc system service --time=0 "unix://$PODMAN_SOCKET" >/var/log/boxrt-podman.log 2>&1 &
+	for _ in $(seq 1 60); do
+		curl -sf --unix-socket "$PODMAN_SOCKET" http://d/_ping >/dev/null 2>&1 && return 0
+		sleep 0.5
+	done
+	tail -20 /var/log/boxrt-podman.log >&2 || true
+	die "podman system service did not answer in 30 s"
+}
+
+# podman_import copies an image from dockerd into Podman's store unless
+# Podman already has one with the same id.
+podman_import() {
+	local ref=$1 want have
+	want=$(docker image inspect --format '{{.Id}}' "$ref") || die "$ref is not in dockerd; build it first"
+	have=$(podman image inspect --format '{{.Id}}' "$ref" 2>/dev/null || true)
+	[[ "sha256:$have" == "$want" || "$have" == "$want" ]] && return 0
+	log "importing $ref into Podman's store"
+	docker save "$ref" | podman load -q >/dev/null
+}

@@ -65,6 +65,12 @@ type Config struct {
 	// sets no workspace_quota_mb; 0 leaves such workspaces unbounded. It
 	// applies only when the engine is local.
 	DefaultWorkspaceQuotaMB int
+	// Runtime is the engine runtime of every session ("" for the engine's
+	// default); "runsc" runs them under gVisor.
+	Runtime string
+	// GVisorRuntime serves specs asking for isolation "gvisor"; "" refuses
+	// them.
+	GVisorRuntime string
 }
 
 // MaxTmpSizeMB bounds Config.TmpSizeMB: the tmpfs lives in memory.
@@ -85,6 +91,10 @@ type Backend struct {
 	ncpu   int
 	// defaultQuotaMB is Config.DefaultWorkspaceQuotaMB.
 	defaultQuotaMB int
+
+	runtime, gvisorRuntime string
+	runtimesMu             sync.Mutex // guards runtimesOK
+	runtimesOK             bool       // the engine has every configured runtime
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -137,6 +147,8 @@ func New(cfg Config) (*Backend, error) {
 		stateDir:       cfg.StateDir,
 		processUser:    procUser,
 		defaultQuotaMB: cfg.DefaultWorkspaceQuotaMB,
+		runtime:        strings.TrimSpace(cfg.Runtime),
+		gvisorRuntime:  strings.TrimSpace(cfg.GVisorRuntime),
 	}, nil
 }
 
@@ -152,8 +164,9 @@ func (b *Backend) DefaultImage() string { return b.defaultImage }
 // Describe implements backends.Backend.
 func (b *Backend) Describe() backends.Description {
 	d := backends.Description{
-		EnforcedLimits: []string{"memory", "pids"},
-		Isolation:      "container (runc)",
+		EnforcedLimits:  []string{"memory", "pids"},
+		Isolation:       "container (" + b.runtimeLabel() + ")",
+		IsolationLevels: b.isolationLevels(),
 		Notes: []string{
 			quotaNote(b),
 			"per-process memory_mb of managed processes is not enforced; the session's memory limit applies",
@@ -198,7 +211,7 @@ func (b *Backend) Probe(ctx context.Context) error {
 		return boxerr.BackendUnavailable("Docker engine at %s speaks API %s; boxrt needs at least %s (upgrade docker.io)",
 			b.cli.DaemonHost(), ping.APIVersion, minAPIVersion)
 	}
-	return nil
+	return b.checkRuntimes(ctx)
 }
 
 func (b *Backend) unavailable(err error) *boxerr.Error {

@@ -110,7 +110,7 @@ func TestHostPathSwappedForSymlink(t *testing.T) {
 			waitState(t, info.BackendSessionID, "exited")
 			swap(t, sub)
 
-			restarted, err := docker.New(docker.Config{InstanceID: instanceOf(t, info), DefaultImage: testImage})
+			restarted, err := docker.New(testConfig(instanceOf(t, info)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -110,6 +110,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 	init := true
 	pids := int64(spec.PidsLimit)
 	hc := &container.HostConfig{
+		Runtime:        b.runtimeFor(spec.Sandbox),
 		Init:           &init,
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges"},

@@ -297,7 +297,7 @@ func TestAdopt(t *testing.T) {
 	}
 
 	// A restarted boxrt: a new backend with the same instance id.
-	restarted, err := docker.New(docker.Config{InstanceID: instanceOf(t, s1), DefaultImage: testImage})
+	restarted, err := docker.New(testConfig(instanceOf(t, s1)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,18 +122,57 @@ configure_dockerd() {
 # docker backend at it.
 PODMAN_SOCKET=/run/podman/podman.sock
 
-# ensure_podman_service starts `podman system service` on PODMAN_SOCKET when
-# nothing answers there, with runc as the OCI runtime: crun (Podman's
-# preferred runtime) is not installed, and on this cgroup v1 host layout it
-# is not what Debian's podman is tested with. Log: /var/log/boxrt-podman.log.
+# PODMAN_CONF is the containers.conf the API service runs with
+# (CONTAINERS_CONF): runc as the OCI runtime, since crun refuses this host's
+# hybrid cgroup v1/v2 layout ("cgroups in hybrid mode not supported"), and
+# default ulimits the service can really grant. Podman asks for
+# nofile/nproc of up to 1048576 while its own hard limits here are lower
+# (RLIMIT_NPROC 32768 in the service process), and root without
+# CAP_SYS_RESOURCE (as on these VMs) cannot raise them: every container
+# then fails with "error setting rlimits … operation not permitted".
+PODMAN_CONF=/etc/boxrt/podman-containers.conf
+
+# write_podman_conf writes PODMAN_CONF (temp name, then rename) when its
+# content changed; it prints "changed" then.
+write_podman_conf() {
+	local nofile nproc want
+	nofile=$(ulimit -Hn)
+	nproc=$(ulimit -Hu)
+	[[ $nofile == unlimited ]] && nofile=1048576
+	[[ $nproc == unlimited ]] || ((nproc > 32768)) && nproc=32768
+	want=$(printf '%s\n' '# Written by boxrt scripts/setup for `podman system service`; see scripts/lib.sh.' \
+		'[containers]' "default_ulimits = [\"nofile=$nofile:$nofile\", \"nproc=$nproc:$nproc\"]" \
+		'[engine]' 'runtime = "runc"')
+	[[ -f $PODMAN_CONF && $(cat "$PODMAN_CONF") == "$want" ]] && return 0
+	mkdir -p "$(dirname "$PODMAN_CONF")"
+	printf '%s\n' "$want" >"$PODMAN_CONF.tmp"
+	mv "$PODMAN_CONF.tmp" "$PODMAN_CONF"
+	echo changed
+}
+
+podman_answers() { curl -sf --unix-socket "$PODMAN_SOCKET" http://d/_ping >/dev/null 2>&1; }
+
+# ensure_podman_service starts `podman system service` on PODMAN_SOCKET
+# with PODMAN_CONF when nothing answers there; one that answers is restarted
+# only when PODMAN_CONF changed and it was started by this function
+# (its pid file). Log: /var/log/boxrt-podman.log.
 ensure_podman_service() {
-	curl -sf --unix-socket "$PODMAN_SOCKET" http://d/_ping >/dev/null 2>&1 && return 0
-	is_root || die "Podman's API socket $PODMAN_SOCKET does not answer and we are not root"
+	is_root || { podman_answers && return 0; die "Podman's API socket $PODMAN_SOCKET does not answer and we are not root"; }
+	local changed pidfile=/run/boxrt-podman.pid pid
+	changed=$(write_podman_conf)
+	if podman_answers; then
+		[[ -z $changed ]] && return 0
+		pid=$(cat "$pidfile" 2>/dev/null) && kill -0 "$pid" 2>/dev/null || return 0
+		log "restarting podman system service (pid $pid) for the new $PODMAN_CONF"
+		kill -TERM "$pid"
+		for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+	fi
 	mkdir -p "$(dirname "$PODMAN_SOCKET")"
 	log "starting podman system service on $PODMAN_SOCKET (log: /var/log/boxrt-podman.log)"
-	nohup podman --runtime runc system service --time=0 "unix://$PODMAN_SOCKET" >/var/log/boxrt-podman.log 2>&1 &
+	CONTAINERS_CONF=$PODMAN_CONF nohup podman system service --time=0 "unix://$PODMAN_SOCKET" >/var/log/boxrt-podman.log 2>&1 &
+	echo $! >"$pidfile"
 	for _ in $(seq 1 60); do
-		curl -sf --unix-socket "$PODMAN_SOCKET" http://d/_ping >/dev/null 2>&1 && return 0
+		podman_answers && return 0
 		sleep 0.5
 	done
 	tail -20 /var/log/boxrt-podman.log >&2 || true

@@ -32,3 +32,9 @@ func newBackend(name string, cfg runtime.Config, instanceID, stateDir string) (b
 	}
 	return nil, fmt.Errorf("unknown backend %q", name)
 }
+
+// The real backends report measured isolation (box_get_backend_info).
+var (
+	_ runtime.IsolationProber = (*docker.Backend)(nil)
+	_ runtime.IsolationProber = (*bwrap.Backend)(nil)
+)

@@ -90,7 +90,7 @@ type Sandbox struct {
 	ReadOnlyRootfs   bool        `json:"read_only_rootfs"`
 	WorkspaceQuotaMB int         `json:"workspace_quota_mb"`
 	// Isolation is IsolationDefault or a stronger level the backend offers.
-	Isolation string `json:"isolation,omitempty"`
+	Isolation string `json:"isolation"`
 }
 
 // ActiveExtraMounts returns the extra mounts a backend must bind: those whose

@@ -53,7 +53,9 @@ type Runtime struct {
 	idLocks keyed.Locks
 
 	bg     sync.WaitGroup
+	bgCtx  context.Context // lives until Close; set by Start
 	stopBG context.CancelFunc
+	iso    isolationState
 	// reaperKick restarts the reaper loop when the TTL changes.
 	reaperKick chan struct{}
 
@@ -172,6 +174,9 @@ func (r *Runtime) StartedAt() time.Time { return r.startedAt }
 func (r *Runtime) Start(ctx context.Context) {
 	r.selectBackend(ctx, false)
 	bgCtx, cancel := context.WithCancel(context.Background())
+	r.mu.Lock()
+	r.bgCtx = bgCtx
+	r.mu.Unlock()
 	r.stopBG = cancel
 	r.bg.Add(2)
 	go r.reaperLoop(bgCtx)
@@ -416,6 +421,11 @@ type BackendInfo struct {
 	CheckedAt  time.Time `json:"checked_at"`
 	Error      string    `json:"error,omitempty"`
 	ProbeMS    float64   `json:"probe_ms"`
+	// Isolation is measured by probing a real sandbox of each level (see
+	// backends.IsolationReport), in the background after the first ask;
+	// IsolationMeasuring is true until it is done.
+	Isolation          []backends.IsolationReport `json:"isolation"`
+	IsolationMeasuring bool                       `json:"isolation_measuring"`
 }
 
 // BackendInfo reports the selected backend from the health cache.
@@ -428,6 +438,12 @@ func (r *Runtime) BackendInfo() BackendInfo {
 		name := r.backend.Name()
 		info.Name = &name
 		info.Description = r.backend.Describe()
+		if r.health.Available {
+			info.Isolation, info.IsolationMeasuring = r.isolationLocked(r.backend)
+		}
+	}
+	if info.Isolation == nil {
+		info.Isolation = []backends.IsolationReport{}
 	}
 	if info.EnforcedLimits == nil {
 		info.EnforcedLimits = []string{}

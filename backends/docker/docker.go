@@ -93,8 +93,9 @@ type Backend struct {
 	defaultQuotaMB int
 
 	runtime, gvisorRuntime string
-	runtimesMu             sync.Mutex // guards runtimesOK
+	runtimesMu             sync.Mutex // guards runtimesOK, engineDefaultRuntime
 	runtimesOK             bool       // the engine has every configured runtime
+	engineDefaultRuntime   string     // as the engine reported it, "" until probed
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -185,6 +186,9 @@ func (b *Backend) Describe() backends.Description {
 func processNote(b *Backend) string {
 	if b.processUser == "" {
 		return "managed processes run as the same user as execs: an exec can read their environment (docker.process_user separates them)"
+	}
+	if b.isGVisor(b.runtime) {
+		return "managed processes run as " + b.processUser + ", but gVisor (runsc 20221219 measured) lets any user read /proc/<pid>/environ: execs can still read their environment"
 	}
 	return "managed processes run as " + b.processUser + ": execs cannot read their environment"
 }

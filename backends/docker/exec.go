@@ -72,6 +72,8 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	}
 	s := newStream(&hj, orDiscard(req.Stdout), orDiscard(req.Stderr))
 	defer s.close()
+	exited, stopWatch := b.exitWatch(ctx, info)
+	defer stopWatch()
 
 	var expired <-chan time.Time
 	if req.Timeout > 0 {
@@ -86,6 +88,8 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	case <-expired:
 	case <-ctx.Done():
 		cancelled = ctx.Err()
+	case <-exited:
+		return backends.ExitStatus{}, containerGone(info, -1)
 	}
 	if !isDone(s.done) {
 		// Timed out or cancelled while still running (a command that ended

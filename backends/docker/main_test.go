@@ -61,6 +61,27 @@ func testConfig(instance string) docker.Config {
 	return docker.Config{InstanceID: instance, DefaultImage: testImage, Runtime: matrixRuntime, GVisorRuntime: matrixRuntime}
 }
 
+// onGVisor tells whether this matrix entry runs sessions under gVisor.
+func onGVisor(t *testing.T) bool {
+	b, err := docker.New(testConfig("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	return b.OnGVisor(backends.Sandbox{})
+}
+
+// cgroupPids is the pids cgroup limit a session with pids_limit n gets in
+// this matrix entry (scaled on gVisor, see Backend.PidsCgroupLimit).
+func cgroupPids(t *testing.T, n int) int64 {
+	b, err := docker.New(testConfig("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	return b.PidsCgroupLimit(backends.Sandbox{PidsLimit: n})
+}
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if matrixHost != "" {

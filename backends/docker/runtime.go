@@ -6,6 +6,9 @@ import (
 	"sort"
 	"strings"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
@@ -29,27 +32,30 @@ func (b *Backend) isolationLevels() []string {
 	return []string{backends.IsolationGVisor}
 }
 
-// runtimeLabel names the configured runtime for people: "runc" when the
-// engine's default is used (what Docker and Podman default to here).
+// runtimeLabel names the runtime of default sessions for people: the
+// configured one, else the engine's default as the first probe read it.
 func (b *Backend) runtimeLabel() string {
-	if b.runtime == "" {
-		return "engine default runtime"
+	if b.runtime != "" {
+		return b.runtime
 	}
-	return b.runtime
+	b.runtimesMu.Lock()
+	defer b.runtimesMu.Unlock()
+	if b.engineDefaultRuntime != "" {
+		return b.engineDefaultRuntime
+	}
+	return "engine default runtime"
 }
 
-// checkRuntimes makes sure every runtime boxrt was configured with is
-// registered with the engine, once: a missing one would otherwise surface
-// as an engine error at the first session create, naming no setting.
+// checkRuntimes reads the engine's runtimes once: the default (for
+// Describe) and whether every runtime boxrt was configured with is
+// registered, as a missing one would otherwise surface as an engine error
+// at the first session create, naming no setting.
 func (b *Backend) checkRuntimes(ctx context.Context) error {
 	var want []string
 	for _, r := range []string{b.runtime, b.gvisorRuntime} {
 		if r != "" && !slices.Contains(want, r) {
 			want = append(want, r)
 		}
-	}
-	if len(want) == 0 {
-		return nil
 	}
 	b.runtimesMu.Lock()
 	defer b.runtimesMu.Unlock()
@@ -60,6 +66,7 @@ func (b *Backend) checkRuntimes(ctx context.Context) error {
 	if err != nil {
 		return b.apiError("reading the engine's runtimes", err)
 	}
+	b.engineDefaultRuntime = info.DefaultRuntime
 	have := make([]string, 0, len(info.Runtimes))
 	for name := range info.Runtimes {
 		have = append(have, name)
@@ -94,16 +101,46 @@ const (
 	gvisorPidsPerTask = 16
 )
 
-// hostPidsLimit is the pids cgroup limit of a session with this runtime.
-func (b *Backend) hostPidsLimit(rt string, pidsLimit int) int64 {
-	if b.isGVisor(rt) {
-		return int64(gvisorPidsBase + gvisorPidsPerTask*pidsLimit)
+// PidsCgroupLimit is the pids cgroup limit the container of a session of
+// this sandbox gets: pids_limit, scaled for gVisor's host threads.
+func (b *Backend) PidsCgroupLimit(sb backends.Sandbox) int64 {
+	if b.isGVisor(b.runtimeFor(sb)) {
+		return int64(gvisorPidsBase + gvisorPidsPerTask*sb.PidsLimit)
 	}
-	return int64(pidsLimit)
+	return int64(sb.PidsLimit)
 }
+
+// OnGVisor tells whether sessions of this sandbox run under gVisor.
+func (b *Backend) OnGVisor(sb backends.Sandbox) bool { return b.isGVisor(b.runtimeFor(sb)) }
 
 // MeasureIsolation measures this backend's isolation by probing a real
 // sandbox of each level it offers (backends.MeasureIsolation).
 func (b *Backend) MeasureIsolation(ctx context.Context) []backends.IsolationReport {
 	return backends.MeasureIsolation(ctx, b)
+}
+
+// exitWatch returns a channel closed when the session's container stops,
+// and a func releasing the watch. dockerd ends the attached streams of a
+// runc container's execs when the container dies, but not of a gVisor one
+// (its sandbox is OOM-killed as a whole, for one): without the watch an
+// exec or a managed process there would wait for output forever. Other
+// runtimes get a nil channel (never ready) and no engine request.
+func (b *Backend) exitWatch(ctx context.Context, info backends.Session) (<-chan struct{}, func()) {
+	if !b.OnGVisor(info.Sandbox) {
+		return nil, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	exited := make(chan struct{})
+	waitC, errC := b.cli.ContainerWait(ctx, info.BackendSessionID, container.WaitConditionNotRunning)
+	go func() {
+		select {
+		case <-waitC:
+			close(exited)
+		case err := <-errC:
+			if cerrdefs.IsNotFound(err) {
+				close(exited)
+			}
+		}
+	}()
+	return exited, cancel
 }

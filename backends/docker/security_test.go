@@ -271,8 +271,12 @@ func TestProcessSecretsHiddenFromExecs(t *testing.T) {
 				t.Fatalf("the process reads the workspace: %q %v", line, err)
 			}
 			out := mustRun(t, b, info, "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c MCP_TOKEN= || true")
-			if got := strings.TrimSpace(out) != "0"; got != tc.visible {
-				t.Errorf("secret visible to an exec: %v, want %v (grep count %q)", got, tc.visible, out)
+			// gVisor (runsc 20221219) lets any user read another's
+			// /proc/<pid>/environ: process_user does not hide it there
+			// (Describe says so).
+			want := tc.visible || onGVisor(t)
+			if got := strings.TrimSpace(out) != "0"; got != want {
+				t.Errorf("secret visible to an exec: %v, want %v (grep count %q)", got, want, out)
 			}
 			if err := p.Signal(syscall.SIGKILL); err != nil {
 				t.Fatalf("Signal: %v", err)

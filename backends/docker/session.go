@@ -109,7 +109,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 	}
 	init := true
 	rt := b.runtimeFor(spec.Sandbox)
-	pids := b.hostPidsLimit(rt, spec.PidsLimit)
+	pids := b.PidsCgroupLimit(spec.Sandbox)
 	hc := &container.HostConfig{
 		Runtime:        rt,
 		Init:           &init,

@@ -131,17 +131,24 @@ PODMAN_SOCKET=/run/podman/podman.sock
 # CAP_SYS_RESOURCE (as on these VMs) cannot raise them: every container
 # then fails with "error setting rlimits … operation not permitted".
 PODMAN_CONF=/etc/boxrt/podman-containers.conf
+# PODMAN_SECCOMP is Podman's default seccomp profile without user
+# namespaces, mount and setns (scripts/podman-seccomp says why).
+PODMAN_SECCOMP=/etc/boxrt/podman-seccomp.json
 
-# write_podman_conf writes PODMAN_CONF (temp name, then rename) when its
-# content changed; it prints "changed" then.
+# write_podman_conf writes PODMAN_SECCOMP and PODMAN_CONF (temp names, then
+# rename); it prints "changed" when either changed.
 write_podman_conf() {
-	local nofile nproc want
+	local nofile nproc want before
+	before=$(cat "$PODMAN_SECCOMP" 2>/dev/null | md5sum)
+	scripts/podman-seccomp "$PODMAN_SECCOMP"
+	[[ $(md5sum <"$PODMAN_SECCOMP") == "$before" ]] || echo changed
 	nofile=$(ulimit -Hn)
 	nproc=$(ulimit -Hu)
 	[[ $nofile == unlimited ]] && nofile=1048576
 	[[ $nproc == unlimited ]] || ((nproc > 32768)) && nproc=32768
 	want=$(printf '%s\n' '# Written by boxrt scripts/setup for `podman system service`; see scripts/lib.sh.' \
 		'[containers]' "default_ulimits = [\"nofile=$nofile:$nofile\", \"nproc=$nproc:$nproc\"]" \
+		"seccomp_profile = \"$PODMAN_SECCOMP\"" \
 		'[engine]' 'runtime = "runc"')
 	[[ -f $PODMAN_CONF && $(cat "$PODMAN_CONF") == "$want" ]] && return 0
 	mkdir -p "$(dirname "$PODMAN_CONF")"

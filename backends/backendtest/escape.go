@@ -115,7 +115,11 @@ var escapeCases = []escapeCase{
 	},
 	{
 		name: "unshare",
-		cmd:  func(*host) string { return probe("unshare") },
+		// The probe's clone with namespace flags, and unshare(2) itself
+		// from a single-threaded program where the image has one.
+		cmd: func(*host) string {
+			return probe("unshare") + "; if command -v unshare >/dev/null; then unshare -U true && echo 'unshare(1) -U=ok'; fi"
+		},
 		escaped: func(e Env, _ *host, o outcome) string {
 			if !e.KernelShared {
 				return "" // namespaces of the sandbox's own kernel
@@ -171,8 +175,10 @@ var escapeCases = []escapeCase{
 		},
 	},
 	{
-		name:    "ptrace of another session's process",
-		cmd:     func(h *host) string { return probe(append([]string{"ptrace", h.marker}, h.victimPids...)...) },
+		name: "ptrace of another session's process",
+		cmd: func(h *host) string {
+			return probe(append([]string{"ptrace", h.marker[:2], h.marker[2:]}, h.victimPids...)...)
+		},
 		escaped: func(_ Env, _ *host, o outcome) string { return granted(o.out) },
 	},
 }

@@ -71,6 +71,20 @@ func onGVisor(t *testing.T) bool {
 	return b.OnGVisor(backends.Sandbox{})
 }
 
+// onPodman tells whether the engine is Podman's Docker-compatible API.
+func onPodman(t *testing.T) bool {
+	v, err := rawClient(t).ServerVersion(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range v.Components {
+		if strings.Contains(c.Name, "Podman") {
+			return true
+		}
+	}
+	return false
+}
+
 // cgroupPids is the pids cgroup limit a session with pids_limit n gets in
 // this matrix entry (scaled on gVisor, see Backend.PidsCgroupLimit).
 func cgroupPids(t *testing.T, n int) int64 {

@@ -16,6 +16,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/backendtest"
 	"github.com/boxrt/boxrt/backends/docker"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
@@ -222,7 +223,16 @@ func TestWorkspaceQuota(t *testing.T) {
 			if _, err := os.Stat(filepath.Dir(images[0])); !os.IsNotExist(err) {
 				t.Errorf("session directory left after delete: %v", err)
 			}
-			if loops := docker.LoopDevicesOf(images[0]); len(loops) > 0 {
+			// Podman answers the removal before the container's mount
+			// namespace is gone; the kernel frees the loop device with
+			// that last user, a moment later.
+			var loops []string
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				if loops = docker.LoopDevicesOf(images[0]); len(loops) == 0 {
+					break
+				}
+			}
+			if len(loops) > 0 {
 				t.Errorf("loop devices left: %v", loops)
 			}
 		})
@@ -311,4 +321,19 @@ func TestCPUsAboveHost(t *testing.T) {
 	if err != nil || len(list) != 0 {
 		t.Errorf("containers left: %d %v", len(list), err)
 	}
+}
+
+// TestEscapes runs the escape table every backend and runtime of the test
+// matrix faces (backendtest.RunEscapeTests) against this matrix entry.
+func TestEscapes(t *testing.T) {
+	b := newBackend(t)
+	backendtest.RunEscapeTests(t, backendtest.Env{
+		Backend: b,
+		Spec: func(name string) backends.SandboxSpec {
+			s := testSpec(t)
+			s.SessionID = "t/" + name
+			return s
+		},
+		KernelShared: !onGVisor(t),
+	})
 }

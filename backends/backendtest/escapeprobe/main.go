@@ -65,7 +65,9 @@ func main() {
 		}
 		report("connect "+args[0], err)
 	case "ptrace":
-		ptrace(args[0], args[1:])
+		// The marker comes in two halves so that this probe's own command
+		// line (and its shell's) does not contain it.
+		ptrace(args[0]+args[1], args[2:])
 	case "forkbomb":
 		n, _ := strconv.Atoi(args[0])
 		forkbomb(n)

@@ -303,7 +303,7 @@ func buildProbe(t *testing.T) string {
 		t.Fatal(err)
 	}
 	_, file, _, _ := goruntime.Caller(0)
-	cmd := exec.Command(filepath.Join(goruntime.GOROOT(), "bin", "go"), "build", "-o", filepath.Join(dir, "escapeprobe"), "./escapeprobe")
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "escapeprobe"), "./escapeprobe")
 	cmd.Dir = filepath.Dir(file)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {

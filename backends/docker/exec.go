@@ -116,7 +116,8 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	// container that was stopping (its error text is then the "output"),
 	// and a signal exit is what every process gets when the container
 	// dies. Either way the result says nothing about the command.
-	if (code == 126 || code > 128) && b.stopping(ictx, info) {
+	// runsc answers 128 for an exec whose sandbox died under it.
+	if (code == 126 || code > 128 || (code == 128 && b.OnGVisor(info.Sandbox))) && b.stopping(ictx, info) {
 		return backends.ExitStatus{}, containerGone(info, code)
 	}
 	return backends.ExitStatus{ExitCode: code}, nil

@@ -30,8 +30,9 @@ type IsolationReport struct {
 	Seccomp    string `json:"seccomp"`
 	NoNewPrivs bool   `json:"no_new_privs"`
 	// UserNamespace is true when the sandbox has a user namespace of its
-	// own (uid_map is not the initial namespace's "0 0 4294967295"); UIDMap
-	// says whether its uid 0 is the host's (bwrap run as root maps "0 0 1").
+	// own (uid_map is not the initial namespace's "0 0 4294967295"). UIDMap
+	// is relative to the parent namespace: bwrap's "0 0 1" is a nested
+	// namespace whose parent maps 0 to the host user boxrt-sandbox.
 	UserNamespace bool   `json:"user_namespace"`
 	UIDMap        string `json:"uid_map"`
 	UID           int    `json:"uid"`

@@ -26,7 +26,7 @@ func TestIsolationReportParse(t *testing.T) {
 				CapEff: "00000000a80425fb", Capabilities: 14, NetworkInterfaces: []string{"eth0"}, CgroupLimits: []string{}},
 		},
 		{
-			name: "bwrap as root: a user namespace mapping host root",
+			name: "bwrap: a nested user namespace",
 			out:  "kernel=6.1.0\nSeccomp=2\nuidmap=0 0 1\nuid=0\nmemory=max\npids=max\n",
 			want: IsolationReport{KernelShared: true, KernelRelease: "6.1.0", Seccomp: "filter", UserNamespace: true,
 				UIDMap: "0 0 1", NetworkInterfaces: []string{}, CgroupLimits: []string{}},

@@ -424,7 +424,8 @@ type BackendInfo struct {
 	// Isolation is measured by probing a real sandbox of each level (see
 	// backends.IsolationReport), in the background after the first ask;
 	// IsolationMeasuring is true until it is done.
-	Isolation          []backends.IsolationReport `json:"isolation"`
+	// (not "isolation": that is Description's one-line summary).
+	IsolationMeasured  []backends.IsolationReport `json:"isolation_measured"`
 	IsolationMeasuring bool                       `json:"isolation_measuring"`
 }
 
@@ -439,11 +440,11 @@ func (r *Runtime) BackendInfo() BackendInfo {
 		info.Name = &name
 		info.Description = r.backend.Describe()
 		if r.health.Available {
-			info.Isolation, info.IsolationMeasuring = r.isolationLocked(r.backend)
+			info.IsolationMeasured, info.IsolationMeasuring = r.isolationLocked(r.backend)
 		}
 	}
-	if info.Isolation == nil {
-		info.Isolation = []backends.IsolationReport{}
+	if info.IsolationMeasured == nil {
+		info.IsolationMeasured = []backends.IsolationReport{}
 	}
 	if info.EnforcedLimits == nil {
 		info.EnforcedLimits = []string{}

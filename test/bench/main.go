@@ -84,7 +84,7 @@ func main() {
 	fs.StringVar(&c.boxrtBin, "boxrt", "bin/boxrt", "the boxrt binary to measure")
 	fs.StringVar(&c.out, "out", "docs/benchmarks.md", "where to write the report")
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: small counts, about a minute")
-	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,reconnect,scale,burst,burst64 (default all)")
+	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,reconnect,scale,burst,burst64,isolation (default all)")
 	fs.StringVar(&c.backends, "backends", "docker,bwrap", "comma-separated backends the exec and session scenarios measure: docker,bwrap")
 	fs.BoolVar(&c.keepWork, "keep-work", false, "keep the work directory (boxrt logs, state dirs)")
 	fs.StringVar(&c.image, "image", envOr("BOXRT_TEST_IMAGE", "boxrt-test:busybox"), "docker image for the docker cases")
@@ -306,6 +306,7 @@ func run(c config) error {
 		{"scale", b.scenarioScale},
 		{"burst", b.scenarioBurst},
 		{"burst64", b.scenarioBurst64},
+		{"isolation", b.scenarioIsolation},
 	}
 	for _, s := range steps {
 		if !b.want(s.name) {

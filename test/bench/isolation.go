@@ -92,6 +92,9 @@ func (b *bench) isolationRun(ctx context.Context, v *isolationVariant, rep int) 
 	}
 	raw, _ := json.Marshal(conf)
 	p, err := b.startBoxrt(ctx, boxrtOpts{Name: fmt.Sprintf("isolation-%s-%d", sanitize(v.name), rep), Stdio: true, Config: string(raw), Env: v.env})
+	if err == nil {
+		err = b.checkBackend(ctx, p, v.backend)
+	}
 	if err != nil {
 		v.warm.Unavailable, v.cold.Unavailable = firstLine(err.Error()), firstLine(err.Error())
 		return

@@ -59,13 +59,21 @@ func doctorIsolation(ctx context.Context, cfg runtime.Config, usable []string) [
 
 // dockerRuntimes lists the OCI runtimes the engine has registered, the
 // default first; containerd's shim names are left out (they are how the
-// engine runs runc, not a choice an operator makes).
+// engine runs runc, not a choice an operator makes). Podman's Docker API
+// lists runtimes it would not honour per container: only its default.
 func dockerRuntimes(ctx context.Context) []string {
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return []string{""}
 	}
 	defer cli.Close()
+	if v, err := cli.ServerVersion(ctx); err == nil {
+		for _, c := range v.Components {
+			if strings.Contains(c.Name, "Podman") {
+				return []string{""}
+			}
+		}
+	}
 	info, err := cli.Info(ctx)
 	if err != nil || len(info.Runtimes) == 0 {
 		return []string{""}

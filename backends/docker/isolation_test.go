@@ -2,10 +2,12 @@ package docker_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/docker"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // TestIsolationGVisorPerSession: with docker.gvisor_runtime set, a spec
@@ -15,7 +17,7 @@ import (
 // (scripts/setup), so it runs on the dockerd entries of the matrix.
 func TestIsolationGVisorPerSession(t *testing.T) {
 	if onPodman(t) {
-		t.Skip("!!! SKIPPED on Podman: runsc is registered with dockerd only (scripts/setup) !!!")
+		t.Skip("!!! SKIPPED on Podman: its Docker API ignores a container's runtime (TestProbeRuntimes checks boxrt refuses) !!!")
 	}
 	b := newBackend(t, func(c *docker.Config) { c.Runtime = ""; c.GVisorRuntime = "runsc" })
 	if err := b.Probe(context.Background()); err != nil {
@@ -60,5 +62,41 @@ func TestIsolationGVisorPerSession(t *testing.T) {
 	adopted, err := restarted.Adopt(context.Background())
 	if err != nil || len(adopted) != 1 || adopted[0].Isolation != backends.IsolationGVisor {
 		t.Fatalf("Adopt: %+v %v", adopted, err)
+	}
+}
+
+// TestProbeRuntimes: a configured runtime the engine cannot honour makes
+// the backend unavailable, naming the setting, instead of running sessions
+// under another runtime: one dockerd does not have, or any runtime on
+// Podman, whose Docker API ignores a container's runtime.
+func TestProbeRuntimes(t *testing.T) {
+	podman := onPodman(t)
+	tests := []struct {
+		name    string
+		cfg     func(*docker.Config)
+		wantErr string // "" = available
+	}{
+		{"engine default", func(c *docker.Config) { c.Runtime, c.GVisorRuntime = "", "" }, ""},
+		{"unknown runtime", func(c *docker.Config) { c.Runtime = "boxrt-no-such-runtime" }, "boxrt-no-such-runtime"},
+		{"gvisor runtime", func(c *docker.Config) { c.Runtime, c.GVisorRuntime = "", "runsc" }, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBackend(t, tc.cfg)
+			err := b.Probe(context.Background())
+			want := tc.wantErr
+			if podman && tc.name == "gvisor runtime" {
+				want = "Podman"
+			}
+			if want == "" {
+				if err != nil {
+					t.Fatalf("Probe: %v", err)
+				}
+				return
+			}
+			if !isKind(err, boxerr.ErrBackendUnavailable) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("Probe: %v, want BoxBackendUnavailableError naming %q", err, want)
+			}
+		})
 	}
 }

@@ -67,6 +67,18 @@ func (b *Backend) checkRuntimes(ctx context.Context) error {
 		return b.apiError("reading the engine's runtimes", err)
 	}
 	b.engineDefaultRuntime = info.DefaultRuntime
+	if len(want) > 0 {
+		podman, err := b.isPodman(ctx)
+		if err != nil {
+			return err
+		}
+		if podman {
+			// Its Docker API lists runtimes but ignores HostConfig.Runtime
+			// (the container reports "oci" and runs the default): asking
+			// for gVisor there would silently give runc.
+			return podmanRuntimeError(b.cli.DaemonHost(), want)
+		}
+	}
 	have := make([]string, 0, len(info.Runtimes))
 	for name := range info.Runtimes {
 		have = append(have, name)
@@ -143,4 +155,25 @@ func (b *Backend) exitWatch(ctx context.Context, info backends.Session) (<-chan 
 		}
 	}()
 	return exited, cancel
+}
+
+// isPodman tells whether the engine is Podman's Docker-compatible API.
+func (b *Backend) isPodman(ctx context.Context) (bool, error) {
+	v, err := b.cli.ServerVersion(ctx)
+	if err != nil {
+		return false, b.apiError("reading the engine's version", err)
+	}
+	for _, c := range v.Components {
+		if strings.Contains(c.Name, "Podman") {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func podmanRuntimeError(host string, want []string) error {
+	return boxerr.BackendUnavailable("the engine at %s is Podman, whose Docker API ignores a container's runtime: %s cannot be honoured "+
+		"(boxrt would get the default runtime instead). Set the runtime of Podman itself ([engine] runtime in the service's "+
+		"containers.conf) and leave docker.runtime and docker.gvisor_runtime empty, or use dockerd for gVisor",
+		host, strings.Join(want, ", "))
 }

@@ -89,7 +89,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	case <-ctx.Done():
 		cancelled = ctx.Err()
 	case <-exited:
-		return backends.ExitStatus{}, containerGone(info, -1)
+		return b.sandboxDied(ctx, info)
 	}
 	if !isDone(s.done) {
 		// Timed out or cancelled while still running (a command that ended
@@ -117,7 +117,10 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	// and a signal exit is what every process gets when the container
 	// dies. Either way the result says nothing about the command.
 	// runsc answers 128 for an exec whose sandbox died under it.
-	if (code == 126 || code > 128 || (code == 128 && b.OnGVisor(info.Sandbox))) && b.stopping(ictx, info) {
+	if code == 128 && b.OnGVisor(info.Sandbox) && b.stopping(ictx, info) {
+		return b.sandboxDied(ictx, info)
+	}
+	if (code == 126 || code > 128) && b.stopping(ictx, info) {
 		return backends.ExitStatus{}, containerGone(info, code)
 	}
 	return backends.ExitStatus{ExitCode: code}, nil

@@ -177,3 +177,18 @@ func podmanRuntimeError(host string, want []string) error {
 		"containers.conf) and leave docker.runtime and docker.gvisor_runtime empty, or use dockerd for gVisor",
 		host, strings.Join(want, ", "))
 }
+
+// sandboxDied is the result of an exec whose gVisor sandbox ended under
+// it. The memory cgroup's OOM killer ends a gVisor sandbox as a whole (the
+// sentry holds all its memory): the command was killed for memory, as
+// runc's OOM killer would have killed it, so it reads as 137 (SIGKILL);
+// the session is gone and the next call recreates it. Any other end is the
+// session being gone.
+func (b *Backend) sandboxDied(ctx context.Context, info backends.Session) (backends.ExitStatus, error) {
+	ctx, cancel := cleanupContext(ctx, helperTimeout)
+	defer cancel()
+	if c, err := b.cli.ContainerInspect(ctx, info.BackendSessionID); err == nil && c.State != nil && c.State.OOMKilled {
+		return backends.ExitStatus{ExitCode: 137}, nil
+	}
+	return backends.ExitStatus{}, containerGone(info, -1)
+}

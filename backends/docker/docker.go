@@ -175,6 +175,10 @@ func (b *Backend) Describe() backends.Description {
 			"a container's mounts are fixed at creation: naming a skill the session does not have yet recreates it (its /workspace volume starts empty unless host_path is set)",
 		},
 	}
+	if b.isGVisor(b.runtime) || b.gvisorRuntime != "" {
+		d.Notes = append(d.Notes, "gVisor sessions: memory and pids limits apply to the sandbox as a whole (its kernel's threads count, pids_limit is scaled); "+
+			"hitting them ends the whole sandbox and the next call recreates the session")
+	}
 	if b.cpuLimit {
 		d.EnforcedLimits = append(d.EnforcedLimits, "cpus")
 	} else {

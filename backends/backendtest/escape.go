@@ -303,8 +303,8 @@ func buildProbe(t *testing.T) string {
 		t.Fatal(err)
 	}
 	_, file, _, _ := goruntime.Caller(0)
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "escapeprobe"), "./escapeprobe")
-	cmd.Dir = filepath.Dir(file)
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "escapeprobe"), "./test/fixtures/escape")
+	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building escapeprobe: %v\n%s", err, out)

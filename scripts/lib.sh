@@ -176,7 +176,9 @@ ensure_podman_service() {
 	fi
 	mkdir -p "$(dirname "$PODMAN_SOCKET")"
 	log "starting podman system service on $PODMAN_SOCKET (log: /var/log/boxrt-podman.log)"
-	CONTAINERS_CONF=$PODMAN_CONF nohup podman system service --time=0 "unix://$PODMAN_SOCKET" >/var/log/boxrt-podman.log 2>&1 &
+	# In the socket's directory: conmon writes an "oom" file into the
+	# service's working directory when a container is OOM-killed.
+	(cd "$(dirname "$PODMAN_SOCKET")" && CONTAINERS_CONF=$PODMAN_CONF exec nohup podman system service --time=0 "unix://$PODMAN_SOCKET" >/var/log/boxrt-podman.log 2>&1) &
 	echo $! >"$pidfile"
 	for _ in $(seq 1 60); do
 		podman_answers && return 0

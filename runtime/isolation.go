@@ -28,14 +28,14 @@ type isolationState struct {
 }
 
 // isolationLocked returns the cached reports of b and whether they are
-// still being measured, starting a measurement when there is none. r.mu is
-// held.
-func (r *Runtime) isolationLocked(b backends.Backend) ([]backends.IsolationReport, bool) {
+// still being measured, starting a measurement when there is none and
+// start is set. r.mu is held.
+func (r *Runtime) isolationLocked(b backends.Backend, start bool) ([]backends.IsolationReport, bool) {
 	if r.iso.backend == b {
 		return r.iso.reports, r.iso.running
 	}
 	p, ok := b.(IsolationProber)
-	if !ok || r.bgCtx == nil || r.shuttingDown {
+	if !start || !ok || r.bgCtx == nil || r.shuttingDown {
 		return nil, false
 	}
 	r.iso = isolationState{backend: b, running: true}

@@ -31,7 +31,8 @@ func (p *proberBackend) MeasureIsolation(ctx context.Context) []backends.Isolati
 
 // TestBackendInfoIsolation: box_get_backend_info never waits for the
 // measurement: the first answer says it is under way, a later one carries
-// the reports, and the backend is measured once. The one-line isolation
+// the reports, and the backend is measured once; box_status and box_health
+// do not start it. The one-line isolation
 // summary stays a string on the wire next to the measured list.
 func TestBackendInfoIsolation(t *testing.T) {
 	pb := &proberBackend{fakeBackend: newFake(), release: make(chan struct{})}
@@ -42,7 +43,11 @@ func TestBackendInfoIsolation(t *testing.T) {
 	rt.Start(context.Background())
 	t.Cleanup(func() { _ = rt.Close(context.Background()) })
 
-	first := rt.BackendInfo()
+	// box_status and box_health report but never start a measurement.
+	assert.False(t, rt.BackendInfo().IsolationMeasuring)
+	assert.Zero(t, pb.calls.Load())
+
+	first := rt.MeasuredBackendInfo()
 	assert.True(t, first.IsolationMeasuring)
 	assert.Empty(t, first.IsolationMeasured)
 	raw, err := json.Marshal(first)
@@ -53,7 +58,7 @@ func TestBackendInfoIsolation(t *testing.T) {
 	assert.Equal(t, []any{}, wire["isolation_measured"])
 
 	close(pb.release)
-	require.Eventually(t, func() bool { return !rt.BackendInfo().IsolationMeasuring }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return !rt.MeasuredBackendInfo().IsolationMeasuring }, 5*time.Second, 10*time.Millisecond)
 	got := rt.BackendInfo()
 	require.Len(t, got.IsolationMeasured, 1)
 	assert.True(t, got.IsolationMeasured[0].KernelShared)

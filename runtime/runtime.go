@@ -422,15 +422,24 @@ type BackendInfo struct {
 	Error      string    `json:"error,omitempty"`
 	ProbeMS    float64   `json:"probe_ms"`
 	// Isolation is measured by probing a real sandbox of each level (see
-	// backends.IsolationReport), in the background after the first ask;
-	// IsolationMeasuring is true until it is done.
-	// (not "isolation": that is Description's one-line summary).
+	// backends.IsolationReport), in the background after the first
+	// box_get_backend_info (MeasuredBackendInfo); IsolationMeasuring is
+	// true until it is done. Not "isolation": that is Description's
+	// one-line summary.
 	IsolationMeasured  []backends.IsolationReport `json:"isolation_measured"`
 	IsolationMeasuring bool                       `json:"isolation_measuring"`
 }
 
-// BackendInfo reports the selected backend from the health cache.
-func (r *Runtime) BackendInfo() BackendInfo {
+// BackendInfo reports the selected backend from the health cache, with
+// the isolation measured so far (box_status, box_health).
+func (r *Runtime) BackendInfo() BackendInfo { return r.backendInfo(false) }
+
+// MeasuredBackendInfo is BackendInfo that also starts measuring the
+// backend's isolation when it has not been (box_get_backend_info): a probe
+// starts a real sandbox, which box_health, polled by hosts, should not.
+func (r *Runtime) MeasuredBackendInfo() BackendInfo { return r.backendInfo(true) }
+
+func (r *Runtime) backendInfo(measure bool) BackendInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	info := BackendInfo{Available: r.health.Available, InstanceID: r.instanceID, CheckedAt: r.health.CheckedAt.UTC(),
@@ -440,7 +449,7 @@ func (r *Runtime) BackendInfo() BackendInfo {
 		info.Name = &name
 		info.Description = r.backend.Describe()
 		if r.health.Available {
-			info.IsolationMeasured, info.IsolationMeasuring = r.isolationLocked(r.backend)
+			info.IsolationMeasured, info.IsolationMeasuring = r.isolationLocked(r.backend, measure)
 		}
 	}
 	if info.IsolationMeasured == nil {

@@ -29,6 +29,8 @@ func newBackend(name string, cfg runtime.Config, instanceID, stateDir string) (b
 			ProcessUser:             cfg.Docker.ProcessUser,
 			StateDir:                filepath.Clean(stateDir),
 			DefaultWorkspaceQuotaMB: cfg.Docker.WorkspaceQuotaMB,
+			Runtime:                 cfg.Docker.Runtime,
+			GVisorRuntime:           cfg.Docker.GVisorRuntime,
 		})
 	case "bwrap":
 		return bwrap.New(bwrap.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir)})
@@ -71,3 +73,9 @@ func kubeConfig(k runtime.Kube, instanceID string) kube.Config {
 		StartTimeout:    time.Duration(k.StartTimeoutSec) * time.Second,
 	}
 }
+
+// The real backends report measured isolation (box_get_backend_info).
+var (
+	_ runtime.IsolationProber = (*docker.Backend)(nil)
+	_ runtime.IsolationProber = (*bwrap.Backend)(nil)
+)

@@ -27,6 +27,7 @@ func TestDependencyDirection(t *testing.T) {
 		"backends/docker":             {"backends", "backends/internal/sandboxsh", "runtime/boxerr"},
 		"backends/kube":               {"backends", "backends/internal/sandboxsh", "runtime/boxerr"},
 		"backends/internal/sandboxsh": {},
+		"backends/backendtest":        {"backends", "runtime/boxerr"},
 		"backends/host":               {"backends", "runtime/boxerr"},
 		"relay":                       {"rpc", "runtime", "runtime/boxerr", "backends"},
 		"rpc":                         {"runtime/boxerr"},
@@ -36,6 +37,7 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/clip":               {},
 		"internal/keyed":              {},
 		"test/fixtures/mcpserver":     {},
+		"test/fixtures/escape":        {},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...").Output()
 	if err != nil {

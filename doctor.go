@@ -27,7 +27,10 @@ func doctorCommand() *cli.Command {
 		Description: `Probes the Docker engine (socket, permissions, version, cgroups, images)
 and bubblewrap (binary, a real sandbox run, which limits cgroups can
 enforce), checks the state directory, and says which backend "auto" would
-pick. Exit status 0 when at least one backend works, 1 otherwise.`,
+pick. Then it measures the isolation of every usable backend and engine
+runtime (runc, runsc, …) by running a probe in a real sandbox: kernel
+shared or not, seccomp, user namespace, capabilities, read-only root,
+network, cgroup limits. Exit status 0 when at least one backend works, 1 otherwise.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "configuration file (JSON or YAML), as for serve"},
 			&cli.StringFlag{Name: "state-dir", Value: defaultStateDir(), Usage: "state directory, as for serve"},
@@ -53,6 +56,8 @@ type doctorReport struct {
 	// KubeRole is the minimal Role (and RoleBinding) the kube backend
 	// needs, when kube is configured.
 	KubeRole string `json:"kube_role,omitempty"`
+	// Isolation is measured per usable backend and engine runtime.
+	Isolation []isolationEntry `json:"isolation"`
 }
 
 func runDoctor(c *cli.Context) error {
@@ -60,7 +65,9 @@ func runDoctor(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(c.Context, time.Minute)
+	// Room for a probe sandbox per backend and runtime (gVisor's take
+	// seconds each on a busy machine).
+	ctx, cancel := context.WithTimeout(c.Context, 4*time.Minute)
 	defer cancel()
 	rep := doctorReport{Version: buildVersion()}
 	add := func(ch check) { rep.Checks = append(rep.Checks, ch) }
@@ -107,6 +114,8 @@ func runDoctor(c *cli.Context) error {
 		}
 	}
 
+	rep.Isolation = doctorIsolation(ctx, cfg, rep.Usable)
+
 	out := c.App.Writer
 	if c.Bool("json") {
 		enc := json.NewEncoder(out)
@@ -114,6 +123,7 @@ func runDoctor(c *cli.Context) error {
 		_ = enc.Encode(rep)
 	} else {
 		printDoctor(out, rep, cfg.Backend)
+		printIsolation(out, rep.Isolation)
 	}
 	if len(rep.Usable) == 0 {
 		return &exitError{code: 1}

@@ -36,6 +36,9 @@ type Description struct {
 	EnforcedLimits []string `json:"enforced_limits"`
 	// Isolation is a one-line summary, e.g. "container (runc)".
 	Isolation string `json:"isolation"`
+	// IsolationLevels are the levels beyond the default a spec's isolation
+	// may ask for here (e.g. "gvisor"); empty when the operator allowed none.
+	IsolationLevels []string `json:"isolation_levels"`
 	// SkillsLive is true when skills can be added to a running session
 	// without recreating it.
 	SkillsLive bool `json:"skills_live"`

@@ -18,6 +18,17 @@ const (
 	NetworkOn  NetworkMode = "on"
 )
 
+// Isolation levels a spec may ask for. The default ("") is whatever the
+// backend is configured to give every session; a stronger level is only
+// honoured by a backend that lists it in Description.IsolationLevels (the
+// operator's allow-list), and refused otherwise, never silently weakened.
+const (
+	IsolationDefault = ""
+	// IsolationGVisor puts gVisor's user-space kernel between the sandbox
+	// and the host kernel (docker with a runsc runtime).
+	IsolationGVisor = "gvisor"
+)
+
 // MountMode is how a host directory is bound into a sandbox.
 type MountMode string
 
@@ -78,6 +89,8 @@ type Sandbox struct {
 	PidsLimit        int         `json:"pids_limit"`
 	ReadOnlyRootfs   bool        `json:"read_only_rootfs"`
 	WorkspaceQuotaMB int         `json:"workspace_quota_mb"`
+	// Isolation is IsolationDefault or a stronger level the backend offers.
+	Isolation string `json:"isolation"`
 }
 
 // ActiveExtraMounts returns the extra mounts a backend must bind: those whose

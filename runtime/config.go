@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -84,6 +85,12 @@ type Docker struct {
 	WorkspaceQuotaMB int `json:"workspace_quota_mb"`
 	// TmpSizeMB is the size of the /tmp tmpfs of read-only-rootfs sessions.
 	TmpSizeMB int `json:"tmp_size_mb"`
+	// Runtime is the engine's OCI runtime every session runs under ("" for
+	// the engine's default, usually runc; "runsc" for gVisor).
+	Runtime string `json:"runtime"`
+	// GVisorRuntime is the engine runtime that serves sessions whose spec
+	// asks for isolation "gvisor"; "" refuses such specs.
+	GVisorRuntime string `json:"gvisor_runtime"`
 }
 
 // Kube configures the kube backend (sessions as Pods through the API
@@ -127,6 +134,9 @@ type KubeToleration struct {
 	Effect            string `json:"effect"`
 	TolerationSeconds *int64 `json:"tolerationSeconds,omitempty"`
 }
+
+// runtimeName is what dockerd accepts as a runtime name in daemon.json.
+var runtimeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
 // Docker defaults and bounds.
 const (
@@ -211,6 +221,11 @@ func (c *Config) Validate() error {
 	}
 	if u := c.Docker.User; u != "" && u != "auto" && strings.ContainsAny(u, " \t\n") {
 		return boxerr.Validation("docker.user", "docker.user must be \"auto\" or uid[:gid], got %q", u)
+	}
+	for _, r := range []struct{ field, v string }{{"docker.runtime", c.Docker.Runtime}, {"docker.gvisor_runtime", c.Docker.GVisorRuntime}} {
+		if r.v != "" && !runtimeName.MatchString(r.v) {
+			return boxerr.Validation(r.field, "%s must be a runtime name registered with the engine (letters, digits, '.', '_', '-'), got %q", r.field, r.v)
+		}
 	}
 	if u := c.Docker.ProcessUser; strings.ContainsAny(u, " \t\n") {
 		return boxerr.Validation("docker.process_user", "docker.process_user must be empty or uid[:gid], got %q", u)

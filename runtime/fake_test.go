@@ -29,6 +29,7 @@ type fakeBackend struct {
 	live     bool
 	specs    []backends.SandboxSpec
 	execInfo []backends.Session
+	levels   []string // Description.IsolationLevels
 }
 
 func newFake() *fakeBackend {
@@ -38,7 +39,7 @@ func newFake() *fakeBackend {
 func (f *fakeBackend) Name() string                { return "fake" }
 func (f *fakeBackend) Probe(context.Context) error { return nil }
 func (f *fakeBackend) Describe() backends.Description {
-	return backends.Description{Isolation: "none", SkillsLive: f.live}
+	return backends.Description{Isolation: "none", SkillsLive: f.live, IsolationLevels: f.levels}
 }
 func (f *fakeBackend) DefaultImage() string                              { return "fake:latest" }
 func (f *fakeBackend) Adopt(context.Context) ([]backends.Session, error) { return f.adopt, nil }

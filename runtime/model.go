@@ -68,6 +68,7 @@ func (s *Spec) Normalize() error {
 	s.MountPath = strings.TrimSpace(s.MountPath)
 	s.SkillName = strings.TrimSpace(s.SkillName)
 	s.FromSnapshot = strings.TrimSpace(s.FromSnapshot)
+	s.Isolation = strings.TrimSpace(s.Isolation)
 	if s.Network == "" {
 		s.Network = backends.NetworkOff
 	}
@@ -112,6 +113,8 @@ func (s *Spec) Normalize() error {
 		return boxerr.Validation("pids_limit", "pids_limit must be between 1 and %d, got %d", backends.MaxPidsLimit, s.PidsLimit)
 	case s.WorkspaceQuotaMB < 0 || s.WorkspaceQuotaMB > backends.MaxWorkspaceQuotaMB:
 		return boxerr.Validation("workspace_quota_mb", "workspace_quota_mb must be between 0 and %d, got %d", backends.MaxWorkspaceQuotaMB, s.WorkspaceQuotaMB)
+	case s.Isolation != backends.IsolationDefault && s.Isolation != backends.IsolationGVisor:
+		return boxerr.Validation("isolation", "isolation must be omitted or \"gvisor\", got %q", s.Isolation)
 	case s.MaxOutputBytes != 0 && (s.MaxOutputBytes < MinMaxOutputBytes || s.MaxOutputBytes > MaxMaxOutputBytes):
 		return boxerr.Validation("max_output_bytes", "max_output_bytes must be between %d and %d, got %d", MinMaxOutputBytes, MaxMaxOutputBytes, s.MaxOutputBytes)
 	}
@@ -173,7 +176,7 @@ func validMode(m backends.MountMode) bool {
 // the sandbox; TestCompatibilityFields holds docs/protocol.md and
 // docs/operations.md to it.
 var compatibilityFields = sandboxFields("network", "image", "host_path", "host_path_mode", "mount_path",
-	"persistent", "cpus", "memory_mb", "pids_limit", "read_only_rootfs", "workspace_quota_mb")
+	"persistent", "cpus", "memory_mb", "pids_limit", "read_only_rootfs", "workspace_quota_mb", "isolation")
 
 type sandboxField struct {
 	name  string

@@ -61,7 +61,9 @@ type Runtime struct {
 	idLocks keyed.Locks
 
 	bg     sync.WaitGroup
+	bgCtx  context.Context // lives until Close; set by Start
 	stopBG context.CancelFunc
+	iso    isolationState
 	// reaperKick restarts the reaper loop when the TTL changes.
 	reaperKick chan struct{}
 
@@ -187,6 +189,9 @@ func (r *Runtime) StartedAt() time.Time { return r.startedAt }
 func (r *Runtime) Start(ctx context.Context) {
 	r.selectBackend(ctx, false)
 	bgCtx, cancel := context.WithCancel(context.Background())
+	r.mu.Lock()
+	r.bgCtx = bgCtx
+	r.mu.Unlock()
 	r.stopBG = cancel
 	r.bg.Add(3)
 	go r.reaperLoop(bgCtx)
@@ -443,10 +448,25 @@ type BackendInfo struct {
 	CheckedAt  time.Time `json:"checked_at"`
 	Error      string    `json:"error,omitempty"`
 	ProbeMS    float64   `json:"probe_ms"`
+	// Isolation is measured by probing a real sandbox of each level (see
+	// backends.IsolationReport), in the background after the first
+	// box_get_backend_info (MeasuredBackendInfo); IsolationMeasuring is
+	// true until it is done. Not "isolation": that is Description's
+	// one-line summary.
+	IsolationMeasured  []backends.IsolationReport `json:"isolation_measured"`
+	IsolationMeasuring bool                       `json:"isolation_measuring"`
 }
 
-// BackendInfo reports the selected backend from the health cache.
-func (r *Runtime) BackendInfo() BackendInfo {
+// BackendInfo reports the selected backend from the health cache, with
+// the isolation measured so far (box_status, box_health).
+func (r *Runtime) BackendInfo() BackendInfo { return r.backendInfo(false) }
+
+// MeasuredBackendInfo is BackendInfo that also starts measuring the
+// backend's isolation when it has not been (box_get_backend_info): a probe
+// starts a real sandbox, which box_health, polled by hosts, should not.
+func (r *Runtime) MeasuredBackendInfo() BackendInfo { return r.backendInfo(true) }
+
+func (r *Runtime) backendInfo(measure bool) BackendInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	info := BackendInfo{Available: r.health.Available, InstanceID: r.instanceID, CheckedAt: r.health.CheckedAt.UTC(),
@@ -455,9 +475,18 @@ func (r *Runtime) BackendInfo() BackendInfo {
 		name := r.backend.Name()
 		info.Name = &name
 		info.Description = r.backend.Describe()
+		if r.health.Available {
+			info.IsolationMeasured, info.IsolationMeasuring = r.isolationLocked(r.backend, measure)
+		}
+	}
+	if info.IsolationMeasured == nil {
+		info.IsolationMeasured = []backends.IsolationReport{}
 	}
 	if info.EnforcedLimits == nil {
 		info.EnforcedLimits = []string{}
+	}
+	if info.IsolationLevels == nil {
+		info.IsolationLevels = []string{}
 	}
 	return info
 }

@@ -419,3 +419,45 @@ func TestReaperAsksSharedBackend(t *testing.T) {
 	clock.Advance(55 * time.Second)
 	assert.Equal(t, 1, rt.Reap(ctx), "idle everywhere for the TTL: reaped")
 }
+
+// TestIsolationLevel: a spec asking for gVisor gets it only from a backend
+// that offers it; elsewhere it is a validation error on isolation and no
+// sandbox is started, so a session is never silently weaker than asked.
+func TestIsolationLevel(t *testing.T) {
+	tests := []struct {
+		name    string
+		levels  []string
+		level   string
+		wantErr bool
+	}{
+		{"default on any backend", nil, backends.IsolationDefault, false},
+		{"gvisor not offered", nil, backends.IsolationGVisor, true},
+		{"gvisor offered", []string{backends.IsolationGVisor}, backends.IsolationGVisor, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fb := newFake()
+			fb.levels = tc.levels
+			rt, _ := newTestRuntime(t, fb, "")
+			s := spec("iso")
+			s.Isolation = tc.level
+			info, err := rt.EnsureSession(context.Background(), s)
+			if tc.wantErr {
+				require.ErrorIs(t, err, boxerr.ErrValidation)
+				assert.Contains(t, err.Error(), "isolation")
+				assert.Zero(t, fb.started, "no sandbox started")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.level, info.Isolation)
+			assert.Equal(t, tc.level, fb.specs[0].Isolation, "the backend got the level")
+		})
+	}
+	t.Run("unknown level", func(t *testing.T) {
+		s := DefaultSpec()
+		s.SessionID, s.Isolation = "x", "kata"
+		err := s.Normalize()
+		require.ErrorIs(t, err, boxerr.ErrValidation)
+		assert.Contains(t, err.Error(), "isolation")
+	})
+}

@@ -60,6 +60,12 @@ func sameMounts(a, b []backends.MountSpec) bool {
 // prepareSpec resolves host paths against the allow-list and fills the
 // backend's default image.
 func (r *Runtime) prepareSpec(b backends.Backend, spec Spec) (Spec, error) {
+	// A backend that does not list the level cannot give it: refusing is
+	// the only answer that never hands out weaker isolation than asked.
+	if spec.Isolation != backends.IsolationDefault && !slices.Contains(b.Describe().IsolationLevels, spec.Isolation) {
+		return spec, boxerr.Validation("isolation", "isolation %q is not offered by the %s backend here (offered: %v); "+
+			"the operator enables gvisor with docker.gvisor_runtime", spec.Isolation, b.Name(), b.Describe().IsolationLevels).With("isolation", spec.Isolation)
+	}
 	roots, err := r.Config().mountRoots(r.stateDir)
 	if err != nil {
 		return spec, err

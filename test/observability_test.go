@@ -157,11 +157,30 @@ func TestDoctor(t *testing.T) {
 		Checks []struct{ Backend, Status, What, Fix string } `json:"checks"`
 		Usable []string                                      `json:"usable_backends"`
 		Auto   string                                        `json:"auto_selects"`
+		// Measured in a probe sandbox per backend and engine runtime.
+		Isolation []struct {
+			Backend, Runtime, Error string
+			KernelShared            bool `json:"kernel_shared"`
+			Capabilities            int
+			ReadOnlyRoot            bool     `json:"read_only_root"`
+			NetworkInterfaces       []string `json:"network_interfaces"`
+		} `json:"isolation"`
 	}
 	require.NoError(t, json.Unmarshal(out, &rep))
-	// CI installs and starts both.
+	// CI installs and starts both, and registers runsc with dockerd.
 	assert.ElementsMatch(t, []string{"docker", "bwrap"}, rep.Usable)
 	assert.Equal(t, "docker", rep.Auto)
+	measured := map[string]bool{}
+	for _, iso := range rep.Isolation {
+		name := iso.Backend + "/" + iso.Runtime
+		measured[name] = iso.KernelShared
+		assert.Empty(t, iso.Error, name)
+		assert.Zero(t, iso.Capabilities, name)
+		assert.True(t, iso.ReadOnlyRoot, name)
+		assert.Empty(t, iso.NetworkInterfaces, name)
+	}
+	assert.Equal(t, map[string]bool{"docker/runc": true, "docker/runsc": false, "bwrap/": true}, measured,
+		"runc and bwrap share the host kernel, gVisor does not")
 	for _, ch := range rep.Checks {
 		if ch.Status != "ok" {
 			assert.NotEmpty(t, ch.Fix, "a problem always comes with a fix: %s", ch.What)

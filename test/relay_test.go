@@ -21,10 +21,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// backendConfigs are the two real backends every relay scenario runs on.
+// backendConfigs are the real backends every relay scenario runs on:
+// bwrap, docker with the engine's default runtime, and docker with gVisor
+// (runsc, registered by scripts/setup), so that sessions, relay, managed
+// processes and skill mounts are shown to work under gVisor too.
 var backendConfigs = map[string]string{
-	"bwrap":  `"backend":"bwrap"`,
-	"docker": `"backend":"docker","docker":{"image":"boxrt-test:busybox"}`,
+	"bwrap":        `"backend":"bwrap"`,
+	"docker":       `"backend":"docker","docker":{"image":"boxrt-test:busybox"}`,
+	"docker-runsc": `"backend":"docker","docker":{"image":"boxrt-test:busybox","runtime":"runsc"}`,
 }
 
 // relayEnv is a stdio boxrt with a workspace directory the sandbox sees at
@@ -134,8 +138,15 @@ func writeText(t *testing.T, c *websocket.Conn, s string) {
 	require.NoError(t, c.Write(ctx, websocket.MessageText, []byte(s)))
 }
 
+// wireBackend is the backend name boxrt reports for an entry of
+// backendConfigs ("docker-runsc" is the docker backend).
+func wireBackend(entry string) string {
+	name, _, _ := strings.Cut(entry, "-")
+	return name
+}
+
 func eachBackend(t *testing.T, f func(t *testing.T, backend string)) {
-	for _, b := range []string{"bwrap", "docker"} {
+	for _, b := range []string{"bwrap", "docker", "docker-runsc"} {
 		t.Run(b, func(t *testing.T) { f(t, b) })
 	}
 }

@@ -178,3 +178,34 @@ func withHeader(h http.Header, k, v string) http.Header {
 }
 
 func port(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
+
+// TestBackendInfoMeasuresIsolation: box_get_backend_info answers at once
+// and, a moment later, carries the isolation measured in a probe sandbox
+// of the running backend; the one-line summary stays a string.
+func TestBackendInfoMeasuresIsolation(t *testing.T) {
+	p := Start(t, Options{Stdio: true, Config: bwrapConfig})
+	type report struct {
+		Level             string   `json:"level"`
+		KernelShared      bool     `json:"kernel_shared"`
+		Seccomp           string   `json:"seccomp"`
+		Capabilities      int      `json:"capabilities"`
+		ReadOnlyRoot      bool     `json:"read_only_root"`
+		NetworkInterfaces []string `json:"network_interfaces"`
+		Error             string   `json:"error"`
+	}
+	var info struct {
+		Isolation          string   `json:"isolation"`
+		IsolationLevels    []string `json:"isolation_levels"`
+		IsolationMeasured  []report `json:"isolation_measured"`
+		IsolationMeasuring bool     `json:"isolation_measuring"`
+	}
+	require.Eventually(t, func() bool {
+		p.MustCall("box_get_backend_info", map[string]any{}, &info)
+		return !info.IsolationMeasuring
+	}, time.Minute, 200*time.Millisecond)
+	assert.NotEmpty(t, info.Isolation, "the summary")
+	assert.Empty(t, info.IsolationLevels, "bwrap offers no stronger level")
+	require.Len(t, info.IsolationMeasured, 1)
+	got := info.IsolationMeasured[0]
+	assert.Equal(t, report{Level: "", KernelShared: true, Seccomp: "filter", ReadOnlyRoot: true, NetworkInterfaces: []string{}}, got)
+}

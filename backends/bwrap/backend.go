@@ -546,3 +546,9 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 	}
 	return out, nil
 }
+
+// MeasureIsolation measures this backend's isolation by probing a real
+// sandbox of each level it offers (backends.MeasureIsolation).
+func (b *Backend) MeasureIsolation(ctx context.Context) []backends.IsolationReport {
+	return backends.MeasureIsolation(ctx, b)
+}

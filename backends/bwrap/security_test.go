@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/backendtest"
 )
 
 // Regression tests for attacks on the bwrap backend run as root. Each
@@ -420,4 +421,19 @@ func TestNoSetuidFiles(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(data, "plain")); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("an ordinary chmod did not take: %v %v", fi, err)
 	}
+}
+
+// TestEscapes runs the escape table every backend and runtime of the test
+// matrix faces (backendtest.RunEscapeTests) against bwrap.
+func TestEscapes(t *testing.T) {
+	b := newBackend(t)
+	backendtest.RunEscapeTests(t, backendtest.Env{
+		Backend: b,
+		Spec: func(name string) backends.SandboxSpec {
+			s := backends.DefaultSandboxSpec()
+			s.SessionID = t.Name() + "/" + name
+			return s
+		},
+		KernelShared: true,
+	})
 }

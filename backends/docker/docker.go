@@ -65,6 +65,12 @@ type Config struct {
 	// sets no workspace_quota_mb; 0 leaves such workspaces unbounded. It
 	// applies only when the engine is local.
 	DefaultWorkspaceQuotaMB int
+	// Runtime is the engine runtime of every session ("" for the engine's
+	// default); "runsc" runs them under gVisor.
+	Runtime string
+	// GVisorRuntime serves specs asking for isolation "gvisor"; "" refuses
+	// them.
+	GVisorRuntime string
 }
 
 // MaxTmpSizeMB bounds Config.TmpSizeMB: the tmpfs lives in memory.
@@ -85,6 +91,11 @@ type Backend struct {
 	ncpu   int
 	// defaultQuotaMB is Config.DefaultWorkspaceQuotaMB.
 	defaultQuotaMB int
+
+	runtime, gvisorRuntime string
+	runtimesMu             sync.Mutex // guards runtimesOK, engineDefaultRuntime
+	runtimesOK             bool       // the engine has every configured runtime
+	engineDefaultRuntime   string     // as the engine reported it, "" until probed
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -137,6 +148,8 @@ func New(cfg Config) (*Backend, error) {
 		stateDir:       cfg.StateDir,
 		processUser:    procUser,
 		defaultQuotaMB: cfg.DefaultWorkspaceQuotaMB,
+		runtime:        strings.TrimSpace(cfg.Runtime),
+		gvisorRuntime:  strings.TrimSpace(cfg.GVisorRuntime),
 	}, nil
 }
 
@@ -152,14 +165,19 @@ func (b *Backend) DefaultImage() string { return b.defaultImage }
 // Describe implements backends.Backend.
 func (b *Backend) Describe() backends.Description {
 	d := backends.Description{
-		EnforcedLimits: []string{"memory", "pids"},
-		Isolation:      "container (runc)",
+		EnforcedLimits:  []string{"memory", "pids"},
+		Isolation:       "container (" + b.runtimeLabel() + ")",
+		IsolationLevels: b.isolationLevels(),
 		Notes: []string{
 			quotaNote(b),
 			"per-process memory_mb of managed processes is not enforced; the session's memory limit applies",
 			processNote(b),
 			"a container's mounts are fixed at creation: naming a skill the session does not have yet recreates it (its /workspace volume starts empty unless host_path is set)",
 		},
+	}
+	if b.isGVisor(b.runtime) || b.gvisorRuntime != "" {
+		d.Notes = append(d.Notes, "gVisor sessions: memory and pids limits apply to the sandbox as a whole (its kernel's threads count, pids_limit is scaled); "+
+			"hitting them ends the whole sandbox and the next call recreates the session")
 	}
 	if b.cpuLimit {
 		d.EnforcedLimits = append(d.EnforcedLimits, "cpus")
@@ -172,6 +190,9 @@ func (b *Backend) Describe() backends.Description {
 func processNote(b *Backend) string {
 	if b.processUser == "" {
 		return "managed processes run as the same user as execs: an exec can read their environment (docker.process_user separates them)"
+	}
+	if b.isGVisor(b.runtime) {
+		return "managed processes run as " + b.processUser + ", but gVisor (runsc 20221219 measured) lets any user read /proc/<pid>/environ: execs can still read their environment"
 	}
 	return "managed processes run as " + b.processUser + ": execs cannot read their environment"
 }
@@ -198,7 +219,7 @@ func (b *Backend) Probe(ctx context.Context) error {
 		return boxerr.BackendUnavailable("Docker engine at %s speaks API %s; boxrt needs at least %s (upgrade docker.io)",
 			b.cli.DaemonHost(), ping.APIVersion, minAPIVersion)
 	}
-	return nil
+	return b.checkRuntimes(ctx)
 }
 
 func (b *Backend) unavailable(err error) *boxerr.Error {

@@ -100,6 +100,8 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		feed := feedStdin(&hj, req.Stdin, opts.Tty)
 		defer feed()
 	}
+	exited, stopWatch := b.exitWatch(ctx, info)
+	defer stopWatch()
 
 	var expired <-chan time.Time
 	if req.Timeout > 0 {
@@ -124,6 +126,8 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 				err = b.apiError("resizing the terminal of an exec in "+info.BackendSessionID, err)
 			}
 			rs.Done <- err
+		case <-exited:
+			return b.sandboxDied(ctx, info)
 		case sig := <-req.Signals:
 			if name, ok := signalNames[sig]; ok {
 				// Nobody left to signal is the command ending, not a failure.
@@ -156,6 +160,10 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	// container that was stopping (its error text is then the "output"),
 	// and a signal exit is what every process gets when the container
 	// dies. Either way the result says nothing about the command.
+	// runsc answers 128 for an exec whose sandbox died under it.
+	if code == 128 && b.OnGVisor(info.Sandbox) && b.stopping(ictx, info) {
+		return b.sandboxDied(ictx, info)
+	}
 	if (code == 126 || code > 128) && b.stopping(ictx, info) {
 		return backends.ExitStatus{}, containerGone(info, code)
 	}

@@ -267,6 +267,18 @@ func TestExecMemoryLimitKillsHog(t *testing.T) {
 	info := startSession(t, b, func(s *backends.SandboxSpec) { s.MemoryMB = 64 })
 	// A 200 MB shell variable cannot fit in 64 MiB without swap.
 	r := run(t, b, info, `x=$(head -c 209715200 /dev/zero | tr '\0' a); echo survived ${#x}`, time.Minute)
+	if onGVisor(t) {
+		// gVisor's sentry holds the sandbox's memory and is what the
+		// cgroup's OOM killer picks: the whole sandbox ends, the command
+		// reads as killed (137) and the session is gone.
+		if r.err != nil || r.status.ExitCode != 137 || strings.Contains(r.stdout, "survived") {
+			t.Fatalf("memory hog on gVisor: status %+v err %v stdout %q, want exit 137", r.status, r.err, r.stdout)
+		}
+		if got := run(t, b, info, "true", 30*time.Second); !isKind(got.err, boxerr.ErrSessionNotFound) {
+			t.Fatalf("after the OOM the session should be gone: %+v", got)
+		}
+		return
+	}
 	if r.err != nil || r.status.TimedOut {
 		t.Fatalf("status %+v err %v", r.status, r.err)
 	}
@@ -288,7 +300,27 @@ func TestExecForkBombIsContainedAndKilled(t *testing.T) {
 	mustRun(t, b, info, "echo before > /workspace/f")
 	// exec keeps the foreground alive without needing a pid of its own.
 	r := run(t, b, info, "bomb() { bomb | bomb & }; bomb; exec sleep 73", 3*time.Second)
-	if r.err != nil || !r.status.TimedOut {
+	if onGVisor(t) {
+		// gVisor's own threads share the container's pids cgroup: when
+		// the bomb fills it, the sentry cannot start a thread and the
+		// whole sandbox ends. Contained, but the session is gone, which
+		// the runtime answers by recreating it.
+		// The exec may also fail to start (exit 128) when the bomb of an
+		// earlier instant already holds every pid.
+		if r.err != nil && !isKind(r.err, boxerr.ErrSessionNotFound) {
+			t.Fatalf("fork bomb: %v, want a timeout or BoxSessionNotFoundError", r.err)
+		}
+		// Killing the bomb's tree means a helper exec in a sandbox whose
+		// pids are exhausted: it takes seconds, and the sandbox may end.
+		t.Logf("fork bomb on gVisor: status %+v err %v after %v", r.status, r.err, r.elapsed)
+		if r.elapsed > 60*time.Second {
+			t.Errorf("the fork bomb held Exec for %v", r.elapsed)
+		}
+		return
+	} else if r.err != nil || !(r.status.TimedOut || r.status.ExitCode == 2) {
+		// The shell may hit the limit before it reaches exec and give up
+		// ("can't fork", 2; seen on a loaded machine, dockerd and Podman
+		// alike); the checks below still want every bomb process gone.
 		t.Fatalf("status %+v err %v", r.status, r.err)
 	}
 	t.Logf("fork bomb killed; Exec returned after %v", r.elapsed)
@@ -331,13 +363,18 @@ func TestExecReadOnlyRootfs(t *testing.T) {
 			if r.err != nil || r.status.TimedOut {
 				t.Fatalf("status %+v err %v", r.status, r.err)
 			}
-			if wrote := r.status.ExitCode == 0; wrote != tc.writes {
-				t.Fatalf("write to %s: exit %d (stderr %q), want success=%v", tc.path, r.status.ExitCode, r.stderr, tc.writes)
+			// Podman gives a read-only rootfs writable tmpfs mounts on
+			// /var/tmp and /run (its read-only-tmpfs default, which its
+			// Docker API cannot turn off); they count against memory_mb.
+			want := tc.writes || (tc.path == "/var/tmp/x" && onPodman(t))
+			if wrote := r.status.ExitCode == 0; wrote != want {
+				t.Fatalf("write to %s: exit %d (stderr %q), want success=%v", tc.path, r.status.ExitCode, r.stderr, want)
 			}
 		})
 	}
+	// runc's kernel prints the size in KiB, gVisor as given.
 	mounts := mustRun(t, b, ro, "grep ' /tmp ' /proc/mounts")
-	if !strings.Contains(mounts, "tmpfs") || !strings.Contains(mounts, "size=65536k") {
+	if !strings.Contains(mounts, "tmpfs") || !(strings.Contains(mounts, "size=65536k") || strings.Contains(mounts, "size=64m")) {
 		t.Errorf("/tmp is not a 64 MiB tmpfs: %q", mounts)
 	}
 }

@@ -60,10 +60,11 @@ func TestLabelsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Containers a previous boxrt labelled are adopted from this label:
-	// its form must not change.
+	// its form may only grow (a label without "isolation" reads as the
+	// default level).
 	const label = `{"image":"img:1","network":"off","host_path":"/srv/x","host_path_mode":"rw","mount_path":"/workspace",` +
 		`"extra_mounts":[{"host_path":"/a","mount_path":"/b","mode":"ro"}],"persistent":true,"cpus":1.5,"memory_mb":512,` +
-		`"pids_limit":128,"read_only_rootfs":true,"workspace_quota_mb":9}`
+		`"pids_limit":128,"read_only_rootfs":true,"workspace_quota_mb":9,"isolation":""}`
 	if labels[LabelSpec] != label {
 		t.Errorf("spec label\n got %s\nwant %s", labels[LabelSpec], label)
 	}

@@ -33,8 +33,77 @@ const testImage = "boxrt-test:busybox"
 // integration test fails with it rather than skipping.
 var setupErr error
 
+// The test matrix: scripts/test runs this package once per engine/runtime
+// (dockerd with runc, dockerd with runsc, Podman's Docker-compatible API).
+// BOXRT_TEST_DOCKER_HOST becomes DOCKER_HOST for the backend and the raw
+// client alike; BOXRT_TEST_DOCKER_RUNTIME is the backend's Config.Runtime
+// (and its GVisorRuntime, so specs asking for gVisor are served too).
+var (
+	matrixHost    = os.Getenv("BOXRT_TEST_DOCKER_HOST")
+	matrixRuntime = os.Getenv("BOXRT_TEST_DOCKER_RUNTIME")
+)
+
+// matrixName names the matrix entry in failure messages.
+func matrixName() string {
+	host, rt := matrixHost, matrixRuntime
+	if host == "" {
+		host = "default engine"
+	}
+	if rt == "" {
+		rt = "default runtime"
+	}
+	return host + ", " + rt
+}
+
+// testConfig is the backend configuration every test starts from: the
+// matrix entry's runtime, the test image, and the given instance id.
+func testConfig(instance string) docker.Config {
+	return docker.Config{InstanceID: instance, DefaultImage: testImage, Runtime: matrixRuntime, GVisorRuntime: matrixRuntime}
+}
+
+// onGVisor tells whether this matrix entry runs sessions under gVisor.
+func onGVisor(t *testing.T) bool {
+	b, err := docker.New(testConfig("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	return b.OnGVisor(backends.Sandbox{})
+}
+
+// onPodman tells whether the engine is Podman's Docker-compatible API.
+func onPodman(t *testing.T) bool {
+	v, err := rawClient(t).ServerVersion(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range v.Components {
+		if strings.Contains(c.Name, "Podman") {
+			return true
+		}
+	}
+	return false
+}
+
+// cgroupPids is the pids cgroup limit a session with pids_limit n gets in
+// this matrix entry (scaled on gVisor, see Backend.PidsCgroupLimit).
+func cgroupPids(t *testing.T, n int) int64 {
+	b, err := docker.New(testConfig("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	return b.PidsCgroupLimit(backends.Sandbox{PidsLimit: n})
+}
+
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if matrixHost != "" {
+		// Before any client is built: both read DOCKER_HOST from the
+		// environment.
+		os.Setenv("DOCKER_HOST", matrixHost)
+	}
+	fmt.Fprintf(os.Stderr, "backends/docker: testing against %s\n", matrixName())
 	if testing.Short() {
 		fmt.Fprintln(os.Stderr, "\n!!! -short: SKIPPING every Docker Engine integration test in backends/docker !!!")
 	} else {
@@ -61,6 +130,11 @@ func setup() error {
 	if _, err := cli.ImageInspect(ctx, testImage); err == nil {
 		return nil
 	}
+	if matrixHost != "" {
+		// build-test-image builds into dockerd; scripts/setup imports the
+		// image into Podman's store.
+		return fmt.Errorf("%s is not in the engine at %s: run scripts/setup", testImage, matrixHost)
+	}
 	_, file, _, _ := runtime.Caller(0)
 	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "build-test-image")
 	cmd := exec.CommandContext(ctx, script)
@@ -81,7 +155,7 @@ func needEngine(t *testing.T) {
 		t.Skip("!!! SKIPPED: needs a Docker Engine (-short) !!!")
 	}
 	if setupErr != nil {
-		t.Fatalf("Docker Engine integration test cannot run: %v", setupErr)
+		t.Fatalf("Docker Engine integration test cannot run (%s): %v", matrixName(), setupErr)
 	}
 }
 
@@ -105,7 +179,7 @@ func instanceID() string {
 func newBackend(t *testing.T, mutate ...func(*docker.Config)) *docker.Backend {
 	t.Helper()
 	needEngine(t)
-	cfg := docker.Config{InstanceID: instanceID(), DefaultImage: testImage}
+	cfg := testConfig(instanceID())
 	for _, m := range mutate {
 		m(&cfg)
 	}

@@ -82,6 +82,16 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 		stderr:    errR,
 		done:      make(chan struct{}),
 	}
+	exited, stopWatch := b.exitWatch(context.WithoutCancel(ctx), info)
+	go func() {
+		defer stopWatch()
+		select {
+		case <-exited:
+			// The stream would never end by itself (see exitWatch).
+			_ = hj.Conn.Close()
+		case <-p.done:
+		}
+	}()
 	go p.run(outW, errW)
 	return p, nil
 }

@@ -108,8 +108,10 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		Entrypoint: []string{"sh", "-c", keepAlive},
 	}
 	init := true
-	pids := int64(spec.PidsLimit)
+	rt := b.runtimeFor(spec.Sandbox)
+	pids := b.PidsCgroupLimit(spec.Sandbox)
 	hc := &container.HostConfig{
+		Runtime:        rt,
 		Init:           &init,
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges"},

@@ -18,11 +18,12 @@ import (
 
 // boxrtOpts says how to start one boxrt.
 type boxrtOpts struct {
-	Name   string // for the log file name
-	Stdio  bool   // serve --stdio (else WebSocket only)
-	Listen bool   // run the HTTP listener (relay, /rpc/ws) on 127.0.0.1:0
-	Config string // BOXRT_CONFIG
-	Token  string // BOXRT_CONTROL_TOKEN ("" = none)
+	Name   string   // for the log file name
+	Stdio  bool     // serve --stdio (else WebSocket only)
+	Listen bool     // run the HTTP listener (relay, /rpc/ws) on 127.0.0.1:0
+	Config string   // BOXRT_CONFIG
+	Token  string   // BOXRT_CONTROL_TOKEN ("" = none)
+	Env    []string // extra environment (DOCKER_HOST=…)
 }
 
 // boxrtProc is a running boxrt.
@@ -69,6 +70,7 @@ func (b *bench) startBoxrt(ctx context.Context, o boxrtOpts) (*boxrtProc, error)
 	if o.Token != "" {
 		cmd.Env = append(cmd.Env, "BOXRT_CONTROL_TOKEN="+o.Token)
 	}
+	cmd.Env = append(cmd.Env, o.Env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		logFile.Close()

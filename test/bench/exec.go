@@ -63,6 +63,15 @@ func (b *bench) startBackend(ctx context.Context, name, backend string, listen b
 	if err != nil {
 		return nil, err
 	}
+	if err := b.checkBackend(ctx, p, backend); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// checkBackend records p's instance id (for the final cleanup check) and
+// makes sure the backend selected is the one asked for; it stops p if not.
+func (b *bench) checkBackend(ctx context.Context, p *boxrtProc, backend string) error {
 	var st struct {
 		Backend struct {
 			Name      *string `json:"name"`
@@ -73,7 +82,7 @@ func (b *bench) startBackend(ctx context.Context, name, backend string, listen b
 	}
 	if err := p.rpc.CallInto(ctx, "box_status", nil, &st); err != nil {
 		p.stop(10 * time.Second)
-		return nil, fmt.Errorf("box_status: %w", err)
+		return fmt.Errorf("box_status: %w", err)
 	}
 	b.instances[st.InstanceID] = true
 	if !st.Backend.Available || st.Backend.Name == nil || *st.Backend.Name != backend {
@@ -82,9 +91,9 @@ func (b *bench) startBackend(ctx context.Context, name, backend string, listen b
 		if st.Backend.Name != nil {
 			got = *st.Backend.Name
 		}
-		return nil, fmt.Errorf("backend %s not available in this boxrt build (selected: %s; %s)", backend, got, truncate(st.Backend.Error, 300))
+		return fmt.Errorf("backend %s not available in this boxrt build (selected: %s; %s)", backend, got, truncate(st.Backend.Error, 300))
 	}
-	return p, nil
+	return nil
 }
 
 func (b *bench) scenarioExec(ctx context.Context) *Scenario {

@@ -1,0 +1,331 @@
+package backendtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
+)
+
+// ProbeDir is where the escape probe is bound (read-only) in a sandbox.
+const ProbeDir = "/opt/boxrt-escape"
+
+// Env is a backend under test and how to make a session spec for it.
+type Env struct {
+	Backend backends.Backend
+	// Spec returns a spec of a session for this backend (image, session
+	// id from name); the escape case adds its limits and the probe mount.
+	Spec func(name string) backends.SandboxSpec
+	// KernelShared is false where the sandbox's syscalls are served by a
+	// kernel of its own (gVisor): there a namespace a sandbox makes is the
+	// sentry's, not the host kernel's, and contained.
+	KernelShared bool
+}
+
+// outcome is what one attempt produced.
+type outcome struct {
+	out    string
+	status backends.ExitStatus
+	err    error
+}
+
+// host is what the cases compare a sandbox's view with.
+type host struct {
+	shadow     string   // the host's /etc/shadow
+	writes     []string // host paths a sandbox must not be able to create
+	listener   string   // a host TCP listener on loopback
+	marker     string   // in the command line of another session's process
+	victimPids []string // host pids of that process (none on gVisor)
+}
+
+// escapeCase is one thing a sandbox must not be able to do.
+type escapeCase struct {
+	name string
+	// limits changes the session's limits for the case.
+	limits func(*backends.SandboxSpec)
+	cmd    func(h *host) string
+	// escaped returns what got out, "" when contained.
+	escaped func(e Env, h *host, o outcome) string
+}
+
+func probe(args ...string) string { return ProbeDir + "/escapeprobe " + strings.Join(args, " ") }
+
+// granted lists the attempts the probe reports as ok.
+func granted(out string) string {
+	var ok []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasSuffix(l, "=ok") {
+			ok = append(ok, strings.TrimSuffix(l, "=ok"))
+		}
+	}
+	return strings.Join(ok, ", ")
+}
+
+// sessionEnded is a sandbox a limit brought down as a whole (gVisor's
+// sentry is what the OOM killer or the pids limit hits): contained.
+func sessionEnded(o outcome) bool { return errors.Is(o.err, boxerr.ErrSessionNotFound) }
+
+const (
+	escapePidsLimit = 32
+	escapeMemoryMB  = 64
+)
+
+// escapeCases is the one table of escape attempts.
+var escapeCases = []escapeCase{
+	{
+		name: "read host /etc/shadow",
+		cmd:  func(*host) string { return probe("read", "/etc/shadow") },
+		escaped: func(_ Env, h *host, o outcome) string {
+			if h.shadow != "" && strings.Contains(o.out, h.shadow) {
+				return "the sandbox read the host's /etc/shadow"
+			}
+			return ""
+		},
+	},
+	{
+		name: "write outside the workspace",
+		cmd:  func(h *host) string { return probe(append([]string{"write"}, h.writes...)...) },
+		escaped: func(_ Env, h *host, _ outcome) string {
+			var got []string
+			for _, p := range h.writes {
+				if _, err := os.Stat(p); err == nil {
+					got = append(got, p)
+				}
+			}
+			return strings.Join(got, ", ")
+		},
+	},
+	{
+		name:    "mount",
+		cmd:     func(*host) string { return probe("mount") },
+		escaped: func(_ Env, _ *host, o outcome) string { return granted(o.out) },
+	},
+	{
+		name: "unshare",
+		// The probe's clone with namespace flags, and unshare(2) itself
+		// from a single-threaded program where the image has one.
+		cmd: func(*host) string {
+			return probe("unshare") + "; if command -v unshare >/dev/null; then unshare -U true && echo 'unshare(1) -U=ok'; fi"
+		},
+		escaped: func(e Env, _ *host, o outcome) string {
+			if !e.KernelShared {
+				return "" // namespaces of the sandbox's own kernel
+			}
+			return granted(o.out)
+		},
+	},
+	{
+		name:    "raw sockets",
+		cmd:     func(*host) string { return probe("rawsock") },
+		escaped: func(_ Env, _ *host, o outcome) string { return granted(o.out) },
+	},
+	{
+		name:    "reach a host listener with network off",
+		cmd:     func(h *host) string { return probe("connect", h.listener) },
+		escaped: func(_ Env, _ *host, o outcome) string { return granted(o.out) },
+	},
+	{
+		name:   "fork bomb under the pids limit",
+		limits: func(s *backends.SandboxSpec) { s.PidsLimit = escapePidsLimit },
+		cmd:    func(*host) string { return probe("forkbomb", "400") },
+		escaped: func(_ Env, _ *host, o outcome) string {
+			if sessionEnded(o) {
+				return ""
+			}
+			n := -1
+			for _, l := range strings.Split(o.out, "\n") {
+				if v, ok := strings.CutPrefix(l, "started="); ok {
+					n, _ = strconv.Atoi(v)
+				}
+			}
+			// A kernel that shares its pids with the sandbox's threads
+			// (gVisor) grants fewer; none may grant more than twice the
+			// limit, and the limit must have stopped the bomb.
+			if n < 0 || n >= 2*escapePidsLimit {
+				return fmt.Sprintf("started %d processes under pids_limit %d (output %q, err %v)", n, escapePidsLimit, o.out, o.err)
+			}
+			return ""
+		},
+	},
+	{
+		name:   "memory hog under the memory limit",
+		limits: func(s *backends.SandboxSpec) { s.MemoryMB = escapeMemoryMB },
+		cmd:    func(*host) string { return probe("memhog", strconv.Itoa(4*escapeMemoryMB)) },
+		escaped: func(_ Env, _ *host, o outcome) string {
+			if strings.Contains(o.out, "allocated=") {
+				return fmt.Sprintf("allocated %d MB under memory_mb %d", 4*escapeMemoryMB, escapeMemoryMB)
+			}
+			if o.err != nil && !sessionEnded(o) {
+				return fmt.Sprintf("unexpected error %v", o.err)
+			}
+			return ""
+		},
+	},
+	{
+		name: "ptrace of another session's process",
+		cmd: func(h *host) string {
+			return probe(append([]string{"ptrace", h.marker[:2], h.marker[2:]}, h.victimPids...)...)
+		},
+		escaped: func(_ Env, _ *host, o outcome) string { return granted(o.out) },
+	},
+}
+
+// RunEscapeTests runs every escape case in its own session of env and
+// fails each case whose attempt was not contained.
+func RunEscapeTests(t *testing.T, env Env) {
+	t.Helper()
+	dir := buildProbe(t)
+	h := newHost(t, env)
+	for _, tc := range escapeCases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := env.Spec("escape-" + tc.name)
+			spec.Network = backends.NetworkOff
+			spec.ExtraMounts = append(spec.ExtraMounts, backends.MountSpec{HostPath: dir, MountPath: ProbeDir, Mode: backends.MountRO})
+			if tc.limits != nil {
+				tc.limits(&spec)
+			}
+			info := start(t, env.Backend, spec)
+			var out syncBuffer
+			st, err := env.Backend.Exec(context.Background(), info, backends.ExecRequest{
+				Cmd: tc.cmd(h) + " 2>&1", Timeout: 90 * time.Second, Stdout: &out, Stderr: &out})
+			o := outcome{out: out.String(), status: st, err: err}
+			t.Logf("%s: status %+v err %v\n%s", tc.name, st, err, o.out)
+			if st.TimedOut {
+				t.Fatalf("the attempt did not end in 90 s")
+			}
+			if what := tc.escaped(env, h, o); what != "" {
+				t.Errorf("NOT CONTAINED: %s", what)
+			}
+		})
+	}
+}
+
+// newHost prepares the host side: the shadow file to compare with, the
+// paths a write must not create, a loopback listener, and a victim process
+// in a session of its own.
+func newHost(t *testing.T, env Env) *host {
+	h := &host{marker: fmt.Sprintf("31%d", time.Now().UnixNano()%1000000)}
+	if b, err := os.ReadFile("/etc/shadow"); err == nil {
+		h.shadow = strings.TrimSpace(string(b))
+	}
+	tag := fmt.Sprintf("boxrt-escape-%d-%d", os.Getpid(), time.Now().UnixNano())
+	for _, d := range []string{"/", "/etc", "/tmp", "/var/tmp", "/root"} {
+		p := filepath.Join(d, tag)
+		h.writes = append(h.writes, p)
+		t.Cleanup(func() { _ = os.Remove(p) })
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	h.listener = ln.Addr().String()
+
+	victim := start(t, env.Backend, env.Spec("escape-victim"))
+	p, err := env.Backend.StartProcess(context.Background(), victim, backends.ProcessSpec{ProcessID: "victim", Command: "sleep", Args: []string{h.marker}})
+	if err != nil {
+		t.Fatalf("starting the victim process: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = p.Signal(9)
+		_, _ = p.Wait()
+	})
+	time.Sleep(500 * time.Millisecond)
+	h.victimPids = hostPids(h.marker)
+	return h
+}
+
+// hostPids finds host processes whose command line contains marker.
+func hostPids(marker string) []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(marker)) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+func start(t *testing.T, b backends.Backend, spec backends.SandboxSpec) backends.Session {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	info, err := b.StartSession(ctx, spec)
+	if err != nil {
+		t.Fatalf("StartSession: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := b.StopSession(ctx, info); err != nil {
+			t.Errorf("StopSession: %v", err)
+		}
+	})
+	return info
+}
+
+// buildProbe builds escapeprobe static into a world-readable directory
+// (sandbox users are not the test's user), removed when the test ends.
+func buildProbe(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "boxrt-escapeprobe-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, file, _, _ := goruntime.Caller(0)
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "escapeprobe"), "./test/fixtures/escape")
+	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building escapeprobe: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// syncBuffer is a bytes.Buffer safe for the exec's concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}

@@ -313,10 +313,12 @@ func (r *Runtime) StartExec(ctx context.Context, spec Spec, opts ExecOptions) (E
 		x.follow(0, opts.Sink)
 	}
 	go func() {
-		defer r.releaseExec(s)
 		start := time.Now()
 		res, _, err := r.runExec(xctx, spec, b, info, x)
 		x.cancel(nil)
+		// The session is released before waiters learn of the end, so one
+		// that acts on it (the reaper, a suspend) finds it idle.
+		r.releaseExec(s)
 		now := r.clock.Now()
 		x.finish(res, err, now)
 		r.execs.ended(x, now)

@@ -185,8 +185,9 @@ func TestLogSinkCapturesStdlog(t *testing.T) {
 	}
 	assert.Less(t, time.Since(start), 5*time.Second, "log.Printf must not wait for the writer")
 	close(w.open)
-	// After the burst: the ring drops the oldest lines when full, so a klog
-	// line logged before it could be among the dropped.
+	// After the burst has drained: a full queue drops the newest lines, so
+	// a klog line logged into it could be among the dropped.
+	require.Eventually(t, func() bool { return len(sink.stdlog) == 0 }, 10*time.Second, time.Millisecond)
 	klog.Errorf("client-go: something")
 	klog.Flush()
 	require.True(t, sink.Close(10*time.Second))

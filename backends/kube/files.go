@@ -19,7 +19,9 @@ import (
 // Pod, never onto the node. Data streams through the exec's stdin (its
 // end is the v5 protocol's close) and stdout.
 
-func (b *Backend) files() sandboxfs.FS { return sandboxfs.FS{Backend: "kube backend", Runner: fsRunner{b}} }
+func (b *Backend) files() sandboxfs.FS {
+	return sandboxfs.FS{Backend: "kube backend", Runner: fsRunner{b}}
+}
 
 // StatFile implements runtime.FileSystem.
 func (b *Backend) StatFile(ctx context.Context, info backends.Session, p string) (backends.FileInfo, error) {

@@ -200,8 +200,14 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 				}
 				return backends.ExitStatus{ExitCode: code}, nil
 			}
-			_ = b.signal(ctx, info.BackendSessionID, pidFile, "KILL", true)
-			if werr := firstErr(stdout.err(), stderr.err()); werr != nil {
+			werr := firstErr(stdout.err(), stderr.err())
+			if werr != nil || interactive {
+				// A failing writer: nobody would see the rest. A broken
+				// stream: a watcher has seen it end and killed, but an
+				// interactive exec has none.
+				_ = b.signal(ctx, info.BackendSessionID, pidFile, "KILL", true)
+			}
+			if werr != nil {
 				return backends.ExitStatus{}, boxerr.Failure("writing command output: %v", werr).Wrap(werr)
 			}
 			return backends.ExitStatus{}, b.execError(ctx, info, "running command", serr)

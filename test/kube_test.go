@@ -166,3 +166,71 @@ func TestKubeReplicaKillAndRelay(t *testing.T) {
 	third.p.MustCall("box_get_sessions", map[string]any{}, &sessions)
 	assert.NotContains(t, mustJSON(t, sessions), "kube-e2e", "a deleted session is not adopted again")
 }
+
+// TestKubeLiveExecAndFiles runs the built binary on the kube backend: a
+// command on a terminal with a resize and typed input, then the file API
+// (write, ranged read, stat, a symlink escape refused) over JSON-RPC.
+func TestKubeLiveExecAndFiles(t *testing.T) {
+	kubeconfig := kubeconfigForTests(t)
+	buf := make([]byte, 6)
+	_, _ = rand.Read(buf)
+	cfg, err := json.Marshal(map[string]any{
+		"backend": "kube",
+		"kube": map[string]any{"kubeconfig": kubeconfig, "namespace": "default", "instance": "e2e-" + hex.EncodeToString(buf),
+			"image": "boxrt-test:busybox", "image_pull_policy": "Never"},
+		"limits": map[string]any{"session_ttl_sec": 300},
+	})
+	require.NoError(t, err)
+	p := Start(t, Options{Stdio: true, Config: string(cfg)})
+	e := &liveEnv{backend: "kube", p: p, c: stdioLive(t, p)}
+	s := e.session(t, "kube-live", nil)
+
+	t.Run("terminal", func(t *testing.T) {
+		var info struct {
+			ExecID string `json:"exec_id"`
+		}
+		e.c.call("box_exec_start", with(s, "cmd", "tty; stty size; read line; stty size; echo got $line",
+			"pty", map[string]any{"rows": 30, "cols": 100}, "stream", true), &info)
+		var seen string
+		for !strings.Contains(seen, "30 100") {
+			select {
+			case n := <-e.c.notes:
+				seen += string(n.bytes(t))
+			case <-time.After(30 * time.Second):
+				t.Fatalf("no size line; got %q", seen)
+			}
+		}
+		e.c.call("box_exec_resize", map[string]any{"exec_id": info.ExecID, "rows": 40, "cols": 120}, nil)
+		e.c.call("box_exec_write_stdin", map[string]any{"exec_id": info.ExecID, "data": "typed\r"}, nil)
+		var res ExecResult
+		e.c.call("box_exec_wait", map[string]any{"exec_id": info.ExecID, "timeout_sec": 60}, &res)
+		assert.Equal(t, "completed", res.Status)
+		assert.Regexp(t, `^/dev/\S+\r\n30 100\r\n`, res.Stdout)
+		assert.Contains(t, res.Stdout, "40 120\r\ngot typed")
+	})
+
+	t.Run("files", func(t *testing.T) {
+		data := []byte("\x00\x01binary\xff\xfe\n")
+		e.c.call("box_fs_write", with(s, "path", "/workspace/d/a.bin", "data_base64", base64.StdEncoding.EncodeToString(data), "mode", 0o640), nil)
+		var rd struct {
+			DataBase64 string `json:"data_base64"`
+			Size       int64  `json:"size"`
+		}
+		e.c.call("box_fs_read", with(s, "path", "/workspace/d/a.bin", "offset", 2, "length", 6), &rd)
+		got, _ := base64.StdEncoding.DecodeString(rd.DataBase64)
+		assert.Equal(t, "binary", string(got))
+		assert.EqualValues(t, len(data), rd.Size)
+		var st struct {
+			Type string `json:"type"`
+			Mode uint32 `json:"mode"`
+		}
+		e.c.call("box_fs_stat", with(s, "path", "/workspace/d/a.bin"), &st)
+		assert.Equal(t, "file", st.Type)
+		assert.EqualValues(t, 0o640, st.Mode)
+		e.c.call("box_exec", with(s, "cmd", "ln -s /etc/passwd /workspace/x"), nil)
+		_, ch := e.c.start("box_fs_read", with(s, "path", "/workspace/x"))
+		r := e.c.await(ch, "box_fs_read")
+		require.NotNil(t, r.Error, "a link out of the mounts must be refused")
+		assert.Equal(t, "BoxValidationError", r.Error.Type(), "%+v", r.Error)
+	})
+}

@@ -13,7 +13,10 @@
 // (client-go remotecommand over WebSocket, SPDY only where the server lacks
 // it), wrapped in the same shell snippets as the docker backend (sandboxsh):
 // a watcher reading the exec's stdin kills the command's process tree on a
-// timeout, or when the exec stream breaks, and the Pod stays.
+// timeout, or when the exec stream breaks, and the Pod stays. Live execs
+// (stdin, a terminal, signals) and the file API (backends/internal/sandboxfs)
+// work as on docker, through the same subresource: signals, resize checks
+// and sweeps are helper execs.
 //
 // Network off is a NetworkPolicy denying all ingress and egress of the Pod,
 // which only a CNI that enforces NetworkPolicy turns into a real barrier.

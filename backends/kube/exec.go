@@ -53,15 +53,17 @@ func envArgs(env map[string]string) []string {
 
 // executor opens a command in the session's container through the Pod exec
 // subresource: WebSocket (the v5 protocol carries stdin close), SPDY only
-// when the server refuses the WebSocket upgrade.
-func (b *Backend) executor(pod string, cmd []string) (remotecommand.Executor, error) {
+// when the server refuses the WebSocket upgrade. With tty the container's
+// side is a terminal, whose output is all one stream (no stderr).
+func (b *Backend) executor(pod string, cmd []string, tty bool) (remotecommand.Executor, error) {
 	req := b.cs.CoreV1().RESTClient().Post().Namespace(b.ns).Resource("pods").Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
 			Container: containerName,
 			Command:   cmd,
 			Stdin:     true,
 			Stdout:    true,
-			Stderr:    true,
+			Stderr:    !tty,
+			TTY:       tty,
 		}, scheme.ParameterCodec)
 	ws, err := remotecommand.NewWebSocketExecutor(b.rc, "GET", req.URL().String())
 	if err != nil {
@@ -92,6 +94,13 @@ func exitCode(err error) (int, error) {
 // Exec implements backends.Backend. Output streams into req.Stdout and
 // req.Stderr as it arrives. On req.Timeout or ctx cancellation the
 // command's whole process tree is killed inside the Pod, which stays.
+//
+// The live fields work as on docker. A command with a stdin or a terminal
+// owns the exec's stdin, so it runs under sandboxsh.InteractiveScript
+// (no watcher): a kill, and the sweep of what it leaves behind when it
+// ends, go through a helper exec and its pid file. A command that may only
+// be signalled keeps the watcher, in live mode, and gets the same sweep.
+// Signals go to the whole tree through a helper exec (SignalScript).
 func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.ExecRequest) (backends.ExitStatus, error) {
 	if b.configErr != nil {
 		return backends.ExitStatus{}, b.configErr
@@ -107,9 +116,19 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		workdir = "/"
 	}
 	pidFile := "/tmp/.boxrt-exec-" + randomHex(16) + ".pid"
-	cmd := append([]string{"sh", "-c", envPrelude + sandboxsh.ExecScript, "boxrt-exec"}, envArgs(req.Env)...)
-	cmd = append(cmd, workdir, req.Cmd, pidFile)
-	ex, err := b.executor(info.BackendSessionID, cmd)
+	interactive := req.Stdin != nil || req.TTY != nil
+	script, mode := sandboxsh.ExecScript, ""
+	switch {
+	case req.TTY != nil:
+		script, mode = sandboxsh.InteractiveScript, "tty"
+	case interactive:
+		script = sandboxsh.InteractiveScript
+	case req.Signals != nil:
+		mode = "live"
+	}
+	cmd := append([]string{"sh", "-c", envPrelude + script, "boxrt-exec"}, envArgs(req.Env)...)
+	cmd = append(cmd, workdir, req.Cmd, pidFile, mode)
+	ex, err := b.executor(info.BackendSessionID, cmd, req.TTY != nil)
 	if err != nil {
 		return backends.ExitStatus{}, b.apiError("preparing exec in Pod "+info.BackendSessionID, err)
 	}
@@ -117,17 +136,49 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 
 	stdout := &errWriter{w: orDiscard(req.Stdout)}
 	stderr := &errWriter{w: orDiscard(req.Stderr)}
-	// The watcher in ExecScript reads this pipe: it stays open while the
-	// command runs; a line (or its close, or the stream breaking) kills.
-	stdinR, stdinW := io.Pipe()
-	defer stdinW.Close()
 	// The stream outlives ctx on the kill path: the watcher must get the
 	// kill request through it.
 	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer scancel()
+	ended := make(chan struct{})
+	opts := remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr}
+	// Without a stdin of its own, the watcher in ExecScript reads this
+	// pipe: it stays open while the command runs; a line (or its close,
+	// or the stream breaking) kills.
+	var watcher *io.PipeWriter
+	switch {
+	case req.TTY != nil:
+		opts.Stderr = nil
+		opts.Tty = true
+		opts.Stdin = &ttyStdin{ended: ended}
+		if req.Stdin != nil {
+			opts.Stdin = &ttyStdin{r: req.Stdin, ended: ended}
+		}
+	case req.Stdin != nil:
+		// Its EOF closes the command's stdin (the v5 protocol's close).
+		opts.Stdin = req.Stdin
+	default:
+		var stdinR io.Reader
+		stdinR, watcher = io.Pipe()
+		defer watcher.Close()
+		opts.Stdin = stdinR
+	}
+	var sizes *sizeQueue
+	if req.TTY != nil {
+		sizes = &sizeQueue{first: &remotecommand.TerminalSize{Height: req.TTY.Rows, Width: req.TTY.Cols},
+			next: make(chan *remotecommand.TerminalSize), ended: ended}
+		opts.TerminalSizeQueue = sizes
+	}
+	if req.Stdin != nil {
+		// Ends a Read still pending in the stream's stdin copier, which
+		// the stream does not wait for.
+		defer req.Stdin.Close()
+	}
 	done := make(chan error, 1)
 	go func() {
-		done <- ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: stdinR, Stdout: stdout, Stderr: stderr})
+		err := ex.StreamWithContext(sctx, opts)
+		close(ended)
+		done <- err
 	}()
 
 	var expired <-chan time.Time
@@ -136,41 +187,143 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		defer t.Stop()
 		expired = t.C
 	}
-	select {
-	case err := <-done:
-		code, serr := exitCode(err)
-		if serr == nil {
-			return backends.ExitStatus{ExitCode: code}, nil
+	var cancelled error
+	for {
+		select {
+		case err := <-done:
+			code, serr := exitCode(err)
+			if serr == nil {
+				if interactive || req.Signals != nil {
+					// What the command left behind (a child that ignored a
+					// signal, a background job) goes with it, as on docker.
+					_ = b.signal(ctx, info.BackendSessionID, pidFile, "KILL", true)
+				}
+				return backends.ExitStatus{ExitCode: code}, nil
+			}
+			werr := firstErr(stdout.err(), stderr.err())
+			if werr != nil || interactive {
+				// A failing writer: nobody would see the rest. A broken
+				// stream: a watcher has seen it end and killed, but an
+				// interactive exec has none.
+				_ = b.signal(ctx, info.BackendSessionID, pidFile, "KILL", true)
+			}
+			if werr != nil {
+				return backends.ExitStatus{}, boxerr.Failure("writing command output: %v", werr).Wrap(werr)
+			}
+			return backends.ExitStatus{}, b.execError(ctx, info, "running command", serr)
+		case <-expired:
+		case <-ctx.Done():
+			cancelled = ctx.Err()
+		case rs := <-req.Resize:
+			rs.Done <- b.resize(ctx, info.BackendSessionID, pidFile, sizes, rs.Size)
+			continue
+		case sig := <-req.Signals:
+			if name, ok := sandboxsh.SignalNames[sig]; ok {
+				// Nobody left to signal is the command ending, not a failure.
+				_ = b.signal(ctx, info.BackendSessionID, pidFile, name, false)
+			}
+			continue
 		}
-		if werr := firstErr(stdout.err(), stderr.err()); werr != nil {
-			b.signal(ctx, info.BackendSessionID, pidFile, "KILL", true)
-			return backends.ExitStatus{}, boxerr.Failure("writing command output: %v", werr).Wrap(werr)
-		}
-		return backends.ExitStatus{}, b.execError(ctx, info, "running command", serr)
-	case <-expired:
-		b.killExec(ctx, info.BackendSessionID, pidFile, stdinW, done, scancel)
-		return backends.ExitStatus{TimedOut: true}, nil
-	case <-ctx.Done():
-		b.killExec(ctx, info.BackendSessionID, pidFile, stdinW, done, scancel)
-		return backends.ExitStatus{TimedOut: true}, ctx.Err()
+		b.killExec(ctx, info.BackendSessionID, pidFile, watcher, done, scancel)
+		return backends.ExitStatus{TimedOut: true}, cancelled
 	}
 }
 
-// killExec kills a running exec's process tree. The in-Pod watcher is asked
-// first: it needs no new process, so it works under an exhausted pids limit.
-// If the stream has not ended within killGrace, a second exec kills the
-// session recorded in the pid file; then the stream is cut.
-func (b *Backend) killExec(ctx context.Context, pod, pidFile string, stdin *io.PipeWriter, done <-chan error, cancel context.CancelFunc) {
-	go func() { _, _ = stdin.Write(killRequest) }()
+// resize hands a new size to the stream's size queue, then waits (a helper
+// exec, TTYSizeScript) until the command's terminal has it, so that what
+// the caller does next sees it: the size and the keystrokes after it
+// travel on different channels of the exec stream.
+func (b *Backend) resize(ctx context.Context, pod, pidFile string, q *sizeQueue, size backends.TTYSize) error {
+	if q == nil {
+		return boxerr.Validation("resize", "the command has no terminal")
+	}
+	select {
+	case q.next <- &remotecommand.TerminalSize{Height: size.Rows, Width: size.Cols}:
+	case <-q.ended:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	cmd := []string{"sh", "-c", sandboxsh.TTYSizeScript, "boxrt-tty-size", pidFile,
+		strconv.Itoa(int(size.Rows)), strconv.Itoa(int(size.Cols))}
+	return b.helper(ctx, pod, "resizing the terminal of an exec", cmd)
+}
+
+// sizeQueue is the stream's remotecommand.TerminalSizeQueue: the initial
+// size, then each resize, until the stream ends.
+type sizeQueue struct {
+	first *remotecommand.TerminalSize
+	next  chan *remotecommand.TerminalSize
+	ended <-chan struct{}
+}
+
+// Next is called by one goroutine of the stream only.
+func (q *sizeQueue) Next() *remotecommand.TerminalSize {
+	if s := q.first; s != nil {
+		q.first = nil
+		return s
+	}
+	select {
+	case s := <-q.next:
+		return s
+	case <-q.ended:
+		return nil
+	}
+}
+
+// ttyStdin is a terminal's input (r nil: nothing is typed). A terminal has
+// no half-close: at the end of r it types the end-of-file character, and
+// then blocks until the stream has ended.
+type ttyStdin struct {
+	r     io.Reader
+	ended <-chan struct{}
+	// eof: r has ended; typed: so has the end-of-file character.
+	eof, typed bool
+}
+
+// veof is the terminal's end-of-file character (^D).
+const veof = 0x04
+
+func (t *ttyStdin) Read(p []byte) (int, error) {
+	if t.r != nil && !t.eof {
+		n, err := t.r.Read(p)
+		if err != io.EOF {
+			return n, err
+		}
+		t.eof = true
+		if n > 0 {
+			return n, nil
+		}
+	}
+	if t.r != nil && !t.typed && len(p) > 0 {
+		t.typed = true
+		p[0] = veof
+		return 1, nil
+	}
+	<-t.ended
+	return 0, io.EOF
+}
+
+// killExec kills a running exec's process tree. The in-Pod watcher (when
+// the exec has one) is asked first: it needs no new process, so it works
+// under an exhausted pids limit. If the stream has not ended within
+// killGrace, a second exec kills the session recorded in the pid file;
+// then the stream is cut. An interactive exec has no watcher (its stdin is
+// the command's): only the second step applies, and it also sweeps what a
+// TERM-proof child kept running.
+func (b *Backend) killExec(ctx context.Context, pod, pidFile string, watcher *io.PipeWriter, done <-chan error, cancel context.CancelFunc) {
 	t := time.NewTimer(killGrace)
 	defer t.Stop()
-	select {
-	case <-done:
-		return
-	case <-t.C:
+	if watcher != nil {
+		go func() { _, _ = watcher.Write(killRequest) }()
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		t.Reset(killGrace)
 	}
-	b.signal(ctx, pod, pidFile, "KILL", true)
-	t.Reset(killGrace)
+	_ = b.signal(ctx, pod, pidFile, "KILL", true)
 	select {
 	case <-done:
 	case <-t.C:
@@ -182,23 +335,29 @@ func (b *Backend) killExec(ctx context.Context, pod, pidFile string, stdin *io.P
 // signal sends sig to the process session recorded in pidFile inside pod
 // through a second exec (sandboxsh.SignalScript).
 func (b *Backend) signal(ctx context.Context, pod, pidFile, sig string, cleanup bool) error {
-	ctx, cancel := cleanupContext(ctx, helperTimeout)
-	defer cancel()
 	cmd := []string{"sh", "-c", sandboxsh.SignalScript, "boxrt-signal", pidFile, sig}
 	if cleanup {
 		cmd = append(cmd, "cleanup")
 	}
-	ex, err := b.executor(pod, cmd)
+	return b.helper(ctx, pod, "signalling processes", cmd)
+}
+
+// helper runs a short boxrt-owned command in pod and waits for it (at most
+// helperTimeout, even past ctx: it is bookkeeping of a command that ends).
+func (b *Backend) helper(ctx context.Context, pod, what string, cmd []string) error {
+	ctx, cancel := cleanupContext(ctx, helperTimeout)
+	defer cancel()
+	ex, err := b.executor(pod, cmd, false)
 	if err != nil {
-		return b.apiError("signalling processes in Pod "+pod, err)
+		return b.apiError(what+" in Pod "+pod, err)
 	}
 	out := &limitedBuffer{max: 4096}
 	code, err := exitCode(ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: eofReader{}, Stdout: out, Stderr: out}))
 	if err != nil {
-		return b.apiError("signalling processes in Pod "+pod, err)
+		return b.apiError(what+" in Pod "+pod, err)
 	}
 	if code != 0 {
-		return boxerr.Failure("kube backend: signalling processes in Pod %s: exit %d: %s", pod, code, out.String())
+		return boxerr.Failure("kube backend: %s in Pod %s: exit %d: %s", what, pod, code, out.String())
 	}
 	return nil
 }

@@ -42,7 +42,7 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 	cmd := append([]string{"sh", "-c", envPrelude + sandboxsh.ProcScript, "boxrt-proc"}, envArgs(spec.Env)...)
 	cmd = append(cmd, cwd, pidFile, spec.Command)
 	cmd = append(cmd, spec.Args...)
-	ex, err := b.executor(info.BackendSessionID, cmd)
+	ex, err := b.executor(info.BackendSessionID, cmd, false)
 	if err != nil {
 		return nil, b.apiError("preparing managed process in Pod "+info.BackendSessionID, err)
 	}

@@ -206,3 +206,24 @@ func SignalExitCode(code int) int {
 	}
 	return code
 }
+
+// TTYSizeScript waits until the terminal of the exec recorded in a pid file
+// ($1) has $2 rows and $3 columns, for a backend whose resize travels apart
+// from the keystrokes after it (kube). It cannot tell, and so does not wait,
+// when the image has no stty, the pid file is gone (the command ended) or
+// the terminal cannot be opened; it fails when the size never arrives.
+const TTYSizeScript = `
+exec 2>/dev/null
+command -v stty >/dev/null || exit 0
+bk_r=
+read -r bk_r <"$1"
+case $bk_r in '' | *[!0-9]*) exit 0 ;; esac
+bk_i=0
+while [ $bk_i -lt 500 ]; do
+	bk_s=$(stty -F "/proc/$bk_r/fd/0" size) || exit 0
+	[ "$bk_s" = "$2 $3" ] && exit 0
+	bk_i=$((bk_i + 1))
+done
+echo "terminal size is $bk_s, not $2 $3"
+exit 1
+`

@@ -58,10 +58,13 @@ var bwrapCostNotes = []string{
 		"mount), and taking one is a rename and a move_mount; StartSession then takes ~0.3-0.4 ms. The floor of a disk " +
 		"made on demand is that ~7.5 ms (the ext4 mount alone ~6 ms); the bare-bwrap baseline makes no disk. " +
 		"Timed in-process after the cgroup fix (60 sessions alternating with bare spawns, load average ~5): " +
-		"StartSession 1.1-1.5 ms p50 (directory, pooled disk, state file, layout), then a first exec no slower " +
+		"StartSession 1.1-1.5 ms p50 under that load (directory, pooled disk, state file, layout), then a first exec no slower " +
 		"than a second one in the same session (20.3 vs 20.3 ms p50 under that load) and no slower when it " +
 		"waited 150 ms for the pool's refill to finish (22.4 ms): the refill does not compete measurably. " +
 		"The session cgroup's creation on the first exec is ~0.45-0.55 ms p50 (mkdir in three hierarchies " +
 		"~0.15-0.3 ms, limits ~0.15 ms), which a pool of pre-made cgroups could save at most; the rest of " +
-		"the gap is the runtime's session table and state file and the stdio round trip.",
+		"the gap is the runtime's session table and state file and the stdio round trip. The session scenario, " +
+		"run alternately with the binary before and after the fix (7 runs each, `-reps 5`, load average 4-7, " +
+		"ratio to bare bwrap in the same run): before 1.32-2.01×, median 1.65×; after 1.20-1.91×, median 1.24× " +
+		"(the 1.91× run met a load spike: bare bwrap itself was at 20.8 ms).",
 }

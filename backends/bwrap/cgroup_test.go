@@ -97,8 +97,23 @@ func TestCgroupPlacement(t *testing.T) {
 		cgroupV1: {"memory": {"memory.limit_in_bytes", "536870912"}, "pids": {"pids.max", "130"}, "cpu": {"cpu.cfs_quota_us", "100000"}},
 		cgroupV2: {"memory": {"memory.max", "536870912"}, "pids": {"pids.max", "130"}, "cpu": {"cpu.max", "100000 100000"}},
 	}[b.cg.version]
+	// The thread that forked bwrap went back home (v1 moves it as "0",
+	// itself): no thread of ours is left in the leaf.
+	own, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, base := range b.cg.bases {
 		dir := filepath.Join(base.dir, cgroupParentName, b.cfg.InstanceID, leaves[0])
+		inLeaf := readWords(filepath.Join(dir, "tasks"))
+		if b.cg.version == cgroupV2 {
+			inLeaf = readWords(filepath.Join(dir, "cgroup.threads"))
+		}
+		for _, tk := range own {
+			if slices.Contains(inLeaf, tk.Name()) {
+				t.Errorf("thread %s of the test process is still in %s", tk.Name(), dir)
+			}
+		}
 		for _, c := range base.controllers {
 			w := want[c]
 			if got := strings.TrimSpace(readString(filepath.Join(dir, w[0]))); got != w[1] {

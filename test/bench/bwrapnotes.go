@@ -21,24 +21,27 @@ var bwrapCostNotes = []string{
 		"exits, the counters again and the run's bookkeeping ~0.07 ms; the runtime's log line and result ~0.05 ms; " +
 		"encoding and writing the answer ~0.04 ms: about 0.45 ms, none of it waiting on a timer, a poll interval or " +
 		"a goroutine handoff (the answer is written as soon as bwrap has exited and its pipes are closed). The " +
-		"rest, and all of the variance, is the one cgroup step: on v1 the thread that forks bwrap is moved into " +
-		"the session's memory, pids and cpu cgroups and back (cgroup.enterThread), and a move waits for an RCU " +
-		"grace period (~6-10 ms here) whenever the kernel's cgroup migration lock has been idle for a grace period " +
+		"rest, and all of the variance, was the one cgroup step: on v1 the thread that forks bwrap is moved into " +
+		"the session's memory, pids and cpu cgroups and back (cgroup.enterThread), and a move waited for an RCU " +
+		"grace period (~6-15 ms here) whenever the kernel's cgroup migration lock had been idle for a grace period " +
 		"or two. Timed inside boxrt: with execs back to back (~8 ms apart) the move took 0.09 ms p50, 0.2 ms p90; " +
-		"with a bare bwrap spawn between two execs (~15 ms apart) 0.1 ms p50 but 6.1 ms p75 and 10.1 ms p90, and " +
-		"in a boxrt that followed a bare spawn and came before another boxrt, 0.38 / 8.1 / 10.7 ms " +
-		"(p50 / p75 / p90): that boxrt's p50 was 1.35-1.8× bare while the boxrt right after it, whose move found " +
-		"the lock still warm, was 1.08-1.13×. The same stall shows outside boxrt (a plain write of a thread id to " +
-		"a v1 memory cgroup's `tasks`: 0.01 ms back to back, 10-20 ms after a 20 ms pause). So the bench's " +
-		"back-to-back loop meets the goal or nearly (single boxrt alternating with bare: 8.19-8.26 ms vs 7.05 ms = " +
-		"1.16-1.17×), while a host whose execs are spaced out pays a grace period on most of them. Ruled out by " +
-		"alternating bare spawns call by call (each within ±0.1 ms of plain): running bwrap inside memory, pids " +
-		"and cpu cgroups (no throttling: nr_throttled 0), --info-fd, boxrt being a child subreaper, and the " +
-		"workspace, /tmp and /home on an ext4 loop disk. No migration happens on cgroup v2, where bwrap is cloned " +
-		"straight into the session's cgroup. Not done: a thread parked in the session's v1 cgroups for its lifetime " +
-		"would avoid the move, but boxrt's pid would then be in the cgroup's cgroup.procs (killAll would SIGKILL " +
-		"boxrt), count against its pids limit, and be an OOM-kill candidate of its memory cgroup; a small forker " +
-		"process of the session's own, parked there, avoids those and is the candidate fix.",
+		"with a bare bwrap spawn between two execs (~15 ms apart) 0.1 ms p50 but 6.1 ms p75 and 10.1 ms p90, so " +
+		"a host whose execs are spaced out paid a grace period on most of them, and the new-session row, whose " +
+		"exec follows a bare spawn and a delete, on a good share of its samples. The lock is the kernel's global " +
+		"cgroup_threadgroup_rwsem, a percpu rwsem whose write side waits a grace period after idle; it is taken " +
+		"because the thread was named by its id. A thread that names itself (`0`) cannot exit or exec during " +
+		"its own move, and the kernel (cgroup_procs_write_start) then skips the lock: writing `0` instead of the " +
+		"thread id into the three `tasks` files and back is what boxrt does now. Measured outside boxrt (a locked " +
+		"thread moved into fresh memory, pids and cpu cgroups and back, 15-50 ms apart, load average 4-7): by id " +
+		"0.17-13 ms p50, 0.3-41 ms p90; as `0` 0.14-0.2 ms p50, 0.16-4 ms p90. Inside boxrt, `strace -f -T` of the " +
+		"session scenario (2 repetitions, same load): the `tasks` writes went from 0.049 ms p50, 7.1 ms p90, " +
+		"20.7 ms max, 440 ms in all to 0.036 ms p50, 0.077 ms p90, 0.7 ms max, 16 ms in all. (Kernels without " +
+		"that shortcut take the lock for `0` too: never slower.) The parked-forker and pre-made-cgroup ideas " +
+		"were therefore not needed. Ruled out earlier by alternating bare spawns call by call (each within " +
+		"±0.1 ms of plain): running bwrap inside memory, pids and cpu cgroups (no throttling: nr_throttled 0), " +
+		"--info-fd, boxrt being a child subreaper, and the workspace, /tmp and /home on an ext4 loop disk. No " +
+		"migration happens on cgroup v2, where bwrap is cloned straight into the session's cgroup " +
+		"(CLONE_INTO_CGROUP; this machine is v1).",
 	"What it cost before (same machine): a cgroup made and removed per exec in each of three v1 hierarchies, " +
 		"0.35-0.6 ms to make and 5.5 ms p50 to remove (rmdir waited, in 10 ms steps, for bwrap's orphaned init, " +
 		"which the host's pid 1 reaps lazily), plus a shell that joined the cgroups and then exec'd bwrap (~1 ms): " +
@@ -53,7 +56,15 @@ var bwrapCostNotes = []string{
 		"extra mounts); default-size disks come from a pool of two kept ready by a background refill (sparse copy of a " +
 		"template formatted once ~0.3 ms, LOOP_CONFIGURE ~1 ms, fsopen/fsmount of the ext4 ~6 ms, kept as a detached " +
 		"mount), and taking one is a rename and a move_mount; StartSession then takes ~0.3-0.4 ms. The floor of a disk " +
-		"made on demand is that ~7.5 ms (the ext4 mount alone ~6 ms); the bare-bwrap baseline makes no disk. The rest " +
-		"of the new-session gap is the session cgroup's creation on the first exec (~0.4 ms), the runtime's session " +
-		"table and state file, and on v1 the cgroup move's grace-period stall described above.",
+		"made on demand is that ~7.5 ms (the ext4 mount alone ~6 ms); the bare-bwrap baseline makes no disk. " +
+		"Timed in-process after the cgroup fix (60 sessions alternating with bare spawns, load average ~5): " +
+		"StartSession 1.1-1.5 ms p50 under that load (directory, pooled disk, state file, layout), then a first exec no slower " +
+		"than a second one in the same session (20.3 vs 20.3 ms p50 under that load) and no slower when it " +
+		"waited 150 ms for the pool's refill to finish (22.4 ms): the refill does not compete measurably. " +
+		"The session cgroup's creation on the first exec is ~0.45-0.55 ms p50 (mkdir in three hierarchies " +
+		"~0.15-0.3 ms, limits ~0.15 ms), which a pool of pre-made cgroups could save at most; the rest of " +
+		"the gap is the runtime's session table and state file and the stdio round trip. The session scenario, " +
+		"run alternately with the binary before and after the fix (7 runs each, `-reps 5`, load average 4-7, " +
+		"ratio to bare bwrap in the same run): before 1.32-2.01×, median 1.65×; after 1.20-1.91×, median 1.24× " +
+		"(the 1.91× run met a load spike: bare bwrap itself was at 20.8 ms).",
 }

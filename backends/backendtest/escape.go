@@ -23,16 +23,29 @@ import (
 // ProbeDir is where the escape probe is bound (read-only) in a sandbox.
 const ProbeDir = "/opt/boxrt-escape"
 
-// Env is a backend under test and how to make a session spec for it.
+// Env is a backend under test, how to make a session spec for it, and
+// what its sessions look like where backends legitimately differ. Each
+// conformance function says which fields it reads.
 type Env struct {
 	Backend backends.Backend
 	// Spec returns a spec of a session for this backend (image, session
-	// id from name); the escape case adds its limits and the probe mount.
+	// id from name, unique within the test); the conformance functions add
+	// their limits and mounts, start the session and stop it at cleanup.
 	Spec func(name string) backends.SandboxSpec
 	// KernelShared is false where the sandbox's syscalls are served by a
 	// kernel of its own (gVisor): there a namespace a sandbox makes is the
-	// sentry's, not the host kernel's, and contained.
+	// sentry's, not the host kernel's, and contained (RunEscapeTests).
 	KernelShared bool
+	// FileUID is the owner, as the sandbox sees it, of a file written
+	// through the file API: the sandbox's user (Files).
+	FileUID int
+	// FileDirs are directories beyond /workspace, /tmp and the extra
+	// mounts where the file API serves a writable view (bwrap: /home)
+	// (Files).
+	FileDirs []string
+	// NoProcesses fails t unless, within a few seconds, no process whose
+	// command line contains marker is left of info's session (LiveExec).
+	NoProcesses func(t *testing.T, info backends.Session, marker string)
 }
 
 // outcome is what one attempt produced.

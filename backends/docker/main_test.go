@@ -22,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/backendtest"
 	"github.com/boxrt/boxrt/backends/docker"
 )
 
@@ -218,6 +219,27 @@ func removeInstance(t *testing.T, cli *client.Client, instance string) {
 		if err := cli.VolumeRemove(ctx, v.Name, true); err != nil {
 			t.Errorf("cleanup: removing volume %s: %v", v.Name, err)
 		}
+	}
+}
+
+// conformanceEnv is a new backend as the tests every backend shares
+// (backendtest) take it: sessions of the test image (user 1000), in this
+// matrix entry's runtime, whose leftover processes show in the container.
+func conformanceEnv(t *testing.T) backendtest.Env {
+	t.Helper()
+	b := newBackend(t)
+	return backendtest.Env{
+		Backend: b,
+		Spec: func(name string) backends.SandboxSpec {
+			s := testSpec(t)
+			s.SessionID = "t/" + t.Name() + "/" + name
+			return s
+		},
+		KernelShared: !onGVisor(t),
+		FileUID:      1000,
+		NoProcesses: func(t *testing.T, info backends.Session, marker string) {
+			waitNoProcesses(t, b, info, marker)
+		},
 	}
 }
 

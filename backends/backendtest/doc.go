@@ -20,6 +20,8 @@
 //
 // where env's Backend implements FileSystem (the runtime's FileSystem)
 // and NoProcesses looks for leftovers where that backend can see them (in
-// the Pod, with ps). Files mounts host directories (ReachableDir) as the
-// workspace and extra mounts; a backend that cannot is not ready for it.
+// the Pod, with ps). Files mounts host directories (ReachableDir) as an rw
+// extra mount and as a read-only workspace and extra mount; kube refuses
+// host paths, so it needs an Env hook that mounts a prepared volume of its
+// own in their place before it can call Files.
 package backendtest

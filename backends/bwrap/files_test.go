@@ -34,7 +34,10 @@ func TestFilesLinkLoop(t *testing.T) {
 		name string
 		err  func() error
 	}{
-		{"read", func() error { _, _, err := b.ReadFile(context.Background(), info, "/workspace/loop1", 0, -1); return err }},
+		{"read", func() error {
+			_, _, err := b.ReadFile(context.Background(), info, "/workspace/loop1", 0, -1)
+			return err
+		}},
 		{"write", func() error { return apiWrite(b, info, "/workspace/loop1", []byte("x")) }},
 		{"list", func() error { _, err := b.ListFiles(context.Background(), info, "/workspace/loop1", 1, 10); return err }},
 	} {

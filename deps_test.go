@@ -27,7 +27,7 @@ func TestDependencyDirection(t *testing.T) {
 		"backends/docker":             {"backends", "backends/internal/sandboxsh", "runtime/boxerr"},
 		"backends/kube":               {"backends", "backends/internal/sandboxsh", "runtime/boxerr"},
 		"backends/internal/sandboxsh": {},
-		"backends/backendtest":        {"backends", "runtime/boxerr"},
+		"backends/backendtest":        {"backends", "runtime", "runtime/boxerr"},
 		"backends/host":               {"backends", "runtime/boxerr"},
 		"relay":                       {"rpc", "runtime", "runtime/boxerr", "backends"},
 		"rpc":                         {"runtime/boxerr"},

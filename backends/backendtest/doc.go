@@ -18,8 +18,9 @@
 //	func TestFiles(t *testing.T)    { backendtest.Files(t, env(t)) }
 //	func TestExecLive(t *testing.T) { backendtest.LiveExec(t, env(t), ownCases...) }
 //
-// where env's Backend implements FileSystem (the runtime's FileSystem)
-// and NoProcesses looks for leftovers where that backend can see them (in
+// where env's Backend implements runtime.FileSystem (the contract the
+// runtime serves the file API through; this package imports runtime for
+// it, and only for it) and NoProcesses looks for leftovers where that backend can see them (in
 // the Pod, with ps). Files mounts host directories (ReachableDir) as an rw
 // extra mount and as a read-only workspace and extra mount; kube refuses
 // host paths, so it needs an Env hook that mounts a prepared volume of its

@@ -211,7 +211,7 @@ func RunEscapeTests(t *testing.T, env Env) {
 				tc.limits(&spec)
 			}
 			info := start(t, env.Backend, spec)
-			var out syncBuffer
+			var out SyncBuffer
 			st, err := env.Backend.Exec(context.Background(), info, backends.ExecRequest{
 				Cmd: tc.cmd(h) + " 2>&1", Timeout: 90 * time.Second, Stdout: &out, Stderr: &out})
 			o := outcome{out: out.String(), status: st, err: err}
@@ -325,19 +325,20 @@ func buildProbe(t *testing.T) string {
 	return dir
 }
 
-// syncBuffer is a bytes.Buffer safe for the exec's concurrent writers.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe to read while an exec's concurrent
+// writers write to it.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.buf.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.buf.String()

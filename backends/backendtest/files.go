@@ -16,25 +16,14 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
-
-// FileSystem is the file API a backend under test serves (the runtime's
-// runtime.FileSystem, which this package may not import).
-type FileSystem interface {
-	StatFile(ctx context.Context, info backends.Session, path string) (backends.FileInfo, error)
-	ListFiles(ctx context.Context, info backends.Session, dir string, depth, limit int) ([]backends.FileInfo, error)
-	ReadFile(ctx context.Context, info backends.Session, path string, offset, length int64) (io.ReadCloser, backends.FileInfo, error)
-	WriteFile(ctx context.Context, info backends.Session, path string, r io.Reader, opts backends.WriteOptions) (int64, error)
-	RemoveFile(ctx context.Context, info backends.Session, path string, recursive bool) error
-	MakeDir(ctx context.Context, info backends.Session, path string) error
-	RenameFile(ctx context.Context, info backends.Session, from, to string) error
-}
 
 // files is a session of env and its backend's file API.
 type files struct {
 	env  Env
-	fs   FileSystem
+	fs   runtime.FileSystem
 	info backends.Session
 }
 
@@ -42,11 +31,11 @@ type files struct {
 // round trip through every kind of mount, offsets, append and mode, listing
 // depth, mkdir/rename/remove, a broken upload, typed refusals, symlinks
 // planted inside the sandbox that point out of its mounts, and read-only
-// mounts. env.Backend must implement FileSystem; env.FileUID and
+// mounts. env.Backend must implement runtime.FileSystem; env.FileUID and
 // env.FileDirs say what differs between backends.
 func Files(t *testing.T, env Env) {
 	t.Helper()
-	fs, ok := env.Backend.(FileSystem)
+	fs, ok := env.Backend.(runtime.FileSystem)
 	if !ok {
 		t.Fatalf("backend %s does not serve the file API", env.Backend.Name())
 	}
@@ -96,7 +85,7 @@ func (f files) write(t *testing.T, p string, data []byte, opts backends.WriteOpt
 // unless it exits 0.
 func (f files) run(t *testing.T, cmd string, env map[string]string) string {
 	t.Helper()
-	var out, errOut syncBuffer
+	var out, errOut SyncBuffer
 	st, err := f.env.Backend.Exec(context.Background(), f.info, backends.ExecRequest{
 		Cmd: cmd, Env: env, Stdout: &out, Stderr: &errOut, Timeout: 30 * time.Second})
 	if err != nil || st.TimedOut || st.ExitCode != 0 {

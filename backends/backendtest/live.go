@@ -130,7 +130,7 @@ func LiveExec(t *testing.T, env Env, own ...LiveCase) {
 		t.Run(tc.Name, func(t *testing.T) {
 			inR, inW := io.Pipe()
 			resize, sig := make(chan backends.Resize), make(chan syscall.Signal)
-			var out syncBuffer
+			var out SyncBuffer
 			req := backends.ExecRequest{Cmd: tc.Cmd, Resize: resize, Signals: sig, Stdout: &out, Timeout: 60 * time.Second}
 			if tc.Stdin {
 				req.Stdin = inR

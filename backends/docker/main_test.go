@@ -1,7 +1,6 @@
 package docker_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -282,24 +280,6 @@ type result struct {
 	elapsed        time.Duration
 }
 
-// syncBuffer is a bytes.Buffer safe to read while an exec writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
 func run(t *testing.T, b *docker.Backend, info backends.Session, cmd string, timeout time.Duration) result {
 	t.Helper()
 	return runCtx(context.Background(), t, b, info, backends.ExecRequest{Cmd: cmd, Timeout: timeout})
@@ -307,7 +287,7 @@ func run(t *testing.T, b *docker.Backend, info backends.Session, cmd string, tim
 
 func runCtx(ctx context.Context, t *testing.T, b *docker.Backend, info backends.Session, req backends.ExecRequest) result {
 	t.Helper()
-	var out, errOut syncBuffer
+	var out, errOut backendtest.SyncBuffer
 	req.Stdout, req.Stderr = &out, &errOut
 	start := time.Now()
 	st, err := b.Exec(ctx, info, req)

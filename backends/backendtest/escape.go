@@ -210,7 +210,7 @@ func RunEscapeTests(t *testing.T, env Env) {
 			if tc.limits != nil {
 				tc.limits(&spec)
 			}
-			info := start(t, env.Backend, spec)
+			info := Start(t, env.Backend, spec)
 			var out SyncBuffer
 			st, err := env.Backend.Exec(context.Background(), info, backends.ExecRequest{
 				Cmd: tc.cmd(h) + " 2>&1", Timeout: 90 * time.Second, Stdout: &out, Stderr: &out})
@@ -256,7 +256,7 @@ func newHost(t *testing.T, env Env) *host {
 	}()
 	h.listener = ln.Addr().String()
 
-	victim := start(t, env.Backend, env.Spec("escape-victim"))
+	victim := Start(t, env.Backend, env.Spec("escape-victim"))
 	p, err := env.Backend.StartProcess(context.Background(), victim, backends.ProcessSpec{ProcessID: "victim", Command: "sleep", Args: []string{h.marker}})
 	if err != nil {
 		t.Fatalf("starting the victim process: %v", err)
@@ -286,7 +286,7 @@ func hostPids(marker string) []string {
 	return out
 }
 
-func start(t *testing.T, b backends.Backend, spec backends.SandboxSpec) backends.Session {
+func Start(t *testing.T, b backends.Backend, spec backends.SandboxSpec) backends.Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

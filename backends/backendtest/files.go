@@ -43,11 +43,11 @@ func Files(t *testing.T, env Env) {
 		ext := ReachableDir(t)
 		spec := env.Spec("files")
 		spec.ExtraMounts = append(spec.ExtraMounts, backends.MountSpec{HostPath: ext, MountPath: "/data", Mode: backends.MountRW})
-		f := files{env: env, fs: fs, info: start(t, env.Backend, spec)}
+		f := files{env: env, fs: fs, info: Start(t, env.Backend, spec)}
 		f.roundTrip(t)
 	})
 	t.Run("symlink escapes", func(t *testing.T) {
-		f := files{env: env, fs: fs, info: start(t, env.Backend, env.Spec("files-links"))}
+		f := files{env: env, fs: fs, info: Start(t, env.Backend, env.Spec("files-links"))}
 		f.symlinkEscapes(t)
 	})
 	t.Run("read-only mounts", func(t *testing.T) {
@@ -58,7 +58,7 @@ func Files(t *testing.T, env Env) {
 		spec := env.Spec("files-ro")
 		spec.HostPath, spec.HostPathMode = ro, backends.MountRO
 		spec.ExtraMounts = append(spec.ExtraMounts, backends.MountSpec{HostPath: ro, MountPath: "/ro", Mode: backends.MountRO})
-		f := files{env: env, fs: fs, info: start(t, env.Backend, spec)}
+		f := files{env: env, fs: fs, info: Start(t, env.Backend, spec)}
 		f.readOnly(t)
 	})
 }

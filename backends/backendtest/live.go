@@ -54,7 +54,7 @@ type LiveResult struct {
 // looks for processes left behind.
 func LiveExec(t *testing.T, env Env, own ...LiveCase) {
 	t.Helper()
-	info := start(t, env.Backend, env.Spec("live"))
+	info := Start(t, env.Backend, env.Spec("live"))
 	left := func(n int) (string, func(t *testing.T, r LiveResult)) {
 		marker := Marker(n)
 		return "(trap '' TERM HUP; exec sleep " + marker + " >/dev/null 2>&1) & echo started",

@@ -116,16 +116,7 @@ func newSession(t *testing.T, b *Backend, mutate func(*backends.SandboxSpec)) ba
 	if mutate != nil {
 		mutate(&spec)
 	}
-	info, err := b.StartSession(context.Background(), spec)
-	if err != nil {
-		t.Fatalf("StartSession: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := b.StopSession(context.Background(), info); err != nil {
-			t.Errorf("StopSession: %v", err)
-		}
-	})
-	return info
+	return backendtest.Start(t, b, spec)
 }
 
 // syncBuffer is a goroutine-safe writer that also counts bytes and records

@@ -257,20 +257,7 @@ func startSession(t *testing.T, b *docker.Backend, mutate ...func(*backends.Sand
 	for _, m := range mutate {
 		m(&spec)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	info, err := b.StartSession(ctx, spec)
-	if err != nil {
-		t.Fatalf("StartSession: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := b.StopSession(ctx, info); err != nil {
-			t.Errorf("StopSession: %v", err)
-		}
-	})
-	return info
+	return backendtest.Start(t, b, spec)
 }
 
 type result struct {

@@ -27,7 +27,7 @@ func TestDependencyDirection(t *testing.T) {
 		"backends/docker":             {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "runtime/boxerr"},
 		"backends/kube":               {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "runtime/boxerr"},
 		"backends/internal/sandboxsh": {},
-		"backends/backendtest":        {"backends", "runtime/boxerr"},
+		"backends/backendtest":        {"backends", "runtime", "runtime/boxerr"},
 		"backends/host":               {"backends", "runtime/boxerr"},
 		"backends/internal/sandboxfs": {"backends", "runtime/boxerr"},
 		"relay":                       {"rpc", "runtime", "runtime/boxerr", "backends"},

@@ -30,8 +30,10 @@ type ExecOutput struct {
 	Err    error
 }
 
-// outputParams is the notification's params on the wire.
-type outputParams struct {
+// OutputParams is a box_exec_output notification's params as they travel:
+// Data when the chunk is valid UTF-8, else DataBase64. Output decodes
+// them; a client that reads the notifications itself uses both.
+type OutputParams struct {
 	ExecID     string          `json:"exec_id"`
 	RequestID  json.RawMessage `json:"request_id"`
 	Seq        int64           `json:"seq"`
@@ -40,6 +42,23 @@ type outputParams struct {
 	Data       *string         `json:"data"`
 	DataBase64 string          `json:"data_base64"`
 	EOF        bool            `json:"eof"`
+}
+
+// Output is the chunk p carries, its data decoded (Err says why it could
+// not be).
+func (p OutputParams) Output() ExecOutput {
+	out := ExecOutput{ExecID: p.ExecID, Seq: p.Seq, Stream: p.Stream, Offset: p.Offset, EOF: p.EOF}
+	switch {
+	case p.Data != nil:
+		out.Data = []byte(*p.Data)
+	case p.DataBase64 != "":
+		b, err := base64.StdEncoding.DecodeString(p.DataBase64)
+		if err != nil {
+			out.Err = fmt.Errorf("reconnect: undecodable data_base64 in chunk %d of exec %s: %w", p.Seq, p.ExecID, err)
+		}
+		out.Data = b
+	}
+	return out
 }
 
 // streams routes output notifications to the CallStream that caused them,
@@ -99,7 +118,7 @@ func (s *streams) lost(l *link, cause error) {
 
 // deliver routes one output notification; it runs on the link's reader.
 func (s *streams) deliver(raw json.RawMessage) {
-	var p outputParams
+	var p OutputParams
 	if json.Unmarshal(raw, &p) != nil {
 		return
 	}
@@ -107,17 +126,7 @@ func (s *streams) deliver(raw json.RawMessage) {
 	if json.Unmarshal(p.RequestID, &id) != nil {
 		return // not one of ours (a number: another client's request)
 	}
-	out := ExecOutput{ExecID: p.ExecID, Seq: p.Seq, Stream: p.Stream, Offset: p.Offset, EOF: p.EOF}
-	switch {
-	case p.Data != nil:
-		out.Data = []byte(*p.Data)
-	case p.DataBase64 != "":
-		b, err := base64.StdEncoding.DecodeString(p.DataBase64)
-		if err != nil {
-			out.Err = fmt.Errorf("reconnect: undecodable data_base64 in chunk %d of exec %s: %w", p.Seq, p.ExecID, err)
-		}
-		out.Data = b
-	}
+	out := p.Output()
 	var sub *streamSub
 	if p.EOF {
 		sub = s.remove(id)

@@ -182,10 +182,10 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 	r.purgeExitRecords()
 	for {
 		r.mu.Lock()
-		s, ok := r.sessions[sessionID]
-		if !ok || s.deleting {
+		s, err := r.liveSessionLocked(sessionID)
+		if err != nil {
 			r.mu.Unlock()
-			return ProcessInfo{}, boxerr.SessionNotFound(sessionID)
+			return ProcessInfo{}, err
 		}
 		b := r.backend
 		suspended := s.info.State == backends.StateSuspended

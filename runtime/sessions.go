@@ -332,6 +332,31 @@ func (r *Runtime) ListSessions() []SessionInfo {
 	return out
 }
 
+// liveSessionLocked is session id, refused as not found when it is missing
+// or being deleted; the caller holds r.mu.
+func (r *Runtime) liveSessionLocked(id string) (*session, error) {
+	s, ok := r.sessions[id]
+	if !ok || s.deleting {
+		return nil, boxerr.SessionNotFound(id)
+	}
+	return s, nil
+}
+
+// lockSession takes id's lock (suspend, resume and a snapshot's export keep
+// out of each other) and finds its live session. It returns with r.mu held
+// as well, so the caller checks the session's state before anything
+// changes it; on error it holds neither.
+func (r *Runtime) lockSession(id string) (s *session, unlock func(), err error) {
+	unlock = r.idLocks.Lock(id)
+	r.mu.Lock()
+	if s, err = r.liveSessionLocked(id); err != nil {
+		r.mu.Unlock()
+		unlock()
+		return nil, nil, err
+	}
+	return s, unlock, nil
+}
+
 // DeleteSession stops the session's processes and destroys its sandbox. A
 // running exec is killed first (its caller gets BoxSessionNotFoundError);
 // a delete never waits for a long command to finish on its own.

@@ -133,14 +133,11 @@ func (r *Runtime) SnapshotSession(ctx context.Context, id, mode string) (snapsho
 	}
 	// The id lock keeps suspend, resume and destruction out while the
 	// files are read; execs already running go on.
-	unlock := r.idLocks.Lock(id)
-	defer unlock()
-	r.mu.Lock()
-	s, ok := r.sessions[id]
-	if !ok || s.deleting {
-		r.mu.Unlock()
-		return snapshots.Manifest{}, boxerr.SessionNotFound(id)
+	s, unlock, err := r.lockSession(id)
+	if err != nil {
+		return snapshots.Manifest{}, err
 	}
+	defer unlock()
 	info := s.info
 	r.mu.Unlock()
 	spec, err := json.Marshal(info.Sandbox)

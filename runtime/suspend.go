@@ -110,14 +110,11 @@ func (r *Runtime) SuspendSession(ctx context.Context, id string) (SessionInfo, e
 	if err != nil {
 		return SessionInfo{}, err
 	}
-	unlock := r.idLocks.Lock(id)
-	defer unlock()
-	r.mu.Lock()
-	s, ok := r.sessions[id]
-	if !ok || s.deleting {
-		r.mu.Unlock()
-		return SessionInfo{}, boxerr.SessionNotFound(id)
+	s, unlock, err := r.lockSession(id)
+	if err != nil {
+		return SessionInfo{}, err
 	}
+	defer unlock()
 	if s.info.State == backends.StateSuspended {
 		defer r.mu.Unlock()
 		return SessionInfo{s.info}, nil
@@ -185,14 +182,12 @@ func (r *Runtime) ResumeSession(ctx context.Context, id string) (SessionInfo, er
 	if err != nil {
 		return SessionInfo{}, err
 	}
-	unlock := r.idLocks.Lock(id)
-	defer unlock()
-	r.mu.Lock()
-	s, ok := r.sessions[id]
-	r.mu.Unlock()
-	if !ok || s.deleting {
-		return SessionInfo{}, boxerr.SessionNotFound(id)
+	s, unlock, err := r.lockSession(id)
+	if err != nil {
+		return SessionInfo{}, err
 	}
+	defer unlock()
+	r.mu.Unlock()
 	if err := r.resumeLocked(ctx, b, s); err != nil {
 		return SessionInfo{}, err
 	}

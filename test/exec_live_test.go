@@ -14,28 +14,22 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/boxrt/boxrt/reconnect"
 )
 
-// outputNote is a box_exec_output notification's params.
+// outputNote is a box_exec_output notification's params and when it
+// arrived.
 type outputNote struct {
-	ExecID     string          `json:"exec_id"`
-	RequestID  json.RawMessage `json:"request_id"`
-	Seq        int64           `json:"seq"`
-	Stream     string          `json:"stream"`
-	Offset     int64           `json:"offset"`
-	Data       *string         `json:"data"`
-	DataBase64 string          `json:"data_base64"`
-	EOF        bool            `json:"eof"`
-	at         time.Time
+	reconnect.OutputParams
+	at time.Time
 }
 
+// bytes is the chunk's data, decoded as reconnect decodes it.
 func (n outputNote) bytes(t *testing.T) []byte {
-	if n.Data != nil {
-		return []byte(*n.Data)
-	}
-	b, err := base64.StdEncoding.DecodeString(n.DataBase64)
-	require.NoError(t, err)
-	return b
+	out := n.Output()
+	require.NoError(t, out.Err)
+	return out.Data
 }
 
 // liveConn is a JSON-RPC connection (stdio or WebSocket) that keeps every

@@ -23,16 +23,29 @@ import (
 // ProbeDir is where the escape probe is bound (read-only) in a sandbox.
 const ProbeDir = "/opt/boxrt-escape"
 
-// Env is a backend under test and how to make a session spec for it.
+// Env is a backend under test, how to make a session spec for it, and
+// what its sessions look like where backends legitimately differ. Each
+// conformance function says which fields it reads.
 type Env struct {
 	Backend backends.Backend
 	// Spec returns a spec of a session for this backend (image, session
-	// id from name); the escape case adds its limits and the probe mount.
+	// id from name, unique within the test); the conformance functions add
+	// their limits and mounts, start the session and stop it at cleanup.
 	Spec func(name string) backends.SandboxSpec
 	// KernelShared is false where the sandbox's syscalls are served by a
 	// kernel of its own (gVisor): there a namespace a sandbox makes is the
-	// sentry's, not the host kernel's, and contained.
+	// sentry's, not the host kernel's, and contained (RunEscapeTests).
 	KernelShared bool
+	// FileUID is the owner, as the sandbox sees it, of a file written
+	// through the file API: the sandbox's user (Files).
+	FileUID int
+	// FileDirs are directories beyond /workspace, /tmp and the extra
+	// mounts where the file API serves a writable view (bwrap: /home)
+	// (Files).
+	FileDirs []string
+	// NoProcesses fails t unless, within a few seconds, no process whose
+	// command line contains marker is left of info's session (LiveExec).
+	NoProcesses func(t *testing.T, info backends.Session, marker string)
 }
 
 // outcome is what one attempt produced.
@@ -197,8 +210,8 @@ func RunEscapeTests(t *testing.T, env Env) {
 			if tc.limits != nil {
 				tc.limits(&spec)
 			}
-			info := start(t, env.Backend, spec)
-			var out syncBuffer
+			info := Start(t, env.Backend, spec)
+			var out SyncBuffer
 			st, err := env.Backend.Exec(context.Background(), info, backends.ExecRequest{
 				Cmd: tc.cmd(h) + " 2>&1", Timeout: 90 * time.Second, Stdout: &out, Stderr: &out})
 			o := outcome{out: out.String(), status: st, err: err}
@@ -243,7 +256,7 @@ func newHost(t *testing.T, env Env) *host {
 	}()
 	h.listener = ln.Addr().String()
 
-	victim := start(t, env.Backend, env.Spec("escape-victim"))
+	victim := Start(t, env.Backend, env.Spec("escape-victim"))
 	p, err := env.Backend.StartProcess(context.Background(), victim, backends.ProcessSpec{ProcessID: "victim", Command: "sleep", Args: []string{h.marker}})
 	if err != nil {
 		t.Fatalf("starting the victim process: %v", err)
@@ -273,7 +286,7 @@ func hostPids(marker string) []string {
 	return out
 }
 
-func start(t *testing.T, b backends.Backend, spec backends.SandboxSpec) backends.Session {
+func Start(t *testing.T, b backends.Backend, spec backends.SandboxSpec) backends.Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -312,19 +325,20 @@ func buildProbe(t *testing.T) string {
 	return dir
 }
 
-// syncBuffer is a bytes.Buffer safe for the exec's concurrent writers.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe to read while an exec's concurrent
+// writers write to it.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.buf.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.buf.String()

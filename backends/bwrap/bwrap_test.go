@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/backendtest"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -418,8 +419,8 @@ func tail(s string, n int) string {
 func TestWritesConfined(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
-	extra := reachableDir(t)
-	roDir := reachableDir(t)
+	extra := backendtest.ReachableDir(t)
+	roDir := backendtest.ReachableDir(t)
 	info := newSession(t, b, func(s *backends.SandboxSpec) {
 		s.ExtraMounts = []backends.MountSpec{
 			{HostPath: extra, MountPath: "/data", Mode: backends.MountRW},
@@ -470,7 +471,7 @@ func TestMountsChangePerExec(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
 	info := newSession(t, b, nil)
-	skill := reachableDir(t)
+	skill := backendtest.ReachableDir(t)
 	if err := os.WriteFile(filepath.Join(skill, "SKILL.md"), []byte("# demo\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +490,7 @@ func TestMountsChangePerExec(t *testing.T) {
 func TestHostPathWorkspace(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
-	host := filepath.Join(reachableDir(t), "proj") // created by StartSession
+	host := filepath.Join(backendtest.ReachableDir(t), "proj") // created by StartSession
 	info := newSession(t, b, func(s *backends.SandboxSpec) { s.HostPath = host; s.MountPath = "/src" })
 	mustRun(t, b, info, "mkdir -p deep && echo hi > deep/f")
 	if data, err := os.ReadFile(filepath.Join(host, "deep", "f")); err != nil || string(data) != "hi\n" {
@@ -792,7 +793,7 @@ func TestAdopt(t *testing.T) {
 		s.Network = backends.NetworkOn
 		s.MemoryMB = 128
 		s.Persistent = true
-		s.ExtraMounts = []backends.MountSpec{{HostPath: reachableDir(t), MountPath: "/data", Mode: backends.MountRO}}
+		s.ExtraMounts = []backends.MountSpec{{HostPath: backendtest.ReachableDir(t), MountPath: "/data", Mode: backends.MountRO}}
 	})
 	foreign := mk(other, "c", nil)
 	defer func() {
@@ -855,7 +856,7 @@ func TestStartSessionValidation(t *testing.T) {
 		{"rootfs without sh", func(s *backends.SandboxSpec) { s.Image = noShell }},
 		{"mount over proc", func(s *backends.SandboxSpec) { s.MountPath = "/proc/x" }},
 		{"mount at root", func(s *backends.SandboxSpec) {
-			s.ExtraMounts = []backends.MountSpec{{HostPath: reachableDir(t), MountPath: "/", Mode: backends.MountRO}}
+			s.ExtraMounts = []backends.MountSpec{{HostPath: backendtest.ReachableDir(t), MountPath: "/", Mode: backends.MountRO}}
 		}},
 		{"empty session id", func(s *backends.SandboxSpec) { s.SessionID = "" }},
 	}
@@ -893,7 +894,7 @@ func busyboxRootfs(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("a static busybox is needed for the rootfs test (apt-get install busybox-static): %v", err)
 	}
-	root := reachableDir(t)
+	root := backendtest.ReachableDir(t)
 	for _, d := range []string{"bin", "etc", "workspace"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/backendtest"
 )
 
 func TestMain(m *testing.M) {
@@ -63,20 +64,25 @@ func workspaceOnHost(b *Backend, info backends.Session) string {
 	return filepath.Join(dir, fsDir, workspaceDir)
 }
 
-// reachableDir is a t.TempDir the sandbox user may write, as an operator
-// prepares an rw host path (the sandbox is not host root).
-func reachableDir(t testing.TB) string {
+// conformanceEnv is a new backend as the tests every backend shares
+// (backendtest) take it: sessions run as root of their user namespace,
+// /home is served by the file API, and a process left behind shows on the
+// host.
+func conformanceEnv(t *testing.T) backendtest.Env {
 	t.Helper()
-	dir := t.TempDir()
-	for _, d := range []struct {
-		path string
-		mode os.FileMode
-	}{{filepath.Dir(dir), 0o711}, {dir, 0o777}} {
-		if err := os.Chmod(d.path, d.mode); err != nil {
-			t.Fatal(err)
-		}
+	b := newBackend(t)
+	return backendtest.Env{
+		Backend: b,
+		Spec: func(name string) backends.SandboxSpec {
+			s := backends.DefaultSandboxSpec()
+			s.SessionID = t.Name() + "/" + name
+			return s
+		},
+		KernelShared: true,
+		FileUID:      0,
+		FileDirs:     []string{"/home"},
+		NoProcesses:  func(t *testing.T, _ backends.Session, marker string) { assertNoHostProcs(t, marker) },
 	}
-	return dir
 }
 
 func newBackendAt(t *testing.T, stateDir, instance string) *Backend {
@@ -110,16 +116,7 @@ func newSession(t *testing.T, b *Backend, mutate func(*backends.SandboxSpec)) ba
 	if mutate != nil {
 		mutate(&spec)
 	}
-	info, err := b.StartSession(context.Background(), spec)
-	if err != nil {
-		t.Fatalf("StartSession: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := b.StopSession(context.Background(), info); err != nil {
-			t.Errorf("StopSession: %v", err)
-		}
-	})
-	return info
+	return backendtest.Start(t, b, spec)
 }
 
 // syncBuffer is a goroutine-safe writer that also counts bytes and records

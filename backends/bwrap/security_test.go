@@ -55,7 +55,7 @@ func TestHostPathSwappedForSymlink(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			allowed, victim := reachableDir(t), reachableDir(t)
+			allowed, victim := backendtest.ReachableDir(t), backendtest.ReachableDir(t)
 			sub := filepath.Join(allowed, "sub")
 			if err := os.Mkdir(sub, 0o755); err != nil || os.Chmod(sub, 0o777) != nil {
 				t.Fatal(err)
@@ -84,7 +84,7 @@ func TestHostPathSwappedForSymlink(t *testing.T) {
 func TestPlantedMountPointSymlink(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
-	victim, skill := reachableDir(t), reachableDir(t)
+	victim, skill := backendtest.ReachableDir(t), backendtest.ReachableDir(t)
 	info := newSession(t, b, nil)
 	mustRun(t, b, info, "ln -s ../../oldroot"+victim+" /workspace/.skills")
 	withSkill := info
@@ -426,14 +426,5 @@ func TestNoSetuidFiles(t *testing.T) {
 // TestEscapes runs the escape table every backend and runtime of the test
 // matrix faces (backendtest.RunEscapeTests) against bwrap.
 func TestEscapes(t *testing.T) {
-	b := newBackend(t)
-	backendtest.RunEscapeTests(t, backendtest.Env{
-		Backend: b,
-		Spec: func(name string) backends.SandboxSpec {
-			s := backends.DefaultSandboxSpec()
-			s.SessionID = t.Name() + "/" + name
-			return s
-		},
-		KernelShared: true,
-	})
+	backendtest.RunEscapeTests(t, conformanceEnv(t))
 }

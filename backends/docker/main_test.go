@@ -1,7 +1,6 @@
 package docker_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/backendtest"
 	"github.com/boxrt/boxrt/backends/docker"
 )
 
@@ -221,6 +220,27 @@ func removeInstance(t *testing.T, cli *client.Client, instance string) {
 	}
 }
 
+// conformanceEnv is a new backend as the tests every backend shares
+// (backendtest) take it: sessions of the test image (user 1000), in this
+// matrix entry's runtime, whose leftover processes show in the container.
+func conformanceEnv(t *testing.T) backendtest.Env {
+	t.Helper()
+	b := newBackend(t)
+	return backendtest.Env{
+		Backend: b,
+		Spec: func(name string) backends.SandboxSpec {
+			s := testSpec(t)
+			s.SessionID = "t/" + t.Name() + "/" + name
+			return s
+		},
+		KernelShared: !onGVisor(t),
+		FileUID:      1000,
+		NoProcesses: func(t *testing.T, info backends.Session, marker string) {
+			waitNoProcesses(t, b, info, marker)
+		},
+	}
+}
+
 func testSpec(t *testing.T) backends.SandboxSpec {
 	s := backends.DefaultSandboxSpec()
 	s.SessionID = "t/" + t.Name()
@@ -237,20 +257,7 @@ func startSession(t *testing.T, b *docker.Backend, mutate ...func(*backends.Sand
 	for _, m := range mutate {
 		m(&spec)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	info, err := b.StartSession(ctx, spec)
-	if err != nil {
-		t.Fatalf("StartSession: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := b.StopSession(ctx, info); err != nil {
-			t.Errorf("StopSession: %v", err)
-		}
-	})
-	return info
+	return backendtest.Start(t, b, spec)
 }
 
 type result struct {
@@ -260,24 +267,6 @@ type result struct {
 	elapsed        time.Duration
 }
 
-// syncBuffer is a bytes.Buffer safe to read while an exec writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
 func run(t *testing.T, b *docker.Backend, info backends.Session, cmd string, timeout time.Duration) result {
 	t.Helper()
 	return runCtx(context.Background(), t, b, info, backends.ExecRequest{Cmd: cmd, Timeout: timeout})
@@ -285,7 +274,7 @@ func run(t *testing.T, b *docker.Backend, info backends.Session, cmd string, tim
 
 func runCtx(ctx context.Context, t *testing.T, b *docker.Backend, info backends.Session, req backends.ExecRequest) result {
 	t.Helper()
-	var out, errOut syncBuffer
+	var out, errOut backendtest.SyncBuffer
 	req.Stdout, req.Stderr = &out, &errOut
 	start := time.Now()
 	st, err := b.Exec(ctx, info, req)

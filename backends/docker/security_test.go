@@ -326,14 +326,5 @@ func TestCPUsAboveHost(t *testing.T) {
 // TestEscapes runs the escape table every backend and runtime of the test
 // matrix faces (backendtest.RunEscapeTests) against this matrix entry.
 func TestEscapes(t *testing.T) {
-	b := newBackend(t)
-	backendtest.RunEscapeTests(t, backendtest.Env{
-		Backend: b,
-		Spec: func(name string) backends.SandboxSpec {
-			s := testSpec(t)
-			s.SessionID = "t/" + name
-			return s
-		},
-		KernelShared: !onGVisor(t),
-	})
+	backendtest.RunEscapeTests(t, conformanceEnv(t))
 }

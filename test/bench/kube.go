@@ -96,29 +96,7 @@ Warm pools are not implemented on kube, so there is no warm-pool row.`,
 	}
 
 	for rep := 0; rep < cfg.reps && ctx.Err() == nil; rep++ {
-		var samples, dels []time.Duration
-		for i := 0; i < cfg.coldNDocker && ctx.Err() == nil; i++ {
-			sid := fmt.Sprintf("bench-kube-cold-%d-%d-%d", time.Now().UnixNano(), rep, i)
-			s := time.Now()
-			r, err := boxExec(ctx, p.rpc, sid, "echo hi")
-			d := time.Since(s)
-			if err == nil {
-				err = expectOut(r.Stdout, "hi\n")
-			}
-			if err != nil {
-				boxCold.fail(err)
-			} else {
-				samples = append(samples, d)
-			}
-			s = time.Now()
-			if err := deleteSession(ctx, p.rpc, sid); err != nil {
-				del.fail(err)
-			} else {
-				dels = append(dels, time.Since(s))
-			}
-		}
-		addSamples(boxCold, samples)
-		addSamples(del, dels)
+		coldSessions(ctx, p, boxCold, del, fmt.Sprintf("bench-kube-cold-%d-%d", time.Now().UnixNano(), rep), cfg.coldNDocker)
 		timeOps(ctx, kubectlRun, cfg.coldNDocker, func(i int) error {
 			out, err := k("run", fmt.Sprintf("bench-kubectl-%d-%d", rep, i), "--image="+cfg.image, "--image-pull-policy=Never",
 				"--restart=Never", "--rm", "-i", "--quiet", "--", "echo", "hi")
@@ -137,16 +115,4 @@ Warm pools are not implemented on kube, so there is no warm-pool row.`,
 		})
 	}
 	return sc
-}
-
-// addSamples adds one run of sequential samples to m.
-func addSamples(m *Measure, samples []time.Duration) {
-	if len(samples) == 0 {
-		return
-	}
-	var sum time.Duration
-	for _, d := range samples {
-		sum += d
-	}
-	m.add(summarise(samples, sum))
 }

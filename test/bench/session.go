@@ -63,49 +63,9 @@ directory with workspace, tmp and home in it, `+"`/bin/sh -lc 'echo hi'`"+`.`,
 		defer pBwrap.stop(30 * time.Second)
 	}
 
-	coldRun := func(p *boxrtProc, m, del *Measure, backend string, rep, n int) {
-		var samples, dels []time.Duration
-		for i := 0; i < n && ctx.Err() == nil; i++ {
-			sid := fmt.Sprintf("bench-cold-%s-%d-%d", backend, rep, i)
-			s := time.Now()
-			r, err := boxExec(ctx, p.rpc, sid, "echo hi")
-			d := time.Since(s)
-			if err == nil {
-				err = expectOut(r.Stdout, "hi\n")
-			}
-			if err != nil {
-				m.fail(err)
-			} else {
-				samples = append(samples, d)
-			}
-			s = time.Now()
-			if err := deleteSession(ctx, p.rpc, sid); err != nil {
-				del.fail(err)
-			} else {
-				dels = append(dels, time.Since(s))
-			}
-		}
-		if len(samples) > 0 {
-			// throughput counts create+first-exec only (the deletes are
-			// not part of the measured operation)
-			var sum time.Duration
-			for _, d := range samples {
-				sum += d
-			}
-			m.add(summarise(samples, sum))
-		}
-		if len(dels) > 0 {
-			var sum time.Duration
-			for _, d := range dels {
-				sum += d
-			}
-			del.add(summarise(dels, sum))
-		}
-	}
-
 	for rep := 0; rep < cfg.reps && ctx.Err() == nil; rep++ {
 		if pDocker != nil {
-			coldRun(pDocker, boxDocker, delDocker, "docker", rep, cfg.coldNDocker)
+			coldSessions(ctx, pDocker, boxDocker, delDocker, fmt.Sprintf("bench-cold-docker-%d", rep), cfg.coldNDocker)
 		}
 		if run.Unavailable == "" {
 			timeOps(ctx, run, cfg.coldNDocker, func(int) error {
@@ -117,7 +77,7 @@ directory with workspace, tmp and home in it, `+"`/bin/sh -lc 'echo hi'`"+`.`,
 			})
 		}
 		if pBwrap != nil {
-			coldRun(pBwrap, boxBwrap, delBwrap, "bwrap", rep, cfg.coldNBwrap)
+			coldSessions(ctx, pBwrap, boxBwrap, delBwrap, fmt.Sprintf("bench-cold-bwrap-%d", rep), cfg.coldNBwrap)
 		}
 		if direct.Unavailable == "" {
 			timeOps(ctx, direct, cfg.coldNBwrap, func(i int) error {
@@ -155,4 +115,33 @@ directory with workspace, tmp and home in it, `+"`/bin/sh -lc 'echo hi'`"+`.`,
 	sc.Tables = append(sc.Tables, t)
 	sc.Notes = append(sc.Notes, "`docker run --rm` carries the `"+benchLabel+"` label only so the final cleanup can find a stray one; ops/s for the new-session rows is 1 / mean create-to-output time (the deletes between them are not counted).")
 	return sc
+}
+
+// coldSessions times n box_exec "echo hi" calls, each on a new session id
+// (prefix-i), into m, and the box_delete_session of each right after into
+// del; m's throughput counts create+first-exec only.
+func coldSessions(ctx context.Context, p *boxrtProc, m, del *Measure, prefix string, n int) {
+	var samples, dels []time.Duration
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		sid := fmt.Sprintf("%s-%d", prefix, i)
+		s := time.Now()
+		r, err := boxExec(ctx, p.rpc, sid, "echo hi")
+		d := time.Since(s)
+		if err == nil {
+			err = expectOut(r.Stdout, "hi\n")
+		}
+		if err != nil {
+			m.fail(err)
+		} else {
+			samples = append(samples, d)
+		}
+		s = time.Now()
+		if err := deleteSession(ctx, p.rpc, sid); err != nil {
+			del.fail(err)
+		} else {
+			dels = append(dels, time.Since(s))
+		}
+	}
+	addSamples(m, samples)
+	addSamples(del, dels)
 }

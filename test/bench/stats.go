@@ -128,3 +128,15 @@ func calibrate(rounds int) Calibration {
 	}
 	return c
 }
+
+// addSamples adds one run of sequential samples to m.
+func addSamples(m *Measure, samples []time.Duration) {
+	if len(samples) == 0 {
+		return
+	}
+	var sum time.Duration
+	for _, d := range samples {
+		sum += d
+	}
+	m.add(summarise(samples, sum))
+}

@@ -3,9 +3,9 @@ package kube_test
 import (
 	"archive/tar"
 	"bytes"
-	"crypto/sha256"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"slices"

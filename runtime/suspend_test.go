@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // suspendFake is a fakeBackend that can suspend; Resume is slow so that
@@ -101,6 +102,20 @@ func TestIdlePolicy(t *testing.T) {
 			assert.Equal(t, tc.nonPersistentState, state("n"))
 		})
 	}
+}
+
+func TestSuspendRefusedBySuspendChecker(t *testing.T) {
+	ctx := context.Background()
+	rt, sf, _ := newSuspendRuntimeOf(t, "", func(sf *suspendFake) backends.Backend { return persistentOnlyFake{sf} })
+	_, err := rt.EnsureSession(ctx, spec("n"))
+	require.NoError(t, err)
+	_, err = rt.SuspendSession(ctx, "n")
+	require.ErrorIs(t, err, boxerr.ErrBox)
+	assert.Contains(t, err.Error(), "cannot suspend session n")
+	assert.Equal(t, int32(0), sf.suspends.Load(), "the backend was not asked")
+	d, err := rt.GetSession("n")
+	require.NoError(t, err)
+	assert.NotEqual(t, backends.StateSuspended, d.State)
 }
 
 func TestConcurrentResumeResumesOnce(t *testing.T) {

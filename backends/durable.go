@@ -23,6 +23,13 @@ type Suspender interface {
 	Resume(ctx context.Context, info Session) error
 }
 
+// SuspendChecker is implemented by Suspenders that can suspend only some
+// sessions (kube: only those whose workspace outlives the Pod). The
+// reaper asks before choosing suspension as an idle session's fate.
+type SuspendChecker interface {
+	CanSuspend(info Session) bool
+}
+
 // Archive entry prefixes: a session's files travel as one tar stream whose
 // top-level directories say where each part belongs.
 const (

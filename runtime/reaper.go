@@ -127,10 +127,13 @@ func (r *Runtime) Reap(ctx context.Context) int {
 
 // idleAction is what the reaper does with idle session s under the
 // configured policy: IdleSuspend, IdleDestroy or "" (keep it running).
-// Backends that cannot suspend keep persistent sessions running and
-// destroy the others, whatever the policy. Runtime.mu is held.
+// Backends that cannot suspend (or not this session: SuspendChecker) keep
+// persistent sessions running and destroy the others, whatever the policy. Runtime.mu is held.
 func (r *Runtime) idleAction(b backends.Backend, s *session) string {
 	_, canSuspend := b.(backends.Suspender)
+	if sc, ok := b.(backends.SuspendChecker); ok && canSuspend {
+		canSuspend = sc.CanSuspend(s.info)
+	}
 	policy := r.cfg.Durable.IdlePolicy
 	switch {
 	case canSuspend && (policy == IdleSuspend || (policy == IdleAuto && s.info.Persistent)):

@@ -145,6 +145,13 @@ func (r *Runtime) suspendLocked(ctx context.Context, b backends.Backend, s *sess
 	defer s.op.Unlock()
 	r.mu.Lock()
 	info := s.info
+	if sc, ok := b.(backends.SuspendChecker); ok && !sc.CanSuspend(info) {
+		// Refused before anything is stopped: the session keeps running
+		// as it was.
+		r.mu.Unlock()
+		return boxerr.Failure("the %s backend cannot suspend session %s: its files would not survive (only persistent sessions can be suspended there)", b.Name(), info.SessionID).
+			With("session_id", info.SessionID).With("reason", "not_persistent")
+	}
 	var specs []backends.ProcessSpec
 	for _, p := range s.procs {
 		if p.running() {

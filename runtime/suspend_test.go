@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // suspendFake is a fakeBackend that can suspend; Resume is slow so that
@@ -32,7 +33,16 @@ func (f *suspendFake) Resume(context.Context, backends.Session) error {
 	return nil
 }
 
+// persistentOnlyFake suspends only persistent sessions, as kube does.
+type persistentOnlyFake struct{ *suspendFake }
+
+func (persistentOnlyFake) CanSuspend(info backends.Session) bool { return info.Persistent }
+
 func newSuspendRuntime(t *testing.T, patch string) (*Runtime, *suspendFake, *fakeClock) {
+	return newSuspendRuntimeOf(t, patch, func(sf *suspendFake) backends.Backend { return sf })
+}
+
+func newSuspendRuntimeOf(t *testing.T, patch string, wrap func(*suspendFake) backends.Backend) (*Runtime, *suspendFake, *fakeClock) {
 	sf := &suspendFake{fakeBackend: newFake()}
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	cfg := DefaultConfig()
@@ -41,7 +51,7 @@ func newSuspendRuntime(t *testing.T, patch string) (*Runtime, *suspendFake, *fak
 		cfg, _, err = cfg.Merge([]byte(patch), json.Unmarshal)
 		require.NoError(t, err)
 	}
-	factory := func(string, Config, string, string) (backends.Backend, error) { return sf, nil }
+	factory := func(string, Config, string, string) (backends.Backend, error) { return wrap(sf), nil }
 	rt, err := New(cfg, factory, t.TempDir(), WithClock(clock))
 	require.NoError(t, err)
 	rt.Start(context.Background())
@@ -52,16 +62,24 @@ func newSuspendRuntime(t *testing.T, patch string) (*Runtime, *suspendFake, *fak
 func TestIdlePolicy(t *testing.T) {
 	for _, tc := range []struct {
 		name, policy       string
+		persistentOnly     bool   // the backend is a SuspendChecker refusing non-persistent sessions
 		persistentState    string // "" = destroyed
 		nonPersistentState string
 	}{
-		{"auto suspends persistent, destroys others", IdleAuto, backends.StateSuspended, ""},
-		{"suspend suspends all", IdleSuspend, backends.StateSuspended, backends.StateSuspended},
-		{"destroy keeps persistent running", IdleDestroy, backends.StateRunning, ""},
+		{"auto suspends persistent, destroys others", IdleAuto, false, backends.StateSuspended, ""},
+		{"suspend suspends all", IdleSuspend, false, backends.StateSuspended, backends.StateSuspended},
+		{"suspend destroys what the backend cannot suspend", IdleSuspend, true, backends.StateSuspended, ""},
+		{"destroy keeps persistent running", IdleDestroy, false, backends.StateRunning, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			rt, _, clock := newSuspendRuntime(t, `{"limits":{"session_ttl_sec":60},"durable":{"idle_policy":"`+tc.policy+`"}}`)
+			wrap := func(sf *suspendFake) backends.Backend {
+				if tc.persistentOnly {
+					return persistentOnlyFake{sf}
+				}
+				return sf
+			}
+			rt, _, clock := newSuspendRuntimeOf(t, `{"limits":{"session_ttl_sec":60},"durable":{"idle_policy":"`+tc.policy+`"}}`, wrap)
 			for _, id := range []string{"p", "n"} {
 				s := spec(id)
 				s.Persistent = id == "p"
@@ -84,6 +102,20 @@ func TestIdlePolicy(t *testing.T) {
 			assert.Equal(t, tc.nonPersistentState, state("n"))
 		})
 	}
+}
+
+func TestSuspendRefusedBySuspendChecker(t *testing.T) {
+	ctx := context.Background()
+	rt, sf, _ := newSuspendRuntimeOf(t, "", func(sf *suspendFake) backends.Backend { return persistentOnlyFake{sf} })
+	_, err := rt.EnsureSession(ctx, spec("n"))
+	require.NoError(t, err)
+	_, err = rt.SuspendSession(ctx, "n")
+	require.ErrorIs(t, err, boxerr.ErrBox)
+	assert.Contains(t, err.Error(), "cannot suspend session n")
+	assert.Equal(t, int32(0), sf.suspends.Load(), "the backend was not asked")
+	d, err := rt.GetSession("n")
+	require.NoError(t, err)
+	assert.NotEqual(t, backends.StateSuspended, d.State)
 }
 
 func TestConcurrentResumeResumesOnce(t *testing.T) {

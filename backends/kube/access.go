@@ -21,7 +21,7 @@ type permission struct {
 var permissions = []permission{
 	{"", "pods", []string{"create", "delete", "get", "list", "patch"}},
 	{"", "pods/exec", []string{"create", "get"}},
-	{"", "persistentvolumeclaims", []string{"create", "delete", "get", "list"}},
+	{"", "persistentvolumeclaims", []string{"create", "delete", "get", "list", "patch"}},
 	{"networking.k8s.io", "networkpolicies", []string{"create", "delete", "get", "list"}},
 }
 

@@ -18,6 +18,12 @@
 // work as on docker, through the same subresource: signals, resize checks
 // and sweeps are helper execs.
 //
+// Suspension deletes a persistent session's Pod and keeps its
+// PersistentVolumeClaim, which carries the suspended mark and the Pod's
+// session annotations, so the API server alone still says what the session
+// is; resume recreates the Pod on the claim. Snapshots and forks move the
+// workspace as a tar stream through an exec (tar in the Pod).
+//
 // Network off is a NetworkPolicy denying all ingress and egress of the Pod,
 // which only a CNI that enforces NetworkPolicy turns into a real barrier.
 package kube

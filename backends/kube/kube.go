@@ -245,7 +245,8 @@ func (b *Backend) Describe() backends.Description {
 			"workspace: emptyDir (sized by workspace_quota_mb, enforced by eviction) or, for persistent sessions, a PersistentVolumeClaim",
 			"host_path is refused unless kube.host_path_claims maps it to a PersistentVolumeClaim",
 			"a managed process lives as long as its exec stream to the API server: if that connection drops, the process gets EOF on stdin and is killed",
-			"suspend/resume, snapshots and warm pools are not implemented on kube",
+			"suspend deletes the Pod and keeps the PersistentVolumeClaim (persistent sessions only; /tmp and root filesystem changes are lost); resume recreates the Pod on it",
+			"snapshots and forks carry the workspace only (tar through an exec); warm pools are not implemented on kube",
 		},
 	}
 }

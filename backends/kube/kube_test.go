@@ -425,8 +425,14 @@ func TestMinimalRoleSuffices(t *testing.T) {
 	if err != nil || !r.TimedOut {
 		t.Errorf("timeout with the minimal Role: %+v %v", r, err)
 	}
+	if err := b.Suspend(context.Background(), info); err != nil {
+		t.Errorf("Suspend with the minimal Role: %v", err)
+	}
 	if _, err := b.Adopt(context.Background()); err != nil {
 		t.Errorf("Adopt with the minimal Role: %v", err)
+	}
+	if err := b.Resume(context.Background(), info); err != nil {
+		t.Errorf("Resume with the minimal Role: %v", err)
 	}
 	if err := b.StopSession(context.Background(), info); err != nil {
 		t.Errorf("StopSession with the minimal Role: %v", err)

@@ -147,31 +147,12 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 			})
 		}
 	}
-	for attempt := 0; ; attempt++ {
-		_, err := b.cs.CoreV1().Pods(b.ns).Create(ctx, pod, metav1.CreateOptions{})
-		if err == nil {
-			break
-		}
-		if !apierrors.IsAlreadyExists(err) || attempt >= 3 {
-			rollback()
-			return backends.Session{}, b.apiError("creating Pod for session "+spec.SessionID, err)
-		}
-		existing, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			rollback()
-			return backends.Session{}, b.apiError("reading Pod "+name, err)
-		}
-		if existing.DeletionTimestamp != nil {
-			// A delete of the same session is finishing: wait, then create.
-			if err := b.waitGone(ctx, name); err != nil {
-				rollback()
-				return backends.Session{}, err
-			}
-			continue
-		}
+	existing, err := b.createPod(ctx, pod, "session "+spec.SessionID)
+	if err != nil {
+		rollback()
+		return backends.Session{}, err
+	}
+	if existing != nil {
 		got, err := b.adoptCreated(ctx, existing, info)
 		if err != nil {
 			rollback()
@@ -183,6 +164,36 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		return backends.Session{}, err
 	}
 	return info, nil
+}
+
+// createPod creates pod, or returns the live Pod of the same name that
+// already exists (another replica's create or resume of the same session).
+// A Pod of that name still being deleted is waited out first.
+func (b *Backend) createPod(ctx context.Context, pod *corev1.Pod, what string) (*corev1.Pod, error) {
+	name := pod.Name
+	for attempt := 0; ; attempt++ {
+		_, err := b.cs.CoreV1().Pods(b.ns).Create(ctx, pod, metav1.CreateOptions{})
+		if err == nil {
+			return nil, nil
+		}
+		if !apierrors.IsAlreadyExists(err) || attempt >= 3 {
+			return nil, b.apiError("creating Pod for "+what, err)
+		}
+		existing, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, b.apiError("reading Pod "+name, err)
+		}
+		if existing.DeletionTimestamp == nil {
+			return existing, nil
+		}
+		// A delete of the same session is finishing: wait, then create.
+		if err := b.waitGone(ctx, name); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // adoptCreated serves a Pod another replica created for the same session,
@@ -573,21 +584,26 @@ func (b *Backend) removeSession(ctx context.Context, name string) {
 
 // infoFromPod rebuilds a Session from a Pod's annotations alone.
 func (b *Backend) infoFromPod(pod *corev1.Pod) (backends.Session, error) {
-	a := pod.Annotations
+	return b.infoFromMeta("pod "+pod.Name, pod.Name, pod.Annotations)
+}
+
+// infoFromMeta rebuilds a Session from the annotations of the object what
+// (a Pod, or a suspended session's claim) of the session whose Pod is name.
+func (b *Backend) infoFromMeta(what, name string, a map[string]string) (backends.Session, error) {
 	if a[AnnInstance] != b.instance {
-		return backends.Session{}, fmt.Errorf("pod %s: instance %q, not %q", pod.Name, a[AnnInstance], b.instance)
+		return backends.Session{}, fmt.Errorf("%s: instance %q, not %q", what, a[AnnInstance], b.instance)
 	}
 	id := a[AnnSession]
-	if id == "" || podName(b.instance, id) != pod.Name {
-		return backends.Session{}, fmt.Errorf("pod %s: session annotation %q does not match its name", pod.Name, id)
+	if id == "" || podName(b.instance, id) != name {
+		return backends.Session{}, fmt.Errorf("%s: session annotation %q does not match its name", what, id)
 	}
 	var sb backends.Sandbox
 	if err := json.Unmarshal([]byte(a[AnnSpec]), &sb); err != nil {
-		return backends.Session{}, fmt.Errorf("pod %s: bad %s annotation: %w", pod.Name, AnnSpec, err)
+		return backends.Session{}, fmt.Errorf("%s: bad %s annotation: %w", what, AnnSpec, err)
 	}
 	created, err := time.Parse(time.RFC3339Nano, a[AnnCreated])
 	if err != nil {
-		return backends.Session{}, fmt.Errorf("pod %s: bad %s annotation: %w", pod.Name, AnnCreated, err)
+		return backends.Session{}, fmt.Errorf("%s: bad %s annotation: %w", what, AnnCreated, err)
 	}
 	used, err := time.Parse(time.RFC3339Nano, a[AnnLastUsed])
 	if err != nil {
@@ -596,7 +612,7 @@ func (b *Backend) infoFromPod(pod *corev1.Pod) (backends.Session, error) {
 	return backends.Session{
 		SessionID:        id,
 		BackendName:      Name,
-		BackendSessionID: pod.Name,
+		BackendSessionID: name,
 		Sandbox:          sb,
 		CreatedAt:        created,
 		LastUsedAt:       used,
@@ -606,8 +622,9 @@ func (b *Backend) infoFromPod(pod *corev1.Pod) (backends.Session, error) {
 // Adopt implements backends.Backend: every running session Pod of this
 // instance in the namespace, whichever replica created it. Pods that ended
 // are deleted with their claims and policies, and so are claims and
-// policies left without a Pod; anything younger than staleAfter is spared,
-// as another replica may be creating it right now. Processes inside adopted
+// policies left without a Pod, except a suspended session's (reported with
+// State suspended, see suspend.go); anything younger than staleAfter is
+// spared, as another replica may be creating it right now. Processes inside adopted
 // Pods are left alone: another replica may be serving them.
 func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 	if b.configErr != nil {
@@ -619,6 +636,10 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 	}
 	var out []backends.Session
 	var problems []string
+	suspended, err := b.suspendedClaims(ctx)
+	if err != nil {
+		return nil, err
+	}
 	live := map[string]bool{}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
@@ -637,11 +658,18 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 		}
 		ended := pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodRunning
 		if ended || time.Since(pod.CreationTimestamp.Time) > staleAfter {
+			if _, ok := suspended[pod.Name]; ok {
+				// A resume that never got its Pod running: the session
+				// stays suspended, its claim and policy kept.
+				b.deletePodOnly(ctx, pod.Name)
+				continue
+			}
 			if err := b.deleteAll(ctx, pod.Name); err != nil {
 				problems = append(problems, err.Error())
 			}
 		}
 	}
+	out = b.adoptSuspended(out, suspended, live, &problems)
 	b.collectOrphans(ctx, live, &problems)
 	if len(problems) > 0 {
 		return out, boxerr.Failure("kube backend: adopting sessions: %s", strings.Join(problems, "; "))

@@ -32,20 +32,26 @@ image %s imported, namespace default), boxrt over stdio.
   until the Pod is gone). **Baseline:** `+"`kubectl run --rm -i --restart=Never -- echo hi`"+` — create, attach, delete.
 - *warm exec*: %d `+"`box_exec {\"cmd\":\"true\"}`"+` per run on a warm session. **Baseline:** `+"`kubectl exec <pod> -- sh -c true`"+` on the
   same Pod (kubectl's own start, ~0.1 s, is included: it is what a CLI-driven runtime pays).
+- *exec on a suspended session*: a persistent session is suspended (`+"`box_suspend_session`"+`, timed apart: the claim is marked and the Pod
+  deleted), then `+"`box_exec echo hi`"+` on it (the Pod is recreated on the same claim, then the exec runs), %d times per run.
+  **Baseline:** the new-session create → first output above.
 Warm pools are not implemented on kube, so there is no warm-pool row.`,
-		"`"+kubeconfig+"`", "`"+cfg.image+"`", cfg.coldNDocker, cfg.execNCLI)
+		"`"+kubeconfig+"`", "`"+cfg.image+"`", cfg.coldNDocker, cfg.execNCLI, cfg.coldNDocker)
 
 	boxCold := newMeasure("boxrt kube, new session")
 	kubectlRun := newMeasure("`kubectl run --rm -i`")
 	boxWarm := newMeasure("boxrt kube, warm exec")
 	kubectlExec := newMeasure("`kubectl exec`")
 	del := newMeasure("boxrt kube: box_delete_session")
+	resume := newMeasure("boxrt kube, exec on a suspended session")
+	suspend := newMeasure("boxrt kube: box_suspend_session")
 	sc.Rows = []Row{
 		{Case: "create → first output", Boxrt: boxCold, Base: kubectlRun},
 		{Case: "warm exec of `true`", Boxrt: boxWarm, Base: kubectlExec},
+		{Case: "exec on a suspended session (resume → first output)", Boxrt: resume, Base: boxCold},
 	}
-	sc.Extra = []*Measure{del}
-	all := []*Measure{boxCold, kubectlRun, boxWarm, kubectlExec, del}
+	sc.Extra = []*Measure{del, suspend}
+	all := []*Measure{boxCold, kubectlRun, boxWarm, kubectlExec, del, resume, suspend}
 	unavailable := func(why string) *Scenario {
 		for _, m := range all {
 			m.Unavailable = why
@@ -94,6 +100,11 @@ Warm pools are not implemented on kube, so there is no warm-pool row.`,
 	for range 3 {
 		_, _ = boxExec(ctx, p.rpc, warm, "true")
 	}
+	durable := fmt.Sprintf("bench-kube-suspend-%d", time.Now().UnixNano())
+	if err := p.rpc.CallInto(ctx, "box_create_session", map[string]any{"session_id": durable, "persistent": true}, nil); err != nil {
+		return unavailable("creating the persistent session: " + err.Error())
+	}
+	defer func() { _ = deleteSession(context.WithoutCancel(ctx), p.rpc, durable) }()
 
 	for rep := 0; rep < cfg.reps && ctx.Err() == nil; rep++ {
 		coldSessions(ctx, p, boxCold, del, fmt.Sprintf("bench-kube-cold-%d-%d", time.Now().UnixNano(), rep), cfg.coldNDocker)
@@ -113,6 +124,30 @@ Warm pools are not implemented on kube, so there is no warm-pool row.`,
 			_, err := k("exec", created.BackendSessionID, "-c", "sandbox", "--", "sh", "-c", "true")
 			return err
 		})
+		var susp, res []time.Duration
+		for i := 0; i < cfg.coldNDocker && ctx.Err() == nil; i++ {
+			s := time.Now()
+			if _, err := p.rpc.Call(ctx, "box_suspend_session", map[string]any{"session_id": durable}); err != nil {
+				suspend.fail(err)
+				continue
+			}
+			susp = append(susp, time.Since(s))
+			s = time.Now()
+			// box_exec names the session's spec again; persistent must match.
+			var r execResult
+			err := p.rpc.CallInto(ctx, "box_exec", map[string]any{"session_id": durable, "cmd": "echo hi", "persistent": true}, &r)
+			d := time.Since(s)
+			if err == nil {
+				err = expectOut(r.Stdout, "hi\n")
+			}
+			if err != nil {
+				resume.fail(err)
+			} else {
+				res = append(res, d)
+			}
+		}
+		addSamples(suspend, susp)
+		addSamples(resume, res)
 	}
 	return sc
 }

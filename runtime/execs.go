@@ -269,6 +269,26 @@ func (r *Runtime) stopExecs(match func(*liveExec) bool, cause error) {
 	}
 }
 
+// stopAllExecs stops every exec, box_exec ones included, and waits for
+// them to end (at exit). Execs that begin later are refused, as
+// shuttingDown is set.
+func (r *Runtime) stopAllExecs() {
+	r.mu.Lock()
+	all := make([]*session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		if s.cancelExec != nil {
+			s.cancelExec(errCanceled)
+		}
+		all = append(all, s)
+	}
+	r.mu.Unlock()
+	r.stopExecs(func(*liveExec) bool { return true }, errCanceled)
+	for _, s := range all {
+		s.execMu.Lock() // the cancelled box_exec has returned
+		s.execMu.Unlock()
+	}
+}
+
 // stopSessionExecs kills the live execs of s, whose sandbox is going.
 func (r *Runtime) stopSessionExecs(s *session) {
 	r.stopExecs(func(x *liveExec) bool { return x.s == s }, errDeleted)
@@ -296,15 +316,19 @@ func (r *Runtime) StartExec(ctx context.Context, spec Spec, opts ExecOptions) (E
 			"session %s already runs %d background execs (max_background_execs)", spec.SessionID, n)
 	}
 	r.mu.Lock()
-	deleting, info, b := s.deleting, s.sandboxInfo(), r.backend
+	deleting, shutting, info, b := s.deleting || s.interrupted, r.shuttingDown, s.sandboxInfo(), r.backend
 	r.counters.TotalExecs++
 	r.mu.Unlock()
-	if deleting || b == nil {
-		// Deletion began before the exec was registered: it will not see
-		// it, so the exec ends here.
+	if deleting || shutting || b == nil {
+		// Deletion or Close began before the exec was registered: it will
+		// not see it, so the exec ends here.
+		var err error = boxerr.SessionNotFound(spec.SessionID).With("reason", "being deleted")
+		if shutting {
+			err = errShuttingDown()
+		}
 		x.cancel(errDeleted)
 		x.endOutput()
-		x.finish(ExecResult{}, boxerr.SessionNotFound(spec.SessionID).With("reason", "being deleted"), r.clock.Now())
+		x.finish(ExecResult{}, err, r.clock.Now())
 		r.execs.ended(x, r.clock.Now())
 		r.releaseExec(s)
 		return ExecInfo{}, x.err

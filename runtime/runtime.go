@@ -64,7 +64,7 @@ type Runtime struct {
 	// under way; Close waits for them (Add only under mu while not
 	// shuttingDown, so no Add races Close's Wait).
 	inflight sync.WaitGroup
-	counters     Counters
+	counters Counters
 
 	idLocks keyed.Locks
 

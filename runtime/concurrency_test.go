@@ -237,9 +237,9 @@ func TestRecreateDoesNotHoldUpDelete(t *testing.T) {
 	}
 }
 
-// TestCloseWaitsForCreations: Close waits for a session creation, a
-// resume-free process start under way, and what they made is stopped
-// before the backend closes: no orphan.
+// TestCloseWaitsForCreations: Close waits for a session creation or a
+// process start under way, and what they made is stopped before the
+// backend closes: no orphan sandbox, no process left running.
 func TestCloseWaitsForCreations(t *testing.T) {
 	tests := []struct {
 		name string
@@ -265,7 +265,11 @@ func TestCloseWaitsForCreations(t *testing.T) {
 			fb := newFake()
 			rt, _ := newTestRuntime(t, closableFake{fb}, "")
 			if tc.name != "session creation" {
-				_, err := rt.EnsureSession(context.Background(), spec("c"))
+				// Persistent: Close keeps the session, so only its
+				// waiting for the start stops the process.
+				persistent := spec("c")
+				persistent.Persistent = true
+				_, err := rt.EnsureSession(context.Background(), persistent)
 				require.NoError(t, err)
 			}
 			entered, release := make(chan struct{}), make(chan struct{})

@@ -248,17 +248,19 @@ func TestCloseWaitsForCreations(t *testing.T) {
 		// start begins the creation; its error is what the caller gets.
 		start   func(rt *Runtime) error
 		wantErr error
+		// kept are the sandboxes Close keeps (persistent sessions).
+		kept []string
 	}{
 		{"session creation", func(fb *fakeBackend, hook func()) { fb.beforeStart = hook },
 			func(rt *Runtime) error {
 				_, err := rt.EnsureSession(context.Background(), spec("c"))
 				return err
-			}, boxerr.ErrRuntimeUnavailable},
+			}, boxerr.ErrRuntimeUnavailable, nil},
 		{"managed process start", func(fb *fakeBackend, hook func()) { fb.beforeProcess = hook },
 			func(rt *Runtime) error {
 				_, err := rt.StartProcess(context.Background(), "c", backends.ProcessSpec{Command: "mcp"})
 				return err
-			}, nil},
+			}, nil, []string{"box-1"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -298,7 +300,7 @@ func TestCloseWaitsForCreations(t *testing.T) {
 				require.NoError(t, err)
 			}
 			require.NoError(t, waitFor(t, closed, 10*time.Second, "Close"))
-			assert.Empty(t, fb.orphans(), "sandboxes never stopped")
+			assert.Equal(t, tc.kept, fb.orphans(), "sandboxes not stopped")
 			fb.mu.Lock()
 			defer fb.mu.Unlock()
 			for _, p := range fb.procs {

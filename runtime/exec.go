@@ -135,6 +135,10 @@ func (r *Runtime) execIn(ctx context.Context, s *session, spec Spec, opts ExecOp
 	deleting, shutting, info, b := s.deleting || s.interrupted, r.shuttingDown, s.sandboxInfo(), r.backend
 	r.counters.TotalExecs++
 	s.cancelExec = cancel
+	if !shutting {
+		r.boxExecs.Add(1)
+		defer r.boxExecs.Done()
+	}
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -162,8 +166,7 @@ func (r *Runtime) execIn(ctx context.Context, s *session, spec Spec, opts ExecOp
 	if followed != nil {
 		<-followed // every chunk is out before the result
 	}
-	x.finish(res, err, r.clock.Now())
-	r.execs.ended(x, r.clock.Now())
+	r.finishExec(x, res, err)
 	return res, gone, err
 }
 

@@ -274,19 +274,14 @@ func (r *Runtime) stopExecs(match func(*liveExec) bool, cause error) {
 // shuttingDown is set.
 func (r *Runtime) stopAllExecs() {
 	r.mu.Lock()
-	all := make([]*session, 0, len(r.sessions))
 	for _, s := range r.sessions {
 		if s.cancelExec != nil {
 			s.cancelExec(errCanceled)
 		}
-		all = append(all, s)
 	}
 	r.mu.Unlock()
 	r.stopExecs(func(*liveExec) bool { return true }, errCanceled)
-	for _, s := range all {
-		s.execMu.Lock() // the cancelled box_exec has returned
-		s.execMu.Unlock()
-	}
+	r.boxExecs.Wait()
 }
 
 // stopSessionExecs kills the live execs of s, whose sandbox is going.
@@ -328,29 +323,31 @@ func (r *Runtime) StartExec(ctx context.Context, spec Spec, opts ExecOptions) (E
 		}
 		x.cancel(errDeleted)
 		x.endOutput()
-		x.finish(ExecResult{}, err, r.clock.Now())
-		r.execs.ended(x, r.clock.Now())
 		r.releaseExec(s)
-		return ExecInfo{}, x.err
+		r.finishExec(x, ExecResult{}, err)
+		return ExecInfo{}, err
 	}
 	if opts.Sink != nil {
 		x.follow(0, opts.Sink)
 	}
 	go func() {
-		defer r.releaseExec(s)
 		start := time.Now()
 		res, _, err := r.runExec(xctx, spec, b, info, x)
 		x.cancel(nil)
-		now := r.clock.Now()
-		x.finish(res, err, now)
-		r.execs.ended(x, now)
+		r.releaseExec(s) // before done closes: its waiters find the session idle
+		r.finishExec(x, res, err)
 		r.observeExec(spec, res, err, time.Since(start))
 	}()
 	return x.info(), nil
 }
 
-func (x *liveExec) finish(res ExecResult, err error, now time.Time) {
+// finishExec records x's result and hands x to the table before closing
+// done, so that a waiter woken by done finds the bookkeeping complete (a
+// finished background exec is kept, and pruned after the retention).
+func (r *Runtime) finishExec(x *liveExec, res ExecResult, err error) {
+	now := r.clock.Now()
 	x.result, x.err, x.ended = res, err, now
+	r.execs.ended(x, now)
 	close(x.done)
 }
 

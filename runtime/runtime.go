@@ -64,6 +64,9 @@ type Runtime struct {
 	// under way; Close waits for them (Add only under mu while not
 	// shuttingDown, so no Add races Close's Wait).
 	inflight sync.WaitGroup
+	// boxExecs counts the execs that hold a session's exec lock (box_exec),
+	// for Close to wait for; added to like inflight.
+	boxExecs sync.WaitGroup
 	counters Counters
 
 	idLocks keyed.Locks

@@ -205,18 +205,20 @@ func TestCloseOrder(t *testing.T) {
 	}, 10*time.Second, time.Millisecond)
 
 	require.NoError(t, rt.Close(ctx))
-	select {
-	case ex := <-execDone:
-		require.NoError(t, ex.err)
-		assert.Equal(t, StatusCanceled, ex.res.Status)
-	default:
-		t.Fatal("a box_exec on a kept session still ran after Close")
-	}
-	res, err := rt.WaitExec(ctx, x.ExecID, time.Nanosecond)
+	sf.mu.Lock()
+	running := sf.inFlight["persistent"] + sf.inFlight["plain"]
+	sf.mu.Unlock()
+	require.Zero(t, running, "execs still running in the backend after Close")
+	ex := waitFor(t, execDone, 10*time.Second, "box_exec on the kept session")
+	require.NoError(t, ex.err)
+	assert.Equal(t, StatusCanceled, ex.res.Status)
+	// Ended already: a wait returns at once (a deadline would race it).
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	res, err := rt.WaitExec(wctx, x.ExecID, 0)
 	require.NoError(t, err)
 	assert.Equal(t, StatusCanceled, res.Status, "the background exec")
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
 	assert.Equal(t, []string{ids["plain"]}, sf.stopped, "only the non-persistent running session goes")
-	assert.Zero(t, sf.inFlight["persistent"]+sf.inFlight["plain"], "execs still in the backend")
 }

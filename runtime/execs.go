@@ -334,7 +334,9 @@ func (r *Runtime) StartExec(ctx context.Context, spec Spec, opts ExecOptions) (E
 		start := time.Now()
 		res, _, err := r.runExec(xctx, spec, b, info, x)
 		x.cancel(nil)
-		r.releaseExec(s) // before done closes: its waiters find the session idle
+		// The session is released before waiters learn of the end, so one
+		// that acts on it (the reaper, a suspend) finds it idle.
+		r.releaseExec(s)
 		r.finishExec(x, res, err)
 		r.observeExec(spec, res, err, time.Since(start))
 	}()

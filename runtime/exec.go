@@ -132,9 +132,13 @@ func (r *Runtime) execIn(ctx context.Context, s *session, spec Spec, opts ExecOp
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	r.mu.Lock()
-	deleting, info, b := s.deleting, s.sandboxInfo(), r.backend
+	deleting, shutting, info, b := s.deleting || s.interrupted, r.shuttingDown, s.sandboxInfo(), r.backend
 	r.counters.TotalExecs++
 	s.cancelExec = cancel
+	if !shutting {
+		r.boxExecs.Add(1)
+		defer r.boxExecs.Done()
+	}
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -143,6 +147,11 @@ func (r *Runtime) execIn(ctx context.Context, s *session, spec Spec, opts ExecOp
 	}()
 	if deleting || b == nil {
 		return ExecResult{}, false, boxerr.SessionNotFound(spec.SessionID).With("reason", "being deleted")
+	}
+	if shutting {
+		// Close stops the execs registered before it began (stopAllExecs);
+		// one that got here later must not start.
+		return ExecResult{}, false, errShuttingDown()
 	}
 	if !opts.live() {
 		return r.runExec(ctx, spec, b, info, nil)
@@ -157,8 +166,7 @@ func (r *Runtime) execIn(ctx context.Context, s *session, spec Spec, opts ExecOp
 	if followed != nil {
 		<-followed // every chunk is out before the result
 	}
-	x.finish(res, err, r.clock.Now())
-	r.execs.ended(x, r.clock.Now())
+	r.finishExec(x, res, err)
 	return res, gone, err
 }
 

@@ -269,6 +269,21 @@ func (r *Runtime) stopExecs(match func(*liveExec) bool, cause error) {
 	}
 }
 
+// stopAllExecs stops every exec, box_exec ones included, and waits for
+// them to end (at exit). Execs that begin later are refused, as
+// shuttingDown is set.
+func (r *Runtime) stopAllExecs() {
+	r.mu.Lock()
+	for _, s := range r.sessions {
+		if s.cancelExec != nil {
+			s.cancelExec(errCanceled)
+		}
+	}
+	r.mu.Unlock()
+	r.stopExecs(func(*liveExec) bool { return true }, errCanceled)
+	r.boxExecs.Wait()
+}
+
 // stopSessionExecs kills the live execs of s, whose sandbox is going.
 func (r *Runtime) stopSessionExecs(s *session) {
 	r.stopExecs(func(x *liveExec) bool { return x.s == s }, errDeleted)
@@ -296,18 +311,21 @@ func (r *Runtime) StartExec(ctx context.Context, spec Spec, opts ExecOptions) (E
 			"session %s already runs %d background execs (max_background_execs)", spec.SessionID, n)
 	}
 	r.mu.Lock()
-	deleting, info, b := s.deleting, s.sandboxInfo(), r.backend
+	deleting, shutting, info, b := s.deleting || s.interrupted, r.shuttingDown, s.sandboxInfo(), r.backend
 	r.counters.TotalExecs++
 	r.mu.Unlock()
-	if deleting || b == nil {
-		// Deletion began before the exec was registered: it will not see
-		// it, so the exec ends here.
+	if deleting || shutting || b == nil {
+		// Deletion or Close began before the exec was registered: it will
+		// not see it, so the exec ends here.
+		var err error = boxerr.SessionNotFound(spec.SessionID).With("reason", "being deleted")
+		if shutting {
+			err = errShuttingDown()
+		}
 		x.cancel(errDeleted)
 		x.endOutput()
-		x.finish(ExecResult{}, boxerr.SessionNotFound(spec.SessionID).With("reason", "being deleted"), r.clock.Now())
-		r.execs.ended(x, r.clock.Now())
 		r.releaseExec(s)
-		return ExecInfo{}, x.err
+		r.finishExec(x, ExecResult{}, err)
+		return ExecInfo{}, err
 	}
 	if opts.Sink != nil {
 		x.follow(0, opts.Sink)
@@ -319,16 +337,19 @@ func (r *Runtime) StartExec(ctx context.Context, spec Spec, opts ExecOptions) (E
 		// The session is released before waiters learn of the end, so one
 		// that acts on it (the reaper, a suspend) finds it idle.
 		r.releaseExec(s)
-		now := r.clock.Now()
-		x.finish(res, err, now)
-		r.execs.ended(x, now)
+		r.finishExec(x, res, err)
 		r.observeExec(spec, res, err, time.Since(start))
 	}()
 	return x.info(), nil
 }
 
-func (x *liveExec) finish(res ExecResult, err error, now time.Time) {
+// finishExec records x's result and hands x to the table before closing
+// done, so that a waiter woken by done finds the bookkeeping complete (a
+// finished background exec is kept, and pruned after the retention).
+func (r *Runtime) finishExec(x *liveExec, res ExecResult, err error) {
+	now := r.clock.Now()
 	x.result, x.err, x.ended = res, err, now
+	r.execs.ended(x, now)
 	close(x.done)
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -30,6 +31,13 @@ type fakeBackend struct {
 	specs    []backends.SandboxSpec
 	execInfo []backends.Session
 	levels   []string // Description.IsolationLevels
+	closed   bool     // closableFake
+	// beforeStart and beforeProcess, when set, run at the start of
+	// StartSession and StartProcess, outside the lock (tests hold a start
+	// there).
+	beforeStart   func()
+	beforeProcess func()
+	procs         []*fakeProcess
 }
 
 func newFake() *fakeBackend {
@@ -45,6 +53,9 @@ func (f *fakeBackend) DefaultImage() string                              { retur
 func (f *fakeBackend) Adopt(context.Context) ([]backends.Session, error) { return f.adopt, nil }
 
 func (f *fakeBackend) StartSession(_ context.Context, spec backends.SandboxSpec) (backends.Session, error) {
+	if f.beforeStart != nil {
+		f.beforeStart()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.started++
@@ -87,7 +98,52 @@ func (f *fakeBackend) Exec(ctx context.Context, info backends.Session, req backe
 }
 
 func (f *fakeBackend) StartProcess(_ context.Context, _ backends.Session, _ backends.ProcessSpec) (backends.Process, error) {
-	return newFakeProcess(), nil
+	if f.beforeProcess != nil {
+		f.beforeProcess()
+	}
+	p := newFakeProcess()
+	f.mu.Lock()
+	f.procs = append(f.procs, p)
+	f.mu.Unlock()
+	return p, nil
+}
+
+// closableFake is a fakeBackend with a client to close, as the Docker
+// backend has: a sandbox it is asked to stop after Close is not stopped
+// (left orphaned), which the fake records.
+type closableFake struct {
+	*fakeBackend
+}
+
+func (c closableFake) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	return nil
+}
+
+func (c closableFake) StopSession(ctx context.Context, info backends.Session) error {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return boxerr.Failure("backend closed; cannot stop %s", info.BackendSessionID)
+	}
+	return c.fakeBackend.StopSession(ctx, info)
+}
+
+// orphans are the sandboxes started and never stopped.
+func (f *fakeBackend) orphans() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for i := 1; i <= f.started; i++ {
+		id := fmt.Sprintf("box-%d", i)
+		if !slices.Contains(f.stopped, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func (f *fakeBackend) StopSession(_ context.Context, info backends.Session) error {

@@ -214,7 +214,9 @@ func (r *Runtime) fillOne(ctx context.Context, b backends.Backend, pc PoolConfig
 		return
 	}
 	r.mu.Lock()
-	shutting := r.shuttingDown
+	// A box_init may have replaced b meanwhile: its sandboxes are no
+	// longer reachable through the pool.
+	shutting := r.shuttingDown || r.backend != b
 	r.mu.Unlock()
 	if shutting || ctx.Err() != nil {
 		_ = b.StopSession(context.WithoutCancel(ctx), info)

@@ -224,7 +224,13 @@ func (r *Runtime) startProcessOp(ctx context.Context, b backends.Backend, s *ses
 		r.mu.Unlock()
 		return ProcessInfo{}, boxerr.SessionNotFound(sessionID)
 	}
-	running := 0
+	if r.shuttingDown {
+		r.mu.Unlock()
+		return ProcessInfo{}, errShuttingDown()
+	}
+	// Starts in progress count with the running processes (the
+	// reference's rule); each start reserves its place here.
+	running := r.procStarting
 	for _, other := range r.sessions {
 		running += other.runningProcesses()
 	}
@@ -233,6 +239,17 @@ func (r *Runtime) startProcessOp(ctx context.Context, b backends.Backend, s *ses
 		r.mu.Unlock()
 		return ProcessInfo{}, boxerr.CapacityExceeded("max_managed_processes", limit, "Box managed process capacity reached (%d)", limit)
 	}
+	r.procStarting++
+	r.inflight.Add(1)
+	reserved := true
+	defer func() {
+		if reserved {
+			r.mu.Lock()
+			r.procStarting--
+			r.mu.Unlock()
+		}
+		r.inflight.Done()
+	}()
 	info := s.sandboxInfo()
 	lines, bytes := r.cfg.Limits.RelayReplayLines, r.cfg.Limits.RelayReplayBytes
 	r.mu.Unlock()
@@ -271,6 +288,8 @@ func (r *Runtime) startProcessOp(ctx context.Context, b backends.Backend, s *ses
 
 	r.mu.Lock()
 	s.procs[spec.ProcessID] = p
+	r.procStarting-- // the reservation is now a running process
+	reserved = false
 	s.info.LastUsedAt = r.clock.Now()
 	r.counters.ProcessesStarted++
 	r.mu.Unlock()

@@ -56,7 +56,18 @@ type Runtime struct {
 	creating     int
 	closing      int
 	shuttingDown bool
-	counters     Counters
+	// procStarting counts managed-process starts between their capacity
+	// check and their entry in the table: the check and the reservation
+	// are one step, so starts on different sessions cannot both pass.
+	procStarting int
+	// inflight counts the session creations, resumes and process starts
+	// under way; Close waits for them (Add only under mu while not
+	// shuttingDown, so no Add races Close's Wait).
+	inflight sync.WaitGroup
+	// boxExecs counts the execs that hold a session's exec lock (box_exec),
+	// for Close to wait for; added to like inflight.
+	boxExecs sync.WaitGroup
+	counters Counters
 
 	idLocks keyed.Locks
 
@@ -300,9 +311,20 @@ func (r *Runtime) probeAndAdopt(ctx context.Context) {
 			if err == nil {
 				r.mu.Lock()
 				old := r.backend
+				if old != nil && (len(r.sessions) > 0 || r.creating > 0) {
+					// A session was created (or began) on the old backend
+					// since box_init asked for this selection: replacing
+					// the backend would leave that sandbox unreachable.
+					r.mu.Unlock()
+					CloseBackend(b)
+					r.log.Warn().Str("backend", old.Name()).Str("candidate", name).
+						Msg("backend not replaced: sessions were created meanwhile")
+					return
+				}
 				r.backend = b
 				r.health = Health{Name: name, Available: true, CheckedAt: r.clock.Now(), Latency: time.Since(start)}
 				r.mu.Unlock()
+				r.drainPools(ctx, old) // its warm sandboxes are not reachable through b
 				CloseBackend(old)
 				r.log.Info().Str("backend", name).Str("instance_id", r.instanceID).Msg("backend selected")
 				r.adopt(ctx, b)
@@ -566,9 +588,14 @@ func (r *Runtime) ShutdownAll(ctx context.Context) error {
 	return r.destroyWhere(ctx, func(*session) bool { return true }, "shutdown")
 }
 
-// Close stops background work, stops every managed process and destroys
-// the non-persistent sessions; persistent and suspended ones stay for the
-// next start to re-adopt.
+// Close stops background work, stops every exec and managed process and
+// destroys the non-persistent sessions; persistent and suspended ones stay
+// for the next start to re-adopt. The order matters: nothing new starts
+// once shuttingDown is set; background work (reaper, pool refills) ends;
+// creations, resumes and process starts under way finish, so what they
+// made is seen (or stopped by them) before the backend closes; execs are
+// stopped so that no destroy waits for a command; then the pools drain,
+// sessions go, and the processes of the kept sessions stop.
 func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.shuttingDown = true
@@ -577,20 +604,40 @@ func (r *Runtime) Close(ctx context.Context) error {
 		r.stopBG()
 	}
 	r.bg.Wait()
-	r.mu.Lock()
-	pooled := r.backend
-	r.mu.Unlock()
-	r.drainPools(ctx, pooled)
-	err := r.destroyWhere(ctx, func(s *session) bool {
-		return !s.info.Persistent && s.info.State != backends.StateSuspended
-	}, "exit")
-	r.stopExecs(func(*liveExec) bool { return true }, errCanceled)
-	r.stopAllProcesses(ctx)
+	waitErr := r.waitInflight(ctx)
+	r.stopAllExecs()
 	r.mu.Lock()
 	b := r.backend
 	r.mu.Unlock()
+	r.drainPools(ctx, b)
+	err := r.destroyWhere(ctx, func(s *session) bool {
+		return !s.info.Persistent && s.info.State != backends.StateSuspended
+	}, "exit")
+	r.stopAllProcesses(ctx)
+	if waitErr != nil {
+		// A straggling creation stops its sandbox itself when it ends; it
+		// needs the backend open for that.
+		r.log.Warn().Err(waitErr).Msg("closing with session creations under way")
+		return errors.Join(waitErr, err)
+	}
 	CloseBackend(b)
 	return err
+}
+
+// waitInflight waits for the creations, resumes and process starts under
+// way, or until ctx ends.
+func (r *Runtime) waitInflight(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		r.inflight.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for session creations: %w", context.Cause(ctx))
+	}
 }
 
 func (r *Runtime) destroyWhere(ctx context.Context, match func(*session) bool, reason string) error {

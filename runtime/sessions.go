@@ -27,6 +27,11 @@ type session struct {
 	cancelExec  context.CancelCauseFunc
 	activeExecs int
 	deleting    bool
+	// interrupted: a delete is on its way (it may still wait for the id
+	// lock, held by a recreate that waits for the running exec). The
+	// running exec was cancelled and no further exec starts, so neither
+	// the recreate nor the delete waits for a command to end.
+	interrupted bool
 	deleted     chan struct{}
 	procs       map[string]*managedProcess
 	// resumeProcs are the managed processes to start again when a
@@ -125,31 +130,34 @@ func (r *Runtime) acquire(ctx context.Context, spec Spec, forExec bool) (*sessio
 	if err := checkPoolID(spec.SessionID); err != nil {
 		return nil, err
 	}
-	b, err := r.currentBackend(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if spec.FromSnapshot != "" {
-		if spec, err = r.fromSnapshot(ctx, b, spec); err != nil {
+	for {
+		b, err := r.currentBackend(ctx)
+		if err != nil {
 			return nil, err
 		}
-	}
-	spec, err = r.prepareSpec(b, spec)
-	if err != nil {
-		return nil, err
-	}
-	skills, err := r.resolveSkills(ctx, spec)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		unlock := r.idLocks.Lock(spec.SessionID)
-		s, wait, err := r.acquireLocked(ctx, b, spec, skills, forExec)
+		ps := spec
+		if ps.FromSnapshot != "" {
+			if ps, err = r.fromSnapshot(ctx, b, ps); err != nil {
+				return nil, err
+			}
+		}
+		ps, err = r.prepareSpec(b, ps)
+		if err != nil {
+			return nil, err
+		}
+		skills, err := r.resolveSkills(ctx, ps)
+		if err != nil {
+			return nil, err
+		}
+		unlock := r.idLocks.Lock(ps.SessionID)
+		s, wait, err := r.acquireLocked(ctx, b, ps, skills, forExec)
 		unlock()
 		if wait == nil {
 			return s, err
 		}
-		// The id is being deleted: wait for that, then start over.
+		// The id is being deleted, or box_init replaced the backend
+		// while the spec was prepared for the old one: wait for that,
+		// then start over.
 		select {
 		case <-wait:
 		case <-ctx.Done():
@@ -163,7 +171,7 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec Sp
 	r.mu.Lock()
 	if r.shuttingDown {
 		r.mu.Unlock()
-		return nil, nil, boxerr.RuntimeUnavailable("Box runtime is shutting down")
+		return nil, nil, errShuttingDown()
 	}
 	s := r.sessions[spec.SessionID]
 	if s != nil && s.deleting {
@@ -214,13 +222,28 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec Sp
 		r.mu.Lock()
 		r.counters.TotalRecreated++
 	}
-	// r.mu is held here.
+	// r.mu is held here; it was released during a recreate, so shutdown
+	// and a backend swap are checked again.
+	if r.shuttingDown {
+		r.mu.Unlock()
+		return nil, nil, errShuttingDown()
+	}
+	if r.backend != b {
+		// box_init selected another backend since b was taken; a sandbox
+		// made on b now would be one the runtime no longer reaches.
+		r.mu.Unlock()
+		return nil, closedChan, nil
+	}
 	limit := r.cfg.Limits.MaxSessions
 	if len(r.sessions)+r.creating+r.closing >= limit {
 		r.mu.Unlock()
 		return nil, nil, boxerr.CapacityExceeded("max_sessions", limit, "Box session capacity reached (%d)", limit)
 	}
+	// creating > 0 also keeps a box_init from swapping the backend
+	// (probeAndAdopt), and inflight makes Close wait for this creation.
 	r.creating++
+	r.inflight.Add(1)
+	defer r.inflight.Done()
 	r.mu.Unlock()
 
 	// Creation outlives the request: a host that gives up must not leave a
@@ -245,9 +268,11 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec Sp
 		return nil, nil, err
 	}
 	if r.shuttingDown {
+		// Close is waiting for this creation (inflight) and has not
+		// closed the backend yet: the sandbox goes before it does.
 		r.mu.Unlock()
 		_ = b.StopSession(context.WithoutCancel(ctx), info)
-		return nil, nil, boxerr.RuntimeUnavailable("Box runtime is shutting down")
+		return nil, nil, errShuttingDown()
 	}
 	now := r.clock.Now()
 	info.SessionID = spec.SessionID
@@ -359,8 +384,14 @@ func (r *Runtime) lockSession(id string) (s *session, unlock func(), err error) 
 
 // DeleteSession stops the session's processes and destroys its sandbox. A
 // running exec is killed first (its caller gets BoxSessionNotFoundError);
-// a delete never waits for a long command to finish on its own.
+// a delete never waits for a long command to finish on its own, not even
+// when a recreate of the session (which holds the id lock) waits for it.
 func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
+	r.mu.Lock()
+	if s, ok := r.sessions[id]; ok {
+		r.interruptLocked(s)
+	}
+	r.mu.Unlock()
 	unlock := r.idLocks.Lock(id)
 	defer unlock()
 	r.mu.Lock()
@@ -376,11 +407,28 @@ func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
 // sees.
 var errDeleted = errors.New("session deleted while the command ran")
 
+// closedChan is acquireLocked's "start over at once".
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func errShuttingDown() error { return boxerr.RuntimeUnavailable("Box runtime is shutting down") }
+
+// interruptLocked cancels s's running exec and refuses its later ones, as
+// s is about to be deleted. Runtime.mu is held.
+func (r *Runtime) interruptLocked(s *session) {
+	s.interrupted = true
+	if s.cancelExec != nil {
+		s.cancelExec(errDeleted)
+	}
+}
+
 // destroy removes s from the table and its sandbox from the backend. With
 // interrupt, a running exec is cancelled (its command tree killed by the
 // backend) instead of waited for.
 func (r *Runtime) destroy(ctx context.Context, s *session, reason string, interrupt bool) error {
 	r.mu.Lock()
+	if interrupt {
+		r.interruptLocked(s)
+	}
 	if s.deleting {
 		r.mu.Unlock()
 		select {
@@ -393,9 +441,6 @@ func (r *Runtime) destroy(ctx context.Context, s *session, reason string, interr
 	s.deleting = true
 	r.closing++
 	b := r.backend
-	if interrupt && s.cancelExec != nil {
-		s.cancelExec(errDeleted)
-	}
 	r.mu.Unlock()
 	r.stopSessionExecs(s) // background execs die with their sandbox
 

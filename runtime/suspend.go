@@ -223,6 +223,13 @@ func (r *Runtime) resumeLocked(ctx context.Context, b backends.Backend, s *sessi
 		r.mu.Unlock()
 		return nil
 	}
+	if r.shuttingDown {
+		// Close keeps suspended sessions as they are.
+		r.mu.Unlock()
+		return errShuttingDown()
+	}
+	r.inflight.Add(1) // Close must see the session running, or suspended
+	defer r.inflight.Done()
 	info := s.info
 	specs := s.resumeProcs
 	r.mu.Unlock()

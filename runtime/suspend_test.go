@@ -196,3 +196,61 @@ func TestSuspendRefusedWithoutSupport(t *testing.T) {
 	_, err = rt.SuspendSession(ctx, "s")
 	require.ErrorContains(t, err, "cannot suspend")
 }
+
+// TestCloseOrder: Close ends every exec, box_exec on a kept persistent
+// session and background ones included, destroys the non-persistent
+// running sessions and keeps the persistent and the suspended ones.
+func TestCloseOrder(t *testing.T) {
+	ctx := context.Background()
+	rt, sf, _ := newSuspendRuntime(t, "")
+	release := make(chan struct{})
+	defer close(release)
+	execUntil(sf.fakeBackend, release)
+	ids := map[string]string{}
+	for _, id := range []string{"persistent", "suspended", "plain"} {
+		s := spec(id)
+		s.Persistent = id == "persistent"
+		info, err := rt.EnsureSession(ctx, s)
+		require.NoError(t, err)
+		ids[id] = info.BackendSessionID
+	}
+	_, err := rt.SuspendSession(ctx, "suspended")
+	require.NoError(t, err)
+
+	long := spec("persistent")
+	long.Persistent = true
+	long.Cmd, long.TimeoutSec = "sleep 300", 300
+	type result struct {
+		res ExecResult
+		err error
+	}
+	execDone := make(chan result, 1)
+	go func() { res, err := rt.Exec(ctx, long); execDone <- result{res, err} }()
+	bg := spec("plain")
+	bg.Cmd = "sleep 300"
+	x, err := rt.StartExec(ctx, bg, ExecOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		sf.mu.Lock()
+		defer sf.mu.Unlock()
+		return sf.inFlight["persistent"] == 1 && sf.inFlight["plain"] == 1
+	}, 10*time.Second, time.Millisecond)
+
+	require.NoError(t, rt.Close(ctx))
+	sf.mu.Lock()
+	running := sf.inFlight["persistent"] + sf.inFlight["plain"]
+	sf.mu.Unlock()
+	require.Zero(t, running, "execs still running in the backend after Close")
+	ex := waitFor(t, execDone, 10*time.Second, "box_exec on the kept session")
+	require.NoError(t, ex.err)
+	assert.Equal(t, StatusCanceled, ex.res.Status)
+	// Ended already: a wait returns at once (a deadline would race it).
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	res, err := rt.WaitExec(wctx, x.ExecID, 0)
+	require.NoError(t, err)
+	assert.Equal(t, StatusCanceled, res.Status, "the background exec")
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	assert.Equal(t, []string{ids["plain"]}, sf.stopped, "only the non-persistent running session goes")
+}

@@ -224,7 +224,7 @@ func TestFilesSymlinkEscapes(t *testing.T) {
 	ctx := context.Background()
 	mustRun(t, b, info, `cd /workspace && echo inside > a.txt &&
 		ln -s /etc/passwd abs && ln -s ../../../../../../etc/passwd rel && ln -s /proc/1/root proc &&
-		ln -s /etc etcdir && ln -s .. up && ln -s /workspace/a.txt inside && ln -s ../tmp tmpdir && mkfifo fifo`)
+		ln -s /etc etcdir && ln -s .. up && ln -s /workspace/a.txt inside && ln -s ../tmp tmpdir && ln -s loop loop && mkfifo fifo`)
 	for _, tc := range []struct{ name, path string }{
 		{"absolute link", "/workspace/abs"},
 		{"relative dot-dot link", "/workspace/rel"},
@@ -232,6 +232,7 @@ func TestFilesSymlinkEscapes(t *testing.T) {
 		{"symlinked parent", "/workspace/etcdir/passwd"},
 		{"link to the parent of the mount", "/workspace/up/etc/passwd"},
 		{"outside the mounts", "/etc/passwd"},
+		{"a link loop", "/workspace/loop"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := readAll(t, b, info, tc.path, 0, -1)

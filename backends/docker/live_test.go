@@ -62,19 +62,35 @@ func TestExecLive(t *testing.T) {
 			},
 		},
 		{
+			// The command outlives the TERM (it traps it, then waits for
+			// the TERM-proof child), so the exec is still running at the
+			// cancel on every engine.
 			name:   "TERM reaches the tree; the kill takes the child that ignores it",
-			cmd:    "(trap '' TERM; exec sleep 7731) & echo ready; wait",
+			cmd:    "trap 'echo got TERM' TERM; (trap '' TERM; exec sleep 7731) & echo ready; wait; wait",
 			cancel: true,
 			drive: func(t *testing.T, _ *io.PipeWriter, out *syncBuffer, _ chan<- backends.Resize, sig chan<- syscall.Signal) {
 				waitFor(t, out, "ready")
 				sig <- syscall.SIGTERM
-				time.Sleep(500 * time.Millisecond) // the TERM-proof child holds the output open
+				waitFor(t, out, "got TERM")
 			},
 			check: func(t *testing.T, r result) {
 				if r.err == nil {
 					t.Fatalf("a cancelled exec reports its context's error, got %+v", r.status)
 				}
 				waitNoProcesses(t, b, info, "sleep 7731")
+			},
+		},
+		{
+			name: "a command that handles TERM ends with its own status",
+			cmd:  "trap 'echo bye; exit 3' TERM; echo ready; sleep 30 & wait",
+			drive: func(t *testing.T, _ *io.PipeWriter, out *syncBuffer, _ chan<- backends.Resize, sig chan<- syscall.Signal) {
+				waitFor(t, out, "ready")
+				sig <- syscall.SIGTERM
+			},
+			check: func(t *testing.T, r result) {
+				if r.err != nil || r.stdout != "ready\nbye\n" || r.status.ExitCode != 3 {
+					t.Fatalf("got %q %+v %v", r.stdout, r.status, r.err)
+				}
 			},
 		},
 		{

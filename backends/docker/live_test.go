@@ -94,6 +94,20 @@ func TestExecLive(t *testing.T) {
 			},
 		},
 		{
+			name:  "with stdin: a command that handles TERM ends with its own status",
+			cmd:   "trap 'echo bye; exit 3' TERM; echo ready; sleep 30 & wait",
+			stdin: true,
+			drive: func(t *testing.T, _ *io.PipeWriter, out *syncBuffer, _ chan<- backends.Resize, sig chan<- syscall.Signal) {
+				waitFor(t, out, "ready")
+				sig <- syscall.SIGTERM
+			},
+			check: func(t *testing.T, r result) {
+				if r.err != nil || r.stdout != "ready\nbye\n" || r.status.ExitCode != 3 {
+					t.Fatalf("got %q %+v %v", r.stdout, r.status, r.err)
+				}
+			},
+		},
+		{
 			name:  "with stdin: a child left behind dies with the exec",
 			cmd:   "(trap '' TERM HUP; exec sleep 7732 >/dev/null 2>&1) & echo started",
 			stdin: true,

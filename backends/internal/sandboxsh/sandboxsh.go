@@ -120,7 +120,9 @@ exit $bk_c
 // what is left when the exec ends, which also deletes the pid file. The
 // wrapper stays the session root so that every process of the command
 // shares its session (the kernel does not reuse a pid that is still a
-// session's id, so the sweep cannot hit a stranger).
+// session's id, so the sweep cannot hit a stranger). Like a live exec's
+// (see ExecScript), the wrapper survives the signals it is sent and ends
+// with the command's own status.
 //
 // With a terminal ($4 = tty) the wrapper first waits (briefly, and only if
 // the image has stty) for the engine to size it: engines before API 1.42
@@ -135,6 +137,7 @@ if [ "$4" = tty ] && command -v stty >/dev/null 2>&1; then
 		bk_i=$((bk_i + 1))
 	done
 fi
+trap : TERM INT HUP QUIT USR1 USR2
 { [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" && sh -lc "$2"
 `
 

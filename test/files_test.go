@@ -260,7 +260,8 @@ func httpDo(t *testing.T, method, u, token string, body io.Reader) *http.Respons
 func TestFilesHTTPLarge(t *testing.T) {
 	sizes := map[string]int64{"bwrap": 1 << 30, "docker": 256 << 20}
 	eachBackend(t, func(t *testing.T, backend string) {
-		size := sizes[backend]
+		size := sizes[wireBackend(backend)]
+		require.NotZero(t, size, "no file size for %s", backend)
 		e := newFilesEnv(t, backend, "stdio")
 		sid := "large"
 		e.must(t, "box_create_session", map[string]any{"session_id": sid, "workspace_quota_mb": 1536}, nil)

@@ -298,7 +298,7 @@ func (f files) symlinkEscapes(t *testing.T) {
 	ctx := context.Background()
 	f.run(t, `cd /workspace && echo inside > a.txt && mkdir real &&
 		ln -s /etc/passwd abs && ln -s ../../../../../../etc/passwd rel && ln -s /proc/1/root proc &&
-		ln -s /etc etcdir && ln -s .. up && ln -s /workspace/a.txt inside && ln -s ../tmp tmpdir && mkfifo fifo`, nil)
+		ln -s /etc etcdir && ln -s .. up && ln -s /workspace/a.txt inside && ln -s ../tmp tmpdir && ln -s loop loop && mkfifo fifo`, nil)
 	marker := "boxrt-files-escape-" + strconv.Itoa(os.Getpid())
 	for _, tc := range []struct{ name, path string }{
 		{"absolute link", "/workspace/abs"},
@@ -308,6 +308,7 @@ func (f files) symlinkEscapes(t *testing.T) {
 		{"link to the parent of the mount", "/workspace/up/etc/passwd"},
 		{"outside the mounts", "/etc/passwd"},
 		{"proc directly", "/proc/self/environ"},
+		{"a link loop", "/workspace/loop"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := f.read(tc.path, 0, -1)

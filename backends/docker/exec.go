@@ -29,6 +29,9 @@ const (
 	// stopWait is how long an exec that ended by a signal (or with the
 	// engine's 126) waits to learn whether its container is going down.
 	stopWait = time.Second
+	// stopConfirm is how much longer that exec waits when the container
+	// can no longer run a new exec (see stopping).
+	stopConfirm = 5 * time.Second
 )
 
 // killRequest is what Exec writes to the watcher's stdin; any line (or EOF)
@@ -200,10 +203,33 @@ func (b *Backend) stopped(ctx context.Context, info backends.Session) bool {
 
 // stopping is stopped for a container that may be on its way down: the
 // engine marks it exited only once its runtime has reported the end, a
-// moment after its processes are gone. A container that stays up costs
-// stopWait.
+// moment after its processes are gone — on a loaded host Podman takes
+// longer than stopWait. So when stopWait passes, a new exec decides: a
+// container that still runs one is up (costing stopWait and that exec);
+// one that cannot gets stopConfirm more for the engine to say it stopped.
+// Only the engine's word counts as stopped: a wrong "stopped" would make
+// box_exec recreate the session and run the command again.
 func (b *Backend) stopping(ctx context.Context, info backends.Session) bool {
-	ctx, cancel := context.WithTimeout(ctx, stopWait)
+	if b.waitNotRunning(ctx, info, stopWait) {
+		return true
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	// Bounded: dockerd does not end the streams of an exec in a gVisor
+	// sandbox that died.
+	pctx, cancel := context.WithTimeout(ctx, stopConfirm)
+	defer cancel()
+	if b.runHelper(pctx, info.BackendSessionID, "", []string{"true"}) == nil {
+		return false
+	}
+	return b.waitNotRunning(ctx, info, stopConfirm)
+}
+
+// waitNotRunning waits up to d for the engine to report the session's
+// container not running (or gone).
+func (b *Backend) waitNotRunning(ctx context.Context, info backends.Session, d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	waitC, errC := b.cli.ContainerWait(ctx, info.BackendSessionID, container.WaitConditionNotRunning)
 	select {

@@ -104,6 +104,12 @@ func scriptError(be string, params []string, code int, msg string) error {
 		return backends.OutsideMounts(field, p, detail)
 	case kind == "readonly":
 		return backends.ReadOnlyPath(field, p)
+	case kind == "unresolvable":
+		// readlink -f failed on the part that exists: a symlink on the
+		// path dangles, loops or cannot be read (gVisor refuses to read
+		// /proc/<pid>/root, which runc resolves to "/" and so "outside").
+		// Where it would lead is unknown, so it is refused like an escape.
+		return refuse("cannot be resolved in the sandbox (a symlink on it dangles, loops or cannot be read)")
 	case kind == "notdir":
 		return refuse("not a directory")
 	case kind == "notfile":
@@ -273,17 +279,18 @@ func (f FS) WriteFile(ctx context.Context, info backends.Session, p string, src 
 		how = "append"
 	}
 	counted := &countingReader{r: src}
-	r, err := f.start(ctx, info, counted, "upload", p, mode, how)
+	gate := &gatedReader{r: counted, open: make(chan struct{})}
+	r, err := f.start(ctx, info, gate, "upload", p, mode, how)
 	if err != nil {
 		return 0, err
 	}
+	// The script's first line (the temporary file; empty when appending)
+	// says its checks passed and it reads stdin; only then does data go.
+	line, rerr := bufio.NewReader(r.fs.Stdout()).ReadString('\n')
+	gate.release(rerr == nil)
 	var tmp string
-	if !opts.Append {
-		line, rerr := bufio.NewReader(r.fs.Stdout()).ReadString('\n')
+	if !opts.Append && rerr == nil {
 		tmp = strings.TrimSuffix(line, "\n")
-		if rerr != nil {
-			tmp = ""
-		}
 	}
 	werr := r.wait("path", p)
 	if werr == nil && counted.err != nil {
@@ -305,6 +312,31 @@ func (f FS) WriteFile(ctx context.Context, info backends.Session, p string, src 
 		return counted.n, err
 	}
 	return counted.n, cr.wait("path", p)
+}
+
+// gatedReader holds back an upload's data until the script is ready for
+// it. A script that refuses the call exits without reading stdin, and
+// Podman (conmon) drops the exec's pending output, the refusal's stderr
+// with it, when stdin data arrives as the process exits; so a refused
+// upload sends no data, and its stdin is only closed.
+type gatedReader struct {
+	r    io.Reader
+	open chan struct{}
+	send bool // valid once open is closed
+}
+
+// release lets the data go (send) or ends stdin without any (!send).
+func (g *gatedReader) release(send bool) {
+	g.send = send
+	close(g.open)
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	<-g.open
+	if !g.send {
+		return 0, io.EOF
+	}
+	return g.r.Read(p)
 }
 
 // countingReader counts what passed and keeps the source's own failure

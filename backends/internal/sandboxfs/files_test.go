@@ -27,6 +27,7 @@ func TestScriptError(t *testing.T) {
 		{"read-only", 3, "to|readonly: /tmp/b", boxerr.ErrValidation, "to", "read-only"},
 		{"cross-mount rename", 3, "to|xdev: /tmp/b", boxerr.ErrValidation, "to", "another mount"},
 		{"not empty", 3, "from|notempty: /workspace/a", boxerr.ErrValidation, "from", "not empty"},
+		{"unresolvable link", 3, "to|unresolvable: /tmp/b", boxerr.ErrValidation, "to", "cannot be resolved"},
 		{"unknown kind", 3, "from|failed: mv: oops", boxerr.ErrBox, "", "mv: oops"},
 		{"script crashed", 2, "sh: syntax error", boxerr.ErrBox, "", "exited with 2"},
 	} {

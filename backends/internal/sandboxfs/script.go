@@ -12,7 +12,9 @@ import (
 // exec arguments in JSON and the Pod exec subresource in a URL query, which
 // would turn a file name's non-UTF-8 bytes into U+FFFD.
 // Failures print "<param>|<kind>: <detail>" on stderr and exit 3, param
-// naming the argument at fault (path, from, to).
+// naming the argument at fault (path, from, to). upload prints one line
+// (the temporary file; an empty one when appending) once its checks have
+// passed, before it reads stdin: the caller sends the data only then.
 const Script = `
 set -f
 nl='
@@ -34,7 +36,7 @@ resolve() {
 	while [ ! -e "$p" ] && [ ! -L "$p" ]; do
 		tail=/${p##*/}$tail; p=${p%/*}; [ -n "$p" ] || p=/
 	done
-	r=$(readlink -f "$p" && echo x) || die failed "cannot resolve $1"
+	r=$(readlink -f "$p" && echo x) || die unresolvable "$1"
 	r=${r%"${nl}x"}
 	[ "$r" = / ] && r=
 	R=$r$tail
@@ -80,6 +82,7 @@ upload)
 	mkdir -p "$dir" || die failed "cannot create $dir"
 	if [ "$3" = append ]; then
 		new=; [ -e "$R" ] || new=1
+		echo
 		cat >>"$R" || die failed "append to $1"
 		if [ -n "$2" ]; then chmod "$2" "$R"; elif [ -n "$new" ]; then chmod 644 "$R"; fi
 		exit

@@ -80,7 +80,12 @@ bk_kill() {
 // the fallback path (a second exec) if the watcher is gone.
 //
 // A live exec may get signals (box_exec_kill with TERM, …), which go to the
-// whole session; its watcher ignores them, and outlives the wrapper: when the
+// whole session. The wrapper catches them with a no-op trap (its child's
+// dispositions start at the defaults again), so it keeps waiting for the
+// command and the exec ends, with the command's own status, when the
+// command does: a command that handles TERM gets to finish, and the exec is
+// not cut off when the wrapper dies (at once on Podman, 2 s later on
+// dockerd). Its watcher ignores them, and outlives the wrapper: when the
 // command ends it is the EOF of boxrt closing the exec's connection that
 // makes the watcher sweep what the command left behind (a child that ignored
 // the signal, a background job), as a bwrap exec's namespace goes with it.
@@ -98,6 +103,7 @@ exec 3<&0 </dev/null
 ) >/dev/null 2>&1 &
 bk_w=$!
 exec 3<&-
+[ "$4" = live ] && trap : TERM INT HUP QUIT USR1 USR2
 { [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" && sh -lc "$2"
 bk_c=$?
 if [ "$4" != live ]; then
@@ -114,7 +120,9 @@ exit $bk_c
 // what is left when the exec ends, which also deletes the pid file. The
 // wrapper stays the session root so that every process of the command
 // shares its session (the kernel does not reuse a pid that is still a
-// session's id, so the sweep cannot hit a stranger).
+// session's id, so the sweep cannot hit a stranger). Like a live exec's
+// (see ExecScript), the wrapper survives the signals it is sent and ends
+// with the command's own status.
 //
 // With a terminal ($4 = tty) the wrapper first waits (briefly, and only if
 // the image has stty) for the engine to size it: engines before API 1.42
@@ -129,6 +137,7 @@ if [ "$4" = tty ] && command -v stty >/dev/null 2>&1; then
 		bk_i=$((bk_i + 1))
 	done
 fi
+trap : TERM INT HUP QUIT USR1 USR2
 { [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" && sh -lc "$2"
 `
 

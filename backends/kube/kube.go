@@ -97,6 +97,8 @@ type Backend struct {
 	configErr  error    // a kubeconfig that could not be loaded; every call reports it
 	configFrom string   // where the client config came from, for messages
 	touched    sync.Map // Pod name → when its last-used annotation was written
+
+	fileSystem // the file API (files.go)
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -113,6 +115,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{cfg: cfg, instance: cfg.InstanceID, instanceL: InstanceLabel(cfg.InstanceID), ns: cfg.Namespace}
+	b.fileSystem = newFileSystem(b)
 	if b.ns == "" {
 		b.ns = "default" // until the configuration says otherwise
 	}

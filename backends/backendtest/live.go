@@ -27,8 +27,8 @@ type LiveCase struct {
 	Cancel bool
 	// Timeout, when set, replaces the exec's 60s timeout.
 	Timeout time.Duration
-	Drive  func(t *testing.T, l Live)
-	Check  func(t *testing.T, r LiveResult)
+	Drive   func(t *testing.T, l Live)
+	Check   func(t *testing.T, r LiveResult)
 }
 
 // Live is the running exec as a LiveCase's Drive reaches it.

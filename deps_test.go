@@ -27,7 +27,7 @@ func TestDependencyDirection(t *testing.T) {
 		"backends/docker":             {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "runtime/boxerr"},
 		"backends/kube":               {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "runtime/boxerr"},
 		"backends/internal/sandboxsh": {},
-		"backends/internal/execproc":  {},
+		"backends/internal/execproc":  {"backends"},
 		"backends/backendtest":        {"backends", "runtime", "runtime/boxerr"},
 		"backends/host":               {"backends", "runtime/boxerr"},
 		"backends/internal/sandboxfs": {"backends", "runtime/boxerr"},

@@ -43,14 +43,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	if err := ctx.Err(); err != nil {
 		return backends.ExitStatus{}, err
 	}
-	workdir := req.Workdir
-	if workdir == "" {
-		workdir = info.MountPath
-	}
-	if workdir == "" {
-		workdir = "/"
-	}
-	pidFile := "/tmp/.boxrt-exec-" + randomHex(16) + ".pid"
+	workdir, pidFile := execproc.Paths(info, req.Workdir, "exec")
 	// A command that reads its stdin (or has a terminal) owns the exec's
 	// stdin, so the in-container watcher that kills on a line from boxrt
 	// cannot be used: those execs are killed through a helper exec and

@@ -109,14 +109,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	if err := ctx.Err(); err != nil {
 		return backends.ExitStatus{}, err
 	}
-	workdir := req.Workdir
-	if workdir == "" {
-		workdir = info.MountPath
-	}
-	if workdir == "" {
-		workdir = "/"
-	}
-	pidFile := "/tmp/.boxrt-exec-" + randomHex(16) + ".pid"
+	workdir, pidFile := execproc.Paths(info, req.Workdir, "exec")
 	interactive := req.Stdin != nil || req.TTY != nil
 	script, mode := sandboxsh.ExecScript, ""
 	switch {

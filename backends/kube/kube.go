@@ -2,8 +2,6 @@ package kube
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -326,13 +324,4 @@ func quantityMB(n int) resource.Quantity {
 // be gone, bounded by d.
 func cleanupContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
-}
-
-func randomHex(n int) string {
-	buf := make([]byte, n/2)
-	if _, err := rand.Read(buf); err != nil {
-		// crypto/rand does not fail on Linux; a constant would risk clashes.
-		panic(err)
-	}
-	return hex.EncodeToString(buf)
 }

@@ -32,14 +32,7 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 	if strings.TrimSpace(spec.Command) == "" {
 		return nil, boxerr.Validation("command", "command must not be empty")
 	}
-	cwd := spec.Cwd
-	if cwd == "" {
-		cwd = info.MountPath
-	}
-	if cwd == "" {
-		cwd = "/"
-	}
-	pidFile := "/tmp/.boxrt-proc-" + randomHex(16) + ".pid"
+	cwd, pidFile := execproc.Paths(info, spec.Cwd, "proc")
 	cmd := append([]string{"sh", "-c", envPrelude + sandboxsh.ProcScript, "boxrt-proc"}, envArgs(spec.Env)...)
 	cmd = append(cmd, cwd, pidFile, spec.Command)
 	cmd = append(cmd, spec.Args...)

@@ -1,8 +1,12 @@
 package execproc
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"io"
 	"sync"
+
+	"github.com/boxrt/boxrt/backends"
 )
 
 // Proc is the part of a backends.Process that an exec-based managed
@@ -91,4 +95,24 @@ func OrDiscard(w io.Writer) io.Writer {
 		return io.Discard
 	}
 	return w
+}
+
+// Paths is where a command (kind "exec") or a managed process (kind
+// "proc") of info's session runs: its directory (dir, else the session's
+// mount path, else /), and a fresh pid file in the sandbox's /tmp that its
+// wrapper script writes, through which helper execs signal its tree.
+func Paths(info backends.Session, dir, kind string) (workdir, pidFile string) {
+	workdir = dir
+	if workdir == "" {
+		workdir = info.MountPath
+	}
+	if workdir == "" {
+		workdir = "/"
+	}
+	buf := make([]byte, 8)
+	if _, err := rand.Read(buf); err != nil {
+		// crypto/rand does not fail on Linux; a constant would risk clashes.
+		panic(err)
+	}
+	return workdir, "/tmp/.boxrt-" + kind + "-" + hex.EncodeToString(buf) + ".pid"
 }

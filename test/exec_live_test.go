@@ -350,31 +350,39 @@ func TestExecStdin(t *testing.T) {
 // resize.
 func TestExecPTY(t *testing.T) {
 	eachLive(t, func(t *testing.T, e *liveEnv) {
-		s := e.session(t, "pty", nil)
-		var info struct {
-			ExecID string `json:"exec_id"`
-		}
-		e.c.call("box_exec_start", with(s, "cmd", "tty; stty size; read line; stty size; echo got $line",
-			"pty", map[string]any{"rows": 30, "cols": 100}, "stream", true), &info)
-		var seen string
-		for !strings.Contains(seen, "30 100") {
-			select {
-			case n := <-e.c.notes:
-				seen += string(n.bytes(t))
-			case <-time.After(30 * time.Second):
-				t.Fatalf("no size line; got %q", seen)
-			}
-		}
-		e.c.call("box_exec_resize", map[string]any{"exec_id": info.ExecID, "rows": 40, "cols": 120}, nil)
-		e.c.call("box_exec_write_stdin", map[string]any{"exec_id": info.ExecID, "data": "typed\r"}, nil)
-		var res ExecResult
-		e.c.call("box_exec_wait", map[string]any{"exec_id": info.ExecID, "timeout_sec": 60}, &res)
-		assert.Equal(t, "completed", res.Status)
+		res := e.ptyResize(t, e.session(t, "pty", nil))
 		assert.Equal(t, 0, *res.ExitCode, res.Stdout)
 		assert.NotContains(t, res.Stdout, "not a tty")
-		assert.Regexp(t, `^/dev/\S+\r\n30 100\r\n`, res.Stdout)
-		assert.Contains(t, res.Stdout, "40 120\r\ngot typed")
 	})
+}
+
+// ptyResize runs a command on a 30x100 terminal in session s, resizes it to
+// 40x120 once the command has printed its size, types a line, and checks
+// the command saw a terminal, both sizes and the line.
+func (e *liveEnv) ptyResize(t *testing.T, s map[string]any) ExecResult {
+	t.Helper()
+	var info struct {
+		ExecID string `json:"exec_id"`
+	}
+	e.c.call("box_exec_start", with(s, "cmd", "tty; stty size; read line; stty size; echo got $line",
+		"pty", map[string]any{"rows": 30, "cols": 100}, "stream", true), &info)
+	var seen string
+	for !strings.Contains(seen, "30 100") {
+		select {
+		case n := <-e.c.notes:
+			seen += string(n.bytes(t))
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no size line; got %q", seen)
+		}
+	}
+	e.c.call("box_exec_resize", map[string]any{"exec_id": info.ExecID, "rows": 40, "cols": 120}, nil)
+	e.c.call("box_exec_write_stdin", map[string]any{"exec_id": info.ExecID, "data": "typed\r"}, nil)
+	var res ExecResult
+	e.c.call("box_exec_wait", map[string]any{"exec_id": info.ExecID, "timeout_sec": 60}, &res)
+	assert.Equal(t, "completed", res.Status)
+	assert.Regexp(t, `^/dev/\S+\r\n30 100\r\n`, res.Stdout)
+	assert.Contains(t, res.Stdout, "40 120\r\ngot typed")
+	return res
 }
 
 // hostHas reports whether a process whose command line contains marker

@@ -185,29 +185,7 @@ func TestKubeLiveExecAndFiles(t *testing.T) {
 	e := &liveEnv{backend: "kube", p: p, c: stdioLive(t, p)}
 	s := e.session(t, "kube-live", nil)
 
-	t.Run("terminal", func(t *testing.T) {
-		var info struct {
-			ExecID string `json:"exec_id"`
-		}
-		e.c.call("box_exec_start", with(s, "cmd", "tty; stty size; read line; stty size; echo got $line",
-			"pty", map[string]any{"rows": 30, "cols": 100}, "stream", true), &info)
-		var seen string
-		for !strings.Contains(seen, "30 100") {
-			select {
-			case n := <-e.c.notes:
-				seen += string(n.bytes(t))
-			case <-time.After(30 * time.Second):
-				t.Fatalf("no size line; got %q", seen)
-			}
-		}
-		e.c.call("box_exec_resize", map[string]any{"exec_id": info.ExecID, "rows": 40, "cols": 120}, nil)
-		e.c.call("box_exec_write_stdin", map[string]any{"exec_id": info.ExecID, "data": "typed\r"}, nil)
-		var res ExecResult
-		e.c.call("box_exec_wait", map[string]any{"exec_id": info.ExecID, "timeout_sec": 60}, &res)
-		assert.Equal(t, "completed", res.Status)
-		assert.Regexp(t, `^/dev/\S+\r\n30 100\r\n`, res.Stdout)
-		assert.Contains(t, res.Stdout, "40 120\r\ngot typed")
-	})
+	t.Run("terminal", func(t *testing.T) { e.ptyResize(t, s) })
 
 	t.Run("files", func(t *testing.T) {
 		data := []byte("\x00\x01binary\xff\xfe\n")

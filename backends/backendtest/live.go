@@ -25,8 +25,10 @@ type LiveCase struct {
 	Stdin bool
 	// Cancel cancels the exec's context once Drive returns.
 	Cancel bool
-	Drive  func(t *testing.T, l Live)
-	Check  func(t *testing.T, r LiveResult)
+	// Timeout, when set, replaces the exec's 60s timeout.
+	Timeout time.Duration
+	Drive   func(t *testing.T, l Live)
+	Check   func(t *testing.T, r LiveResult)
 }
 
 // Live is the running exec as a LiveCase's Drive reaches it.
@@ -132,6 +134,9 @@ func LiveExec(t *testing.T, env Env, own ...LiveCase) {
 			resize, sig := make(chan backends.Resize), make(chan syscall.Signal)
 			var out SyncBuffer
 			req := backends.ExecRequest{Cmd: tc.Cmd, Resize: resize, Signals: sig, Stdout: &out, Timeout: 60 * time.Second}
+			if tc.Timeout > 0 {
+				req.Timeout = tc.Timeout
+			}
 			if tc.Stdin {
 				req.Stdin = inR
 			}

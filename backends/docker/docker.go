@@ -96,6 +96,8 @@ type Backend struct {
 	runtimesMu             sync.Mutex // guards runtimesOK, engineDefaultRuntime
 	runtimesOK             bool       // the engine has every configured runtime
 	engineDefaultRuntime   string     // as the engine reported it, "" until probed
+
+	fileSystem // the file API (files.go)
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -138,7 +140,7 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, boxerr.BackendUnavailable("docker backend: invalid Docker client settings (DOCKER_HOST, DOCKER_CERT_PATH, DOCKER_API_VERSION): %v", err).Wrap(err)
 	}
-	return &Backend{
+	b := &Backend{
 		cli:            cli,
 		instance:       cfg.InstanceID,
 		defaultImage:   img,
@@ -150,7 +152,9 @@ func New(cfg Config) (*Backend, error) {
 		defaultQuotaMB: cfg.DefaultWorkspaceQuotaMB,
 		runtime:        strings.TrimSpace(cfg.Runtime),
 		gvisorRuntime:  strings.TrimSpace(cfg.GVisorRuntime),
-	}, nil
+	}
+	b.fileSystem = newFileSystem(b)
+	return b, nil
 }
 
 // Close releases the client's connections. Sessions keep running.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -14,6 +13,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/internal/execproc"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -46,14 +46,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	if err := ctx.Err(); err != nil {
 		return backends.ExitStatus{}, err
 	}
-	workdir := req.Workdir
-	if workdir == "" {
-		workdir = info.MountPath
-	}
-	if workdir == "" {
-		workdir = "/"
-	}
-	pidFile := "/tmp/.boxrt-exec-" + randomHex(16) + ".pid"
+	workdir, pidFile := execproc.Paths(info, req.Workdir, "exec")
 	// A command that reads its stdin (or has a terminal) owns the exec's
 	// stdin, so the in-container watcher that kills on a line from boxrt
 	// cannot be used: those execs are killed through a helper exec and
@@ -92,7 +85,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	if err != nil {
 		return backends.ExitStatus{}, b.execError(ctx, info, "starting exec in "+info.BackendSessionID, err)
 	}
-	s := newStream(&hj, opts.Tty, orDiscard(req.Stdout), orDiscard(req.Stderr))
+	s := newStream(&hj, opts.Tty, execproc.OrDiscard(req.Stdout), execproc.OrDiscard(req.Stderr))
 	defer s.close()
 	if req.TTY != nil {
 		// Engines before API 1.42 ignore ConsoleSize at creation: size the
@@ -370,7 +363,7 @@ func (b *Backend) runHelper(ctx context.Context, containerName, user string, cmd
 	if err != nil {
 		return err
 	}
-	out := &limitedBuffer{max: 4096}
+	out := &execproc.LimitedBuffer{Max: 4096}
 	s := newStream(&hj, false, out, out)
 	select {
 	case <-s.done:
@@ -474,36 +467,6 @@ func (t *trackingWriter) Write(p []byte) (int, error) {
 		t.err = err
 	}
 	return n, err
-}
-
-// limitedBuffer keeps the first max bytes written to it and discards the
-// rest, so a misbehaving helper cannot grow memory.
-type limitedBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if room := l.max - len(l.buf); room > 0 {
-		l.buf = append(l.buf, p[:min(room, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (l *limitedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return string(l.buf)
-}
-
-func orDiscard(w io.Writer) io.Writer {
-	if w == nil {
-		return io.Discard
-	}
-	return w
 }
 
 func isDone(ch <-chan struct{}) bool {

@@ -8,6 +8,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/internal/execproc"
 	"github.com/boxrt/boxrt/backends/internal/sandboxfs"
 )
 
@@ -18,42 +19,11 @@ import (
 // and write files with the tar's owners. Data streams through the exec's
 // stdin and stdout (stdcopy frames).
 
-func (b *Backend) files() sandboxfs.FS { return sandboxfs.FS{Backend: Name, Runner: fsRunner{b}} }
+// fileSystem, embedded in Backend, gives it the FileSystem methods; an
+// alias keeps the field unexported. New sets it to run on fsRunner.
+type fileSystem = sandboxfs.FS
 
-// StatFile implements runtime.FileSystem.
-func (b *Backend) StatFile(ctx context.Context, info backends.Session, p string) (backends.FileInfo, error) {
-	return b.files().StatFile(ctx, info, p)
-}
-
-// ListFiles implements runtime.FileSystem.
-func (b *Backend) ListFiles(ctx context.Context, info backends.Session, dir string, depth, limit int) ([]backends.FileInfo, error) {
-	return b.files().ListFiles(ctx, info, dir, depth, limit)
-}
-
-// ReadFile implements runtime.FileSystem.
-func (b *Backend) ReadFile(ctx context.Context, info backends.Session, p string, offset, length int64) (io.ReadCloser, backends.FileInfo, error) {
-	return b.files().ReadFile(ctx, info, p, offset, length)
-}
-
-// WriteFile implements runtime.FileSystem.
-func (b *Backend) WriteFile(ctx context.Context, info backends.Session, p string, src io.Reader, opts backends.WriteOptions) (int64, error) {
-	return b.files().WriteFile(ctx, info, p, src, opts)
-}
-
-// RemoveFile implements runtime.FileSystem.
-func (b *Backend) RemoveFile(ctx context.Context, info backends.Session, p string, recursive bool) error {
-	return b.files().RemoveFile(ctx, info, p, recursive)
-}
-
-// MakeDir implements runtime.FileSystem.
-func (b *Backend) MakeDir(ctx context.Context, info backends.Session, p string) error {
-	return b.files().MakeDir(ctx, info, p)
-}
-
-// RenameFile implements runtime.FileSystem.
-func (b *Backend) RenameFile(ctx context.Context, info backends.Session, from, to string) error {
-	return b.files().RenameFile(ctx, info, from, to)
-}
+func newFileSystem(b *Backend) fileSystem { return sandboxfs.FS{Backend: Name, Runner: fsRunner{b}} }
 
 // fsRunner runs sandboxfs's commands as Engine execs.
 type fsRunner struct{ b *Backend }
@@ -65,7 +35,7 @@ type fsRun struct {
 	id     string
 	conn   io.Closer
 	stdout *io.PipeReader
-	stderr *limitedBuffer
+	stderr *execproc.LimitedBuffer
 	done   chan struct{}
 	err    error // of the stream, valid after done
 	// fed is closed once stdin's copy has ended (at once without stdin),
@@ -91,7 +61,7 @@ func (f fsRunner) Run(ctx context.Context, info backends.Session, stdin io.Reade
 		return nil, b.sessionError(info, "file call in "+info.BackendSessionID, err)
 	}
 	pr, pw := io.Pipe()
-	r := &fsRun{b: b, info: info, id: created.ID, conn: hj.Conn, stdout: pr, stderr: &limitedBuffer{max: 4096}, done: make(chan struct{}), fed: make(chan struct{})}
+	r := &fsRun{b: b, info: info, id: created.ID, conn: hj.Conn, stdout: pr, stderr: &execproc.LimitedBuffer{Max: 4096}, done: make(chan struct{}), fed: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		_, r.err = stdcopy.StdCopy(pw, r.stderr, hj.Reader)

@@ -16,6 +16,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/internal/execproc"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -29,14 +30,7 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 	if strings.TrimSpace(spec.Command) == "" {
 		return nil, boxerr.Validation("command", "command must not be empty")
 	}
-	cwd := spec.Cwd
-	if cwd == "" {
-		cwd = info.MountPath
-	}
-	if cwd == "" {
-		cwd = "/"
-	}
-	pidFile := "/tmp/.boxrt-proc-" + randomHex(16) + ".pid"
+	cwd, pidFile := execproc.Paths(info, spec.Cwd, "proc")
 	cmd := append([]string{"sh", "-c", procScript, "boxrt-proc", cwd, pidFile, spec.Command}, spec.Args...)
 	env := spec.Env
 	if b.processUser != "" {
@@ -69,18 +63,16 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 	if err != nil {
 		return nil, b.sessionError(info, "starting managed process in "+info.BackendSessionID, err)
 	}
-	outR, outW := io.Pipe()
-	errR, errW := io.Pipe()
+	stdin := &processStdin{conn: hj.Conn}
+	proc, outW, errW := execproc.New(stdin)
 	p := &process{
+		Proc:      proc,
 		b:         b,
 		container: info.BackendSessionID,
 		execID:    created.ID,
 		pidFile:   pidFile,
 		hj:        hj,
-		stdin:     &processStdin{conn: hj.Conn},
-		stdout:    outR,
-		stderr:    errR,
-		done:      make(chan struct{}),
+		stdin:     stdin,
 	}
 	exited, stopWatch := b.exitWatch(context.WithoutCancel(ctx), info)
 	go func() {
@@ -89,39 +81,21 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 		case <-exited:
 			// The stream would never end by itself (see exitWatch).
 			_ = hj.Conn.Close()
-		case <-p.done:
+		case <-p.Done():
 		}
 	}()
-	go p.run(outW, errW)
+	go func() { p.Finish(p.run(outW, errW)) }()
 	return p, nil
 }
 
 type process struct {
+	*execproc.Proc
 	b         *Backend
 	container string
 	execID    string
 	pidFile   string
 	hj        types.HijackedResponse
-	stdin     *processStdin
-	stdout    *io.PipeReader
-	stderr    *io.PipeReader
-
-	done chan struct{}
-	code int   // valid after done
-	err  error // valid after done
-}
-
-func (p *process) Stdin() io.WriteCloser { return p.stdin }
-func (p *process) Stdout() io.Reader     { return p.stdout }
-func (p *process) Stderr() io.Reader     { return p.stderr }
-
-// Wait returns the exit code. The engine reports a process killed by signal
-// n as 128+n, like a shell; Wait turns 129..192 back into -n so a killed
-// process reads as the reference (and os/exec) report it. A process that
-// really exits with such a code is indistinguishable and reads as killed.
-func (p *process) Wait() (int, error) {
-	<-p.done
-	return p.code, p.err
+	stdin     *processStdin // also Proc's Stdin
 }
 
 // Signal delivers sig to every process of the managed process's tree inside
@@ -131,18 +105,20 @@ func (p *process) Signal(sig syscall.Signal) error {
 	if !ok {
 		return boxerr.Validation("signal", "unsupported signal %d", int(sig))
 	}
-	select {
-	case <-p.done:
+	if p.Exited() {
 		return nil
-	default:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), helperTimeout)
 	defer cancel()
 	return p.b.signalSession(ctx, p.container, p.b.processUser, p.pidFile, name, false)
 }
 
-func (p *process) run(outW, errW *io.PipeWriter) {
-	defer close(p.done)
+// run streams the process and returns its outcome for Finish. The engine
+// reports a process killed by signal n as 128+n, like a shell; run turns
+// 129..192 back into -n so a killed process reads as the reference (and
+// os/exec) report it. A process that really exits with such a code is
+// indistinguishable and reads as killed.
+func (p *process) run(outW, errW *io.PipeWriter) (int, error) {
 	s := newStream(&p.hj, false, outW, errW)
 	<-s.done
 	// Readers get EOF (or the stream's error) as soon as output ends, not
@@ -164,10 +140,9 @@ func (p *process) run(outW, errW *io.PipeWriter) {
 	// its pid file goes.
 	_ = p.b.signalSession(ctx, p.container, p.b.processUser, p.pidFile, "KILL", true)
 	if err != nil {
-		p.code, p.err = -1, p.b.apiError("reading managed process exit code", err)
-		return
+		return -1, p.b.apiError("reading managed process exit code", err)
 	}
-	p.code = signalExitCode(code)
+	return signalExitCode(code), nil
 }
 
 // processStdin writes to the exec's stdin. Close half-closes the engine

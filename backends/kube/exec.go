@@ -17,6 +17,7 @@ import (
 	utilexec "k8s.io/client-go/util/exec"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/internal/execproc"
 	"github.com/boxrt/boxrt/backends/internal/sandboxsh"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
@@ -108,14 +109,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	if err := ctx.Err(); err != nil {
 		return backends.ExitStatus{}, err
 	}
-	workdir := req.Workdir
-	if workdir == "" {
-		workdir = info.MountPath
-	}
-	if workdir == "" {
-		workdir = "/"
-	}
-	pidFile := "/tmp/.boxrt-exec-" + randomHex(16) + ".pid"
+	workdir, pidFile := execproc.Paths(info, req.Workdir, "exec")
 	interactive := req.Stdin != nil || req.TTY != nil
 	script, mode := sandboxsh.ExecScript, ""
 	switch {
@@ -134,8 +128,8 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	}
 	defer b.touch(ctx, info.BackendSessionID)
 
-	stdout := &errWriter{w: orDiscard(req.Stdout)}
-	stderr := &errWriter{w: orDiscard(req.Stderr)}
+	stdout := &errWriter{w: execproc.OrDiscard(req.Stdout)}
+	stderr := &errWriter{w: execproc.OrDiscard(req.Stderr)}
 	// The stream outlives ctx on the kill path: the watcher must get the
 	// kill request through it.
 	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -351,7 +345,7 @@ func (b *Backend) helper(ctx context.Context, pod, what string, cmd []string) er
 	if err != nil {
 		return b.apiError(what+" in Pod "+pod, err)
 	}
-	out := &limitedBuffer{max: 4096}
+	out := &execproc.LimitedBuffer{Max: 4096}
 	code, err := exitCode(ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: eofReader{}, Stdout: out, Stderr: out}))
 	if err != nil {
 		return b.apiError(what+" in Pod "+pod, err)
@@ -410,36 +404,7 @@ func firstErr(errs ...error) error {
 	return nil
 }
 
-func orDiscard(w io.Writer) io.Writer {
-	if w == nil {
-		return io.Discard
-	}
-	return w
-}
-
 // eofReader is an stdin that is closed at once.
 type eofReader struct{}
 
 func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
-
-// limitedBuffer keeps the first max bytes written to it.
-type limitedBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-	max int
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if room := l.max - len(l.buf); room > 0 {
-		l.buf = append(l.buf, p[:min(room, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (l *limitedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return string(l.buf)
-}

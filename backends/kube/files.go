@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/internal/execproc"
 	"github.com/boxrt/boxrt/backends/internal/sandboxfs"
 )
 
@@ -19,43 +20,12 @@ import (
 // Pod, never onto the node. Data streams through the exec's stdin (its
 // end is the v5 protocol's close) and stdout.
 
-func (b *Backend) files() sandboxfs.FS {
+// Backend embeds fileSystem (set by New) for the runtime.FileSystem
+// methods, which all run on fsRunner.
+type fileSystem = sandboxfs.FS
+
+func newFileSystem(b *Backend) fileSystem {
 	return sandboxfs.FS{Backend: "kube backend", Runner: fsRunner{b}}
-}
-
-// StatFile implements runtime.FileSystem.
-func (b *Backend) StatFile(ctx context.Context, info backends.Session, p string) (backends.FileInfo, error) {
-	return b.files().StatFile(ctx, info, p)
-}
-
-// ListFiles implements runtime.FileSystem.
-func (b *Backend) ListFiles(ctx context.Context, info backends.Session, dir string, depth, limit int) ([]backends.FileInfo, error) {
-	return b.files().ListFiles(ctx, info, dir, depth, limit)
-}
-
-// ReadFile implements runtime.FileSystem.
-func (b *Backend) ReadFile(ctx context.Context, info backends.Session, p string, offset, length int64) (io.ReadCloser, backends.FileInfo, error) {
-	return b.files().ReadFile(ctx, info, p, offset, length)
-}
-
-// WriteFile implements runtime.FileSystem.
-func (b *Backend) WriteFile(ctx context.Context, info backends.Session, p string, src io.Reader, opts backends.WriteOptions) (int64, error) {
-	return b.files().WriteFile(ctx, info, p, src, opts)
-}
-
-// RemoveFile implements runtime.FileSystem.
-func (b *Backend) RemoveFile(ctx context.Context, info backends.Session, p string, recursive bool) error {
-	return b.files().RemoveFile(ctx, info, p, recursive)
-}
-
-// MakeDir implements runtime.FileSystem.
-func (b *Backend) MakeDir(ctx context.Context, info backends.Session, p string) error {
-	return b.files().MakeDir(ctx, info, p)
-}
-
-// RenameFile implements runtime.FileSystem.
-func (b *Backend) RenameFile(ctx context.Context, info backends.Session, from, to string) error {
-	return b.files().RenameFile(ctx, info, from, to)
 }
 
 // fsRunner runs sandboxfs's commands as Pod execs.
@@ -68,7 +38,7 @@ var errCancelled = errors.New("file call cancelled")
 type fsRun struct {
 	stdout *io.PipeReader
 	stdinR *io.PipeReader
-	stderr *limitedBuffer
+	stderr *execproc.LimitedBuffer
 	cancel context.CancelFunc
 	done   chan struct{}
 	code   int   // valid after done
@@ -96,7 +66,7 @@ func (f fsRunner) Run(ctx context.Context, info backends.Session, stdin io.Reade
 	sctx, cancel := context.WithCancel(ctx)
 	outR, outW := io.Pipe()
 	inR, inW := io.Pipe()
-	r := &fsRun{stdout: outR, stdinR: inR, stderr: &limitedBuffer{max: 4096}, cancel: cancel, done: make(chan struct{}), fed: make(chan struct{})}
+	r := &fsRun{stdout: outR, stdinR: inR, stderr: &execproc.LimitedBuffer{Max: 4096}, cancel: cancel, done: make(chan struct{}), fed: make(chan struct{})}
 	go func() {
 		defer close(r.fed)
 		if stdin != nil {

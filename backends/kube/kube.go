@@ -2,8 +2,6 @@ package kube
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -97,6 +95,8 @@ type Backend struct {
 	configErr  error    // a kubeconfig that could not be loaded; every call reports it
 	configFrom string   // where the client config came from, for messages
 	touched    sync.Map // Pod name → when its last-used annotation was written
+
+	fileSystem // the file API (files.go)
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -113,6 +113,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{cfg: cfg, instance: cfg.InstanceID, instanceL: InstanceLabel(cfg.InstanceID), ns: cfg.Namespace}
+	b.fileSystem = newFileSystem(b)
 	if b.ns == "" {
 		b.ns = "default" // until the configuration says otherwise
 	}
@@ -323,13 +324,4 @@ func quantityMB(n int) resource.Quantity {
 // be gone, bounded by d.
 func cleanupContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
-}
-
-func randomHex(n int) string {
-	buf := make([]byte, n/2)
-	if _, err := rand.Read(buf); err != nil {
-		// crypto/rand does not fail on Linux; a constant would risk clashes.
-		panic(err)
-	}
-	return hex.EncodeToString(buf)
 }

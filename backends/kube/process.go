@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/internal/execproc"
 	"github.com/boxrt/boxrt/backends/internal/sandboxsh"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
@@ -31,14 +32,7 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 	if strings.TrimSpace(spec.Command) == "" {
 		return nil, boxerr.Validation("command", "command must not be empty")
 	}
-	cwd := spec.Cwd
-	if cwd == "" {
-		cwd = info.MountPath
-	}
-	if cwd == "" {
-		cwd = "/"
-	}
-	pidFile := "/tmp/.boxrt-proc-" + randomHex(16) + ".pid"
+	cwd, pidFile := execproc.Paths(info, spec.Cwd, "proc")
 	cmd := append([]string{"sh", "-c", envPrelude + sandboxsh.ProcScript, "boxrt-proc"}, envArgs(spec.Env)...)
 	cmd = append(cmd, cwd, pidFile, spec.Command)
 	cmd = append(cmd, spec.Args...)
@@ -48,43 +42,18 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 	}
 	b.touch(ctx, info.BackendSessionID)
 	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	errR, errW := io.Pipe()
-	p := &process{
-		b:       b,
-		pod:     info.BackendSessionID,
-		pidFile: pidFile,
-		stdin:   inW,
-		stdout:  outR,
-		stderr:  errR,
-		done:    make(chan struct{}),
-	}
-	go p.run(ex, inR, outW, errW)
+	proc, outW, errW := execproc.New(inW)
+	p := &process{Proc: proc, b: b, pod: info.BackendSessionID, pidFile: pidFile}
+	go func() { p.Finish(p.run(ex, inR, outW, errW)) }()
 	go p.keepTouching()
 	return p, nil
 }
 
 type process struct {
+	*execproc.Proc
 	b       *Backend
 	pod     string
 	pidFile string
-	stdin   *io.PipeWriter
-	stdout  *io.PipeReader
-	stderr  *io.PipeReader
-
-	done chan struct{}
-	code int   // valid after done
-	err  error // valid after done
-}
-
-func (p *process) Stdin() io.WriteCloser { return p.stdin }
-func (p *process) Stdout() io.Reader     { return p.stdout }
-func (p *process) Stderr() io.Reader     { return p.stderr }
-
-// Wait returns the exit code; a process killed by signal n reads as -n.
-func (p *process) Wait() (int, error) {
-	<-p.done
-	return p.code, p.err
 }
 
 // Signal delivers sig to every process of the managed process's tree
@@ -94,10 +63,8 @@ func (p *process) Signal(sig syscall.Signal) error {
 	if !ok {
 		return boxerr.Validation("signal", "unsupported signal %d", int(sig))
 	}
-	select {
-	case <-p.done:
+	if p.Exited() {
 		return nil
-	default:
 	}
 	return p.b.signal(context.Background(), p.pod, p.pidFile, name, false)
 }
@@ -110,7 +77,7 @@ func (p *process) keepTouching() {
 	defer t.Stop()
 	for {
 		select {
-		case <-p.done:
+		case <-p.Done():
 			return
 		case <-t.C:
 			p.b.touch(context.Background(), p.pod)
@@ -118,8 +85,8 @@ func (p *process) keepTouching() {
 	}
 }
 
-func (p *process) run(ex remotecommand.Executor, stdin *io.PipeReader, outW, errW *io.PipeWriter) {
-	defer close(p.done)
+// run streams the process and returns its outcome for Finish.
+func (p *process) run(ex remotecommand.Executor, stdin *io.PipeReader, outW, errW *io.PipeWriter) (int, error) {
 	err := ex.StreamWithContext(context.Background(), remotecommand.StreamOptions{Stdin: stdin, Stdout: outW, Stderr: errW})
 	code, serr := exitCode(err)
 	// Readers get EOF (or the stream's error) as soon as output ends.
@@ -133,8 +100,7 @@ func (p *process) run(ex remotecommand.Executor, stdin *io.PipeReader, outW, err
 	// nobody can reach any more.
 	_ = p.b.signal(context.Background(), p.pod, p.pidFile, "KILL", true)
 	if serr != nil {
-		p.code, p.err = -1, p.b.apiError("managed process stream in Pod "+p.pod, serr)
-		return
+		return -1, p.b.apiError("managed process stream in Pod "+p.pod, serr)
 	}
-	p.code = sandboxsh.SignalExitCode(code)
+	return sandboxsh.SignalExitCode(code), nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/boxrt/boxrt/relay"
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
+	"github.com/boxrt/boxrt/runtime/skills"
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 )
@@ -394,7 +395,7 @@ func runServe(c *cli.Context) error {
 	defer skillStore.Close()
 	rt, err = runtime.New(cfg, newBackend, c.String("state-dir"),
 		runtime.WithLogger(log.With().Str("component", "runtime").Logger()),
-		runtime.WithExecObserver(metrics.exec), runtime.WithSkillResolver(skillStore))
+		runtime.WithExecObserver(metrics.exec), runtime.WithSkillResolver(skills.ContextResolver{Base: skillStore}))
 	if err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}

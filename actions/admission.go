@@ -3,6 +3,7 @@ package actions
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -327,7 +328,7 @@ func (t *Tenancy) destroyWorkspace(ctx context.Context, p Placement, keepCanonic
 // admission mode, and returns its params with the session id the runtime
 // owns: exec and create_session always use the canonical session, the
 // others must name it.
-func (t *Tenancy) admit(p Placement, req *rpc.Request) (json.RawMessage, error) {
+func (t *Tenancy) admit(ctx context.Context, p Placement, req *rpc.Request) (json.RawMessage, error) {
 	g := t.grants
 	if !sandboxActions[req.Method] || !g.required() {
 		return req.Params, nil
@@ -370,6 +371,9 @@ func (t *Tenancy) admit(p Placement, req *rpc.Request) (json.RawMessage, error) 
 		if err := managedSpec(members, policy, workspace); err != nil {
 			return nil, err
 		}
+		if err := workspaceSkill(ctx, skills.FromContext(ctx, t.next.skills), members); err != nil {
+			return nil, err
+		}
 		physical, _ := p.PhysicalID(policy.LogicalSessionID)
 		if err := t.sessionRoom(p, physical, *cur.MaxSessions); err != nil {
 			return nil, err
@@ -399,6 +403,23 @@ func (t *Tenancy) sessionRoom(p Placement, target string, limit int) error {
 		return boxerr.Admission("Sandbox admission session limit exceeded")
 	case !exists && n >= limit:
 		return boxerr.Admission("Sandbox admission session limit reached")
+	}
+	return nil
+}
+
+// workspaceSkill refuses a skill_name the Workspace's own skill store does
+// not hold, in the reference's words, before any session is touched; the
+// runtime then mounts it from that same store (the one in ctx).
+func workspaceSkill(ctx context.Context, store *skills.Store, members map[string]json.RawMessage) error {
+	var name *string
+	if json.Unmarshal(members["skill_name"], &name) != nil || name == nil || strings.TrimSpace(*name) == "" {
+		return nil // absent, or malformed for the method's decoder to word
+	}
+	if _, err := store.PackageRoot(ctx, *name); err != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		return boxerr.Admission("Managed sandbox skill is unavailable in this Workspace").Wrap(err)
 	}
 	return nil
 }

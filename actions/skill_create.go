@@ -20,6 +20,6 @@ func (p *createSkillParams) validate() error {
 // createSkill: box_create_skill {"skill": {name, display_name?,
 // description?, instructions?, package_root?}} → {"skill": Skill}.
 func (d *Dispatcher) createSkill(ctx context.Context, p createSkillParams) (skillResult, error) {
-	sk, err := d.skills.Create(ctx, p.Skill.store())
+	sk, err := d.skillStore(ctx).Create(ctx, p.Skill.store())
 	return skillResult{Skill: &sk}, skillErr(err)
 }

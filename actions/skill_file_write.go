@@ -15,6 +15,6 @@ type writeSkillFileParams struct {
 // writeSkillFile: box_write_skill_file {"name", "path", "content"=""} →
 // {"skill": {"name"}, "path", "bytes_written"}.
 func (d *Dispatcher) writeSkillFile(ctx context.Context, p writeSkillFileParams) (skills.WriteResult, error) {
-	out, err := d.skills.WriteFile(ctx, p.Name, p.Path, p.Content)
+	out, err := d.skillStore(ctx).WriteFile(ctx, p.Name, p.Path, p.Content)
 	return out, skillErr(err)
 }

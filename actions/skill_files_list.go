@@ -22,7 +22,7 @@ func (p *listSkillFilesParams) setDefaults() {
 // "base_path", "entries": [{path, name, is_dir, size}], "truncated"}.
 // max_entries must be a JSON integer ≥ 1 (capped at 1000).
 func (d *Dispatcher) listSkillFiles(ctx context.Context, p listSkillFilesParams) (skills.FileListing, error) {
-	out, err := d.skills.ListFiles(ctx, p.Name, skills.ListFilesOptions{
+	out, err := d.skillStore(ctx).ListFiles(ctx, p.Name, skills.ListFilesOptions{
 		Path: p.Path, IncludeHidden: p.IncludeHidden, MaxEntries: p.MaxEntries})
 	return out, skillErr(err)
 }

@@ -17,6 +17,6 @@ type skillResult struct {
 
 // getSkill: box_get_skill {"name"} → {"skill": Skill|null}.
 func (d *Dispatcher) getSkill(ctx context.Context, p skillNameParams) (skillResult, error) {
-	sk, err := d.skills.Get(ctx, p.Name)
+	sk, err := d.skillStore(ctx).Get(ctx, p.Name)
 	return skillResult{Skill: sk}, skillErr(err)
 }

@@ -13,6 +13,6 @@ type skillList[S any] struct {
 
 // listSkills: box_list_skills {} → {"skills": [Skill…]}, newest first.
 func (d *Dispatcher) listSkills(ctx context.Context, _ none) (skillList[skills.Skill], error) {
-	list, err := d.skills.List(ctx)
+	list, err := d.skillStore(ctx).List(ctx)
 	return skillList[skills.Skill]{Skills: list}, skillErr(err)
 }

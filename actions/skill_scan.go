@@ -14,6 +14,6 @@ type scanParams struct {
 // (not wrapped, as in the reference). The path must be inside the store
 // root; a relative one is taken relative to it.
 func (d *Dispatcher) scanSkillDirectory(ctx context.Context, p scanParams) (skills.Skill, error) {
-	sk, err := d.skills.Scan(ctx, p.Path)
+	sk, err := d.skillStore(ctx).Scan(ctx, p.Path)
 	return sk, skillErr(err)
 }

@@ -21,6 +21,6 @@ func (p *updateSkillParams) validate() error {
 // updateSkill: box_update_skill {"name", "skill": {…}} → {"skill": Skill}.
 // Renaming and changing package_root are refused.
 func (d *Dispatcher) updateSkill(ctx context.Context, p updateSkillParams) (skillResult, error) {
-	sk, err := d.skills.Update(ctx, p.Name, p.Skill.store())
+	sk, err := d.skillStore(ctx).Update(ctx, p.Name, p.Skill.store())
 	return skillResult{Skill: &sk}, skillErr(err)
 }

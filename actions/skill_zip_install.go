@@ -16,7 +16,7 @@ type installZipParams struct {
 // "filename", "source_paths"=[], "source_path"="", "source_subdir"="",
 // "target_suffix"="upload"} → {"skills": [Skill…]}. All-or-nothing.
 func (d *Dispatcher) installSkillZip(ctx context.Context, p installZipParams) (skillList[skills.Skill], error) {
-	list, err := d.skills.InstallZip(ctx, p.source(), skills.ZipOptions{
+	list, err := d.skillStore(ctx).InstallZip(ctx, p.source(), skills.ZipOptions{
 		Filename: p.Filename, SourceSubdir: p.SourceSubdir, TargetSuffix: p.TargetSuffix,
 		SourcePaths: p.SourcePaths, SourcePath: p.SourcePath})
 	return skillList[skills.Skill]{Skills: list}, skillErr(err)

@@ -11,7 +11,7 @@ import (
 // {"skills": [Skill + "source_path"]}. Nothing is written to the store; an
 // uploaded file_key is consumed.
 func (d *Dispatcher) previewSkillZip(ctx context.Context, p zipParams) (skillList[skills.PreviewSkill], error) {
-	list, err := d.skills.PreviewZip(ctx, p.source(), skills.ZipOptions{
+	list, err := d.skillStore(ctx).PreviewZip(ctx, p.source(), skills.ZipOptions{
 		Filename: p.Filename, SourceSubdir: p.SourceSubdir, TargetSuffix: p.TargetSuffix})
 	return skillList[skills.PreviewSkill]{Skills: list}, skillErr(err)
 }

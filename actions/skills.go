@@ -24,6 +24,13 @@ func NewSkillStore(config func() runtime.Config, opts ...skills.Option) *skills.
 		opts...)
 }
 
+// skillStore is the store a request's skill actions use: the Workspace's
+// scoped view the tenancy layer put in ctx for a tenant's request, else the
+// single-tenant store.
+func (d *Dispatcher) skillStore(ctx context.Context) *skills.Store {
+	return skills.FromContext(ctx, d.skills)
+}
+
 // SkillLimits maps the runtime limits onto the store's.
 func SkillLimits(l runtime.Limits) skills.Limits {
 	return skills.Limits{

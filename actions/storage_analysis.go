@@ -49,7 +49,7 @@ done`
 
 // storageAnalysis: box_get_storage_analysis {} → the calling Workspace's
 // storage, with the reference's keys: its directory on the runtime host
-// (workspace and its mcp/inbox/outbox), the skill store, and inside each
+// (workspace and its mcp/inbox/outbox), its own skill store, and inside each
 // of its sessions the workspace, ~/.cache and /tmp (measured by a probe run
 // in the session; a session whose probe fails counts in error_count).
 func (t *Tenancy) storageAnalysis(ctx context.Context, _ none) (storageAnalysis, error) {
@@ -65,7 +65,7 @@ func (t *Tenancy) storageAnalysis(ctx context.Context, _ none) (storageAnalysis,
 	for _, sub := range []string{"mcp", "inbox", "outbox"} {
 		out.Directories = append(out.Directories, hostDir(sub, filepath.Join(wsDir, sub), "detail", "workspace"))
 	}
-	skillRoot := hostDir("skills", skills.ResolveRoot(cfg.Local.HostRoot, cfg.Local.SkillsRoot), "root", "")
+	skillRoot := hostDir("skills", skills.ScopedRoot(skills.ResolveRoot(cfg.Local.HostRoot, cfg.Local.SkillsRoot), p.Namespace()), "root", "")
 	out.Directories = append(out.Directories, skillRoot)
 	out.SizeBytes = root.SizeBytes + skillRoot.SizeBytes
 

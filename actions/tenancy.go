@@ -13,6 +13,7 @@ import (
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/runtime/skills"
 )
 
 // Action scopes, as the reference defines them: host-control actions need
@@ -204,8 +205,15 @@ func (t *Tenancy) handle(ctx context.Context, req *rpc.Request) (json.RawMessage
 
 // tenant runs a fenced action for placement p.
 func (t *Tenancy) tenant(ctx context.Context, req *rpc.Request, p Placement) (json.RawMessage, error) {
+	// Every skill operation and skill mount of a Workspace stays in its
+	// own store, <skills_root>/tenants/<namespace>.
+	store, err := t.next.skills.Scoped(p.Namespace())
+	if err != nil {
+		return nil, err
+	}
+	ctx = skills.NewContext(ctx, store)
 	// The admission check runs before the fence, as in the reference.
-	params, err := t.admit(p, req)
+	params, err := t.admit(ctx, p, req)
 	if err != nil {
 		return nil, err
 	}

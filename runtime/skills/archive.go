@@ -123,7 +123,7 @@ func (s *Store) stage(ctx context.Context, root string, src ZipSource, opts ZipO
 	if err != nil {
 		return nil, err
 	}
-	dirs, err := discover(ctx, base, ScanDepth)
+	dirs, err := discover(ctx, base, ScanDepth, "")
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +343,7 @@ func (s *Store) InstallZip(ctx context.Context, src ZipSource, opts ZipOptions) 
 		if err := copyTree(ctx, c.dir, dst); err != nil {
 			return nil, err
 		}
-		if dirs, err := discover(ctx, dst, ScanDepth); err != nil {
+		if dirs, err := discover(ctx, dst, ScanDepth, ""); err != nil {
 			return nil, err
 		} else if len(dirs) != 1 {
 			return nil, zipError("Skill at %s does not hold exactly one skill", describe(c.skill.SourcePath))

@@ -22,8 +22,9 @@ var discoveryEntryLimit = MaxDiscoveryEntries
 // so discovery cannot leave base. Unreadable directories are skipped. At
 // most MaxDiscoveryEntries directory entries are read in total and at most
 // MaxDiscoveredSkills skills returned; beyond either the walk fails rather
-// than silently returning a partial store.
-func discover(ctx context.Context, base string, maxDepth int) ([]string, error) {
+// than silently returning a partial store. A directory named skip ("" for
+// none) is not entered.
+func discover(ctx context.Context, base string, maxDepth int, skip string) ([]string, error) {
 	type item struct {
 		dir   string
 		depth int
@@ -52,7 +53,9 @@ func discover(ctx context.Context, base string, maxDepth int) ([]string, error) 
 			return nil, err
 		}
 		for _, n := range names {
-			queue = append(queue, item{filepath.Join(it.dir, n), it.depth + 1})
+			if dir := filepath.Join(it.dir, n); dir != skip {
+				queue = append(queue, item{dir, it.depth + 1})
+			}
 		}
 	}
 	return found, nil

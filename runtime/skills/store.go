@@ -89,13 +89,25 @@ func expandHome(p string) string {
 
 // Store is the skill store. Its methods are safe for concurrent use.
 type Store struct {
-	rootFn     func() string
+	rootFn func() string
+	locks  keyed.Locks
+	// work is shared with the store's Workspace-scoped views (Scoped): a
+	// file_key uploaded through __file_chunk, which carries no Workspace,
+	// must be installable from any of them.
+	*work
+
+	scopeMu sync.Mutex
+	scopes  map[string]*Store // Workspace namespace → scoped view; nil in a view
+}
+
+// work is what a store and its scoped views share: limits, clock, uploads
+// and the private work directory.
+type work struct {
 	limitsFn   func() Limits
 	now        func() time.Time
 	tempParent string
 	uploadTTL  time.Duration
 
-	locks   keyed.Locks
 	uploads uploads
 
 	privMu   sync.Mutex
@@ -124,7 +136,8 @@ func New(root func() string, limits func() Limits, opts ...Option) *Store {
 	if limits == nil {
 		limits = DefaultLimits
 	}
-	s := &Store{rootFn: root, limitsFn: limits, now: time.Now, tempParent: os.TempDir(), uploadTTL: UploadTTL}
+	s := &Store{rootFn: root, scopes: map[string]*Store{},
+		work: &work{limitsFn: limits, now: time.Now, tempParent: os.TempDir(), uploadTTL: UploadTTL}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -215,7 +228,7 @@ func (s *Store) List(ctx context.Context) ([]Skill, error) {
 }
 
 func (s *Store) list(ctx context.Context, root string) ([]Skill, error) {
-	dirs, err := discover(ctx, root, ListDepth)
+	dirs, err := discover(ctx, root, ListDepth, s.scopesDir(root))
 	if err != nil {
 		return nil, err
 	}
@@ -289,9 +302,9 @@ func (s *Store) PackageRoot(ctx context.Context, name string) (string, error) {
 // p (a real path strictly inside root): not too deep, no reserved
 // component, and no ancestor that is itself a skill (discovery does not
 // descend into skills).
-func discoverable(root, p string) bool {
+func discoverable(root, p, skip string) bool {
 	parts := strings.Split(relToRoot(root, p), "/")
-	if len(parts) > ListDepth {
+	if len(parts) > ListDepth || (skip != "" && (p == skip || strings.HasPrefix(p, skip+string(filepath.Separator)))) {
 		return false
 	}
 	dir := root
@@ -329,6 +342,9 @@ func (s *Store) Create(ctx context.Context, in Input) (Skill, error) {
 	if err != nil {
 		return Skill{}, err
 	}
+	if dir := s.scopesDir(root); dir != "" && filepath.Join(root, name) == dir {
+		return Skill{}, boxerr.Validation("name", "Skill name %q is reserved for the Workspace skill stores", name)
+	}
 	unlockName := s.locks.Lock(nameKey(name))
 	defer unlockName()
 	if existing, err := s.Get(ctx, name); err != nil {
@@ -355,7 +371,7 @@ func (s *Store) Create(ctx context.Context, in Input) (Skill, error) {
 		if !hasEntry(p) {
 			return Skill{}, boxerr.Validation("package_root", "No SKILL.md found in %s", p)
 		}
-		if !discoverable(root, p) {
+		if !discoverable(root, p, s.scopesDir(root)) {
 			return Skill{}, boxerr.Validation("package_root", "package_root %s would not be listed: it is inside another skill, in a reserved directory, or deeper than %d levels", p, ListDepth)
 		}
 		// Adopting a package that already is a listed skill under another
@@ -393,7 +409,7 @@ func (s *Store) Create(ctx context.Context, in Input) (Skill, error) {
 		}
 		// A SKILL.md written above nested packages would hide them all
 		// (discovery does not descend into a skill).
-		if nested, err := discover(ctx, pkgDir, ListDepth); err == nil && len(nested) > 0 {
+		if nested, err := discover(ctx, pkgDir, ListDepth, ""); err == nil && len(nested) > 0 {
 			return Skill{}, boxerr.Validation("name", "Skill directory already exists and holds other skills: %s", pkgDir)
 		}
 		rootFS, err := os.OpenRoot(root)
@@ -575,7 +591,7 @@ func (s *Store) Scan(ctx context.Context, dir string) (Skill, error) {
 	if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
 		return Skill{}, boxerr.Validation("path", "Directory does not exist: %s", dir)
 	}
-	dirs, err := discover(ctx, p, ScanDepth)
+	dirs, err := discover(ctx, p, ScanDepth, "")
 	if err != nil {
 		return Skill{}, err
 	}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -499,15 +498,10 @@ func TestLangBotRelayMCP(t *testing.T) {
 
 	c, status := dial(legacy, relayHeaders("mcp-ws", "3", lbToken))
 	require.Equal(t, http.StatusSwitchingProtocols, status)
-	client := mcp.NewClient(&mcp.Implementation{Name: "langbot-host", Version: "1.0.0"}, nil)
 	mctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cs, err := client.Connect(mctx, &wsTransport{c: c}, nil)
-	require.NoError(t, err, "initialize through the relay")
+	cs := mcpAdd(mctx, t, c)
 	defer cs.Close()
-	sum, err := cs.CallTool(mctx, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"a": 40, "b": 2}})
-	require.NoError(t, err)
-	assert.JSONEq(t, `{"sum":42}`, mustJSON(t, sum.StructuredContent))
 
 	// A new placement generation retires the session: its relay ends.
 	p.OK("box_get_sessions", map[string]any{}, tenant("mcp-ws", 4), nil)

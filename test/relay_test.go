@@ -562,11 +562,9 @@ func TestMCPEndToEnd(t *testing.T) {
 		e.start(t, "mcp", "default", "/workspace/mcpserver")
 
 		c, _ := e.dial(t, "mcp", "") // the legacy route: process "default"
-		client := mcp.NewClient(&mcp.Implementation{Name: "boxrt-test", Version: "1.0.0"}, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		cs, err := client.Connect(ctx, &wsTransport{c: c}, nil)
-		require.NoError(t, err, "initialize")
+		cs := mcpAdd(ctx, t, c)
 		defer cs.Close()
 		tools, err := cs.ListTools(ctx, nil)
 		require.NoError(t, err)
@@ -575,10 +573,6 @@ func TestMCPEndToEnd(t *testing.T) {
 			names = append(names, tool.Name)
 		}
 		assert.ElementsMatch(t, []string{"add", "read_file"}, names)
-
-		sum, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"a": 40, "b": 2}})
-		require.NoError(t, err)
-		assert.JSONEq(t, `{"sum":42}`, mustJSON(t, sum.StructuredContent))
 
 		read, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "read_file", Arguments: map[string]any{"path": "/tmp/marker"}})
 		require.NoError(t, err)
@@ -611,4 +605,17 @@ func (e *relayEnv) waitPending(t *testing.T, session, process string, n int) {
 		e.p.MustCall("box_get_managed_process", map[string]any{"session_id": session, "process_id": process}, &got)
 		return got["pending_lines"] == float64(n)
 	}, 30*time.Second, 50*time.Millisecond, "pending_lines never reached %d", n)
+}
+
+// mcpAdd initialises an MCP session with the fixture server over the relay
+// socket c and checks its add tool; the caller closes the session.
+func mcpAdd(ctx context.Context, t *testing.T, c *websocket.Conn) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "boxrt-test", Version: "1.0.0"}, nil)
+	cs, err := client.Connect(ctx, &wsTransport{c: c}, nil)
+	require.NoError(t, err, "MCP initialize through the relay")
+	sum, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"a": 40, "b": 2}})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"sum":42}`, mustJSON(t, sum.StructuredContent))
+	return cs
 }

@@ -121,12 +121,8 @@ func (b *Backend) Claim(ctx context.Context, info backends.Session, spec backend
 	}
 	pods := b.cs.CoreV1().Pods(b.ns)
 	name := info.BackendSessionID
-	pod, err := pods.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return info, b.apiError("reading pooled Pod "+name, err)
-	}
-	if pod.Annotations[AnnSession] != info.SessionID || !podRunning(pod) {
-		return info, boxerr.Failure("kube backend: pooled Pod %s is no longer available (claimed by another replica, or not running)", name)
+	if _, err := b.unclaimed(ctx, info); err != nil {
+		return info, err
 	}
 	derived := podName(b.instance, spec.SessionID)
 	idx, err := b.createIndex(ctx, derived, spec.SessionID, name)
@@ -152,17 +148,13 @@ func (b *Backend) Claim(ctx context.Context, info backends.Session, spec backend
 		return info, boxerr.Failure("kube backend error: encoding the session spec: %v", err).Wrap(err)
 	}
 	at := claimed.CreatedAt.Format(time.RFC3339Nano)
-	err = b.patchGuarded(ctx, "pods", name, pod.ResourceVersion, map[string]any{
+	if err := b.takePooled(ctx, info, map[string]any{
 		"labels": map[string]string{LabelPool: poolClaimed},
 		"annotations": map[string]string{AnnSession: spec.SessionID, AnnSpec: string(raw), AnnSpecHash: hash,
 			AnnCreated: at, AnnLastUsed: at},
-	}, nil)
-	if err != nil {
+	}); err != nil {
 		b.dropIndex(ctx, idx)
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return info, boxerr.Failure("kube backend: pooled Pod %s was claimed by another replica", name).Wrap(err)
-		}
-		return info, b.apiError("claiming pooled Pod "+name, err)
+		return info, err
 	}
 	err = b.patchGuarded(ctx, "configmaps", derived, idx.ResourceVersion, nil, map[string]string{indexState: indexClaimed})
 	if err != nil {
@@ -173,6 +165,40 @@ func (b *Backend) Claim(ctx context.Context, info backends.Session, spec backend
 		return info, boxerr.Failure("kube backend: claiming pooled Pod %s for session %s: %v", name, spec.SessionID, err).Wrap(err)
 	}
 	return claimed, nil
+}
+
+// unclaimed reads the pooled Pod of info, which must still be unclaimed
+// and running.
+func (b *Backend) unclaimed(ctx context.Context, info backends.Session) (*corev1.Pod, error) {
+	name := info.BackendSessionID
+	pod, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, b.apiError("reading pooled Pod "+name, err)
+	}
+	if pod.Annotations[AnnSession] != info.SessionID || !podRunning(pod) {
+		return nil, boxerr.Failure("kube backend: pooled Pod %s is no longer available (claimed by another replica, or not running)", name)
+	}
+	return pod, nil
+}
+
+// takePooled patches meta onto the pooled Pod of info provided it is still
+// unclaimed: each patch is guarded by the resourceVersion read with it, so
+// two replicas never both take one Pod. A Conflict from some other write
+// (the kubelet's status updates) is retried.
+func (b *Backend) takePooled(ctx context.Context, info backends.Session, meta map[string]any) error {
+	for attempt := 0; ; attempt++ {
+		pod, err := b.unclaimed(ctx, info)
+		if err != nil {
+			return err
+		}
+		err = b.patchGuarded(ctx, "pods", pod.Name, pod.ResourceVersion, meta, nil)
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt >= 3 {
+			return b.apiError("claiming pooled Pod "+pod.Name, err)
+		}
+	}
 }
 
 // withDefaults fills the spec fields StartSession and Claim default.

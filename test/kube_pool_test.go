@@ -97,9 +97,12 @@ func TestKubeWarmPool(t *testing.T) {
 		"backend": "kube",
 		"kube": map[string]any{"kubeconfig": kubeconfig, "namespace": "default", "instance": instance,
 			"image": "boxrt-test:busybox", "image_pull_policy": "Never"},
-		"durable": map[string]any{"pools": []map[string]any{{"name": "warm", "size": 2, "refill_interval_ms": 60000}}},
+		"durable": map[string]any{"pools": []map[string]any{{"name": "warm", "size": 2, "refill_interval_ms": 600000}}},
 	})
 	require.NoError(t, err)
+	// The refill waits 10 minutes: no pooled Pod is being created when the
+	// replicas are killed (a Pod that has not run yet is not adopted, and
+	// would be left for a later start to collect).
 	state := t.TempDir()
 	opts := Options{Stdio: true, StateDir: state, Config: string(cfg)}
 	backendID := func(p *Proc, id string) string {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,10 +15,38 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/boxrt/boxrt/backends/kube"
 )
+
+// kubeClient is a client of the test cluster that leaves no goroutine
+// behind (TestMain checks): the client certificate is loaded inline (a
+// file makes client-go start a process-lifetime reloader) and the
+// connections are closed at the end of the test.
+func kubeClient(t *testing.T, kubeconfig string) kubernetes.Interface {
+	t.Helper()
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	require.NoError(t, err)
+	tls := &rc.TLSClientConfig
+	if tls.CertFile != "" {
+		tls.CertData, err = os.ReadFile(tls.CertFile)
+		require.NoError(t, err)
+		tls.CertFile = ""
+	}
+	if tls.KeyFile != "" {
+		tls.KeyData, err = os.ReadFile(tls.KeyFile)
+		require.NoError(t, err)
+		tls.KeyFile = ""
+	}
+	hc, err := rest.HTTPClientFor(rc)
+	require.NoError(t, err)
+	t.Cleanup(hc.CloseIdleConnections)
+	cs, err := kubernetes.NewForConfigAndClient(rc, hc)
+	require.NoError(t, err)
+	return cs
+}
 
 // kubeObjects lists what instance owns in namespace default, as kind/name
 // (Pods with their session annotation: pod/<name>=<session>).
@@ -86,10 +115,7 @@ func waitObjects(t *testing.T, cs kubernetes.Interface, instance, what string, c
 // graceful exit leaves nothing.
 func TestKubeWarmPool(t *testing.T) {
 	kubeconfig := kubeconfigForTests(t)
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	require.NoError(t, err)
-	cs, err := kubernetes.NewForConfig(rc)
-	require.NoError(t, err)
+	cs := kubeClient(t, kubeconfig)
 	buf := make([]byte, 6)
 	_, _ = rand.Read(buf)
 	instance := "e2e-pool-" + hex.EncodeToString(buf)

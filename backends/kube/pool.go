@@ -121,9 +121,6 @@ func (b *Backend) Claim(ctx context.Context, info backends.Session, spec backend
 	}
 	pods := b.cs.CoreV1().Pods(b.ns)
 	name := info.BackendSessionID
-	if _, err := b.unclaimed(ctx, info); err != nil {
-		return info, err
-	}
 	derived := podName(b.instance, spec.SessionID)
 	idx, err := b.createIndex(ctx, derived, spec.SessionID, name)
 	if apierrors.IsAlreadyExists(err) {

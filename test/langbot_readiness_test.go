@@ -91,6 +91,7 @@ func getReadyz(t *testing.T, addr string) (int, readinessObject) {
 func TestLangBotReadinessNotReady(t *testing.T) {
 	p, ws := startAdmissionBox(t)
 	r := backendReadiness(t, p)
+	t.Logf("readiness on this machine: checks %v, details %v", r.Checks, r.Backend.Details)
 	assert.Equal(t, "grant_enforced", r.Mode)
 	assert.Len(t, r.Checks, 14)
 	assert.False(t, r.Ready)

@@ -60,6 +60,22 @@ func TestComposeReadiness(t *testing.T) {
 				"hard_workspace_quota", "hard_skill_storage_quota", "bounded_ephemeral_storage", "inode_quota"}, error: "no root"},
 		{name: "policy caps", in: readinessInput{policy: wide, backend: "bwrap", probe: fullProbe()}, failed: []string{"session_cap", "managed_process_cap"}},
 	}
+	// Each storage capability alone keeps the runtime from being ready.
+	for name, drop := range map[string]func(*backends.StrictReadiness){
+		"hard_workspace_quota":      func(p *backends.StrictReadiness) { p.HardWorkspaceQuota = false },
+		"hard_skill_storage_quota":  func(p *backends.StrictReadiness) { p.HardSkillStorageQuota = false },
+		"bounded_ephemeral_storage": func(p *backends.StrictReadiness) { p.BoundedEphemeralStorage = false },
+		"inode_quota":               func(p *backends.StrictReadiness) { p.InodeQuota = false },
+	} {
+		probe := fullProbe()
+		drop(&probe)
+		cases = append(cases, struct {
+			name   string
+			in     readinessInput
+			failed []string
+			error  string
+		}{name: "no " + name, in: readinessInput{policy: policy, backend: "bwrap", probe: probe}, failed: []string{name}})
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := composeReadiness(c.in)

@@ -188,6 +188,10 @@ func (c *conn) run(ctx context.Context, req *Request, flush bool) {
 		}
 	}
 	result, err := c.srv.handler.Handle(ctx, req)
+	if errors.Is(err, ErrNoReply) {
+		c.srv.log.Debug().Str("method", req.Method).Msg("request cancelled without a reply")
+		return
+	}
 	if !req.Notif {
 		c.reply(req, start, result, err, flush)
 	}

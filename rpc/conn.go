@@ -165,9 +165,16 @@ func (c *conn) dispatch(ctx context.Context, req *Request) {
 	}
 	c.handlers.Add(1)
 	c.mu.Unlock()
+	// Registered here, on the reading goroutine, so a $/cancelRequest read
+	// right after the request finds it even before its goroutine runs.
+	done := func() {}
+	if !req.Notif && req.ID != nil {
+		ctx, done = c.cancellable(ctx, req.ID)
+	}
 	go func() {
 		defer c.handlers.Done()
 		defer func() { <-c.sem }()
+		defer done()
 		c.run(ctx, req, true)
 	}()
 }
@@ -179,13 +186,6 @@ func (c *conn) run(ctx context.Context, req *Request, flush bool) {
 	}
 	if !req.Notif && req.ID != nil {
 		ctx = context.WithValue(ctx, idKey{}, req.ID)
-		// Only a request on its own goroutine can be cancelled: an inline
-		// one holds the reading goroutine, which would read the cancel.
-		if flush {
-			var done func()
-			ctx, done = c.cancellable(ctx, req.ID)
-			defer done()
-		}
 	}
 	result, err := c.srv.handler.Handle(ctx, req)
 	if errors.Is(err, ErrNoReply) {

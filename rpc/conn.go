@@ -67,7 +67,7 @@ const CancelMethod = "$/cancelRequest"
 
 func (s *Server) serve(ctx context.Context, fc frameConn, transport string) {
 	c := &conn{srv: s, fc: fc, codec: s.newCodec(), transport: transport, sem: make(chan struct{}, s.maxInFlight)}
-	c.out.init(fc)
+	c.out.init(fc, c.codec)
 	ctx, cancel := context.WithCancel(context.WithValue(ctx, connKey{}, c))
 	defer cancel()
 	c.life = ctx
@@ -314,10 +314,25 @@ func NotifyQueued(ctx context.Context, method string, params any) error {
 	return notify(ctx, method, params, false)
 }
 
+// NotifyJSON is Notify (or, with more, NotifyQueued) with params already
+// encoded, which are sent as they are, not checked: for a method that
+// encodes a large notification faster itself than encoding/json would
+// (streamed exec output). params must be one valid JSON value; it is not
+// referenced after NotifyJSON returns, so the caller may reuse it.
+func NotifyJSON(ctx context.Context, method string, params json.RawMessage, more bool) error {
+	c, ok := ctx.Value(connKey{}).(*conn)
+	if !ok {
+		return errNotifyOutside
+	}
+	return c.send(&Message{Method: method, Params: params}, !more)
+}
+
+var errNotifyOutside = errors.New("rpc: Notify outside a request")
+
 func notify(ctx context.Context, method string, params any, flush bool) error {
 	c, ok := ctx.Value(connKey{}).(*conn)
 	if !ok {
-		return errors.New("rpc: Notify outside a request")
+		return errNotifyOutside
 	}
 	raw, err := json.Marshal(params)
 	if err != nil {
@@ -377,6 +392,8 @@ const maxQueuedBytes = 256 << 10
 // by the goroutine that produced it — no writer goroutine, no handoff.
 type outbox struct {
 	fc frameConn
+	// recycle takes back a written frame (nil: the codec does not).
+	recycle func([]byte)
 
 	mu       sync.Mutex
 	cond     *sync.Cond // a write round ended
@@ -387,9 +404,12 @@ type outbox struct {
 	err      error
 }
 
-func (o *outbox) init(fc frameConn) {
+func (o *outbox) init(fc frameConn, codec Codec) {
 	o.fc = fc
 	o.cond = sync.NewCond(&o.mu)
+	if r, ok := codec.(frameRecycler); ok {
+		o.recycle = r.recycle
+	}
 }
 
 // send queues frames and writes them unless another goroutine is writing
@@ -443,6 +463,11 @@ func (o *outbox) writeLocked() error {
 		}
 		if err == nil {
 			err = o.fc.Flush()
+		}
+		if o.recycle != nil {
+			for _, f := range batch {
+				o.recycle(f)
+			}
 		}
 		clear(batch)
 		o.mu.Lock()

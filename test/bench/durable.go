@@ -66,6 +66,7 @@ Sessions are deleted between samples, untimed.`, n["docker"], n["bwrap"])
 		}
 		sc.Goals = append(sc.Goals, goal)
 	}
+	sc.Breakdown = whereTimeGoesPool
 	return sc
 }
 

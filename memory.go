@@ -13,9 +13,11 @@ const (
 	// memoryCheckEvery is how often boxrt looks at how much it allocated.
 	memoryCheckEvery = 10 * time.Second
 	// burstAllocBytes allocated within one check marks a burst (a few
-	// hundred concurrent execs allocate hundreds of MiB; an idle boxrt
-	// answering heartbeats, a few KiB).
-	burstAllocBytes = 32 << 20
+	// hundred concurrent execs allocate hundreds of MiB, 64 execs on 64
+	// sessions about 12 MiB spread over one or two checks; an idle boxrt
+	// answering heartbeats, a few KiB). Releasing costs a few milliseconds
+	// once per burst, so a low bar is cheap.
+	burstAllocBytes = 4 << 20
 	// quietAllocBytes or less within one check, after a burst, means the
 	// burst is over.
 	quietAllocBytes = 1 << 20

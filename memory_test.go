@@ -16,7 +16,7 @@ func TestBurstReleaser(t *testing.T) {
 
 	assert.False(t, step(100<<10), "idle")
 	assert.False(t, step(200<<10), "idle")
-	assert.False(t, step(5<<20), "moderate traffic is no burst")
+	assert.False(t, step(3<<20), "moderate traffic is no burst")
 	assert.False(t, step(200<<10))
 	assert.False(t, step(64<<20), "a burst")
 	assert.False(t, step(64<<20), "still bursting")

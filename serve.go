@@ -448,7 +448,20 @@ func runServe(c *cli.Context) error {
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]any{"live": true})
 		})
-		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+			if tenancy.AdmissionRequired() {
+				// The reference's readiness object, as LangBot's probes
+				// read it; the backend's details and the error (paths) stay
+				// for token holders (box_health).
+				res := tenancy.Readiness(r.Context())
+				res.Backend.Details, res.Error = nil, ""
+				status := http.StatusOK
+				if !res.Ready {
+					status = http.StatusServiceUnavailable
+				}
+				writeJSON(w, status, res)
+				return
+			}
 			ready := rt.BackendInfo().Available
 			status := http.StatusOK
 			if !ready {
@@ -465,8 +478,9 @@ func runServe(c *cli.Context) error {
 		}
 		// The relay checks its own credentials: the control token, or the
 		// relay_token of the one process addressed.
-		mux.Handle("GET /v1/sessions/{session_id}/managed-process/{process_id}/ws", relayHandler)
-		mux.Handle("GET /v1/sessions/{session_id}/managed-process/ws", relayHandler)
+		relayRoute := tenancy.AdmitRelay(relayHandler, configuredControlToken)
+		mux.Handle("GET /v1/sessions/{session_id}/managed-process/{process_id}/ws", relayRoute)
+		mux.Handle("GET /v1/sessions/{session_id}/managed-process/ws", relayRoute)
 		// A session's files, streamed (box_fs_* stop at a few MiB): the
 		// control token only, as the control plane.
 		files := auth.Require(relay.NewFiles(rt, log.With().Str("component", "files").Logger()))

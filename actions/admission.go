@@ -334,7 +334,17 @@ func (t *Tenancy) admit(ctx context.Context, p Placement, req *rpc.Request) (jso
 		return req.Params, nil
 	}
 	g.mu.Lock()
-	policy, configErr := g.policy, g.configErr
+	configErr := g.configErr
+	g.mu.Unlock()
+	if configErr != "" {
+		return nil, boxerr.Readiness("Invalid sandbox admission configuration: %s", configErr)
+	}
+	// Readiness first, then the grant, as in the reference.
+	if err := t.ready(ctx); err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	policy := g.policy
 	g.purgeLocked()
 	var cur *grant
 	if r := g.records[fenceKey{p.Instance, p.Workspace}]; r != nil {
@@ -342,11 +352,6 @@ func (t *Tenancy) admit(ctx context.Context, p Placement, req *rpc.Request) (jso
 	}
 	g.mu.Unlock()
 	switch {
-	case configErr != "":
-		return nil, boxerr.Readiness("Invalid sandbox admission configuration: %s", configErr)
-	case backendIs(t.rt.BackendInfo().Name, HostBackend):
-		// Grant-enforced sandboxes are never unsandboxed.
-		return nil, boxerr.Readiness("Managed sandbox isolation is not ready (failed checks: required_backend)")
 	case cur == nil:
 		return nil, boxerr.Admission("Sandbox admission grant is missing")
 	case *cur.ExecutionGeneration != p.Generation:
@@ -423,8 +428,6 @@ func workspaceSkill(ctx context.Context, store *skills.Store, members map[string
 	}
 	return nil
 }
-
-func backendIs(name *string, want string) bool { return name != nil && *name == want }
 
 // managedSpec refuses what a grant-enforced sandbox may not ask for, as
 // the reference does, and forces the policy's resources onto the spec

@@ -7,10 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
@@ -255,42 +253,4 @@ func (p *resizeParams) validate() error {
 
 func (d *Dispatcher) resizeExec(ctx context.Context, p resizeParams) (struct{}, error) {
 	return struct{}{}, d.rt.ResizeExec(ctx, p.ExecID, p.TTYSize)
-}
-
-// outputNotice is box_exec_output's params. Data is the chunk when it is
-// valid UTF-8, else DataBase64 (chunks are cut on character boundaries,
-// so only output that is not text takes the base64 form). A last notice
-// with EOF and no data says the exec's output is complete.
-type outputNotice struct {
-	ExecID     string          `json:"exec_id"`
-	RequestID  json.RawMessage `json:"request_id,omitempty"`
-	Seq        int64           `json:"seq"`
-	Stream     string          `json:"stream,omitempty"`
-	Offset     int64           `json:"offset"`
-	Data       *string         `json:"data,omitempty"`
-	DataBase64 string          `json:"data_base64,omitempty"`
-	EOF        bool            `json:"eof,omitempty"`
-}
-
-// outputSink notifies the request's connection of chunks, also after the
-// request has returned (until the connection ends). Chunks already waiting
-// go out in one write.
-func outputSink(ctx context.Context) runtime.ChunkSink {
-	nctx := context.WithoutCancel(ctx)
-	reqID := rpc.RequestIDFrom(ctx)
-	return func(c runtime.ExecChunk) error {
-		n := outputNotice{ExecID: c.ExecID, RequestID: reqID, Seq: c.Seq, Stream: c.Stream, Offset: c.Offset, EOF: c.EOF}
-		switch {
-		case c.EOF:
-		case utf8.Valid(c.Data):
-			s := string(c.Data)
-			n.Data = &s
-		default:
-			n.DataBase64 = base64.StdEncoding.EncodeToString(c.Data)
-		}
-		if c.More {
-			return rpc.NotifyQueued(nctx, OutputNotification, n)
-		}
-		return rpc.Notify(nctx, OutputNotification, n)
-	}
 }

@@ -19,7 +19,7 @@ var backendAliases = map[string]string{"nsjail": "bwrap"}
 // backendAliasNotes is what box_get_backend_info says about a mapped or
 // missing backend.
 var backendAliasNotes = map[string]string{
-	"nsjail": "boxrt runs LangBot's nsjail backend as bwrap (bubblewrap): the same daemonless isolation without nsjail's cgroup limits",
+	"nsjail": "boxrt runs LangBot's nsjail backend as bwrap (bubblewrap): the same daemonless isolation, with cgroup limits on cgroup v1 and v2",
 	"e2b":    "boxrt has no E2B backend; configure docker, nsjail (bwrap) or local",
 }
 

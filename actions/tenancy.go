@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"regexp"
 	"strings"
 	"sync"
@@ -87,6 +88,10 @@ type Tenancy struct {
 	trust  *Trust
 	fence  *Fence
 	grants *grants
+	// readiness caches grant-enforced mode's readiness object.
+	readiness readinessCache
+	// running are the tenant actions in flight, per Workspace generation.
+	running inflight
 	// required: tenant actions without a context are refused (LangBot
 	// mode). Otherwise they run unnamespaced, as single-tenant JSON-RPC.
 	required bool
@@ -159,6 +164,9 @@ func errOtherInstance() error {
 // ring of recent errors, as the dispatcher's own are.
 func (t *Tenancy) Handle(ctx context.Context, req *rpc.Request) (json.RawMessage, error) {
 	res, err := t.handle(ctx, req)
+	if errors.Is(err, rpc.ErrNoReply) {
+		return nil, err // cancelled by a newer generation: not a failure
+	}
 	return res, t.next.record(req, err)
 }
 
@@ -194,7 +202,17 @@ func (t *Tenancy) handle(ctx context.Context, req *rpc.Request) (json.RawMessage
 		return nil, errOtherInstance()
 	}
 	p := PlacementOf(meta)
+	ctx, done := t.running.start(ctx, p)
+	defer done()
 	res, err := t.tenant(ctx, req, p)
+	if retired(ctx) {
+		// A newer generation cancelled it: the reference never answers
+		// such an action; JSON-RPC clients get the fence's refusal.
+		if t.langbot {
+			return nil, rpc.ErrNoReply
+		}
+		return nil, errStale()
+	}
 	if err == nil && !t.fence.Holds(p) {
 		// The generation advanced while the action ran: its side effects
 		// stay, its answer is refused, as in the reference.
@@ -205,6 +223,11 @@ func (t *Tenancy) handle(ctx context.Context, req *rpc.Request) (json.RawMessage
 
 // tenant runs a fenced action for placement p.
 func (t *Tenancy) tenant(ctx context.Context, req *rpc.Request, p Placement) (json.RawMessage, error) {
+	if t.langbot {
+		if err := missingKey(req.Method, req.Params); err != nil {
+			return nil, err
+		}
+	}
 	// Every skill operation and skill mount of a Workspace stays in its
 	// own store, <skills_root>/tenants/<namespace>.
 	store, err := t.next.skills.Scoped(p.Namespace())
@@ -258,6 +281,7 @@ func (t *Tenancy) observe(ctx context.Context, p Placement) error {
 		return err
 	}
 	if advanced {
+		t.running.retire(p)
 		t.retire(ctx, p)
 	}
 	return nil
@@ -332,6 +356,7 @@ func (t *Tenancy) hostControl(ctx context.Context, req *rpc.Request) (json.RawMe
 			}
 		}
 		t.grants.configure(req.Params)
+		t.readiness.clear()
 		inner := *req
 		inner.Params = params
 		res, err := t.next.call(ctx, &inner)
@@ -347,7 +372,14 @@ func (t *Tenancy) hostControl(ctx context.Context, req *rpc.Request) (json.RawMe
 			return json.RawMessage(`{"initialized":true}`), nil
 		}
 		return res, nil
+	case "box_health":
+		if t.grants.required() {
+			return t.admissionHealth(ctx)
+		}
 	case "box_get_backend_info":
+		if t.grants.required() {
+			return t.admissionBackendInfo(ctx)
+		}
 		res, err := t.next.call(ctx, req)
 		if err != nil {
 			return nil, err

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // The LangBot host's HTTP headers: on /rpc/ws the token and instance, on
@@ -97,3 +99,30 @@ func (t *Tenancy) ApplyStartupConfig(patch string) {
 	}
 	t.grants.configure(raw)
 }
+
+// AdmitRelay answers, in admission mode, the relay requests that pass the
+// header, instance and fence checks with 400 and the reference's JSON
+// error, `{"error": {"code": "<ErrorClass>", "message": "<text>"}}`: a
+// BoxReadinessError while managed sandbox isolation is not ready, else the
+// refusal of a relay no grant permits (the policy allows no managed
+// processes). Everything else goes to next, whose authorizer answers 401.
+func (t *Tenancy) AdmitRelay(next http.Handler, token string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, ok := relayPlacement(r)
+		if !t.grants.required() || !ok || !LangBotTokenOK(r, token) || !t.trust.Matches(p.Instance) || !t.fence.Holds(p) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		err := t.ready(r.Context())
+		if err == nil {
+			err = boxerr.Admission("Sandbox admission grant does not permit managed process relay")
+		}
+		e := EncodeError(err)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": e.Type, "message": e.Message}})
+	})
+}
+
+// AdmissionRequired reports whether grant-enforced mode is on.
+func (t *Tenancy) AdmissionRequired() bool { return t.grants.required() }

@@ -67,7 +67,7 @@ const CancelMethod = "$/cancelRequest"
 
 func (s *Server) serve(ctx context.Context, fc frameConn, transport string) {
 	c := &conn{srv: s, fc: fc, codec: s.newCodec(), transport: transport, sem: make(chan struct{}, s.maxInFlight)}
-	c.out.init(fc)
+	c.out.init(fc, c.codec)
 	ctx, cancel := context.WithCancel(context.WithValue(ctx, connKey{}, c))
 	defer cancel()
 	c.life = ctx
@@ -165,9 +165,16 @@ func (c *conn) dispatch(ctx context.Context, req *Request) {
 	}
 	c.handlers.Add(1)
 	c.mu.Unlock()
+	// Registered here, on the reading goroutine, so a $/cancelRequest read
+	// right after the request finds it even before its goroutine runs.
+	done := func() {}
+	if !req.Notif && req.ID != nil {
+		ctx, done = c.cancellable(ctx, req.ID)
+	}
 	go func() {
 		defer c.handlers.Done()
 		defer func() { <-c.sem }()
+		defer done()
 		c.run(ctx, req, true)
 	}()
 }
@@ -179,15 +186,12 @@ func (c *conn) run(ctx context.Context, req *Request, flush bool) {
 	}
 	if !req.Notif && req.ID != nil {
 		ctx = context.WithValue(ctx, idKey{}, req.ID)
-		// Only a request on its own goroutine can be cancelled: an inline
-		// one holds the reading goroutine, which would read the cancel.
-		if flush {
-			var done func()
-			ctx, done = c.cancellable(ctx, req.ID)
-			defer done()
-		}
 	}
 	result, err := c.srv.handler.Handle(ctx, req)
+	if errors.Is(err, ErrNoReply) {
+		c.srv.log.Debug().Str("method", req.Method).Msg("request cancelled without a reply")
+		return
+	}
 	if !req.Notif {
 		c.reply(req, start, result, err, flush)
 	}
@@ -310,10 +314,25 @@ func NotifyQueued(ctx context.Context, method string, params any) error {
 	return notify(ctx, method, params, false)
 }
 
+// NotifyJSON is Notify (or, with more, NotifyQueued) with params already
+// encoded, which are sent as they are, not checked: for a method that
+// encodes a large notification faster itself than encoding/json would
+// (streamed exec output). params must be one valid JSON value; it is not
+// referenced after NotifyJSON returns, so the caller may reuse it.
+func NotifyJSON(ctx context.Context, method string, params json.RawMessage, more bool) error {
+	c, ok := ctx.Value(connKey{}).(*conn)
+	if !ok {
+		return errNotifyOutside
+	}
+	return c.send(&Message{Method: method, Params: params}, !more)
+}
+
+var errNotifyOutside = errors.New("rpc: Notify outside a request")
+
 func notify(ctx context.Context, method string, params any, flush bool) error {
 	c, ok := ctx.Value(connKey{}).(*conn)
 	if !ok {
-		return errors.New("rpc: Notify outside a request")
+		return errNotifyOutside
 	}
 	raw, err := json.Marshal(params)
 	if err != nil {
@@ -373,6 +392,8 @@ const maxQueuedBytes = 256 << 10
 // by the goroutine that produced it — no writer goroutine, no handoff.
 type outbox struct {
 	fc frameConn
+	// recycle takes back a written frame (nil: the codec does not).
+	recycle func([]byte)
 
 	mu       sync.Mutex
 	cond     *sync.Cond // a write round ended
@@ -383,9 +404,12 @@ type outbox struct {
 	err      error
 }
 
-func (o *outbox) init(fc frameConn) {
+func (o *outbox) init(fc frameConn, codec Codec) {
 	o.fc = fc
 	o.cond = sync.NewCond(&o.mu)
+	if r, ok := codec.(frameRecycler); ok {
+		o.recycle = r.recycle
+	}
 }
 
 // send queues frames and writes them unless another goroutine is writing
@@ -439,6 +463,11 @@ func (o *outbox) writeLocked() error {
 		}
 		if err == nil {
 			err = o.fc.Flush()
+		}
+		if o.recycle != nil {
+			for _, f := range batch {
+				o.recycle(f)
+			}
 		}
 		clear(batch)
 		o.mu.Lock()

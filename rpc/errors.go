@@ -49,6 +49,9 @@ var (
 	ErrBusy = errors.New("connection is busy")
 	// ErrResponseTooLarge: an encoded response exceeded the message limit.
 	ErrResponseTooLarge = errors.New("response exceeds the message size limit")
+	// ErrNoReply: a Handler returns it for a request that must get no
+	// answer at all (LangBot's cancelled actions of a retired generation).
+	ErrNoReply = errors.New("request gets no reply")
 )
 
 // MethodNotFoundError is returned by a Handler for a name it does not serve.

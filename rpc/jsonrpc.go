@@ -274,7 +274,7 @@ func (JSONRPC) Encode(m *Message) ([][]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		b = make([]byte, 0, 40+len(method)+len(m.Params))
+		b = newFrame(40 + len(method) + len(m.Params))
 		b = append(b, `{"jsonrpc":"2.0","method":`...)
 		b = append(b, method...)
 		if len(m.Params) > 0 {
@@ -286,7 +286,7 @@ func (JSONRPC) Encode(m *Message) ([][]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		b = appendHead(make([]byte, 0, 40+len(m.ID)+len(e)), m.ID)
+		b = appendHead(newFrame(40+len(m.ID)+len(e)), m.ID)
 		b = append(b, `,"error":`...)
 		b = append(b, e...)
 	default:
@@ -294,12 +294,16 @@ func (JSONRPC) Encode(m *Message) ([][]byte, error) {
 		if len(result) == 0 {
 			result = emptyResult
 		}
-		b = appendHead(make([]byte, 0, 40+len(m.ID)+len(result)), m.ID)
+		b = appendHead(newFrame(40+len(m.ID)+len(result)), m.ID)
 		b = append(b, `,"result":`...)
 		b = append(b, result...)
 	}
 	return [][]byte{append(b, '}')}, nil
 }
+
+// recycle implements frameRecycler: every frame Encode returns is a new
+// buffer.
+func (JSONRPC) recycle(frame []byte) { recycleFrame(frame) }
 
 var emptyResult = json.RawMessage("{}")
 

@@ -3,6 +3,7 @@ package test
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,7 +21,10 @@ func TestLangBotSkillScope(t *testing.T) {
 	host, err := filepath.EvalSymlinks(t.TempDir())
 	require.NoError(t, err)
 	cfg := fmt.Sprintf(`{"enabled": true, "backend": "nsjail", "local": {"host_root": %q}}`, host)
-	p := startBox(t, lbOptions{Stdio: true, Config: cfg, Token: lbToken})
+	// The managed workspace root and the relaxed storage checks make the
+	// admission subtest's runtime ready on bwrap.
+	require.NoError(t, os.MkdirAll(filepath.Join(host, "default"), 0o755))
+	p := startBox(t, lbOptions{Stdio: true, Config: cfg, Token: lbToken, Env: []string{unsafeStorage}})
 	skillsRoot := filepath.Join(host, "skills")
 	a, b := tenant("skills-a", 1), tenant("skills-b", 1)
 

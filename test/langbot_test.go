@@ -305,7 +305,10 @@ func TestLangBotTenancy(t *testing.T) {
 // TestLangBotAdmission runs the grant-enforced mode: admission is turned
 // on by box_init and cannot be turned off.
 func TestLangBotAdmission(t *testing.T) {
-	p := startBox(t, lbOptions{Stdio: true, Config: hostBoxConfig, Token: lbToken})
+	// A ready configuration on real bwrap: a managed workspace root, and
+	// the storage checks bwrap cannot attest relaxed as the reference
+	// allows.
+	p := startBox(t, lbOptions{Stdio: true, Config: admissionBoxConfig(t), Token: lbToken, Env: []string{unsafeStorage}})
 	p.OK("box_init", map[string]any{"admission": map[string]any{"required": true, "max_grant_ttl_sec": 600}}, nil, nil)
 	exp := func(d time.Duration) string { return time.Now().Add(d).UTC().Format(time.RFC3339) }
 	grant := func(ws string, gen, rev int64, sessions, procs int, expires string) map[string]any {
@@ -373,6 +376,17 @@ func TestLangBotAdmission(t *testing.T) {
 			assert.Equal(t, map[string]any{"revoked": true, "workspace_uuid": "adm", "entitlement_revision": float64(3)}, res)
 		}
 	}
+}
+
+// unsafeStorage relaxes the four storage readiness checks.
+const unsafeStorage = "LANGBOT_BOX_ALLOW_UNSAFE_SOFT_STORAGE_LIMITS=1"
+
+// admissionBoxConfig is the host's box: section with nsjail (bwrap) and a
+// managed workspace root of the test's own.
+func admissionBoxConfig(t *testing.T) string {
+	ws := filepath.Join(t.TempDir(), "default")
+	require.NoError(t, os.MkdirAll(ws, 0o755))
+	return fmt.Sprintf(`{"enabled": true, "backend": "nsjail", "profile": "default", "limits": {"max_sessions": 16}, "local": {"default_workspace": %q}}`, ws)
 }
 
 func TestLangBotSharedWorkspaceProbe(t *testing.T) {

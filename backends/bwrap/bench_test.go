@@ -89,3 +89,17 @@ func benchSession(b *testing.B, network backends.NetworkMode) (*Backend, backend
 	})
 	return be, info
 }
+
+// BenchmarkClaim is the backend's part of handing a pooled sandbox to a
+// new session: session.json rewritten with the new owner.
+func BenchmarkClaim(b *testing.B) {
+	be, info := benchSession(b, backends.NetworkOff)
+	spec := backends.DefaultSandboxSpec()
+	spec.SessionID = "claimed"
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := be.Claim(context.Background(), info, spec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -46,7 +46,7 @@ func (b *Backend) MissingPermissions(ctx context.Context) ([]string, error) {
 	for _, p := range permissions {
 		resource, sub, _ := strings.Cut(p.resource, "/")
 		for _, verb := range p.verbs {
-			r, err := b.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{
+			r, err := b.accessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{
 				Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authv1.ResourceAttributes{
 					Namespace: b.ns, Verb: verb, Group: p.group, Resource: resource, Subresource: sub,
 				}},

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 
@@ -57,7 +56,7 @@ func envArgs(env map[string]string) []string {
 // when the server refuses the WebSocket upgrade. With tty the container's
 // side is a terminal, whose output is all one stream (no stderr).
 func (b *Backend) executor(pod string, cmd []string, tty bool) (remotecommand.Executor, error) {
-	req := b.cs.CoreV1().RESTClient().Post().Namespace(b.ns).Resource("pods").Name(pod).SubResource("exec").
+	req := b.api.core.Post().Namespace(b.ns).Resource("pods").Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
 			Container: containerName,
 			Command:   cmd,
@@ -65,7 +64,7 @@ func (b *Backend) executor(pod string, cmd []string, tty bool) (remotecommand.Ex
 			Stdout:    true,
 			Stderr:    !tty,
 			TTY:       tty,
-		}, scheme.ParameterCodec)
+		}, parameterCodec)
 	ws, err := remotecommand.NewWebSocketExecutor(b.rc, "GET", req.URL().String())
 	if err != nil {
 		return nil, err
@@ -360,7 +359,7 @@ func (b *Backend) helper(ctx context.Context, pod, what string, cmd []string) er
 func (b *Backend) execError(ctx context.Context, info backends.Session, what string, err error) *boxerr.Error {
 	ictx, cancel := cleanupContext(ctx, helperTimeout)
 	defer cancel()
-	pod, gerr := b.cs.CoreV1().Pods(b.ns).Get(ictx, info.BackendSessionID, metav1.GetOptions{})
+	pod, gerr := b.pods().Get(ictx, info.BackendSessionID, metav1.GetOptions{})
 	if (gerr != nil && ignoreNotFound(gerr) == nil) || (gerr == nil && !podRunning(pod)) {
 		e := boxerr.SessionNotFound(info.SessionID).With("reason", "pod gone").Wrap(err)
 		e.Msg += ": its Pod " + info.BackendSessionID + " is gone or not running"

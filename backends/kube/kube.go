@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -88,7 +87,7 @@ type Config struct {
 type Backend struct {
 	cfg        Config
 	rc         *rest.Config
-	cs         kubernetes.Interface
+	api        apiClients
 	ns         string
 	instance   string
 	instanceL  string   // the instance id as a label value (hashed)
@@ -129,12 +128,12 @@ func New(cfg Config) (*Backend, error) {
 	// The defaults (5 QPS, burst 10) would throttle a replica serving a
 	// few dozen sessions, each exec being one request.
 	rc.QPS, rc.Burst = 50, 100
-	cs, err := kubernetes.NewForConfig(rc)
+	api, err := newAPIClients(rc)
 	if err != nil {
 		b.configErr = boxerr.BackendUnavailable("kube backend: invalid client configuration (%s): %v", from, err).Wrap(err)
 		return b, nil
 	}
-	b.rc, b.cs, b.ns = rc, cs, ns
+	b.rc, b.api, b.ns = rc, api, ns
 	return b, nil
 }
 
@@ -281,7 +280,7 @@ func (b *Backend) ServerVersion(ctx context.Context) (string, error) {
 	if b.configErr != nil {
 		return "", b.configErr
 	}
-	raw, err := b.cs.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Raw()
+	raw, err := b.api.core.Get().AbsPath("/version").Do(ctx).Raw()
 	if err != nil {
 		return "", boxerr.BackendUnavailable("kube backend: API server %s (%s) not reachable: %v", b.rc.Host, b.configFrom, err).Wrap(err)
 	}

@@ -131,7 +131,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		}
 		if created {
 			undo = append(undo, func(ctx context.Context) error {
-				return b.cs.NetworkingV1().NetworkPolicies(b.ns).Delete(ctx, name, metav1.DeleteOptions{})
+				return b.netpols().Delete(ctx, name, metav1.DeleteOptions{})
 			})
 		}
 	}
@@ -143,7 +143,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		}
 		if created {
 			undo = append(undo, func(ctx context.Context) error {
-				return b.cs.CoreV1().PersistentVolumeClaims(b.ns).Delete(ctx, name, metav1.DeleteOptions{})
+				return b.pvcs().Delete(ctx, name, metav1.DeleteOptions{})
 			})
 		}
 	}
@@ -173,14 +173,14 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 func (b *Backend) createPod(ctx context.Context, pod *corev1.Pod, what string) (*corev1.Pod, error) {
 	name := pod.Name
 	for attempt := 0; ; attempt++ {
-		_, err := b.cs.CoreV1().Pods(b.ns).Create(ctx, pod, metav1.CreateOptions{})
+		_, err := b.pods().Create(ctx, pod, metav1.CreateOptions{})
 		if err == nil {
 			return nil, nil
 		}
 		if !apierrors.IsAlreadyExists(err) || attempt >= 3 {
 			return nil, b.apiError("creating Pod for "+what, err)
 		}
-		existing, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, name, metav1.GetOptions{})
+		existing, err := b.pods().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -374,7 +374,7 @@ func (b *Backend) ensureNetworkPolicy(ctx context.Context, name string) (created
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 		},
 	}
-	_, err = b.cs.NetworkingV1().NetworkPolicies(b.ns).Create(ctx, np, metav1.CreateOptions{})
+	_, err = b.netpols().Create(ctx, np, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return false, nil
 	}
@@ -402,7 +402,7 @@ func (b *Backend) ensurePVC(ctx context.Context, name string, quotaMB int) (crea
 		sc := b.cfg.StorageClass
 		pvc.Spec.StorageClassName = &sc
 	}
-	pvcs := b.cs.CoreV1().PersistentVolumeClaims(b.ns)
+	pvcs := b.pvcs()
 	for attempt := 0; attempt < 3; attempt++ {
 		_, err := pvcs.Create(ctx, pvc, metav1.CreateOptions{})
 		if err == nil {
@@ -436,7 +436,7 @@ func (b *Backend) ensurePVC(ctx context.Context, name string, quotaMB int) (crea
 func (b *Backend) waitRunning(ctx context.Context, name string) error {
 	var last string
 	err := b.poll(ctx, b.cfg.StartTimeout, "Pod "+name+" to run", func() (bool, error) {
-		pod, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, name, metav1.GetOptions{})
+		pod, err := b.pods().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, b.apiError("reading Pod "+name, err)
 		}
@@ -512,7 +512,7 @@ func ignoreNotFound(err error) error {
 
 func (b *Backend) waitGone(ctx context.Context, name string) error {
 	return b.poll(ctx, goneTimeout, "Pod "+name+" to be deleted", func() (bool, error) {
-		_, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, name, metav1.GetOptions{})
+		_, err := b.pods().Get(ctx, name, metav1.GetOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return false, b.apiError("reading Pod "+name, err)
 		}
@@ -537,7 +537,7 @@ func (b *Backend) Alive(ctx context.Context, info backends.Session) bool {
 	if b.configErr != nil {
 		return false
 	}
-	pod, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, info.BackendSessionID, metav1.GetOptions{})
+	pod, err := b.pods().Get(ctx, info.BackendSessionID, metav1.GetOptions{})
 	return err == nil && podRunning(pod)
 }
 
@@ -570,13 +570,13 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 func (b *Backend) deleteAll(ctx context.Context, name string) error {
 	grace := int64(1)
 	opts := metav1.DeleteOptions{GracePeriodSeconds: &grace}
-	if err := b.cs.CoreV1().Pods(b.ns).Delete(ctx, name, opts); ignoreNotFound(err) != nil {
+	if err := b.pods().Delete(ctx, name, opts); ignoreNotFound(err) != nil {
 		return b.apiError("deleting Pod "+name, err)
 	}
-	if err := b.cs.NetworkingV1().NetworkPolicies(b.ns).Delete(ctx, name, metav1.DeleteOptions{}); ignoreNotFound(err) != nil {
+	if err := b.netpols().Delete(ctx, name, metav1.DeleteOptions{}); ignoreNotFound(err) != nil {
 		return b.apiError("deleting NetworkPolicy "+name, err)
 	}
-	if err := b.cs.CoreV1().PersistentVolumeClaims(b.ns).Delete(ctx, name, metav1.DeleteOptions{}); ignoreNotFound(err) != nil {
+	if err := b.pvcs().Delete(ctx, name, metav1.DeleteOptions{}); ignoreNotFound(err) != nil {
 		return b.apiError("deleting PersistentVolumeClaim "+name, err)
 	}
 	return nil
@@ -638,7 +638,7 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 	if b.configErr != nil {
 		return nil, b.configErr
 	}
-	pods, err := b.cs.CoreV1().Pods(b.ns).List(ctx, metav1.ListOptions{LabelSelector: b.selector()})
+	pods, err := b.pods().List(ctx, metav1.ListOptions{LabelSelector: b.selector()})
 	if err != nil {
 		return nil, b.apiError("listing session Pods", err)
 	}
@@ -704,23 +704,23 @@ func (b *Backend) collectOrphans(ctx context.Context, live map[string]bool, prob
 	orphan := func(m metav1.ObjectMeta) bool {
 		return !live[m.Labels[LabelPod]] && time.Since(m.CreationTimestamp.Time) > staleAfter && m.DeletionTimestamp == nil
 	}
-	if nps, err := b.cs.NetworkingV1().NetworkPolicies(b.ns).List(ctx, opts); err != nil {
+	if nps, err := b.netpols().List(ctx, opts); err != nil {
 		*problems = append(*problems, b.apiError("listing NetworkPolicies", err).Error())
 	} else {
 		for _, np := range nps.Items {
 			if orphan(np.ObjectMeta) {
-				if err := b.cs.NetworkingV1().NetworkPolicies(b.ns).Delete(ctx, np.Name, metav1.DeleteOptions{}); ignoreNotFound(err) != nil {
+				if err := b.netpols().Delete(ctx, np.Name, metav1.DeleteOptions{}); ignoreNotFound(err) != nil {
 					*problems = append(*problems, err.Error())
 				}
 			}
 		}
 	}
-	if pvcs, err := b.cs.CoreV1().PersistentVolumeClaims(b.ns).List(ctx, opts); err != nil {
+	if pvcs, err := b.pvcs().List(ctx, opts); err != nil {
 		*problems = append(*problems, b.apiError("listing PersistentVolumeClaims", err).Error())
 	} else {
 		for _, c := range pvcs.Items {
 			if orphan(c.ObjectMeta) {
-				if err := b.cs.CoreV1().PersistentVolumeClaims(b.ns).Delete(ctx, c.Name, metav1.DeleteOptions{}); ignoreNotFound(err) != nil {
+				if err := b.pvcs().Delete(ctx, c.Name, metav1.DeleteOptions{}); ignoreNotFound(err) != nil {
 					*problems = append(*problems, err.Error())
 				}
 			}
@@ -740,7 +740,7 @@ func (b *Backend) touch(ctx context.Context, name string) {
 	ctx, cancel := cleanupContext(ctx, 5*time.Second)
 	defer cancel()
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnLastUsed: now.Format(time.RFC3339Nano)}}})
-	_, _ = b.cs.CoreV1().Pods(b.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, _ = b.pods().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 }
 
 func (b *Backend) forgetTouch(name string) { b.touched.Delete(name) }
@@ -752,7 +752,7 @@ func (b *Backend) LastUsed(ctx context.Context, info backends.Session) (time.Tim
 	if b.configErr != nil {
 		return time.Time{}, b.configErr
 	}
-	pod, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, info.BackendSessionID, metav1.GetOptions{})
+	pod, err := b.pods().Get(ctx, info.BackendSessionID, metav1.GetOptions{})
 	if err != nil {
 		return time.Time{}, b.apiError("reading Pod "+info.BackendSessionID, err)
 	}

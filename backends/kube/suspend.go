@@ -53,7 +53,7 @@ func (b *Backend) Suspend(ctx context.Context, info backends.Session) error {
 			With("session_id", info.SessionID).With("reason", "not_persistent")
 	}
 	name := info.BackendSessionID
-	pod, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, name, metav1.GetOptions{})
+	pod, err := b.pods().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		if pvc, err := b.suspendedClaim(ctx, info); err == nil && pvc.Annotations[AnnSuspended] != "" {
 			return nil // another replica suspended it already
@@ -135,7 +135,7 @@ func (b *Backend) podFromClaim(ctx context.Context, pvc *corev1.PersistentVolume
 // instance.
 func (b *Backend) suspendedClaim(ctx context.Context, info backends.Session) (*corev1.PersistentVolumeClaim, error) {
 	name := info.BackendSessionID
-	pvc, err := b.cs.CoreV1().PersistentVolumeClaims(b.ns).Get(ctx, name, metav1.GetOptions{})
+	pvc, err := b.pvcs().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, boxerr.SessionNotFound(info.SessionID).With("reason", "claim gone")
 	}
@@ -154,7 +154,7 @@ func (b *Backend) annotateClaim(ctx context.Context, name string, ann map[string
 	if err != nil {
 		return boxerr.Failure("kube backend error: encoding annotations: %v", err).Wrap(err)
 	}
-	_, err = b.cs.CoreV1().PersistentVolumeClaims(b.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err = b.pvcs().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return b.apiError("annotating PersistentVolumeClaim "+name, err)
 	}
@@ -167,12 +167,12 @@ func (b *Backend) deletePodOnly(ctx context.Context, name string) {
 	ctx, cancel := cleanupContext(ctx, cleanupTimeout)
 	defer cancel()
 	grace := int64(1)
-	_ = b.cs.CoreV1().Pods(b.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	_ = b.pods().Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 }
 
 // suspendedClaims lists this instance's marked claims by Pod name.
 func (b *Backend) suspendedClaims(ctx context.Context) (map[string]*corev1.PersistentVolumeClaim, error) {
-	list, err := b.cs.CoreV1().PersistentVolumeClaims(b.ns).List(ctx, metav1.ListOptions{LabelSelector: b.selector()})
+	list, err := b.pvcs().List(ctx, metav1.ListOptions{LabelSelector: b.selector()})
 	if err != nil {
 		return nil, b.apiError("listing PersistentVolumeClaims", err)
 	}

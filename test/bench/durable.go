@@ -58,6 +58,7 @@ Sessions are deleted between samples, untimed.`, n["docker"], n["bwrap"])
 	}{{"bwrap", 15 * time.Millisecond}, {"docker", 70 * time.Millisecond}} {
 		sc.Goals = append(sc.Goals, poolGoal(g.backend, sets[g.backend].pool, g.max))
 	}
+	sc.Breakdown = whereTimeGoesPool
 	return sc
 }
 

@@ -93,6 +93,10 @@ var (
 	whereTimeGoesDockerExec string
 	//go:embed where_time_goes_burst64.md
 	whereTimeGoesBurst64 string
+	//go:embed where_time_goes_pool.md
+	whereTimeGoesPool string
+	//go:embed where_time_goes_stream.md
+	whereTimeGoesStream string
 )
 
 // Goal is a target stated in the report, with whether it was met.

@@ -72,6 +72,7 @@ the whole transfer; MB/s = size / p50.`, streamRuns, cmd, cfg.execStreamMB)
 	sc.Notes = append(sc.Notes,
 		"Streaming costs a JSON notification per 16 KiB (the bytes escaped as a JSON string, or base64 when not UTF-8) and the host's decoding of it; not streamed, boxrt still reads every byte but keeps only 1 MiB of each stream.",
 		"A streamed box_exec is a live exec: on docker its in-container watcher also sweeps what the command left behind when the exec's stream closes, which costs no extra engine call.")
+	sc.Breakdown = whereTimeGoesStream
 	return sc
 }
 

@@ -1,0 +1,161 @@
+package actions
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/boxrt/boxrt/rpc"
+	"github.com/boxrt/boxrt/runtime"
+)
+
+// outputNotice is box_exec_output's params. Data is the chunk when it is
+// valid UTF-8, else DataBase64 (chunks are cut on character boundaries,
+// so only output that is not text takes the base64 form). A last notice
+// with EOF and no data says the exec's output is complete.
+//
+// appendOutputNotice writes this shape; the type documents it and is what
+// tests decode the notifications into.
+type outputNotice struct {
+	ExecID     string          `json:"exec_id"`
+	RequestID  json.RawMessage `json:"request_id,omitempty"`
+	Seq        int64           `json:"seq"`
+	Stream     string          `json:"stream,omitempty"`
+	Offset     int64           `json:"offset"`
+	Data       *string         `json:"data,omitempty"`
+	DataBase64 string          `json:"data_base64,omitempty"`
+	EOF        bool            `json:"eof,omitempty"`
+}
+
+// outputSink notifies the request's connection of chunks, also after the
+// request has returned (until the connection ends). Chunks already waiting
+// go out in one write. A sink is called by one goroutine at a time, and
+// the rpc layer copies the params, so one buffer serves every chunk.
+func outputSink(ctx context.Context) runtime.ChunkSink {
+	nctx := context.WithoutCancel(ctx)
+	reqID := rpc.RequestIDFrom(ctx)
+	var buf []byte
+	return func(c runtime.ExecChunk) error {
+		buf = appendOutputNotice(buf[:0], c, reqID)
+		return rpc.NotifyJSON(nctx, OutputNotification, buf, c.More)
+	}
+}
+
+// appendOutputNotice appends c as outputNotice's JSON. Streamed output is
+// most of what boxrt sends, so the chunk is escaped and checked for UTF-8
+// in one pass straight into the message, instead of encoding/json's
+// validate, copy to a string, escape into a buffer and copy out.
+func appendOutputNotice(b []byte, c runtime.ExecChunk, reqID json.RawMessage) []byte {
+	b = slices.Grow(b, 160+len(c.Data)+len(c.Data)/8)
+	b = append(b, `{"exec_id":`...)
+	b, _ = appendJSONString(b, []byte(c.ExecID))
+	if len(reqID) > 0 {
+		b = append(b, `,"request_id":`...)
+		b = append(b, reqID...)
+	}
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendInt(b, c.Seq, 10)
+	if c.Stream != "" {
+		b = append(b, `,"stream":`...)
+		b, _ = appendJSONString(b, []byte(c.Stream))
+	}
+	b = append(b, `,"offset":`...)
+	b = strconv.AppendInt(b, c.Offset, 10)
+	switch {
+	case c.EOF:
+		b = append(b, `,"eof":true`...)
+	default:
+		mark := len(b)
+		b = append(b, `,"data":`...)
+		var text bool
+		if b, text = appendJSONString(b, c.Data); !text {
+			b = append(b[:mark], `,"data_base64":"`...)
+			b = base64.StdEncoding.AppendEncode(b, c.Data)
+			b = append(b, '"')
+		}
+	}
+	return append(b, '}')
+}
+
+// jsonSafe marks the ASCII bytes a JSON string holds as they are.
+var jsonSafe = func() (t [utf8.RuneSelf]bool) {
+	for c := ' '; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// plainWord reports whether 8 bytes are all ASCII that a JSON string holds
+// as it is (no control character, quote or backslash), tested together:
+// most output is such text, and a byte at a time is the slow part of
+// escaping it. The zero-byte tests are exact for "any byte", which is all
+// that is asked.
+func plainWord(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	zero := func(v uint64) uint64 { return (v - ones) &^ v & highs }
+	return (x&highs)|((x-ones*0x20)&^x&highs)|zero(x^(ones*'"'))|zero(x^(ones*'\\')) == 0
+}
+
+// appendJSONString appends s as a JSON string, escaped as encoding/json
+// does apart from its HTML escaping (<, >, & stay as they are, which is
+// the same JSON). valid is false when s is not UTF-8; invalid bytes are
+// then written as U+FFFD.
+func appendJSONString(b, s []byte) (_ []byte, valid bool) {
+	const hex = "0123456789abcdef"
+	valid = true
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		for i+8 <= len(s) && plainWord(binary.LittleEndian.Uint64(s[i:])) {
+			i += 8
+		}
+		if i == len(s) {
+			break
+		}
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if jsonSafe[c] {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			valid = false
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			// Valid JSON, but line terminators to JavaScript.
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"'), valid
+}

@@ -119,7 +119,7 @@ func (b *Backend) Claim(ctx context.Context, info backends.Session, spec backend
 	if !b.CanClaim(spec) || info.Persistent {
 		return info, boxerr.Failure("kube backend: a pooled Pod cannot serve session %s: pooled Pods have an emptyDir workspace and no mapped claims", spec.SessionID)
 	}
-	pods := b.cs.CoreV1().Pods(b.ns)
+	pods := b.pods()
 	name := info.BackendSessionID
 	derived := podName(b.instance, spec.SessionID)
 	idx, err := b.createIndex(ctx, derived, spec.SessionID, name)
@@ -168,7 +168,7 @@ func (b *Backend) Claim(ctx context.Context, info backends.Session, spec backend
 // and running.
 func (b *Backend) unclaimed(ctx context.Context, info backends.Session) (*corev1.Pod, error) {
 	name := info.BackendSessionID
-	pod, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, name, metav1.GetOptions{})
+	pod, err := b.pods().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, b.apiError("reading pooled Pod "+name, err)
 	}
@@ -226,9 +226,9 @@ func (b *Backend) patchGuarded(ctx context.Context, resource, name, rv string, m
 		return err
 	}
 	if resource == "pods" {
-		_, err = b.cs.CoreV1().Pods(b.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		_, err = b.pods().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	} else {
-		_, err = b.cs.CoreV1().ConfigMaps(b.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		_, err = b.configMaps().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	}
 	return err
 }
@@ -240,14 +240,14 @@ func (b *Backend) createIndex(ctx context.Context, derived, id, pod string) (*co
 		ObjectMeta: metav1.ObjectMeta{Name: derived, Namespace: b.ns, Labels: b.labels(pod)},
 		Data:       map[string]string{indexSession: id, indexPod: pod, indexState: indexClaiming},
 	}
-	return b.cs.CoreV1().ConfigMaps(b.ns).Create(ctx, cm, metav1.CreateOptions{})
+	return b.configMaps().Create(ctx, cm, metav1.CreateOptions{})
 }
 
 // deleteIndex deletes the index cm provided it has not changed since it
 // was read (nil: it is gone); a Conflict says it has.
 func (b *Backend) deleteIndex(ctx context.Context, cm *corev1.ConfigMap) error {
 	rv := cm.ResourceVersion
-	err := b.cs.CoreV1().ConfigMaps(b.ns).Delete(ctx, cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+	err := b.configMaps().Delete(ctx, cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
 	return ignoreNotFound(err)
 }
 
@@ -269,7 +269,7 @@ func (b *Backend) claimedSession(ctx context.Context, want backends.Session) (go
 	}
 	derived := podName(b.instance, want.SessionID)
 	for attempt := 0; attempt < 3; attempt++ {
-		cm, err := b.cs.CoreV1().ConfigMaps(b.ns).Get(ctx, derived, metav1.GetOptions{})
+		cm, err := b.configMaps().Get(ctx, derived, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return backends.Session{}, false, nil
 		}
@@ -278,7 +278,7 @@ func (b *Backend) claimedSession(ctx context.Context, want backends.Session) (go
 		}
 		var pod *corev1.Pod
 		if cm.Data[indexState] == indexClaimed && cm.Data[indexSession] == want.SessionID {
-			pod, err = b.cs.CoreV1().Pods(b.ns).Get(ctx, cm.Data[indexPod], metav1.GetOptions{})
+			pod, err = b.pods().Get(ctx, cm.Data[indexPod], metav1.GetOptions{})
 			if ignoreNotFound(err) != nil {
 				return backends.Session{}, false, b.apiError("reading Pod "+cm.Data[indexPod], err)
 			}
@@ -318,7 +318,7 @@ func (b *Backend) settle(ctx context.Context, info backends.Session) (backends.S
 // now and is left alone.
 func (b *Backend) stopPooled(ctx context.Context, info backends.Session) error {
 	name := info.BackendSessionID
-	pods := b.cs.CoreV1().Pods(b.ns)
+	pods := b.pods()
 	for attempt := 0; ; attempt++ {
 		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -353,7 +353,7 @@ func (b *Backend) dropClaimIndex(ctx context.Context, info backends.Session) {
 	if derived == info.BackendSessionID {
 		return
 	}
-	cm, err := b.cs.CoreV1().ConfigMaps(b.ns).Get(ctx, derived, metav1.GetOptions{})
+	cm, err := b.configMaps().Get(ctx, derived, metav1.GetOptions{})
 	if err == nil && cm.Data[indexPod] == info.BackendSessionID {
 		b.dropIndex(ctx, cm)
 	}
@@ -361,7 +361,7 @@ func (b *Backend) dropClaimIndex(ctx context.Context, info backends.Session) {
 
 // indexes lists this instance's index ConfigMaps by name.
 func (b *Backend) indexes(ctx context.Context) (map[string]*corev1.ConfigMap, error) {
-	list, err := b.cs.CoreV1().ConfigMaps(b.ns).List(ctx, metav1.ListOptions{LabelSelector: b.selector()})
+	list, err := b.configMaps().List(ctx, metav1.ListOptions{LabelSelector: b.selector()})
 	if err != nil {
 		return nil, b.apiError("listing index ConfigMaps", err)
 	}

@@ -58,6 +58,10 @@ type Archiver interface {
 	ImportFiles(ctx context.Context, info Session, r io.Reader) error
 }
 
+// PoolSessionPrefix starts the placeholder session id of every pooled
+// sandbox; hosts cannot use such ids.
+const PoolSessionPrefix = "__pool__"
+
 // Pooler is implemented by backends whose sandboxes can be started ahead
 // of need (for a placeholder session id) and handed to a session later.
 type Pooler interface {
@@ -66,4 +70,12 @@ type Pooler interface {
 	// durably, so that after a restart Adopt reports it under spec's
 	// session id. It returns the session as the new owner sees it.
 	Claim(ctx context.Context, info Session, spec SandboxSpec) (Session, error)
+}
+
+// ClaimChecker is implemented by Poolers whose pooled sandboxes can serve
+// only some sessions (kube: not persistent ones, whose workspace is a
+// PersistentVolumeClaim a pooled Pod lacks). The runtime asks before it
+// takes a pooled sandbox, so that one is not spent on a failing Claim.
+type ClaimChecker interface {
+	CanClaim(spec SandboxSpec) bool
 }

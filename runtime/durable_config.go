@@ -52,6 +52,9 @@ type PoolConfig struct {
 
 var poolNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
+// poolBackends are the backends with warm pools (backends.Pooler).
+var poolBackends = []string{"docker", "bwrap", "kube"}
+
 // sandbox decodes the pool's sandbox kind over the session defaults.
 func (p PoolConfig) sandbox() (backends.Sandbox, error) {
 	sb := backends.DefaultSandboxSpec().Sandbox
@@ -97,8 +100,8 @@ func (d *Durable) validate() error {
 		switch {
 		case !poolNameRe.MatchString(p.Name) || seen[p.Name]:
 			return boxerr.Validation(field+".name", "%s.name must be 1-32 of [a-z0-9-], unique, got %q", field, p.Name)
-		case p.Backend != "" && !slices.Contains(BackendOrder, p.Backend):
-			return boxerr.Validation(field+".backend", "%s.backend must be empty or one of %s, got %q", field, strings.Join(BackendOrder, ", "), p.Backend)
+		case p.Backend != "" && !slices.Contains(poolBackends, p.Backend):
+			return boxerr.Validation(field+".backend", "%s.backend must be empty or one of %s, got %q", field, strings.Join(poolBackends, ", "), p.Backend)
 		case p.Size < 0 || p.Size > maxPoolSize:
 			return boxerr.Validation(field+".size", "%s.size must be between 0 and %d, got %d", field, maxPoolSize, p.Size)
 		case p.RefillIntervalMS < 0 || p.RefillIntervalMS > 3600_000:

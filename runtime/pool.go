@@ -15,7 +15,7 @@ import (
 // PoolSessionPrefix starts the placeholder session id of every pooled
 // sandbox; hosts cannot use such ids, and adoption removes unclaimed pooled
 // sandboxes a crash left (the pool refills).
-const PoolSessionPrefix = "__pool__"
+const PoolSessionPrefix = backends.PoolSessionPrefix
 
 // poolTick is how often the pool loop checks its pools.
 const poolTick = 50 * time.Millisecond
@@ -72,7 +72,7 @@ func (r *Runtime) poolFor(b backends.Backend, spec Spec) string {
 // and has one ready (claimed for spec's session); otherwise, or when the
 // claim fails, it starts one cold.
 func (r *Runtime) startSandbox(ctx context.Context, b backends.Backend, spec Spec, start backends.SandboxSpec) (backends.Session, error) {
-	if pooler, ok := b.(backends.Pooler); ok && len(start.ExtraMounts) == 0 {
+	if pooler, ok := b.(backends.Pooler); ok && len(start.ExtraMounts) == 0 && canClaim(b, start) {
 		if name := r.poolFor(b, spec); name != "" {
 			if info, ok := r.takePooled(name); ok {
 				claimed, err := pooler.Claim(ctx, info, start)
@@ -91,6 +91,12 @@ func (r *Runtime) startSandbox(ctx context.Context, b backends.Backend, spec Spe
 		}
 	}
 	return b.StartSession(ctx, start)
+}
+
+// canClaim asks a ClaimChecker whether a pooled sandbox can serve start.
+func canClaim(b backends.Backend, start backends.SandboxSpec) bool {
+	cc, ok := b.(backends.ClaimChecker)
+	return !ok || cc.CanClaim(start)
 }
 
 func (r *Runtime) takePooled(name string) (backends.Session, bool) {

@@ -23,6 +23,8 @@ var permissions = []permission{
 	{"", "pods/exec", []string{"create", "get"}},
 	{"", "persistentvolumeclaims", []string{"create", "delete", "get", "list", "patch"}},
 	{"networking.k8s.io", "networkpolicies", []string{"create", "delete", "get", "list"}},
+	// The index of sessions claimed from a warm pool (pool.go).
+	{"", "configmaps", []string{"create", "delete", "get", "list", "patch"}},
 }
 
 // String names the permission as `verb group/resource` for messages.

@@ -31,6 +31,7 @@ func init() {
 	apiScheme.AddKnownTypes(corev1.SchemeGroupVersion,
 		&corev1.Pod{}, &corev1.PodList{},
 		&corev1.PersistentVolumeClaim{}, &corev1.PersistentVolumeClaimList{},
+		&corev1.ConfigMap{}, &corev1.ConfigMapList{},
 		&corev1.PodExecOptions{})
 	apiScheme.AddKnownTypes(networkingv1.SchemeGroupVersion, &networkingv1.NetworkPolicy{}, &networkingv1.NetworkPolicyList{})
 	apiScheme.AddKnownTypes(authv1.SchemeGroupVersion, &authv1.SelfSubjectAccessReview{})
@@ -104,6 +105,8 @@ type (
 	podClient    = typedClient[corev1.Pod, *corev1.Pod, corev1.PodList, *corev1.PodList]
 	pvcClient    = typedClient[corev1.PersistentVolumeClaim, *corev1.PersistentVolumeClaim, corev1.PersistentVolumeClaimList, *corev1.PersistentVolumeClaimList]
 	netpolClient = typedClient[networkingv1.NetworkPolicy, *networkingv1.NetworkPolicy, networkingv1.NetworkPolicyList, *networkingv1.NetworkPolicyList]
+	// ConfigMaps are the warm pool's claim index (pool.go).
+	configMapClient = typedClient[corev1.ConfigMap, *corev1.ConfigMap, corev1.ConfigMapList, *corev1.ConfigMapList]
 	// SelfSubjectAccessReviews are create-only: no list type.
 	reviewClient = typedClient[authv1.SelfSubjectAccessReview, *authv1.SelfSubjectAccessReview, authv1.SelfSubjectAccessReview, *authv1.SelfSubjectAccessReview]
 )
@@ -118,6 +121,10 @@ func (b *Backend) pvcs() pvcClient {
 
 func (b *Backend) netpols() netpolClient {
 	return netpolClient{b.api.networking, b.ns, "networkpolicies"}
+}
+
+func (b *Backend) configMaps() configMapClient {
+	return configMapClient{b.api.core, b.ns, "configmaps"}
 }
 
 // accessReviews is cluster-scoped.

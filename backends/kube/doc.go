@@ -24,6 +24,11 @@
 // is; resume recreates the Pod on the claim. Snapshots and forks move the
 // workspace as a tar stream through an exec (tar in the Pod).
 //
+// Warm pools (pool.go): pooled Pods get random names, and a session claimed
+// from a pool is found through an index ConfigMap of the session's derived
+// name, created and committed with resourceVersion-guarded writes, so a
+// claim and a cold create of one session still end with exactly one Pod.
+//
 // Network off is a NetworkPolicy denying all ingress and egress of the Pod,
 // which only a CNI that enforces NetworkPolicy turns into a real barrier.
 package kube

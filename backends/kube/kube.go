@@ -246,7 +246,8 @@ func (b *Backend) Describe() backends.Description {
 			"host_path is refused unless kube.host_path_claims maps it to a PersistentVolumeClaim",
 			"a managed process lives as long as its exec stream to the API server: if that connection drops, the process gets EOF on stdin and is killed",
 			"suspend deletes the Pod and keeps the PersistentVolumeClaim (persistent sessions only; /tmp and root filesystem changes are lost); resume recreates the Pod on it",
-			"snapshots and forks carry the workspace only (tar through an exec); warm pools are not implemented on kube",
+			"snapshots and forks carry the workspace only (tar through an exec)",
+			"warm pools serve non-persistent sessions only (a pooled Pod's workspace is an emptyDir); a claimed Pod keeps its pool name, found through an index ConfigMap of the session's name",
 		},
 	}
 }

@@ -196,7 +196,8 @@ func mustRun(t *testing.T, b *kube.Backend, info backends.Session, cmd string) s
 	return strings.TrimSpace(r.stdout)
 }
 
-// objects lists what the instance owns in the namespace, as kind/name.
+// objects lists what the instance owns in the namespace (Pods, claims,
+// policies and warm-pool index ConfigMaps), as kind/name.
 func objects(t *testing.T, instance string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -223,6 +224,13 @@ func objects(t *testing.T, instance string) []string {
 	}
 	for _, p := range nps.Items {
 		out = append(out, "networkpolicy/"+p.Name)
+	}
+	cms, err := admin.CoreV1().ConfigMaps(testNamespace).List(ctx, sel)
+	if err != nil {
+		t.Fatalf("listing configmaps: %v", err)
+	}
+	for _, c := range cms.Items {
+		out = append(out, "configmap/"+c.Name)
 	}
 	return out
 }

@@ -98,19 +98,19 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 	if spec.SessionID == "" {
 		return backends.Session{}, boxerr.Validation("session_id", "session_id must not be empty")
 	}
-	if spec.MountPath == "" {
-		spec.MountPath = backends.DefaultMountPath
-	}
-	if spec.Image == "" {
-		spec.Image = b.cfg.Image
-	}
-	name := podName(b.instance, spec.SessionID)
+	spec = b.withDefaults(spec)
+	name := b.nameFor(spec.SessionID)
 	info := spec.Session(Name, name)
 	info.CreatedAt = time.Now().UTC()
 	info.LastUsedAt = info.CreatedAt
 	pod, err := b.podFor(info)
 	if err != nil {
 		return backends.Session{}, err
+	}
+	markPooled(pod, spec.SessionID)
+	// A session claimed from a warm pool is served by that Pod (pool.go).
+	if got, ok, err := b.claimedSession(ctx, info); ok || err != nil {
+		return got, err
 	}
 	// What this call created, undone when the Pod turns out not to be
 	// ours: another replica's Pod of the same session keeps its own
@@ -156,14 +156,15 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		got, err := b.adoptCreated(ctx, existing, info)
 		if err != nil {
 			rollback()
+			return got, err
 		}
-		return got, err
+		return b.settle(ctx, got)
 	}
 	if err := b.waitRunning(ctx, name); err != nil {
 		b.removeSession(ctx, name)
 		return backends.Session{}, err
 	}
-	return info, nil
+	return b.settle(ctx, info)
 }
 
 // createPod creates pod, or returns the live Pod of the same name that
@@ -549,12 +550,19 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 	}
 	ctx, cancel := cleanupContext(ctx, cleanupTimeout+goneTimeout)
 	defer cancel()
+	if isPoolID(info.SessionID) {
+		return b.stopPooled(ctx, info)
+	}
 	name := info.BackendSessionID
 	if err := b.deleteAll(ctx, name); err != nil {
 		return err
 	}
 	b.forgetTouch(name)
-	return b.waitGone(ctx, name)
+	if err := b.waitGone(ctx, name); err != nil {
+		return err
+	}
+	b.dropClaimIndex(ctx, info)
+	return nil
 }
 
 // deleteAll deletes the session's Pod, PVC and NetworkPolicy; a missing one
@@ -594,7 +602,7 @@ func (b *Backend) infoFromMeta(what, name string, a map[string]string) (backends
 		return backends.Session{}, fmt.Errorf("%s: instance %q, not %q", what, a[AnnInstance], b.instance)
 	}
 	id := a[AnnSession]
-	if id == "" || podName(b.instance, id) != name {
+	if id == "" || !b.nameFits(name, id, a) {
 		return backends.Session{}, fmt.Errorf("%s: session annotation %q does not match its name", what, id)
 	}
 	var sb backends.Sandbox
@@ -640,6 +648,10 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	idx, err := b.indexes(ctx)
+	if err != nil {
+		return nil, err
+	}
 	live := map[string]bool{}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
@@ -651,6 +663,14 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 			info, err := b.infoFromPod(pod)
 			if err != nil {
 				problems = append(problems, err.Error())
+				continue
+			}
+			if !b.adoptable(pod, info, idx) {
+				// A claim of a pooled Pod not committed, or a Pod that
+				// lost the session to a committed one (pool.go).
+				if time.Since(info.CreatedAt) > staleAfter {
+					b.removeSession(ctx, pod.Name)
+				}
 				continue
 			}
 			out = append(out, info)
@@ -671,6 +691,7 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 	}
 	out = b.adoptSuspended(out, suspended, live, &problems)
 	b.collectOrphans(ctx, live, &problems)
+	b.collectIndexes(ctx, idx, live, &problems)
 	if len(problems) > 0 {
 		return out, boxerr.Failure("kube backend: adopting sessions: %s", strings.Join(problems, "; "))
 	}

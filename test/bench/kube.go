@@ -57,9 +57,10 @@ image %s imported, namespace default), boxrt over stdio.
 	}
 	sc.Extra = []*Measure{del, suspend}
 	all := []*Measure{boxCold, kubectlRun, boxWarm, kubectlExec, del, resume, suspend, pooled}
-	// A pooled session's first output is a claim (five API calls) plus a
-	// warm exec (~60 ms on the test cluster), not a Pod start.
-	defer func() { sc.Goals = append(sc.Goals, poolGoal("kube", pooled, 150*time.Millisecond)) }()
+	// "At warm-exec speed" (issue 16's pool promise) on kube: a pooled
+	// session's first output is a claim (five API calls) plus a warm exec,
+	// not a Pod start. Relative, since the cluster's exec speed varies.
+	defer func() { sc.Goals = append(sc.Goals, kubePoolGoal(pooled, boxWarm)) }()
 	unavailable := func(why string) *Scenario {
 		for _, m := range all {
 			m.Unavailable = why
@@ -188,4 +189,18 @@ func kubePoolSessions(ctx context.Context, p *boxrtProc, m *Measure, prefix stri
 		samples = append(samples, d)
 	}
 	addSamples(m, samples)
+}
+
+// kubePoolGoal holds a pooled kube session's first output to within 1.5×
+// of a warm exec on the same cluster in the same run.
+func kubePoolGoal(pooled, warm *Measure) Goal {
+	g := Goal{Text: "kube new session → first output with a warm pool within 1.5× of a warm exec on the same cluster (p50)"}
+	if pooled.ok() && warm.ok() {
+		r := ratio(float64(pooled.P50()), float64(warm.P50()))
+		g.Measured = fmt.Sprintf("%s vs %s = %.2f×", fmtDur(pooled.P50()), fmtDur(warm.P50()), r)
+		g.Met = boolp(r <= 1.5)
+	} else {
+		g.Measured = "not measured"
+	}
+	return g
 }

@@ -13,24 +13,6 @@ import (
 	"github.com/boxrt/boxrt/runtime"
 )
 
-// outputNotice is box_exec_output's params. Data is the chunk when it is
-// valid UTF-8, else DataBase64 (chunks are cut on character boundaries,
-// so only output that is not text takes the base64 form). A last notice
-// with EOF and no data says the exec's output is complete.
-//
-// appendOutputNotice writes this shape; the type documents it and is what
-// tests decode the notifications into.
-type outputNotice struct {
-	ExecID     string          `json:"exec_id"`
-	RequestID  json.RawMessage `json:"request_id,omitempty"`
-	Seq        int64           `json:"seq"`
-	Stream     string          `json:"stream,omitempty"`
-	Offset     int64           `json:"offset"`
-	Data       *string         `json:"data,omitempty"`
-	DataBase64 string          `json:"data_base64,omitempty"`
-	EOF        bool            `json:"eof,omitempty"`
-}
-
 // outputSink notifies the request's connection of chunks, also after the
 // request has returned (until the connection ends). Chunks already waiting
 // go out in one write. A sink is called by one goroutine at a time, and
@@ -45,7 +27,11 @@ func outputSink(ctx context.Context) runtime.ChunkSink {
 	}
 }
 
-// appendOutputNotice appends c as outputNotice's JSON. Streamed output is
+// appendOutputNotice appends c as box_exec_output's params (the shape
+// reconnect.OutputParams decodes): data is the chunk when it is valid
+// UTF-8, else data_base64 (chunks are cut on character boundaries, so only
+// output that is not text takes the base64 form); a last notice with eof
+// and no data says the exec's output is complete. Streamed output is
 // most of what boxrt sends, so the chunk is escaped and checked for UTF-8
 // in one pass straight into the message, instead of encoding/json's
 // validate, copy to a string, escape into a buffer and copy out.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/boxrt/boxrt/reconnect"
 	"github.com/boxrt/boxrt/runtime"
 )
 
@@ -49,11 +50,11 @@ func TestAppendOutputNotice(t *testing.T) {
 			if !json.Valid(got) {
 				t.Fatalf("not valid JSON: %q", got)
 			}
-			var dec outputNotice
+			var dec reconnect.OutputParams
 			if err := json.Unmarshal(got, &dec); err != nil {
 				t.Fatal(err)
 			}
-			want := outputNotice{ExecID: c.ExecID, RequestID: json.RawMessage(`"req-1"`), Seq: c.Seq, Stream: c.Stream, Offset: c.Offset}
+			want := reconnect.OutputParams{ExecID: c.ExecID, RequestID: json.RawMessage(`"req-1"`), Seq: c.Seq, Stream: c.Stream, Offset: c.Offset}
 			if utf8.Valid(data) {
 				s := string(data)
 				want.Data = &s

@@ -2,8 +2,6 @@ package test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"os"
 	"strings"
@@ -116,21 +114,13 @@ func waitObjects(t *testing.T, cs kubernetes.Interface, instance, what string, c
 func TestKubeWarmPool(t *testing.T) {
 	kubeconfig := kubeconfigForTests(t)
 	cs := kubeClient(t, kubeconfig)
-	buf := make([]byte, 6)
-	_, _ = rand.Read(buf)
-	instance := "e2e-pool-" + hex.EncodeToString(buf)
-	cfg, err := json.Marshal(map[string]any{
-		"backend": "kube",
-		"kube": map[string]any{"kubeconfig": kubeconfig, "namespace": "default", "instance": instance,
-			"image": "boxrt-test:busybox", "image_pull_policy": "Never"},
-		"durable": map[string]any{"pools": []map[string]any{{"name": "warm", "size": 2, "refill_interval_ms": 600000}}},
-	})
-	require.NoError(t, err)
+	cfg, instance := kubeTestConfig(t, kubeconfig, "e2e-pool-", map[string]any{
+		"durable": map[string]any{"pools": []map[string]any{{"name": "warm", "size": 2, "refill_interval_ms": 600000}}}})
 	// The refill waits 10 minutes: no pooled Pod is being created when the
 	// replicas are killed (a Pod that has not run yet is not adopted, and
 	// would be left for a later start to collect).
 	state := t.TempDir()
-	opts := Options{Stdio: true, StateDir: state, Config: string(cfg)}
+	opts := Options{Stdio: true, StateDir: state, Config: cfg}
 	backendID := func(p *Proc, id string) string {
 		var s struct {
 			BackendSessionID string `json:"backend_session_id"`
@@ -164,7 +154,7 @@ func TestKubeWarmPool(t *testing.T) {
 	})
 
 	// A second replica with its own pool; both create one session at once.
-	p2 := Start(t, Options{Stdio: true, Config: string(cfg)})
+	p2 := Start(t, Options{Stdio: true, Config: cfg})
 	waitPoolReady(t, p2, 2)
 	var wg sync.WaitGroup
 	got := make([]string, 2)

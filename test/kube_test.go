@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +37,25 @@ func kubeconfigForTests(t *testing.T) string {
 	k, ok := strings.CutPrefix(lines[len(lines)-1], "KUBECONFIG=")
 	require.True(t, ok, "scripts/kube-up must end with KUBECONFIG=<path>: %q", lines[len(lines)-1])
 	return k
+}
+
+// kubeTestConfig is boxrt's config for a kube test: namespace default of
+// the test cluster under a fresh instance (so no test sees another's Pods),
+// the tests' image, and the extra top-level keys given.
+func kubeTestConfig(t *testing.T, kubeconfig, instancePrefix string, extra map[string]any) (cfg, instance string) {
+	t.Helper()
+	buf := make([]byte, 6)
+	_, _ = rand.Read(buf)
+	instance = instancePrefix + hex.EncodeToString(buf)
+	conf := map[string]any{
+		"backend": "kube",
+		"kube": map[string]any{"kubeconfig": kubeconfig, "namespace": "default", "instance": instance,
+			"image": "boxrt-test:busybox", "image_pull_policy": "Never"},
+	}
+	maps.Copy(conf, extra)
+	raw, err := json.Marshal(conf)
+	require.NoError(t, err)
+	return string(raw), instance
 }
 
 // uploadByExec writes a file into a session the way a host without file
@@ -85,18 +105,9 @@ func mcpOverRelay(t *testing.T, e *relayEnv, sid string) {
 // relay and MCP included; deleting it leaves no session behind.
 func TestKubeReplicaKillAndRelay(t *testing.T) {
 	kubeconfig := kubeconfigForTests(t)
-	buf := make([]byte, 6)
-	_, _ = rand.Read(buf)
-	instance := "e2e-" + hex.EncodeToString(buf)
-	cfg, err := json.Marshal(map[string]any{
-		"backend": "kube",
-		"kube": map[string]any{"kubeconfig": kubeconfig, "namespace": "default", "instance": instance,
-			"image": "boxrt-test:busybox", "image_pull_policy": "Never"},
-		"limits": map[string]any{"session_ttl_sec": 300},
-	})
-	require.NoError(t, err)
+	cfg, _ := kubeTestConfig(t, kubeconfig, "e2e-", map[string]any{"limits": map[string]any{"session_ttl_sec": 300}})
 	replica := func() *relayEnv {
-		p := Start(t, Options{Stdio: true, Config: string(cfg)})
+		p := Start(t, Options{Stdio: true, Config: cfg})
 		var health struct {
 			RelayToken string `json:"relay_token"`
 		}
@@ -166,17 +177,8 @@ func TestKubeReplicaKillAndRelay(t *testing.T) {
 // command on a terminal with a resize and typed input, then the file API
 // (write, ranged read, stat, a symlink escape refused) over JSON-RPC.
 func TestKubeLiveExecAndFiles(t *testing.T) {
-	kubeconfig := kubeconfigForTests(t)
-	buf := make([]byte, 6)
-	_, _ = rand.Read(buf)
-	cfg, err := json.Marshal(map[string]any{
-		"backend": "kube",
-		"kube": map[string]any{"kubeconfig": kubeconfig, "namespace": "default", "instance": "e2e-" + hex.EncodeToString(buf),
-			"image": "boxrt-test:busybox", "image_pull_policy": "Never"},
-		"limits": map[string]any{"session_ttl_sec": 300},
-	})
-	require.NoError(t, err)
-	p := Start(t, Options{Stdio: true, Config: string(cfg)})
+	cfg, _ := kubeTestConfig(t, kubeconfigForTests(t), "e2e-", map[string]any{"limits": map[string]any{"session_ttl_sec": 300}})
+	p := Start(t, Options{Stdio: true, Config: cfg})
 	e := &liveEnv{backend: "kube", p: p, c: stdioLive(t, p)}
 	s := e.session(t, "kube-live", nil)
 

@@ -323,9 +323,11 @@ func TestExecForkBombIsContainedAndKilled(t *testing.T) {
 		// alike); the checks below still want every bomb process gone.
 		t.Fatalf("status %+v err %v", r.status, r.err)
 	}
+	// Not a timing goal (a loaded engine has taken 14 s to let the kill's
+	// helper exec in past the exhausted pids): only a hang fails.
 	t.Logf("fork bomb killed; Exec returned after %v", r.elapsed)
-	if r.elapsed > 5*time.Second {
-		t.Errorf("killing the fork bomb took %v", r.elapsed)
+	if r.elapsed > 60*time.Second {
+		t.Errorf("the fork bomb held Exec for %v", r.elapsed)
 	}
 	if got := mustRun(t, b, info, "cat /workspace/f"); got != "before\n" {
 		t.Fatalf("after the fork bomb: %q", got)

@@ -124,9 +124,13 @@ func TestNotificationsAndIDs(t *testing.T) {
 	r := c.read(t)
 	assert.Equal(t, "s-1", r["id"], "the notification got no reply")
 	assert.Equal(t, map[string]any{"b": float64(2)}, r["result"])
-	h.mu.Lock()
-	assert.Equal(t, 1, h.notifs)
-	h.mu.Unlock()
+	// The notification runs on its own goroutine, unordered with the
+	// request's: it is handled, not necessarily first.
+	assert.Eventually(t, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.notifs == 1
+	}, 5*time.Second, time.Millisecond, "the notification reached the handler")
 	c.send(t, `{"jsonrpc":"2.0","id":18446744073709551615,"method":"nope"}`)
 	r = c.read(t)
 	assert.Equal(t, float64(18446744073709551615), r["id"])

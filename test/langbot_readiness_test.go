@@ -187,7 +187,9 @@ func TestLangBotReadinessUnsafeStorage(t *testing.T) {
 	require.True(t, r.Ready, "ready on real bwrap with the storage checks relaxed: %+v", r)
 	// Logging is asynchronous (it never blocks the protocol): the line may
 	// land after the answer.
-	assert.Eventually(t, func() bool { return strings.Contains(p.stderr.String(), "LANGBOT_BOX_ALLOW_UNSAFE_SOFT_STORAGE_LIMITS") },
+	assert.Eventually(t, func() bool {
+		return strings.Contains(p.stderr.String(), "LANGBOT_BOX_ALLOW_UNSAFE_SOFT_STORAGE_LIMITS")
+	},
 		10*time.Second, 10*time.Millisecond, "the relaxation is logged")
 
 	var health readinessObject

@@ -117,11 +117,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 			cancelled = ctx.Err()
 			waiting = false
 		case rs := <-req.Resize:
-			err := b.cli.ContainerExecResize(ctx, created.ID, container.ResizeOptions{Height: uint(rs.Size.Rows), Width: uint(rs.Size.Cols)})
-			if err != nil {
-				err = b.apiError("resizing the terminal of an exec in "+info.BackendSessionID, err)
-			}
-			rs.Done <- err
+			rs.Done <- b.resize(ctx, info, created.ID, pidFile, rs.Size)
 		case <-exited:
 			return b.sandboxDied(ctx, info)
 		case sig := <-req.Signals:
@@ -171,6 +167,20 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		_ = b.signalSession(ictx, info.BackendSessionID, "", pidFile, "KILL", true)
 	}
 	return backends.ExitStatus{ExitCode: code}, nil
+}
+
+// resize sizes an exec's terminal, then waits (a helper exec) until the
+// command's terminal has the new size, so that what the caller does next
+// sees it: Podman applies the resize after it has answered the call.
+func (b *Backend) resize(ctx context.Context, info backends.Session, execID, pidFile string, size backends.TTYSize) error {
+	err := b.cli.ContainerExecResize(ctx, execID, container.ResizeOptions{Height: uint(size.Rows), Width: uint(size.Cols)})
+	if err == nil {
+		err = b.runHelper(ctx, info.BackendSessionID, "", ttySizeCommand(pidFile, size.Rows, size.Cols))
+	}
+	if err != nil {
+		return b.apiError("resizing the terminal of an exec in "+info.BackendSessionID, err)
+	}
+	return nil
 }
 
 // execError is sessionError for a failed exec: when the container has
@@ -247,11 +257,11 @@ func containerGone(info backends.Session, code int) *boxerr.Error {
 // killExec kills a running exec's process tree. The in-container watcher is
 // asked first: it needs no new process, so it works under an exhausted pids
 // limit. Then a second exec kills whatever is left of the session recorded
-// in the pid file. That is a no-op when the watcher did its job (it deletes
-// the pid file last), and the only way left when the watcher itself was
-// killed by the command; the exec ending is no proof, since the engine
-// closes the stream two seconds after the wrapper exits whoever still holds
-// it.
+// in the pid file, waits for the zombies to be reaped (each holds a pid
+// the session's next command needs) and deletes the file. It is the only
+// way left when the watcher itself was killed by the command; the exec
+// ending is no proof, since the engine closes the stream two seconds after
+// the wrapper exits whoever still holds it.
 //
 // An interactive exec has no watcher (its stdin is the command's): only
 // the second step applies.

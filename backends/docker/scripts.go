@@ -15,4 +15,5 @@ const (
 var (
 	signalNames    = sandboxsh.SignalNames
 	signalExitCode = sandboxsh.SignalExitCode
+	ttySizeCommand = sandboxsh.TTYSizeCommand
 )

@@ -223,7 +223,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 }
 
 // resize hands a new size to the stream's size queue, then waits (a helper
-// exec, TTYSizeScript) until the command's terminal has it, so that what
+// exec, sandboxsh.TTYSizeCommand) until the command's terminal has it, so that what
 // the caller does next sees it: the size and the keystrokes after it
 // travel on different channels of the exec stream.
 func (b *Backend) resize(ctx context.Context, pod, pidFile string, q *sizeQueue, size backends.TTYSize) error {
@@ -237,9 +237,7 @@ func (b *Backend) resize(ctx context.Context, pod, pidFile string, q *sizeQueue,
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	cmd := []string{"sh", "-c", sandboxsh.TTYSizeScript, "boxrt-tty-size", pidFile,
-		strconv.Itoa(int(size.Rows)), strconv.Itoa(int(size.Cols))}
-	return b.helper(ctx, pod, "resizing the terminal of an exec", cmd)
+	return b.helper(ctx, pod, "resizing the terminal of an exec", sandboxsh.TTYSizeCommand(pidFile, size.Rows, size.Cols))
 }
 
 // sizeQueue is the stream's remotecommand.TerminalSizeQueue: the initial
@@ -299,24 +297,30 @@ func (t *ttyStdin) Read(p []byte) (int, error) {
 
 // killExec kills a running exec's process tree. The in-Pod watcher (when
 // the exec has one) is asked first: it needs no new process, so it works
-// under an exhausted pids limit. If the stream has not ended within
-// killGrace, a second exec kills the session recorded in the pid file;
-// then the stream is cut. An interactive exec has no watcher (its stdin is
-// the command's): only the second step applies, and it also sweeps what a
-// TERM-proof child kept running.
+// under an exhausted pids limit. Then, once the stream has ended or
+// killGrace has passed, a second exec kills the session recorded in the
+// pid file (the only way left if the watcher itself was killed), waits for
+// the zombies to be reaped and deletes the file; then the stream is cut.
+// An interactive exec has no watcher (its stdin is the command's): only
+// the second step applies, and it also sweeps what a TERM-proof child kept
+// running.
 func (b *Backend) killExec(ctx context.Context, pod, pidFile string, watcher *io.PipeWriter, done <-chan error, cancel context.CancelFunc) {
 	t := time.NewTimer(killGrace)
 	defer t.Stop()
+	ended := false
 	if watcher != nil {
 		go func() { _, _ = watcher.Write(killRequest) }()
 		select {
 		case <-done:
-			return
+			ended = true
 		case <-t.C:
 		}
 		t.Reset(killGrace)
 	}
 	_ = b.signal(ctx, pod, pidFile, "KILL", true)
+	if ended {
+		return
+	}
 	select {
 	case <-done:
 	case <-t.C:

@@ -1,6 +1,9 @@
 package sandboxsh
 
-import "syscall"
+import (
+	"strconv"
+	"syscall"
+)
 
 // Shell snippets run inside the sandbox by the container backends (docker,
 // kube). They are passed as the script of
@@ -19,15 +22,28 @@ import "syscall"
 //
 // Only builtins are used (read, kill, [, case, arithmetic), so the killer
 // never forks: a fork bomb that has used up the pids limit cannot stop it.
-// For SIGKILL every member is first stopped, repeatedly, until a full pass
-// finds nobody running: stopped processes cannot fork, so the set stops
-// growing, and nobody is re-parented away mid-kill.
 //
-// bk_kill SIG ROOT SPARE: signal the session ROOT with SIG, never touching
-// the pid SPARE (the caller itself).
+// A scan alone cannot stop a tree that forks faster than a pass reads /proc
+// (a fork bomb: passes have been seen to find 11 of its 52 processes and end
+// with it still running). But a non-interactive shell puts every process it
+// starts in its own process group, which is the root's (the session leader
+// leads a group of the same id), and kill(2) on a group reaches every member
+// at once, forks in flight included. So a SIGKILL first stops the root's
+// group with one call, then stops, pass by pass, the members that left the
+// group (setsid, an interactive shell's jobs), until a full pass finds
+// nobody running: stopped processes cannot fork, so the set stops growing
+// and nobody is re-parented away mid-kill. Then the group and every member
+// get SIGKILL, and the passes go on until the members' zombies are reaped
+// too, since a zombie still holds its pid and a pids-limited session could
+// not start its next command.
+//
+// bk_kill SIG ROOT SPARE [ingroup]: signal the session ROOT with SIG, never
+// touching the pid SPARE (the caller itself). A caller inside the root's
+// group ("ingroup": ExecScript's watcher) cannot stop the group without
+// stopping itself; it kills, one by one, only the members outside the group
+// and leaves the group to its caller's final group kill.
 const KillFuncs = `
 bk_one() {
-	case $2 in Z | X | x) return ;; esac
 	case $bk_set in
 	*" $bk_p "*) ;;
 	*)
@@ -35,7 +51,17 @@ bk_one() {
 			case $bk_set in *" $3 "*) ;; *) return ;; esac
 		fi
 		bk_set="$bk_set$bk_p "
+		# A group member, for an ingroup caller, is left to its group
+		# kill: a churning group must not keep the passes going.
+		[ -n "$bk_in" ] && [ "$4" = "$bk_root" ] && return
 		bk_more=0
+		;;
+	esac
+	[ -n "$bk_in" ] && [ "$4" = "$bk_root" ] && return
+	case $2 in
+	Z | X | x)
+		[ "$1" = KILL ] && bk_more=0
+		return
 		;;
 	esac
 	case $1 in
@@ -55,12 +81,17 @@ bk_pass() {
 	done
 	return $bk_more
 }
+bk_group() {
+	[ -n "$bk_in" ] || kill -s "$1" -- "-$bk_root"
+}
 bk_kill() {
-	bk_root=$2 bk_spare=$3 bk_set=' ' bk_i=0
+	bk_root=$2 bk_spare=$3 bk_in=$4 bk_set=' ' bk_i=0
 	if [ "$1" = KILL ]; then
+		bk_group STOP
 		while [ $bk_i -lt 500 ] && bk_pass STOP; do bk_i=$((bk_i + 1)); done
+		bk_group KILL
 		bk_i=0
-		while [ $bk_i -lt 50 ] && bk_pass KILL; do bk_i=$((bk_i + 1)); done
+		while [ $bk_i -lt 2000 ] && bk_pass KILL; do bk_i=$((bk_i + 1)); done
 	else
 		while [ $bk_i -lt 10 ] && bk_pass collect; do bk_i=$((bk_i + 1)); done
 		for bk_p in $bk_set; do kill -s "$1" "$bk_p"; done
@@ -77,7 +108,14 @@ bk_kill() {
 // writes to: a line, or EOF when boxrt's connection goes away, makes it kill
 // the whole session of the wrapper except itself. The command's own stdin is
 // /dev/null, as with a non-interactive docker exec. The pid file is only for
-// the fallback path (a second exec) if the watcher is gone.
+// the fallback path (a second exec) if the watcher is gone. The watcher is
+// in the wrapper's process group, so it kills the members outside the group
+// one by one and ends with one kill of the whole group, itself included
+// (see KillFuncs). It never forks, not even to delete the pid file (in dash
+// a failed fork ends the shell, and under a fork bomb that would be before
+// the kill): the wrapper deletes it when the command ends, and after a kill
+// it is boxrt's follow-up SignalScript, which also waits for the killed
+// processes' zombies to be reaped (each still holds a pid).
 //
 // A live exec may get signals (box_exec_kill with TERM, …), which go to the
 // whole session. The wrapper catches them with a no-op trap (its child's
@@ -98,18 +136,16 @@ exec 3<&0 </dev/null
 	[ "$4" = live ] && trap '' TERM INT HUP QUIT USR1 USR2
 	read -r bk_self _ </proc/self/stat
 	read -r _ <&3
-	bk_kill KILL $$ "$bk_self" 2>/dev/null
-	rm -f "$3"
+	bk_kill KILL $$ "$bk_self" ingroup
+	kill -s KILL -- "-$$"
 ) >/dev/null 2>&1 &
 bk_w=$!
 exec 3<&-
 [ "$4" = live ] && trap : TERM INT HUP QUIT USR1 USR2
 { [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" && sh -lc "$2"
 bk_c=$?
-if [ "$4" != live ]; then
-	kill "$bk_w" 2>/dev/null
-	rm -f "$3" 2>/dev/null
-fi
+[ "$4" = live ] || kill "$bk_w" 2>/dev/null
+rm -f "$3" 2>/dev/null
 exit $bk_c
 `
 
@@ -216,12 +252,21 @@ func SignalExitCode(code int) int {
 	return code
 }
 
-// TTYSizeScript waits until the terminal of the exec recorded in a pid file
-// ($1) has $2 rows and $3 columns, for a backend whose resize travels apart
-// from the keystrokes after it (kube). It cannot tell, and so does not wait,
+// TTYSizeCommand is the argv of a helper exec that waits until the terminal
+// of the exec recorded in pidFile has the given size. A backend needs it
+// when a resize is not in effect by the time the engine answers: kube's
+// travels apart from the keystrokes after it, and Podman applies an exec
+// resize after answering the call.
+func TTYSizeCommand(pidFile string, rows, cols uint16) []string {
+	return []string{"sh", "-c", ttySizeScript, "boxrt-tty-size", pidFile,
+		strconv.Itoa(int(rows)), strconv.Itoa(int(cols))}
+}
+
+// ttySizeScript waits until the terminal of the exec recorded in a pid file
+// ($1) has $2 rows and $3 columns. It cannot tell, and so does not wait,
 // when the image has no stty, the pid file is gone (the command ended) or
 // the terminal cannot be opened; it fails when the size never arrives.
-const TTYSizeScript = `
+const ttySizeScript = `
 exec 2>/dev/null
 command -v stty >/dev/null || exit 0
 bk_r=

@@ -99,7 +99,8 @@ func exitCode(err error) (int, error) {
 // owns the exec's stdin, so it runs under sandboxsh.InteractiveScript
 // (no watcher): a kill, and the sweep of what it leaves behind when it
 // ends, go through a helper exec and its pid file. A command that may only
-// be signalled keeps the watcher, in live mode, and gets the same sweep.
+// be signalled keeps the watcher, in live mode, which does that sweep
+// itself when boxrt closes the exec's stdin.
 // Signals go to the whole tree through a helper exec (SignalScript).
 func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.ExecRequest) (backends.ExitStatus, error) {
 	if b.configErr != nil {
@@ -186,7 +187,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		case err := <-done:
 			code, serr := exitCode(err)
 			if serr == nil {
-				if interactive || req.Signals != nil {
+				if interactive {
 					// What the command left behind (a child that ignored a
 					// signal, a background job) goes with it, as on docker.
 					_ = b.signal(ctx, info.BackendSessionID, pidFile, "KILL", true)

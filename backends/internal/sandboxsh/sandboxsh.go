@@ -44,6 +44,11 @@ import (
 // and leaves the group to its caller's final group kill.
 const KillFuncs = `
 bk_one() {
+	# For an ingroup caller a group member is left to the group kill (and
+	# a churning group must not keep the passes going); it still joins
+	# the set, so that its children outside the group are found.
+	bk_left=
+	[ -n "$bk_in" ] && [ "$4" = "$bk_root" ] && bk_left=1
 	case $bk_set in
 	*" $bk_p "*) ;;
 	*)
@@ -51,13 +56,10 @@ bk_one() {
 			case $bk_set in *" $3 "*) ;; *) return ;; esac
 		fi
 		bk_set="$bk_set$bk_p "
-		# A group member, for an ingroup caller, is left to its group
-		# kill: a churning group must not keep the passes going.
-		[ -n "$bk_in" ] && [ "$4" = "$bk_root" ] && return
-		bk_more=0
+		[ -n "$bk_left" ] || bk_more=0
 		;;
 	esac
-	[ -n "$bk_in" ] && [ "$4" = "$bk_root" ] && return
+	[ -n "$bk_left" ] && return
 	case $2 in
 	Z | X | x)
 		[ "$1" = KILL ] && bk_more=0

@@ -66,25 +66,35 @@ func TestExec(t *testing.T) {
 			}
 		})
 	}
-	left, err := processesLeft(b, info)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(left, ".boxrt-exec-") {
-		t.Errorf("pid files left behind: %s", left)
-	}
+	waitNoPidFiles(t, b, info, ".boxrt-exec-")
+	// Nor their watchers (argv "sh -c <script> boxrt-exec …").
+	waitNoProcesses(t, b, info, "boxrt-exec")
 }
 
-// processesLeft lists boxrt's pid files in /tmp other than the one of the
-// exec doing the listing (whose wrapper is the shell's parent).
-func processesLeft(b *docker.Backend, info backends.Session) (string, error) {
+// waitNoPidFiles polls until /tmp holds no boxrt pid file starting with
+// prefix other than the listing exec's own: a plain exec's watcher deletes
+// its file just after the exec has answered.
+func waitNoPidFiles(t *testing.T, b *docker.Backend, info backends.Session, prefix string) {
+	t.Helper()
 	var out strings.Builder
-	_, err := b.Exec(context.Background(), info, backends.ExecRequest{
-		Cmd:     `for f in /tmp/.boxrt-*; do [ -e "$f" ] && [ "$(cat "$f")" != "$PPID" ] && echo "$f"; done; true`,
-		Stdout:  &out,
-		Timeout: 10 * time.Second,
-	})
-	return out.String(), err
+	for i := 0; i < 50; i++ {
+		out.Reset()
+		// The listing command runs in place of its wrapper: its own pid
+		// file holds the shell's $$.
+		_, err := b.Exec(context.Background(), info, backends.ExecRequest{
+			Cmd:     `for f in /tmp/` + prefix + `*; do [ -e "$f" ] && [ "$(cat "$f")" != "$$" ] && echo "$f"; done; true`,
+			Stdout:  &out,
+			Timeout: 10 * time.Second,
+		})
+		if err != nil {
+			t.Fatalf("listing pid files: %v", err)
+		}
+		if out.Len() == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("pid files left behind: %s", out.String())
 }
 
 func TestExecFilesPersistAcrossExecs(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -89,9 +88,7 @@ func TestProcessStdio(t *testing.T) {
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Errorf("Signal after exit: %v", err)
 	}
-	if left, _ := processesLeft(b, info); strings.Contains(left, ".boxrt-proc-") {
-		t.Errorf("pid file left: %s", left)
-	}
+	waitNoPidFiles(t, b, info, ".boxrt-proc-")
 }
 
 func TestProcessCwdEnvArgsAndExitCode(t *testing.T) {

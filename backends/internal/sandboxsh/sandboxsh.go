@@ -107,46 +107,65 @@ bk_kill() {
 // The kill path must not need a new process at kill time (the pids limit may
 // be exhausted, and `docker exec` itself needs a pid), so a watcher subshell
 // is forked up front. It blocks reading the exec's stdin, which only boxrt
-// writes to: a line, or EOF when boxrt's connection goes away, makes it kill
-// the whole session of the wrapper except itself. The command's own stdin is
-// /dev/null, as with a non-interactive docker exec. The pid file is only for
-// the fallback path (a second exec) if the watcher is gone. The watcher is
-// in the wrapper's process group, so it kills the members outside the group
-// one by one and ends with one kill of the whole group, itself included
-// (see KillFuncs). It never forks, not even to delete the pid file (in dash
-// a failed fork ends the shell, and under a fork bomb that would be before
-// the kill): the wrapper deletes it when the command ends, and after a kill
-// it is boxrt's follow-up SignalScript, which also waits for the killed
-// processes' zombies to be reaped (each still holds a pid).
+// writes to: a line is a kill request; EOF comes when boxrt closes the
+// exec's connection, after the command ended or because boxrt went away,
+// and the watcher kills unless the command's process has ended. A kill
+// takes the whole session of the wrapper except the watcher itself. The
+// command's own stdin is /dev/null, as with a non-interactive docker exec.
+// The pid file is only for the fallback path (a second exec) if the watcher
+// is gone. The watcher is in the wrapper's process group, so it kills the
+// members outside the group one by one and ends with one kill of the whole
+// group, itself included (see KillFuncs). It never forks before that kill
+// (in dash a failed fork ends the shell, and under a fork bomb that would
+// be before the kill): the pid file is deleted by the watcher only when
+// there was nothing to kill, otherwise by boxrt's follow-up SignalScript,
+// which also waits for the killed processes' zombies to be reaped (each
+// still holds a pid). The watcher ignores signals: those a command sends to
+// its own group (kill 0) must not leave its pid file behind.
+//
+// A plain exec runs its command in place (exec sh -lc): the exec ends, and
+// its exit status is taken, the moment the command's process does, and
+// what used to follow the command on the answer's path (ending the
+// watcher, deleting the pid file) is the watcher's work at EOF. So that
+// the command never has the watcher as a child (a program that waits for
+// all its children would wait for it), the watcher is forked from a
+// subshell that exits at once; it stays in the group. What the command
+// started in the background keeps running (the reference's behaviour).
 //
 // A live exec may get signals (box_exec_kill with TERM, …), which go to the
-// whole session. The wrapper catches them with a no-op trap (its child's
-// dispositions start at the defaults again), so it keeps waiting for the
-// command and the exec ends, with the command's own status, when the
-// command does: a command that handles TERM gets to finish, and the exec is
-// not cut off when the wrapper dies (at once on Podman, 2 s later on
-// dockerd). Its watcher ignores them, and outlives the wrapper: when the
-// command ends it is the EOF of boxrt closing the exec's connection that
-// makes the watcher sweep what the command left behind (a child that ignored
-// the signal, a background job), as a bwrap exec's namespace goes with it.
-// A plain exec's watcher is killed at the end instead, and what the command
-// started in the background keeps running (the reference's behaviour).
+// whole session. There the wrapper stays between the exec and the command:
+// it catches them with a no-op trap (its child's dispositions start at the
+// defaults again), so it keeps waiting for the command and the exec ends,
+// with the command's own status, when the command does: a command that
+// handles TERM gets to finish, and the exec is not cut off when a shell
+// running a compound command dies of the signal (at once on Podman, 2 s
+// later on dockerd). At EOF its watcher always kills: what the command left
+// behind (a child that ignored the signal, a background job) is swept, as a
+// bwrap exec's namespace goes with it.
 const ExecScript = KillFuncs + `
+bk_ended() {
+	bk_st=
+	read -r bk_st <"/proc/$1/stat"
+	case ${bk_st##*) } in '' | Z* | X* | x*) return 0 ;; esac
+	return 1
+}
 { echo $$ >"$3"; } 2>/dev/null
 exec 3<&0 </dev/null
-(
-	[ "$4" = live ] && trap '' TERM INT HUP QUIT USR1 USR2
+( (
+	trap '' TERM INT HUP QUIT USR1 USR2
 	read -r bk_self _ </proc/self/stat
-	read -r _ <&3
-	bk_kill KILL $$ "$bk_self" ingroup
-	kill -s KILL -- "-$$"
-) >/dev/null 2>&1 &
-bk_w=$!
+	if read -r _ <&3 || [ "$4" = live ] || ! bk_ended $$; then
+		bk_kill KILL $$ "$bk_self" ingroup
+		kill -s KILL -- "-$$"
+	fi
+	exec rm -f "$3"
+) >/dev/null 2>&1 & )
 exec 3<&-
-[ "$4" = live ] && trap : TERM INT HUP QUIT USR1 USR2
-{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" && sh -lc "$2"
+{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || exit
+[ "$4" = live ] || exec sh -lc "$2"
+trap : TERM INT HUP QUIT USR1 USR2
+sh -lc "$2"
 bk_c=$?
-[ "$4" = live ] || kill "$bk_w" 2>/dev/null
 rm -f "$3" 2>/dev/null
 exit $bk_c
 `

@@ -291,24 +291,12 @@ func mustRun(t *testing.T, b *docker.Backend, info backends.Session, cmd string)
 	return r.stdout
 }
 
-// listProcesses prints the command line of every process of the container
-// but the listing's own: those whose session is the listing shell's (its
-// wrapper execs it in place, so its $$ is the exec's session id), which
-// includes its watcher, whose argv carries this very script.
-const listProcesses = `for d in /proc/[0-9]*; do
-	read -r st <"$d/stat" || continue
-	set -- ${st##*) }
-	[ "$4" = "$$" ] && continue
-	tr '\0' ' ' <"$d/cmdline"
-	echo
-done`
-
 // processesMatching lists the command lines of processes in the session
 // (other than the listing itself) that contain substr.
 func processesMatching(t *testing.T, b *docker.Backend, info backends.Session, substr string) []string {
 	t.Helper()
 	var out []string
-	for _, line := range strings.Split(mustRun(t, b, info, listProcesses), "\n") {
+	for _, line := range strings.Split(mustRun(t, b, info, backendtest.ListProcesses), "\n") {
 		if strings.Contains(line, substr) {
 			out = append(out, strings.TrimSpace(line))
 		}

@@ -83,8 +83,8 @@ func waitNoProcesses(t *testing.T, b *kube.Backend, info backends.Session, subst
 	var left []string
 	for i := 0; i < 30; i++ {
 		left = left[:0]
-		for _, line := range strings.Split(mustRun(t, b, info, "ps -o args"), "\n") {
-			if strings.Contains(line, substr) && !strings.Contains(line, "ps -o args") {
+		for _, line := range strings.Split(mustRun(t, b, info, backendtest.ListProcesses), "\n") {
+			if strings.Contains(line, substr) {
 				left = append(left, strings.TrimSpace(line))
 			}
 		}

@@ -1,0 +1,15 @@
+package backendtest
+
+// ListProcesses is a command for a container backend's exec that prints the
+// command line of every process in the sandbox but the listing's own: those
+// whose session is the listing shell's. A plain exec's wrapper execs the
+// command in place, so the shell's $$ is the exec's session id; that also
+// skips its watcher, whose argv carries this very script (matching on the
+// text fails where `ps` truncates argv, as busybox's does).
+const ListProcesses = `for d in /proc/[0-9]*; do
+	read -r st <"$d/stat" || continue
+	set -- ${st##*) }
+	[ "$4" = "$$" ] && continue
+	tr '\0' ' ' <"$d/cmdline"
+	echo
+done`

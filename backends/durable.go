@@ -72,6 +72,16 @@ type Pooler interface {
 	Claim(ctx context.Context, info Session, spec SandboxSpec) (Session, error)
 }
 
+// ExecPrestarter is implemented by backends that can start a sandbox's
+// next exec before its command is known (docker: an exec waiting for its
+// command line), so that the command skips what starting one costs. The
+// runtime asks for it on pooled sandboxes, whose first command's latency
+// is what a pool is for. A prestarted exec serves one plain exec without
+// per-request environment; anything else runs as usual.
+type ExecPrestarter interface {
+	PrestartExec(ctx context.Context, info Session) error
+}
+
 // ClaimChecker is implemented by Poolers whose pooled sandboxes can serve
 // only some sessions (kube: not persistent ones, whose workspace is a
 // PersistentVolumeClaim a pooled Pod lacks). The runtime asks before it

@@ -219,6 +219,14 @@ func (r *Runtime) fillOne(ctx context.Context, b backends.Backend, pc PoolConfig
 		_ = b.StopSession(context.WithoutCancel(ctx), info)
 		return
 	}
+	if ep, ok := b.(backends.ExecPrestarter); ok {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		if err := ep.PrestartExec(pctx, info); err != nil {
+			// The sandbox still serves, at warm-exec speed.
+			r.log.Warn().Err(err).Str("pool", pc.Name).Msg("cannot prestart a pooled sandbox's first exec")
+		}
+		cancel()
+	}
 	r.mu.Lock()
 	// A box_init may have replaced b meanwhile: its sandboxes are no
 	// longer reachable through the pool.

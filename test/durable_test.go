@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/boxrt/boxrt/backends/backendtest"
 )
 
 // durableBackends configure each real backend so that a session can
@@ -254,19 +256,33 @@ func waitPoolReady(t *testing.T, p *Proc, n int) poolStatus {
 // sandboxesLeft counts this installation's sandboxes: containers for
 // docker, session directories for bwrap.
 func sandboxesLeft(t *testing.T, backend, state string) int {
-	id, err := os.ReadFile(filepath.Join(state, "instance-id"))
-	require.NoError(t, err)
+	id := instanceIDOf(t, state)
 	if backend == "docker" {
-		return len(managedContainers(t, "boxrt.instance="+strings.TrimSpace(string(id))))
+		return len(managedContainers(t, "boxrt.instance="+id))
 	}
-	entries, _ := os.ReadDir(filepath.Join(state, "bwrap", strings.TrimSpace(string(id))))
+	entries, _ := os.ReadDir(filepath.Join(state, "bwrap", id))
 	n := 0
 	for _, e := range entries {
-		if _, err := os.Stat(filepath.Join(state, "bwrap", strings.TrimSpace(string(id)), e.Name(), "session.json")); err == nil {
+		if _, err := os.Stat(filepath.Join(state, "bwrap", id, e.Name(), "session.json")); err == nil {
 			n++
 		}
 	}
 	return n
+}
+
+func instanceIDOf(t *testing.T, state string) string {
+	id, err := os.ReadFile(filepath.Join(state, "instance-id"))
+	require.NoError(t, err)
+	return strings.TrimSpace(string(id))
+}
+
+// prestartedExecs counts the processes in a container that wait as a
+// prestarted exec.
+func prestartedExecs(t *testing.T, container string) int {
+	t.Helper()
+	out, err := exec.Command("docker", "exec", container, "sh", "-c", backendtest.ListPrestarted).Output()
+	require.NoError(t, err)
+	return len(strings.Fields(string(out)))
 }
 
 // TestWarmPool: a pool of 3 serves three new sessions and the fourth is
@@ -285,10 +301,20 @@ func TestWarmPool(t *testing.T) {
 			opts := Options{Stdio: true, StateDir: state, Config: cfg}
 			p := Start(t, opts)
 			waitPoolReady(t, p, 3)
+			if backend == "docker" {
+				for _, c := range managedContainers(t, "boxrt.instance="+instanceIDOf(t, state)) {
+					assert.Equal(t, 1, prestartedExecs(t, c), "pooled container %s holds its first exec, started", c)
+				}
+			}
 			for i := 1; i <= 4; i++ {
 				id := fmt.Sprintf("s%d", i)
 				res := execIn(t, p, map[string]any{"session_id": id, "cmd": "echo " + id})
 				assert.Equal(t, id+"\n", res.Stdout)
+			}
+			if backend == "docker" {
+				for _, c := range managedContainers(t, "boxrt.instance="+instanceIDOf(t, state)) {
+					assert.Equal(t, 0, prestartedExecs(t, c), "the first exec of %s took its prestarted one", c)
+				}
 			}
 			var st poolStatus
 			p.MustCall("box_status", map[string]any{}, &st)

@@ -13,3 +13,11 @@ const ListProcesses = `for d in /proc/[0-9]*; do
 	tr '\0' ' ' <"$d/cmdline"
 	echo
 done`
+
+// ListPrestarted is a command for a container backend's exec that prints
+// the pid of every process waiting as a prestarted exec
+// (sandboxsh.PrestartScript): its argv ends with the script's $0, where an
+// exec's wrapper has its arguments after it.
+const ListPrestarted = `for d in /proc/[0-9]*; do
+	[ "$(tr '\0' '\n' <"$d/cmdline" | tail -n 1)" = boxrt-exec ] && echo "${d#/proc/}"
+done; true`

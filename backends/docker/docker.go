@@ -98,6 +98,8 @@ type Backend struct {
 	engineDefaultRuntime   string     // as the engine reported it, "" until probed
 
 	fileSystem // the file API (files.go)
+
+	prestarts prestarts // prestarted execs of pooled containers (prestart.go)
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -157,8 +159,12 @@ func New(cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-// Close releases the client's connections. Sessions keep running.
-func (b *Backend) Close() error { return b.cli.Close() }
+// Close releases the client's connections, which ends the prestarted
+// execs. Sessions keep running.
+func (b *Backend) Close() error {
+	b.closePrestarted()
+	return b.cli.Close()
+}
 
 // Name implements backends.Backend.
 func (b *Backend) Name() string { return Name }

@@ -75,22 +75,29 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		opts.Tty = true
 		opts.ConsoleSize = &[2]uint{uint(req.TTY.Rows), uint(req.TTY.Cols)}
 	}
-	created, err := b.cli.ContainerExecCreate(ctx, info.BackendSessionID, opts)
-	if err != nil {
-		return backends.ExitStatus{}, b.execError(ctx, info, "creating exec in "+info.BackendSessionID, err)
-	}
-	// Attach is the start: the engine runs the exec when the hijacked
-	// stream is set up, so there is no separate ContainerExecStart.
-	hj, err := b.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{Tty: opts.Tty, ConsoleSize: opts.ConsoleSize})
-	if err != nil {
-		return backends.ExitStatus{}, b.execError(ctx, info, "starting exec in "+info.BackendSessionID, err)
+	var execID string
+	var hj types.HijackedResponse
+	if p, ok := b.usePrestarted(ctx, info.BackendSessionID, req, opts.Cmd[4:]...); ok {
+		execID, hj = p.id, p.hj
+	} else {
+		created, err := b.cli.ContainerExecCreate(ctx, info.BackendSessionID, opts)
+		if err != nil {
+			return backends.ExitStatus{}, b.execError(ctx, info, "creating exec in "+info.BackendSessionID, err)
+		}
+		// Attach is the start: the engine runs the exec when the hijacked
+		// stream is set up, so there is no separate ContainerExecStart.
+		execID = created.ID
+		hj, err = b.cli.ContainerExecAttach(ctx, execID, container.ExecAttachOptions{Tty: opts.Tty, ConsoleSize: opts.ConsoleSize})
+		if err != nil {
+			return backends.ExitStatus{}, b.execError(ctx, info, "starting exec in "+info.BackendSessionID, err)
+		}
 	}
 	s := newStream(&hj, opts.Tty, execproc.OrDiscard(req.Stdout), execproc.OrDiscard(req.Stderr))
 	defer s.close()
 	if req.TTY != nil {
 		// Engines before API 1.42 ignore ConsoleSize at creation: size the
 		// terminal now, as the docker CLI does after starting an exec.
-		_ = b.cli.ContainerExecResize(ctx, created.ID, container.ResizeOptions{Height: uint(req.TTY.Rows), Width: uint(req.TTY.Cols)})
+		_ = b.cli.ContainerExecResize(ctx, execID, container.ResizeOptions{Height: uint(req.TTY.Rows), Width: uint(req.TTY.Cols)})
 	}
 	if req.Stdin != nil {
 		feed := feedStdin(&hj, req.Stdin, opts.Tty)
@@ -117,7 +124,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 			cancelled = ctx.Err()
 			waiting = false
 		case rs := <-req.Resize:
-			rs.Done <- b.resize(ctx, info, created.ID, pidFile, rs.Size)
+			rs.Done <- b.resize(ctx, info, execID, pidFile, rs.Size)
 		case <-exited:
 			return b.sandboxDied(ctx, info)
 		case sig := <-req.Signals:
@@ -130,13 +137,13 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	if !isDone(s.done) {
 		// Timed out or cancelled while still running (a command that ended
 		// at the same instant counts as completed).
-		b.killExec(ctx, info, created.ID, pidFile, s, !interactive, true)
+		b.killExec(ctx, info, execID, pidFile, s, !interactive, true)
 		return backends.ExitStatus{TimedOut: true}, cancelled
 	}
 	if s.err != nil {
 		// Either the caller's writer failed or the engine connection broke;
 		// in both cases nobody would see the rest, so stop it.
-		b.killExec(ctx, info, created.ID, pidFile, s, !interactive, false)
+		b.killExec(ctx, info, execID, pidFile, s, !interactive, false)
 		if werr := s.writeErr(); werr != nil {
 			return backends.ExitStatus{}, boxerr.Failure("writing command output: %v", werr).Wrap(werr)
 		}
@@ -144,7 +151,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	}
 	ictx, cancel := cleanupContext(ctx, helperTimeout)
 	defer cancel()
-	code, err := b.execExitCode(ictx, created.ID)
+	code, err := b.execExitCode(ictx, execID)
 	if err != nil {
 		return backends.ExitStatus{}, b.execError(ictx, info, "reading exit code", err)
 	}

@@ -2,6 +2,7 @@ package sandboxsh
 
 import (
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -169,6 +170,49 @@ bk_c=$?
 rm -f "$3" 2>/dev/null
 exit $bk_c
 `
+
+// PrestartScript is a plain exec started before its command is known: it
+// waits for one line on its stdin, written by PrestartLine, which sets the
+// positional parameters, and then is ExecScript. Starting an exec is most of
+// an exec's cost (a runc exec is a new process joining the container's
+// namespaces and cgroups), so a sandbox kept warm for a session's first
+// command keeps this running: that command then costs a write and a shell.
+// Its stdin is a pipe, which the shell reads a byte at a time, so nothing
+// after the line is consumed: the rest of the stream is the watcher's, as
+// in ExecScript. EOF before a line (boxrt closing an unused one) ends it.
+const PrestartScript = `bk_nl='
+'
+IFS= read -r bk_l || exit 0
+eval "$bk_l"
+` + ExecScript
+
+// prestartLineMax bounds a PrestartLine: the shell reads it a byte per
+// system call, so a long command is cheaper as an exec argument.
+const prestartLineMax = 16 << 10
+
+// PrestartLine is the line that hands args to PrestartScript: a `set --`
+// of every argument single-quoted, each newline written as "$bk_nl" so the
+// whole is one line, and nothing in an argument is ever parsed as shell.
+// ok is false for arguments a line cannot carry (a NUL byte, which the
+// shell drops) or should not (longer than prestartLineMax).
+func PrestartLine(args ...string) (line []byte, ok bool) {
+	var b strings.Builder
+	b.WriteString("set --")
+	for _, a := range args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return nil, false
+		}
+		b.WriteString(" '")
+		a = strings.ReplaceAll(a, "'", `'\''`)
+		b.WriteString(strings.ReplaceAll(a, "\n", `'"$bk_nl"'`))
+		b.WriteByte('\'')
+	}
+	if b.Len() >= prestartLineMax {
+		return nil, false
+	}
+	b.WriteByte('\n')
+	return []byte(b.String()), true
+}
 
 // InteractiveScript wraps an exec whose stdin is the command's (written to
 // by the host, or a terminal). $1 workdir, $2 command, $3 pid file. There

@@ -25,48 +25,15 @@ import (
 // so the final cleanup finds them.
 const benchLabel = "boxrt.bench"
 
-// dockerFloor is a long-running container driven through the Engine API.
+// dockerFloor execs into a container through the Engine API.
 type dockerFloor struct {
-	cli  *client.Client
-	id   string
-	name string
+	cli *client.Client
+	id  string
 }
 
 func newDockerClient() (*client.Client, error) {
 	return client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 }
-
-// startDockerFloor starts a container from image with the hardening a
-// boxrt sandbox has (no network, no capabilities, read-only rootfs with a
-// tmpfs /tmp), idling until it is removed.
-func (b *bench) startDockerFloor(ctx context.Context, cli *client.Client, name string) (*dockerFloor, error) {
-	cfg := &container.Config{
-		Image:      b.cfg.image,
-		Cmd:        []string{"sleep", "2147483647"},
-		Labels:     map[string]string{benchLabel: b.token},
-		WorkingDir: "/workspace",
-	}
-	hc := &container.HostConfig{
-		NetworkMode:    "none",
-		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges"},
-		ReadonlyRootfs: true,
-		Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"},
-		Init:           boolPtr(true),
-	}
-	created, err := cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
-	if err != nil {
-		return nil, fmt.Errorf("create floor container: %w", err)
-	}
-	f := &dockerFloor{cli: cli, id: created.ID, name: name}
-	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
-		f.remove()
-		return nil, fmt.Errorf("start floor container: %w", err)
-	}
-	return f, nil
-}
-
-func boolPtr(v bool) *bool { return &v }
 
 // exec runs argv in the container the way an API client must: create the
 // exec, attach (which starts it: POST /exec/{id}/start, hijacked), read
@@ -96,12 +63,6 @@ func (f *dockerFloor) exec(ctx context.Context, argv []string) (string, error) {
 		return "", fmt.Errorf("exit code %d: %s", ins.ExitCode, strings.TrimSpace(errOut.String()))
 	}
 	return out.String(), nil
-}
-
-func (f *dockerFloor) remove() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_ = f.cli.ContainerRemove(ctx, f.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 }
 
 // runCmd runs a command, returning stdout; a non-zero exit is an error
@@ -137,6 +98,41 @@ func runBwrap(ctx context.Context, dir string, argv ...string) (string, error) {
 		return out.String(), fmt.Errorf("bwrap: %v: %s", err, strings.TrimSpace(errOut.String()))
 	}
 	return out.String(), nil
+}
+
+// timedOp is one case of an interleaved run; with every k > 1 it runs
+// only every k-th round.
+type timedOp struct {
+	m     *Measure
+	every int
+	op    func() error
+}
+
+// timeInterleaved runs n rounds of every case, one call each in turn, the
+// order rotating from round to round: drift in the machine's speed hits
+// every case alike, and no case always runs right after another.
+func timeInterleaved(ctx context.Context, n int, ops ...timedOp) {
+	samples := make([][]time.Duration, len(ops))
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		for k := range ops {
+			j := (i + k) % len(ops)
+			o := ops[j]
+			if o.every > 1 && i%o.every != 0 {
+				continue
+			}
+			s := time.Now()
+			err := o.op()
+			d := time.Since(s)
+			if err != nil {
+				o.m.fail(err)
+				continue
+			}
+			samples[j] = append(samples[j], d)
+		}
+	}
+	for j, o := range ops {
+		addSamples(o.m, samples[j])
+	}
 }
 
 // timeOps runs op n times sequentially and summarises the successful ones.

@@ -7,6 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+
+	"github.com/boxrt/boxrt/backends/docker"
 )
 
 // execResult is the part of box_exec's result the harness checks.
@@ -100,20 +106,21 @@ func (b *bench) scenarioExec(ctx context.Context) *Scenario {
 	cfg := b.cfg
 	sc := &Scenario{Title: "Warm exec of `true`"}
 	sc.Intro = fmt.Sprintf(`One session is created and warmed (3 execs) per run, then `+"`box_exec {\"cmd\":\"true\"}`"+` is called
-sequentially over stdio: %d times per run for docker, %d for bwrap (%d for the `+"`docker exec`"+` CLI, which is slow).
+sequentially over stdio: %d times per run for docker, %d for bwrap.
 Latency is the whole call as a host sees it: request written → answer with the exit code read.
-**Baselines**, in the same run and alternating with boxrt:
-- *raw Engine API*: from Go with github.com/docker/docker/client against a container started from %s with the same hardening
-  (network none, cap-drop ALL, no-new-privileges, read-only rootfs, tmpfs /tmp): ContainerExecCreate(`+"`sh -c true`"+`) →
-  ContainerExecAttach (which is the start: POST /exec/{id}/start, hijacked) → read both streams to EOF → ContainerExecInspect.
-  This is the floor for a docker backend.
-- *docker exec CLI*: `+"`docker exec <container> sh -c true`"+` — what the reference Python runtime spawns per call.
+**Baselines** run interleaved with boxrt, one call each in turn (the order rotating from call to call), so a machine
+whose speed drifts during the run slows boxrt and its baseline alike:
+- *raw Engine API*: from Go with github.com/docker/docker/client, in the very container of boxrt's session (same image,
+  hardening and limits): ContainerExecCreate(`+"`sh -c true`"+`) → ContainerExecAttach (which is the start: POST
+  /exec/{id}/start, hijacked) → read both streams to EOF → ContainerExecInspect. This is the floor for a docker backend.
+- *docker exec CLI*: `+"`docker exec <that container> sh -c true`"+` — what the reference Python runtime spawns per
+  call — every %d calls (%d per run; it is slow).
 - *direct bwrap*: the very bwrap command boxrt runs for the exec (`+"`bwrap.BareCommand`"+`: the same options — every
   namespace, a user namespace of its own with --disable-userns, the host's system directories and /etc essentials
   read-only, /proc hardening, --cap-drop ALL, the seccomp filter on a memfd, options through --args on a memfd — run as
   the unprivileged sandbox user, `+"`/bin/sh -lc true`"+`), spawned from Go with workspace, /tmp and /home on plain
   directories: no session, stage, cgroup or bookkeeping — the floor for the bwrap backend.`,
-		cfg.execNDocker, cfg.execNBwrap, cfg.execNCLI, "`"+cfg.image+"`")
+		cfg.execNDocker, cfg.execNBwrap, cliEvery(cfg), cfg.execNDocker/cliEvery(cfg))
 
 	boxDocker := newMeasure("boxrt docker")
 	raw := newMeasure("raw Engine API exec")
@@ -133,58 +140,55 @@ Latency is the whole call as a host sees it: request written → answer with the
 	if !b.wantBackend("bwrap") {
 		boxBwrap.Unavailable, direct.Unavailable = skippedBackend, skippedBackend
 	}
-	// The floor container lives for the whole scenario.
-	var floor *dockerFloor
 	dcli, err := newDockerClient()
-	if raw.Unavailable == "" {
-		if err == nil {
-			floor, err = b.startDockerFloor(ctx, dcli, fmt.Sprintf("boxrt-bench-floor-%d", os.Getpid()))
-		}
-		if err != nil {
-			raw.Unavailable = "no Docker engine: " + err.Error()
-			cli.Unavailable = raw.Unavailable
-		} else {
-			defer floor.remove()
-			// warm
-			for i := 0; i < 3; i++ {
-				_, _ = floor.exec(ctx, []string{"sh", "-c", "true"})
-			}
-		}
-	}
-	if dcli != nil {
+	if err != nil {
+		raw.Unavailable, cli.Unavailable = "no Docker engine: "+err.Error(), "no Docker engine: "+err.Error()
+	} else {
 		defer dcli.Close()
 	}
 	ws := filepath.Join(b.workDir, "bwrap-floor")
 	_ = os.MkdirAll(ws, 0o755)
 
 	for rep := 0; rep < cfg.reps && ctx.Err() == nil; rep++ {
-		// boxrt docker
 		if boxDocker.Unavailable == "" {
-			b.measureBoxExec(ctx, boxDocker, "docker", cfg.execNDocker)
-		}
-		if floor != nil {
-			timeOps(ctx, raw, cfg.execNDocker, func(int) error {
-				_, err := floor.exec(ctx, []string{"sh", "-c", "true"})
-				return err
-			})
-			timeOps(ctx, cli, cfg.execNCLI, func(int) error {
-				_, err := runCmd(ctx, "docker", "exec", floor.id, "sh", "-c", "true")
-				return err
+			b.boxExecRun(ctx, boxDocker, "docker", cfg.execNDocker, func(sid string) ([]timedOp, error) {
+				if raw.Unavailable != "" {
+					return nil, nil
+				}
+				id, err := sessionContainer(ctx, dcli, sid)
+				if err != nil {
+					return nil, err
+				}
+				floor := &dockerFloor{cli: dcli, id: id}
+				for i := 0; i < 3; i++ { // warm
+					_, _ = floor.exec(ctx, []string{"sh", "-c", "true"})
+				}
+				return []timedOp{
+					{m: raw, op: func() error {
+						_, err := floor.exec(ctx, []string{"sh", "-c", "true"})
+						return err
+					}},
+					{m: cli, every: cliEvery(cfg), op: func() error {
+						_, err := runCmd(ctx, "docker", "exec", id, "sh", "-c", "true")
+						return err
+					}},
+				}, nil
 			})
 		}
 		if boxBwrap.Unavailable == "" {
-			b.measureBoxExec(ctx, boxBwrap, "bwrap", cfg.execNBwrap)
-		}
-		if direct.Unavailable == "" {
-			timeOps(ctx, direct, cfg.execNBwrap, func(int) error {
-				_, err := runBwrap(ctx, ws, "/bin/sh", "-lc", "true")
-				return err
+			b.boxExecRun(ctx, boxBwrap, "bwrap", cfg.execNBwrap, func(string) ([]timedOp, error) {
+				if direct.Unavailable != "" {
+					return nil, nil
+				}
+				return []timedOp{{m: direct, op: func() error {
+					_, err := runBwrap(ctx, ws, "/bin/sh", "-lc", "true")
+					return err
+				}}}, nil
 			})
 		}
 		b.logf("exec rep %d: boxrt docker %s, raw %s, cli %s, boxrt bwrap %s, bwrap %s", rep+1,
 			lastP50(boxDocker), lastP50(raw), lastP50(cli), lastP50(boxBwrap), lastP50(direct))
 	}
-
 	g1 := Goal{Text: "boxrt docker warm exec within 1.05× of the raw Engine API (p50)"}
 	g2 := Goal{Text: "boxrt docker warm exec at least 3× faster than the `docker exec` CLI (p50)"}
 	if boxDocker.ok() && raw.ok() {
@@ -221,8 +225,12 @@ Latency is the whole call as a host sees it: request written → answer with the
 	return sc
 }
 
-// measureBoxExec is one run: a fresh boxrt, one warmed session, n execs.
-func (b *bench) measureBoxExec(ctx context.Context, m *Measure, backend string, n int) {
+// cliEvery is how often (in calls) the slow docker CLI baseline runs.
+func cliEvery(cfg config) int { return max(cfg.execNDocker/max(cfg.execNCLI, 1), 1) }
+
+// boxExecRun is one run: a fresh boxrt, one warmed session, n execs of
+// `true` through it, interleaved with the baselines made for the session.
+func (b *bench) boxExecRun(ctx context.Context, m *Measure, backend string, n int, baselines func(sessionID string) ([]timedOp, error)) {
 	p, err := b.startBackend(ctx, "exec-"+backend, backend, false, nil)
 	if err != nil {
 		m.Unavailable = err.Error()
@@ -236,11 +244,28 @@ func (b *bench) measureBoxExec(ctx context.Context, m *Measure, backend string, 
 			return
 		}
 	}
-	timeOps(ctx, m, n, func(int) error {
+	base, err := baselines(sid)
+	if err != nil {
+		m.fail(fmt.Errorf("baselines: %w", err))
+		return
+	}
+	timeInterleaved(ctx, n, append([]timedOp{{m: m, op: func() error {
 		_, err := boxExec(ctx, p.rpc, sid, "true")
 		return err
-	})
+	}}}, base...)...)
 	if err := deleteSession(ctx, p.rpc, sid); err != nil {
 		m.fail(fmt.Errorf("delete session: %w", err))
 	}
+}
+
+// sessionContainer is the container of boxrt's session sid.
+func sessionContainer(ctx context.Context, cli *client.Client, sid string) (string, error) {
+	list, err := cli.ContainerList(ctx, container.ListOptions{Filters: filters.NewArgs(filters.Arg("label", docker.LabelSession+"="+sid))})
+	if err != nil {
+		return "", err
+	}
+	if len(list) != 1 {
+		return "", fmt.Errorf("%d containers carry %s=%s, want 1", len(list), docker.LabelSession, sid)
+	}
+	return list[0].ID, nil
 }

@@ -53,7 +53,8 @@ type Backend struct {
 	diskQuota bool
 	mkfs      string
 	noDiskWhy string
-	pool      diskPool // default-size disks made ahead (diskpool.go)
+	pool      diskPool                        // default-size disks made ahead (diskpool.go)
+	prestarts backends.Prestarts[*prestarted] // sandboxes spawned ahead of a pooled session's first exec (prestart.go)
 	stageOnce sync.Once
 	stageErr  error
 	idmapOnce sync.Once

@@ -183,8 +183,10 @@ func (b *Backend) removeStalePools() {
 }
 
 // Close releases what the Backend holds besides sessions: the disks
-// waiting in its pool. Sessions stay (Adopt finds them again).
+// waiting in its pool and the prestarted sandboxes (which end on their
+// own once their stdin closes). Sessions stay (Adopt finds them again).
 func (b *Backend) Close() error {
+	b.prestarts.EndAll()
 	b.pool.close(b.poolDir())
 	return nil
 }

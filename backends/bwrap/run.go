@@ -103,7 +103,8 @@ type run struct {
 	stopped       bool // killed by StopSession
 	lastSignal    syscall.Signal
 
-	// The session cgroup's counters when the run started (shared cg).
+	// The session cgroup's counters when the run started (shared cg),
+	// guarded by mu (see restartCounters).
 	oomBefore, pidsBefore int64
 	// init is a pidfd of bwrap's namespace init (-1: unknown), which wait
 	// reaps (see reapInit).
@@ -421,8 +422,11 @@ func (r *run) wait() {
 	err := r.cmd.Wait()
 	r.state = r.cmd.ProcessState
 	r.waitErr = err
-	r.oomKills = r.cg.oomKills() - r.oomBefore
-	r.pidsHits = r.cg.pidsLimitHits() - r.pidsBefore
+	r.mu.Lock()
+	oomBefore, pidsBefore := r.oomBefore, r.pidsBefore
+	r.mu.Unlock()
+	r.oomKills = r.cg.oomKills() - oomBefore
+	r.pidsHits = r.cg.pidsLimitHits() - pidsBefore
 	if r.own {
 		reapInit(r.init)
 		r.cg.remove()
@@ -432,6 +436,18 @@ func (r *run) wait() {
 	if !r.own {
 		reapInit(r.init)
 	}
+}
+
+// restartCounters makes the session cgroup's counters count from now: a
+// prestarted sandbox's run starts with its command, not with its spawn.
+func (r *run) restartCounters() {
+	if r.own {
+		return
+	}
+	oom, pids := r.cg.oomKills(), r.cg.pidsLimitHits()
+	r.mu.Lock()
+	r.oomBefore, r.pidsBefore = oom, pids
+	r.mu.Unlock()
 }
 
 // bwrap's outer process exits as soon as its namespace init reports the
@@ -786,24 +802,27 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		return backends.ExitStatus{}, err
 	}
 	defer xio.finish()
-	r, err := b.start(launch{
-		sessionID: info.SessionID,
-		key:       info.BackendSessionID,
-		dir:       dir,
-		info:      info,
-		workdir:   req.Workdir,
-		env:       req.Env,
-		// -l as the reference does (sh -lc): a profile in the image or in
-		// /home/.profile applies.
-		argv:   []string{"/bin/sh", "-lc", req.Cmd},
-		lim:    limitsOf(info, 0),
-		kind:   kindExec,
-		stdin:  xio.stdin,
-		stdout: xio.stdout,
-		stderr: xio.stderr,
-	})
-	if err != nil {
-		return backends.ExitStatus{}, err
+	r, ok := b.usePrestarted(dir, info, req)
+	if !ok {
+		r, err = b.start(launch{
+			sessionID: info.SessionID,
+			key:       info.BackendSessionID,
+			dir:       dir,
+			info:      info,
+			workdir:   req.Workdir,
+			env:       req.Env,
+			// -l as the reference does (sh -lc): a profile in the image or in
+			// /home/.profile applies.
+			argv:   []string{"/bin/sh", "-lc", req.Cmd},
+			lim:    limitsOf(info, 0),
+			kind:   kindExec,
+			stdin:  xio.stdin,
+			stdout: xio.stdout,
+			stderr: xio.stderr,
+		})
+		if err != nil {
+			return backends.ExitStatus{}, err
+		}
 	}
 	xio.started()
 	var timeout <-chan time.Time

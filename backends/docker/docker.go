@@ -99,7 +99,7 @@ type Backend struct {
 
 	fileSystem // the file API (files.go)
 
-	prestarts prestarts // prestarted execs of pooled containers (prestart.go)
+	prestarts backends.Prestarts[*prestarted] // execs started ahead of a pooled container's first (prestart.go)
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -162,7 +162,7 @@ func New(cfg Config) (*Backend, error) {
 // Close releases the client's connections, which ends the prestarted
 // execs. Sessions keep running.
 func (b *Backend) Close() error {
-	b.closePrestarted()
+	b.prestarts.EndAll()
 	return b.cli.Close()
 }
 

@@ -436,7 +436,7 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 	case !cerrdefs.IsNotFound(err):
 		return b.apiError("inspecting container "+name, err)
 	}
-	b.dropPrestarted(name)
+	b.prestarts.Drop(name)
 	if err := b.removeContainer(ctx, name); err != nil {
 		return err
 	}

@@ -61,7 +61,7 @@ func (b *Backend) Suspend(ctx context.Context, info backends.Session) error {
 	if err := os.Rename(tmp, mark); err != nil {
 		return boxerr.Failure("docker backend: suspending %s: %v", name, err).Wrap(err)
 	}
-	b.dropPrestarted(name)
+	b.prestarts.Drop(name)
 	timeout := suspendStopSec
 	if err := b.cli.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout}); err != nil {
 		return b.apiError("stopping container "+name, err)

@@ -171,26 +171,31 @@ rm -f "$3" 2>/dev/null
 exit $bk_c
 `
 
-// PrestartScript is a plain exec started before its command is known: it
-// waits for one line on its stdin, written by PrestartLine, which sets the
-// positional parameters, and then is ExecScript. Starting an exec is most of
-// an exec's cost (a runc exec is a new process joining the container's
+// PrestartHead starts the script of an exec started before its command is
+// known: it waits for one line on its stdin, written by PrestartLine, which
+// sets the positional parameters. Starting an exec is most of an exec's
+// cost (a runc exec or a bwrap spawn is a new process joining or making
 // namespaces and cgroups), so a sandbox kept warm for a session's first
-// command keeps this running: that command then costs a write and a shell.
+// command keeps one waiting: that command then costs a write and a shell.
 // Its stdin is a pipe, which the shell reads a byte at a time, so nothing
-// after the line is consumed: the rest of the stream is the watcher's, as
-// in ExecScript. EOF before a line (boxrt closing an unused one) ends it.
-const PrestartScript = `bk_nl='
+// after the line is consumed. EOF before a line (boxrt closing an unused
+// one, or gone) ends it.
+const PrestartHead = `bk_nl='
 '
 IFS= read -r bk_l || exit 0
 eval "$bk_l"
-` + ExecScript
+`
+
+// PrestartScript is a container backend's prestarted plain exec:
+// PrestartHead, then ExecScript (the rest of the stdin stream is the
+// watcher's).
+const PrestartScript = PrestartHead + ExecScript
 
 // prestartLineMax bounds a PrestartLine: the shell reads it a byte per
 // system call, so a long command is cheaper as an exec argument.
 const prestartLineMax = 16 << 10
 
-// PrestartLine is the line that hands args to PrestartScript: a `set --`
+// PrestartLine is the line that hands args to PrestartHead: a `set --`
 // of every argument single-quoted, each newline written as "$bk_nl" so the
 // whole is one line, and nothing in an argument is ever parsed as shell.
 // ok is false for arguments a line cannot carry (a NUL byte, which the

@@ -233,6 +233,13 @@ func ResolveInMounts(mounts []FileMount, field, p string, follow bool, look Moun
 			return 0, "", "", boxerr.Validation(field, "%s %s: too many levels of symbolic links", field, p).With("path", p)
 		}
 		target, err := look.Readlink(i, rel)
+		if errors.Is(err, syscall.EINVAL) || errors.Is(err, fs.ErrNotExist) {
+			// Swapped since the lstat (no longer a link, or gone), as
+			// sandboxed code may do at any time: look at it again. The
+			// count above bounds the retries.
+			todo = append([]string{name}, todo...)
+			continue
+		}
 		if err != nil {
 			return 0, "", "", err
 		}

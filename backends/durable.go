@@ -73,8 +73,9 @@ type Pooler interface {
 }
 
 // ExecPrestarter is implemented by backends that can start a sandbox's
-// next exec before its command is known (docker: an exec waiting for its
-// command line), so that the command skips what starting one costs. The
+// next exec before its command is known (a shell waiting for its command
+// line: in a docker exec, in a bwrap sandbox spawned with the session's
+// mounts and limits), so that the command skips what starting one costs. The
 // runtime asks for it on pooled sandboxes, whose first command's latency
 // is what a pool is for. A prestarted exec serves one plain exec without
 // per-request environment; anything else runs as usual.

@@ -460,6 +460,7 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 // this Backend does not track (left by an earlier boxrt process of the same
 // installation) are removed too. release must be called even on error.
 func (b *Backend) quiesce(ctx context.Context, key string) (release func(), _ error) {
+	b.prestarts.Drop(key) // its run is killed below with the others
 	b.mu.Lock()
 	sr := b.sessions[key]
 	if sr == nil {

@@ -66,7 +66,8 @@ func TestPrestartExec(t *testing.T) {
 }
 
 // TestPrestartExecEnds checks that an unused prestarted sandbox ends when
-// the backend closes and when its session is stopped, leaving nothing.
+// the backend closes and when its session is stopped, leaving nothing
+// running and nothing on offer.
 func TestPrestartExecEnds(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
@@ -89,6 +90,9 @@ func TestPrestartExecEnds(t *testing.T) {
 			p := peekPrestarted(t, b, info)
 			sc.end(info)
 			waitRunDone(t, p.r)
+			if _, left := b.prestarts.Take(info.BackendSessionID); left {
+				t.Fatal("an ended prestarted sandbox is still on offer")
+			}
 		})
 	}
 }

@@ -93,6 +93,15 @@ type Sandbox struct {
 	Isolation string `json:"isolation"`
 }
 
+// MountPathOrDefault is where the workspace is mounted: MountPath, or
+// DefaultMountPath for a sandbox recorded without one.
+func (s Sandbox) MountPathOrDefault() string {
+	if s.MountPath == "" {
+		return DefaultMountPath
+	}
+	return s.MountPath
+}
+
 // ActiveExtraMounts returns the extra mounts a backend must bind: those whose
 // mode is not none.
 func (s Sandbox) ActiveExtraMounts() []MountSpec {

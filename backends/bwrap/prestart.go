@@ -41,7 +41,7 @@ func (b *Backend) PrestartExec(_ context.Context, info backends.Session) error {
 	if err != nil {
 		return err
 	}
-	workdir := mountPathOf(info)
+	workdir := filepath.Clean(info.MountPathOrDefault())
 	in, line, err := os.Pipe()
 	if err != nil {
 		return boxerr.Failure("bwrap: pipe: %v", err).Wrap(err)
@@ -67,13 +67,6 @@ func (b *Backend) PrestartExec(_ context.Context, info backends.Session) error {
 	}
 	b.prestarts.Put(info.BackendSessionID, p)
 	return nil
-}
-
-func mountPathOf(info backends.Session) string {
-	if info.MountPath == "" {
-		return backends.DefaultMountPath
-	}
-	return filepath.Clean(info.MountPath)
 }
 
 // usePrestarted hands req's command to the session's prestarted sandbox

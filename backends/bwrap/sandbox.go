@@ -153,11 +153,7 @@ func (b *Backend) layoutFor(sf *sessionFiles, dir string, info backends.Session,
 	if err != nil {
 		return layout{}, err
 	}
-	mp := info.MountPath
-	if mp == "" {
-		mp = backends.DefaultMountPath
-	}
-	mountPath, err := backends.CheckMountPath("mount_path", mp)
+	mountPath, err := backends.CheckMountPath("mount_path", info.MountPathOrDefault())
 	if err != nil {
 		return layout{}, err
 	}

@@ -32,10 +32,7 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 	if err := b.owned(ctx, info); err != nil {
 		return err
 	}
-	mountPath := info.MountPath
-	if mountPath == "" {
-		mountPath = backends.DefaultMountPath
-	}
+	mountPath := info.MountPathOrDefault()
 	tw := tar.NewWriter(w)
 	hostWS := info.HostPath != "" && info.HostPathMode != backends.MountNone
 	if !hostWS || opts.HostPaths {
@@ -164,10 +161,7 @@ func (b *Backend) copyOut(ctx context.Context, tw *tar.Writer, name, src string,
 // read-only root filesystem), each through the engine, owners kept.
 func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.Reader) error {
 	name := info.BackendSessionID
-	mountPath := info.MountPath
-	if mountPath == "" {
-		mountPath = backends.DefaultMountPath
-	}
+	mountPath := info.MountPathOrDefault()
 	tr := tar.NewReader(r)
 	var sec *section
 	finish := func() error {

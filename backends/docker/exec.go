@@ -77,7 +77,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	}
 	var execID string
 	var hj types.HijackedResponse
-	if p, ok := b.usePrestarted(ctx, info.BackendSessionID, req, opts.Cmd[4:]...); ok {
+	if p, ok := b.usePrestarted(ctx, info.BackendSessionID, req, workdir, req.Cmd, pidFile, mode); ok {
 		execID, hj = p.id, p.hj
 	} else {
 		created, err := b.cli.ContainerExecCreate(ctx, info.BackendSessionID, opts)

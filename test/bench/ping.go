@@ -139,13 +139,13 @@ It decodes the id and answers `+"`{\"result\":{}}`"+`: no method table, no concu
 // pingPair is one run of one caller: a fresh boxrt and a fresh echo peer,
 // each warmed up, then called in turn.
 func (b *bench) pingPair(ctx context.Context, row Row, ws bool, n int) {
-	p, err := b.startBoxrt(ctx, boxrtOpts{Name: "ping", Stdio: !ws, Listen: ws, Token: map[bool]string{true: b.token}[ws]})
+	p, err := b.startPingBoxrt(ctx, ws)
 	if err != nil {
 		row.Boxrt.fail(err)
 		return
 	}
 	defer p.stop(10 * time.Second)
-	e, err := b.startEcho(ctx, map[bool]string{false: "stdio", true: "ws"}[ws])
+	e, err := b.startPingEcho(ctx, ws)
 	if err != nil {
 		row.Base.fail(err)
 		return
@@ -186,7 +186,7 @@ func (b *bench) pingPair(ctx context.Context, row Row, ws bool, n int) {
 // pingBlocks is one run of many callers: boxrt's, then the echo peer's.
 func (b *bench) pingBlocks(ctx context.Context, row Row, ws bool, callers, perCaller int) {
 	func() {
-		p, err := b.startBoxrt(ctx, boxrtOpts{Name: "ping", Stdio: !ws, Listen: ws, Token: map[bool]string{true: b.token}[ws]})
+		p, err := b.startPingBoxrt(ctx, ws)
 		if err != nil {
 			row.Boxrt.fail(err)
 			return
@@ -194,13 +194,31 @@ func (b *bench) pingBlocks(ctx context.Context, row Row, ws bool, callers, perCa
 		defer p.stop(10 * time.Second)
 		measurePing(ctx, row.Boxrt, p.rpc, ws, p.wsURL(), b.token, callers, perCaller)
 	}()
-	e, err := b.startEcho(ctx, map[bool]string{false: "stdio", true: "ws"}[ws])
+	e, err := b.startPingEcho(ctx, ws)
 	if err != nil {
 		row.Base.fail(err)
 		return
 	}
 	defer e.stop()
 	measurePing(ctx, row.Base, e.rpc, ws, e.wsURL(), "", callers, perCaller)
+}
+
+// startPingBoxrt starts boxrt serving over stdio, or over WebSocket with
+// the control token.
+func (b *bench) startPingBoxrt(ctx context.Context, ws bool) (*boxrtProc, error) {
+	o := boxrtOpts{Name: "ping", Stdio: !ws, Listen: ws}
+	if ws {
+		o.Token = b.token
+	}
+	return b.startBoxrt(ctx, o)
+}
+
+// startPingEcho starts the echo peer over stdio or WebSocket.
+func (b *bench) startPingEcho(ctx context.Context, ws bool) (*echoPeer, error) {
+	if ws {
+		return b.startEcho(ctx, "ws")
+	}
+	return b.startEcho(ctx, "stdio")
 }
 
 // dialRPC is a JSON-RPC client on a fresh WebSocket.

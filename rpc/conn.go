@@ -146,7 +146,9 @@ func (c *conn) readLoop(ctx context.Context) {
 // is refused at once with ErrBusy.
 func (c *conn) dispatch(ctx context.Context, req *Request) {
 	if c.srv.inline[req.Method] {
-		c.run(ctx, req, false)
+		// Written at once unless more requests are already buffered, so
+		// the answer does not wait for the observer (log line, metrics).
+		c.run(ctx, req, !c.fc.More())
 		return
 	}
 	select {

@@ -168,6 +168,33 @@ func TestInlineMethodAnsweredWhenBusy(t *testing.T) {
 	assert.Equal(t, "released", c.read(t)["result"])
 }
 
+// TestInlineAnswerWrittenBeforeObserver: a lone inline call is answered
+// before the observer (the call's log line and metrics) runs, not when the
+// reading loop next comes round.
+func TestInlineAnswerWrittenBeforeObserver(t *testing.T) {
+	answered := make(chan struct{})
+	sawAnswer := make(chan bool, 1)
+	observe := func(Call) {
+		select {
+		case <-answered:
+			sawAnswer <- true
+		case <-time.After(5 * time.Second):
+			sawAnswer <- false
+		}
+	}
+	c, stop := startStdio(t, &blockingHandler{}, WithInline("echo"), WithObserver(observe))
+	defer stop()
+	c.send(t, `{"jsonrpc":"2.0","id":1,"method":"echo","params":{"alive":true}}`)
+	assert.Equal(t, map[string]any{"alive": true}, c.read(t)["result"])
+	close(answered)
+	select {
+	case saw := <-sawAnswer:
+		assert.True(t, saw, "the answer waited for the observer")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the observer never ran")
+	}
+}
+
 // funcHandler serves every request with one function.
 type funcHandler func(ctx context.Context, req *Request) (json.RawMessage, error)
 

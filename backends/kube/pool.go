@@ -27,10 +27,11 @@ import (
 // of the same session both go through:
 //
 //   - Claim creates the index in state "claiming" (AlreadyExists: another
-//     replica is claiming for the session; give up), checks that no Pod of
-//     the derived name exists (else give up: the session exists), takes the
-//     pooled Pod with a resourceVersion-guarded patch (so two replicas
-//     never take one Pod), then commits the index ("claimed") with a
+//     replica is claiming for the session; give up), then, at once, checks
+//     that no Pod of the derived name exists and takes the pooled Pod with
+//     a resourceVersion-guarded patch (so two replicas never take one Pod);
+//     a derived Pod found gives up (the session exists; the Pod taken is
+//     deleted). Only then it commits the index ("claimed") with a
 //     resourceVersion-guarded patch.
 //   - A cold create looks the index up before creating the derived Pod and
 //     again once that Pod serves: a committed index wins (the derived Pod is
@@ -119,22 +120,21 @@ func (b *Backend) Claim(ctx context.Context, info backends.Session, spec backend
 	if !b.CanClaim(spec) || info.Persistent {
 		return info, boxerr.Failure("kube backend: a pooled Pod cannot serve session %s: pooled Pods have an emptyDir workspace and no mapped claims", spec.SessionID)
 	}
-	pods := b.pods()
 	name := info.BackendSessionID
 	derived := podName(b.instance, spec.SessionID)
+	// Each API call is a round trip to a server that may be far away: what
+	// the protocol lets run at once does. The pooled Pod is read while the
+	// index is created (its patch is guarded by what was read, so the read
+	// may come first); the derived Pod is read, after the index exists,
+	// while the pooled Pod is taken.
+	pooledPod := goRead(func() (*corev1.Pod, error) { return b.unclaimed(ctx, info) })
 	idx, err := b.createIndex(ctx, derived, spec.SessionID, name)
+	pooled := <-pooledPod
 	if apierrors.IsAlreadyExists(err) {
 		return info, boxerr.Failure("kube backend: session %s is being created from another replica's pool", spec.SessionID)
 	}
 	if err != nil {
 		return info, b.apiError("creating index ConfigMap "+derived, err)
-	}
-	if p, err := pods.Get(ctx, derived, metav1.GetOptions{}); err == nil && p.DeletionTimestamp == nil {
-		b.dropIndex(ctx, idx)
-		return info, boxerr.Failure("kube backend: session %s already has Pod %s", spec.SessionID, derived)
-	} else if ignoreNotFound(err) != nil {
-		b.dropIndex(ctx, idx)
-		return info, b.apiError("reading Pod "+derived, err)
 	}
 	claimed := spec.Session(Name, name)
 	claimed.CreatedAt = time.Now().UTC()
@@ -145,11 +145,18 @@ func (b *Backend) Claim(ctx context.Context, info backends.Session, spec backend
 		return info, boxerr.Failure("kube backend error: encoding the session spec: %v", err).Wrap(err)
 	}
 	at := claimed.CreatedAt.Format(time.RFC3339Nano)
-	if err := b.takePooled(ctx, info, map[string]any{
+	derivedPod := goRead(func() (*corev1.Pod, error) { return b.pods().Get(ctx, derived, metav1.GetOptions{}) })
+	err = b.takePooled(ctx, info, pooled, map[string]any{
 		"labels": map[string]string{LabelPool: poolClaimed},
 		"annotations": map[string]string{AnnSession: spec.SessionID, AnnSpec: string(raw), AnnSpecHash: hash,
 			AnnCreated: at, AnnLastUsed: at},
-	}); err != nil {
+	})
+	if derivedErr := b.sessionHasNoPod(<-derivedPod, spec.SessionID, derived); derivedErr != nil || err != nil {
+		if err == nil {
+			// Taken for nothing: the Pod is this call's alone now.
+			b.removeSession(ctx, name)
+			err = derivedErr
+		}
 		b.dropIndex(ctx, idx)
 		return info, err
 	}
@@ -179,23 +186,53 @@ func (b *Backend) unclaimed(ctx context.Context, info backends.Session) (*corev1
 }
 
 // takePooled patches meta onto the pooled Pod of info provided it is still
-// unclaimed: each patch is guarded by the resourceVersion read with it, so
-// two replicas never both take one Pod. A Conflict from some other write
-// (the kubelet's status updates) is retried.
-func (b *Backend) takePooled(ctx context.Context, info backends.Session, meta map[string]any) error {
+// unclaimed, starting from read (unclaimed's answer): each patch is
+// guarded by the resourceVersion read with it, so two replicas never both
+// take one Pod. A Conflict from some other write (the kubelet's status
+// updates) is retried on a fresh read.
+func (b *Backend) takePooled(ctx context.Context, info backends.Session, read podRead, meta map[string]any) error {
 	for attempt := 0; ; attempt++ {
-		pod, err := b.unclaimed(ctx, info)
-		if err != nil {
-			return err
+		if read.err != nil {
+			return read.err
 		}
-		err = b.patchGuarded(ctx, "pods", pod.Name, pod.ResourceVersion, meta, nil)
+		err := b.patchGuarded(ctx, "pods", read.pod.Name, read.pod.ResourceVersion, meta, nil)
 		if err == nil {
 			return nil
 		}
 		if !apierrors.IsConflict(err) || attempt >= 3 {
-			return b.apiError("claiming pooled Pod "+pod.Name, err)
+			return b.apiError("claiming pooled Pod "+read.pod.Name, err)
 		}
+		read.pod, read.err = b.unclaimed(ctx, info)
 	}
+}
+
+// sessionHasNoPod checks the read of a session's derived Pod: a claim
+// must not go on when one exists.
+func (b *Backend) sessionHasNoPod(read podRead, id, derived string) error {
+	if read.err == nil && read.pod.DeletionTimestamp == nil {
+		return boxerr.Failure("kube backend: session %s already has Pod %s", id, derived)
+	}
+	if ignoreNotFound(read.err) != nil {
+		return b.apiError("reading Pod "+derived, read.err)
+	}
+	return nil
+}
+
+// podRead is the outcome of reading a Pod.
+type podRead struct {
+	pod *corev1.Pod
+	err error
+}
+
+// goRead reads a Pod on its own goroutine; the channel yields the outcome
+// once, and the goroutine ends whether or not anybody receives it.
+func goRead(read func() (*corev1.Pod, error)) <-chan podRead {
+	ch := make(chan podRead, 1)
+	go func() {
+		pod, err := read()
+		ch <- podRead{pod, err}
+	}()
+	return ch
 }
 
 // withDefaults fills the spec fields StartSession and Claim default.

@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -171,6 +172,22 @@ func TestPoolClaim(t *testing.T) {
 	cold := start(t, a, s0)
 	if strings.HasPrefix(cold.BackendSessionID, "boxrt-pool-") {
 		t.Errorf("recreated session got pooled Pod %s", cold.BackendSessionID)
+	}
+
+	// A claim for a session that has its Pod gives up; the pooled Pod it
+	// took meanwhile is deleted, its index dropped, the session's Pod kept.
+	late := pooled(t, a, 4)
+	if _, err := a.Claim(ctx, late, s0); err == nil || !strings.Contains(err.Error(), "already has Pod "+cold.BackendSessionID) {
+		t.Errorf("claim for a session with a Pod: %v, want \"already has Pod %s\"", err, cold.BackendSessionID)
+	}
+	if got := sessionPods(t, a.InstanceID(), s0.SessionID); len(got) != 1 || got[0] != cold.BackendSessionID {
+		t.Errorf("Pods serving %s after the refused claim: %v, want only %s", s0.SessionID, got, cold.BackendSessionID)
+	}
+	if p, err := admin.CoreV1().Pods(testNamespace).Get(ctx, late.BackendSessionID, metav1.GetOptions{}); err == nil && p.DeletionTimestamp == nil {
+		t.Errorf("pooled Pod %s taken by the refused claim is still there", late.BackendSessionID)
+	}
+	if slices.Contains(objects(t, a.InstanceID()), "configmap/"+cold.BackendSessionID) {
+		t.Errorf("the refused claim left its index configmap/%s", cold.BackendSessionID)
 	}
 }
 

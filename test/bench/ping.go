@@ -90,7 +90,8 @@ func (b *bench) scenarioPing(ctx context.Context) *Scenario {
 	sc := &Scenario{Title: "`__ping` round trips (stdio and WebSocket)"}
 	sc.Intro = fmt.Sprintf(`Each run spawns a fresh boxrt (`+"`serve --stdio`"+` for stdio; `+"`serve --listen 127.0.0.1:0`"+` with a control token for WebSocket)
 and a fresh baseline peer, warms up with 200 calls, then makes %d sequential calls with 1 caller — boxrt and the peer run
-side by side and are called in turn, so drift hits both — or %d callers × %d calls sharing one connection (as a host
+side by side and are called in turn, so drift hits both, with a second echo peer called in turn too as a control (its
+row shows how far two identical processes differ in the same run: a ratio inside that spread is noise) — or %d callers × %d calls sharing one connection (as a host
 shares its one connection; boxrt's run, then the peer's). Latency is from writing the request to reading its answer.
 **Baseline:** a minimal JSON-RPC echo peer — this harness re-executed as a separate process behind the same pipes
 (one JSON object per line, one write per answer) or a loopback WebSocket (coder/websocket, one message per text frame).
@@ -110,6 +111,11 @@ It decodes the id and answers `+"`{\"result\":{}}`"+`: no method table, no concu
 		{fmt.Sprintf("WebSocket, %d callers", cfg.pingCallers), true, cfg.pingCallers, cfg.pingConcN},
 	}
 	rows := make([]Row, len(variants))
+	// controls[i], for a 1-caller variant: a second echo peer called in
+	// turn with the other two, so the report shows how far two identical
+	// processes differ in the same run — the size of the noise a ratio
+	// must be read against.
+	controls := make([]Row, len(variants))
 	for i, v := range variants {
 		tr := "stdio"
 		if v.ws {
@@ -117,58 +123,69 @@ It decodes the id and answers `+"`{\"result\":{}}`"+`: no method table, no concu
 		}
 		rows[i] = Row{Case: v.name, Boxrt: newMeasure(fmt.Sprintf("boxrt %s ×%d", tr, v.callers)),
 			Base: newMeasure(fmt.Sprintf("echo peer (%s)", tr))}
+		if v.callers == 1 {
+			controls[i] = Row{Case: v.name + ", control: a second echo peer", Boxrt: newMeasure(fmt.Sprintf("second echo peer (%s)", tr)), Base: rows[i].Base}
+		}
 	}
 
 	for rep := 0; rep < cfg.reps && ctx.Err() == nil; rep++ {
 		for i, v := range variants {
 			if v.callers == 1 {
-				b.pingPair(ctx, rows[i], v.ws, v.perCaller)
+				b.pingPair(ctx, rows[i], controls[i].Boxrt, v.ws, v.perCaller)
 			} else {
 				b.pingBlocks(ctx, rows[i], v.ws, v.callers, v.perCaller)
 			}
 			b.logf("ping %s rep %d: boxrt p50 %s, echo p50 %s", v.name, rep+1, lastP50(rows[i].Boxrt), lastP50(rows[i].Base))
 		}
 	}
-	sc.Rows = rows
+	for i := range variants {
+		sc.Rows = append(sc.Rows, rows[i])
+		if controls[i].Boxrt != nil {
+			sc.Rows = append(sc.Rows, controls[i])
+		}
+	}
 
-	sc.Goals = append(sc.Goals, pingLatencyGoal(rows[0]),
+	sc.Goals = append(sc.Goals, pingLatencyGoal(rows[0], controls[0]),
 		pingThroughputGoal(rows[1], "stdio", 0.7), pingThroughputGoal(rows[3], "WebSocket", 0.8))
 	return sc
 }
 
-// pingPair is one run of one caller: a fresh boxrt and a fresh echo peer,
-// each warmed up, then called in turn.
-func (b *bench) pingPair(ctx context.Context, row Row, ws bool, n int) {
+// pingPair is one run of one caller: a fresh boxrt and two fresh echo
+// peers (the baseline and the control), each warmed up, then called in
+// turn.
+func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, ws bool, n int) {
 	p, err := b.startPingBoxrt(ctx, ws)
 	if err != nil {
 		row.Boxrt.fail(err)
 		return
 	}
 	defer p.stop(10 * time.Second)
-	e, err := b.startPingEcho(ctx, ws)
-	if err != nil {
-		row.Base.fail(err)
-		return
-	}
-	defer e.stop()
-	bc, ec := p.rpc, e.rpc
-	if ws {
-		if bc, err = dialRPC(ctx, p.wsURL(), b.token); err != nil {
-			row.Boxrt.fail(err)
-			return
-		}
-		defer bc.Close()
-		if ec, err = dialRPC(ctx, e.wsURL(), ""); err != nil {
-			row.Base.fail(err)
-			return
-		}
-		defer ec.Close()
-	}
-	var ops []timedOp
-	for _, side := range []struct {
+	sides := []struct {
 		m *Measure
 		c *rpcClient
-	}{{row.Boxrt, bc}, {row.Base, ec}} {
+	}{{m: row.Boxrt}, {m: row.Base}, {m: control}}
+	var closeFirst func()
+	if sides[0].c, closeFirst, err = connect(ctx, p.rpc, ws, p.wsURL(), b.token); err != nil {
+		row.Boxrt.fail(err)
+		return
+	}
+	defer closeFirst()
+	for i := 1; i < len(sides); i++ {
+		e, err := b.startPingEcho(ctx, ws)
+		if err != nil {
+			sides[i].m.fail(err)
+			return
+		}
+		defer e.stop()
+		var closeEcho func()
+		if sides[i].c, closeEcho, err = connect(ctx, e.rpc, ws, e.wsURL(), ""); err != nil {
+			sides[i].m.fail(err)
+			return
+		}
+		defer closeEcho()
+	}
+	var ops []timedOp
+	for _, side := range sides {
 		for i := 0; i < 200; i++ {
 			if _, err := side.c.Call(ctx, "__ping", nil); err != nil {
 				side.m.fail(err)
@@ -181,6 +198,18 @@ func (b *bench) pingPair(ctx context.Context, row Row, ws bool, n int) {
 		}})
 	}
 	timeInterleaved(ctx, n, ops...)
+}
+
+// connect is the client for a peer: its stdio client, or a fresh
+// WebSocket to url; done is a no-op for stdio (the peer's stop closes it).
+func connect(ctx context.Context, stdio *rpcClient, ws bool, url, token string) (c *rpcClient, done func(), err error) {
+	if !ws {
+		return stdio, func() {}, nil
+	}
+	if c, err = dialRPC(ctx, url, token); err != nil {
+		return nil, nil, err
+	}
+	return c, func() { c.Close() }, nil
 }
 
 // pingBlocks is one run of many callers: boxrt's, then the echo peer's.
@@ -231,8 +260,9 @@ func dialRPC(ctx context.Context, url, token string) (*rpcClient, error) {
 }
 
 // pingLatencyGoal: one caller over stdio, p50 no slower than the echo peer
-// and at most 40 µs, client round trip included.
-func pingLatencyGoal(r Row) Goal {
+// and at most 40 µs, client round trip included. The control row's ratio
+// (two identical echo peers) says how much of a ratio is noise.
+func pingLatencyGoal(r, control Row) Goal {
 	g := Goal{Text: "`__ping` over stdio, 1 caller: p50 at most the echo peer's (≤ 1.0×) and ≤ 40 µs (client round trip included)"}
 	if !r.Boxrt.ok() || !r.Base.ok() {
 		g.Measured = "not measured"
@@ -240,6 +270,10 @@ func pingLatencyGoal(r Row) Goal {
 	}
 	b, e := r.Boxrt.P50(), r.Base.P50()
 	g.Measured = fmt.Sprintf("p50 %s vs echo peer %s = %s", fmtDur(b), fmtDur(e), fmtRatio(float64(b), float64(e)))
+	if control.Boxrt.ok() {
+		g.Measured += fmt.Sprintf(" (control: a second echo peer, called in turn with both, %s = %s the first)",
+			fmtDur(control.Boxrt.P50()), fmtRatio(float64(control.Boxrt.P50()), float64(e)))
+	}
 	if e > 40*time.Microsecond {
 		g.Measured += fmt.Sprintf("; the absolute 40 µs is below this machine's floor: the echo peer alone, which does nothing but answer, takes %s", fmtDur(e))
 	}

@@ -106,6 +106,10 @@ type timedOp struct {
 	m     *Measure
 	every int
 	op    func() error
+	// after runs right after each op, untimed (a session's delete, the
+	// wait for a pool's refill); done once after the last round.
+	after func()
+	done  func()
 }
 
 // timeInterleaved runs n rounds of every case, one call each in turn, the
@@ -123,6 +127,9 @@ func timeInterleaved(ctx context.Context, n int, ops ...timedOp) {
 			s := time.Now()
 			err := o.op()
 			d := time.Since(s)
+			if o.after != nil {
+				o.after()
+			}
 			if err != nil {
 				o.m.fail(err)
 				continue
@@ -132,6 +139,9 @@ func timeInterleaved(ctx context.Context, n int, ops ...timedOp) {
 	}
 	for j, o := range ops {
 		addSamples(o.m, samples[j])
+		if o.done != nil {
+			o.done()
+		}
 	}
 }
 

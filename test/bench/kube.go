@@ -37,9 +37,9 @@ image %s imported, namespace default), boxrt over stdio.
   **Baseline:** the new-session create → first output above.
 - *create → first output with a warm pool*: boxrt runs with `+"`durable.pools: [{name: bench, size: 2, sandbox: {memory_mb: 256}}]`"+`;
   `+"`box_exec {\"session_id\":<new id>,\"cmd\":\"echo hi\",\"memory_mb\":256}`"+` while the pool is full (the harness waits for the refill
-  between samples, untimed), %d times per run: the pooled Pod is claimed (index ConfigMap, guarded patches), then the exec runs.
+  between samples, untimed), %d times per run, in turn with the warm execs: the pooled Pod is claimed (index ConfigMap, guarded patches), then the exec runs.
   The other rows' sessions (default memory) do not fit the pool and start cold. **Baseline:** the new-session create above.`,
-		"`"+kubeconfig+"`", "`"+cfg.image+"`", cfg.coldNDocker, cfg.execNCLI, cfg.coldNDocker, cfg.coldNDocker)
+		"`"+kubeconfig+"`", "`"+cfg.image+"`", cfg.coldNDocker, cfg.execNCLI, cfg.coldNDocker, (cfg.execNCLI+poolEvery(cfg)-1)/poolEvery(cfg))
 
 	boxCold := newMeasure("boxrt kube, new session")
 	kubectlRun := newMeasure("`kubectl run --rm -i`")
@@ -117,23 +117,34 @@ image %s imported, namespace default), boxrt over stdio.
 	defer func() { _ = deleteSession(context.WithoutCancel(ctx), p.rpc, durable) }()
 
 	for rep := 0; rep < cfg.reps && ctx.Err() == nil; rep++ {
-		coldSessions(ctx, p, boxCold, del, fmt.Sprintf("bench-kube-cold-%d-%d", time.Now().UnixNano(), rep), cfg.coldNDocker)
-		timeOps(ctx, kubectlRun, cfg.coldNDocker, func(i int) error {
-			out, err := k("run", fmt.Sprintf("bench-kubectl-%d-%d", rep, i), "--image="+cfg.image, "--image-pull-policy=Never",
-				"--restart=Never", "--rm", "-i", "--quiet", "--", "echo", "hi")
-			if err != nil {
+		// Each case and its baseline are called in turn; the pooled
+		// sessions join the warm execs' rounds, so the goal's ratio
+		// compares calls made at the same time.
+		runs := 0
+		timeInterleaved(ctx, cfg.coldNDocker,
+			coldSessionOp(ctx, p, boxCold, del, fmt.Sprintf("bench-kube-cold-%d-%d", time.Now().UnixNano(), rep)),
+			timedOp{m: kubectlRun, op: func() error {
+				runs++
+				out, err := k("run", fmt.Sprintf("bench-kubectl-%d-%d", rep, runs), "--image="+cfg.image, "--image-pull-policy=Never",
+					"--restart=Never", "--rm", "-i", "--quiet", "--", "echo", "hi")
+				if err != nil {
+					return err
+				}
+				return expectOut(strings.TrimPrefix(out, "\n"), "hi\n")
+			}})
+		if err := waitPool(ctx, p); err != nil {
+			pooled.fail(err)
+		}
+		timeInterleaved(ctx, cfg.execNCLI,
+			timedOp{m: boxWarm, op: func() error {
+				_, err := boxExec(ctx, p.rpc, warm, "true")
 				return err
-			}
-			return expectOut(strings.TrimPrefix(out, "\n"), "hi\n")
-		})
-		timeOps(ctx, boxWarm, cfg.execNCLI, func(int) error {
-			_, err := boxExec(ctx, p.rpc, warm, "true")
-			return err
-		})
-		timeOps(ctx, kubectlExec, cfg.execNCLI, func(int) error {
-			_, err := k("exec", created.BackendSessionID, "-c", "sandbox", "--", "sh", "-c", "true")
-			return err
-		})
+			}},
+			timedOp{m: kubectlExec, op: func() error {
+				_, err := k("exec", created.BackendSessionID, "-c", "sandbox", "--", "sh", "-c", "true")
+				return err
+			}},
+			kubePoolOp(ctx, p, pooled, fmt.Sprintf("bench-kube-pool-%d-%d", time.Now().UnixNano(), rep), poolEvery(cfg)))
 		var susp, res []time.Duration
 		for i := 0; i < cfg.coldNDocker && ctx.Err() == nil; i++ {
 			s := time.Now()
@@ -158,37 +169,25 @@ image %s imported, namespace default), boxrt over stdio.
 		}
 		addSamples(suspend, susp)
 		addSamples(resume, res)
-		kubePoolSessions(ctx, p, pooled, fmt.Sprintf("bench-kube-pool-%d-%d", time.Now().UnixNano(), rep), cfg.coldNDocker)
 	}
 	return sc
 }
 
-// kubePoolSessions times n new sessions served from the full warm pool
-// (the refill is waited for between samples, untimed); each is deleted
-// afterwards, untimed.
-func kubePoolSessions(ctx context.Context, p *boxrtProc, m *Measure, prefix string, n int) {
-	var samples []time.Duration
-	for i := 0; i < n && ctx.Err() == nil; i++ {
+// poolEvery spreads about coldNDocker pooled sessions over the execNCLI
+// rounds of the warm execs.
+func poolEvery(cfg config) int { return max(1, cfg.execNCLI/cfg.coldNDocker) }
+
+// kubePoolOp is a new session served from the full warm pool, every
+// k-th round; it is deleted afterwards and the refill waited for, untimed.
+func kubePoolOp(ctx context.Context, p *boxrtProc, m *Measure, prefix string, every int) timedOp {
+	o := newSessionOp(ctx, p, m, prefix, map[string]any{"memory_mb": 256}, func(sid string) {
+		_ = deleteSession(ctx, p.rpc, sid)
 		if err := waitPool(ctx, p); err != nil {
 			m.fail(err)
-			continue
 		}
-		sid := fmt.Sprintf("%s-%d", prefix, i)
-		var r execResult
-		s := time.Now()
-		err := p.rpc.CallInto(ctx, "box_exec", map[string]any{"session_id": sid, "cmd": "echo hi", "memory_mb": 256}, &r)
-		d := time.Since(s)
-		if err == nil {
-			err = expectOut(r.Stdout, "hi\n")
-		}
-		_ = deleteSession(ctx, p.rpc, sid)
-		if err != nil {
-			m.fail(err)
-			continue
-		}
-		samples = append(samples, d)
-	}
-	addSamples(m, samples)
+	})
+	o.every = every
+	return o
 }
 
 // kubePoolGoal holds a pooled kube session's first output to within 1.5×

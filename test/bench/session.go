@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -63,24 +64,29 @@ directory with workspace, tmp and home in it, `+"`/bin/sh -lc 'echo hi'`"+`.`,
 		defer pBwrap.stop(30 * time.Second)
 	}
 
+	// Each new session and its baseline are called in turn, so drift in
+	// the machine's speed hits both alike.
 	for rep := 0; rep < cfg.reps && ctx.Err() == nil; rep++ {
+		var dockerOps, bwrapOps []timedOp
 		if pDocker != nil {
-			coldSessions(ctx, pDocker, boxDocker, delDocker, fmt.Sprintf("bench-cold-docker-%d", rep), cfg.coldNDocker)
+			dockerOps = append(dockerOps, coldSessionOp(ctx, pDocker, boxDocker, delDocker, fmt.Sprintf("bench-cold-docker-%d", rep)))
 		}
 		if run.Unavailable == "" {
-			timeOps(ctx, run, cfg.coldNDocker, func(int) error {
+			dockerOps = append(dockerOps, timedOp{m: run, op: func() error {
 				out, err := runCmd(ctx, "docker", "run", "--rm", "--label", benchLabel+"="+b.token, cfg.image, "echo", "hi")
 				if err != nil {
 					return err
 				}
 				return expectOut(out, "hi\n")
-			})
+			}})
 		}
 		if pBwrap != nil {
-			coldSessions(ctx, pBwrap, boxBwrap, delBwrap, fmt.Sprintf("bench-cold-bwrap-%d", rep), cfg.coldNBwrap)
+			bwrapOps = append(bwrapOps, coldSessionOp(ctx, pBwrap, boxBwrap, delBwrap, fmt.Sprintf("bench-cold-bwrap-%d", rep)))
 		}
 		if direct.Unavailable == "" {
-			timeOps(ctx, direct, cfg.coldNBwrap, func(i int) error {
+			i := 0
+			bwrapOps = append(bwrapOps, timedOp{m: direct, op: func() error {
+				i++
 				dir := filepath.Join(b.workDir, fmt.Sprintf("bwrap-cold-%d-%d", rep, i))
 				if err := os.MkdirAll(dir, 0o755); err != nil {
 					return err
@@ -91,8 +97,10 @@ directory with workspace, tmp and home in it, `+"`/bin/sh -lc 'echo hi'`"+`.`,
 					return err
 				}
 				return expectOut(out, "hi\n")
-			})
+			}})
 		}
+		timeInterleaved(ctx, cfg.coldNDocker, dockerOps...)
+		timeInterleaved(ctx, cfg.coldNBwrap, bwrapOps...)
 		b.logf("session rep %d: boxrt docker %s (delete %s), docker run %s, boxrt bwrap %s (delete %s), bwrap %s", rep+1,
 			lastP50(boxDocker), lastP50(delDocker), lastP50(run), lastP50(boxBwrap), lastP50(delBwrap), lastP50(direct))
 	}
@@ -117,31 +125,40 @@ directory with workspace, tmp and home in it, `+"`/bin/sh -lc 'echo hi'`"+`.`,
 	return sc
 }
 
-// coldSessions times n box_exec "echo hi" calls, each on a new session id
-// (prefix-i), into m, and the box_delete_session of each right after into
-// del; m's throughput counts create+first-exec only.
-func coldSessions(ctx context.Context, p *boxrtProc, m, del *Measure, prefix string, n int) {
-	var samples, dels []time.Duration
-	for i := 0; i < n && ctx.Err() == nil; i++ {
-		sid := fmt.Sprintf("%s-%d", prefix, i)
+// newSessionOp is a box_exec "echo hi" on a new session id (prefix-i, i
+// counting the op's calls), with extra params; then runs right after each,
+// outside the op's time, with the session's id.
+func newSessionOp(ctx context.Context, p *boxrtProc, m *Measure, prefix string, extra map[string]any, then func(sid string)) timedOp {
+	var sid string
+	i := 0
+	return timedOp{m: m,
+		op: func() error {
+			sid = fmt.Sprintf("%s-%d", prefix, i)
+			i++
+			params := map[string]any{"session_id": sid, "cmd": "echo hi"}
+			maps.Copy(params, extra)
+			var r execResult
+			if err := p.rpc.CallInto(ctx, "box_exec", params, &r); err != nil {
+				return err
+			}
+			return expectOut(r.Stdout, "hi\n")
+		},
+		after: func() { then(sid) },
+	}
+}
+
+// coldSessionOp is newSessionOp with each session deleted right after,
+// the delete timed into del.
+func coldSessionOp(ctx context.Context, p *boxrtProc, m, del *Measure, prefix string) timedOp {
+	var dels []time.Duration
+	o := newSessionOp(ctx, p, m, prefix, nil, func(sid string) {
 		s := time.Now()
-		r, err := boxExec(ctx, p.rpc, sid, "echo hi")
-		d := time.Since(s)
-		if err == nil {
-			err = expectOut(r.Stdout, "hi\n")
-		}
-		if err != nil {
-			m.fail(err)
-		} else {
-			samples = append(samples, d)
-		}
-		s = time.Now()
 		if err := deleteSession(ctx, p.rpc, sid); err != nil {
 			del.fail(err)
 		} else {
 			dels = append(dels, time.Since(s))
 		}
-	}
-	addSamples(m, samples)
-	addSamples(del, dels)
+	})
+	o.done = func() { addSamples(del, dels) }
+	return o
 }

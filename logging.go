@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/rs/zerolog"
-	"github.com/rs/zerolog/diode"
 	"k8s.io/klog/v2"
 )
 
@@ -21,59 +20,51 @@ const (
 	// stops reading costs at most this many lines of memory (plus the
 	// pipe's own buffer) and loses the rest, counted.
 	logRingLines = 1024
-	// logPollInterval is how often the ring's reader looks for new lines
-	// when it found none. zerolog's other reader (the waiter) can miss a
-	// wake-up and leave a line waiting until the next one is logged; a
-	// line late by at most this much is the better trade.
-	logPollInterval = 10 * time.Millisecond
 	// stdlogQueue bounds lines of the standard library's log package
-	// (net/http's server errors, the diode's own notices) waiting to be
+	// (net/http's server errors, client-go through klog) waiting to be
 	// turned into zerolog lines.
 	stdlogQueue = 256
 )
 
 // logSink is where boxrt's logs go: stderr (or any writer) behind a
-// bounded, lock-free ring (zerolog's diode writer), so that logging never
-// blocks request handling. A host that pipes stderr and never reads it
-// fills the pipe; before the ring, the next log write blocked whichever
-// goroutine was answering a request, and the protocol stalled. Now a full
-// ring overwrites its oldest lines, the count goes to Dropped (exported as
-// boxrt_log_dropped_lines_total), and once stderr drains again one warning
-// line says how many were lost.
+// bounded ring, so that logging never blocks request handling. A host that
+// pipes stderr and never reads it fills the pipe; before the ring, the
+// next log write blocked whichever goroutine was answering a request, and
+// the protocol stalled. Now a full ring drops its oldest line, the count
+// goes to Dropped (exported as boxrt_log_dropped_lines_total), and once
+// stderr drains again one warning line says how many were lost.
+//
+// The ring's writer goroutine sleeps until a line arrives: an idle boxrt
+// does not wake up to look for log lines (zerolog's diode writer, used
+// before, polled every 10 ms, which was most of an idle boxrt's CPU).
 type logSink struct {
-	ring diode.Writer
-	// in counts lines handed to the ring, out lines its reader wrote out;
-	// detected sums the drops the reader noticed (it notices only when it
-	// reads again, that is once stderr drains); high is the largest value
-	// Dropped returned, which keeps it monotonic.
-	in, out, detected, high atomic.Uint64
-	stdlogDropped           atomic.Uint64
+	w       io.Writer
+	direct  zerolog.Logger // the drop report, written straight to w
+	mu      sync.Mutex
+	ring    [logRingLines][]byte
+	head, n int           // the oldest line and how many wait, under mu
+	wake    chan struct{} // a line arrived; capacity 1, so a wake-up is never lost
+	stop    chan struct{} // Close: write out what waits, then end
+	dropped atomic.Uint64
 
-	stdlog     chan string
-	stdlogStop chan struct{}
-	stdlogDone chan struct{}
-	stdlogPrev io.Writer
-	stdlogFlag int
-	closeOnce  sync.Once
-	closed     chan struct{}
+	stdlogDropped atomic.Uint64
+	stdlog        chan string
+	stdlogStop    chan struct{}
+	stdlogDone    chan struct{}
+	stdlogPrev    io.Writer
+	stdlogFlag    int
+	closeOnce     sync.Once
+	closed        chan struct{}
 }
 
 // newLogSink returns a sink writing to w in the given format ("json" or
 // "console", checked by the caller) and a logger at lvl on top of it.
 func newLogSink(w io.Writer, format string, lvl zerolog.Level) (*logSink, zerolog.Logger) {
-	s := &logSink{closed: make(chan struct{})}
-	// The drop report is written straight to w: it runs on the ring's
-	// reader goroutine, right after a write to w returned, which is the
-	// moment stderr is known to drain again.
-	direct := zerolog.New(formatted(w, format)).Level(lvl).With().Timestamp().Logger()
-	s.ring = diode.NewWriter(countingWriter{w, &s.out}, logRingLines, logPollInterval, func(missed int) {
-		total := s.detected.Add(uint64(missed))
-		direct.Warn().Int("dropped_lines", missed).Uint64("dropped_lines_total", total).
-			Msg("log lines dropped: stderr was not read fast enough")
-	})
+	s := &logSink{w: w, wake: make(chan struct{}, 1), stop: make(chan struct{}), closed: make(chan struct{})}
+	s.direct = zerolog.New(formatted(w, format)).Level(lvl).With().Timestamp().Logger()
+	go s.drain()
 	// zerolog (and its console writer) writes one event per Write call.
-	in := countingWriter{s.ring, &s.in}
-	return s, zerolog.New(formatted(in, format)).Level(lvl).With().Timestamp().Logger()
+	return s, zerolog.New(formatted(ringWriter{s}, format)).Level(lvl).With().Timestamp().Logger()
 }
 
 func formatted(w io.Writer, format string) io.Writer {
@@ -83,37 +74,85 @@ func formatted(w io.Writer, format string) io.Writer {
 	return w
 }
 
-// Dropped is how many log lines were lost so far. While stderr is stuck
-// the ring's reader cannot notice drops, so the lines that cannot be in
-// the ring any more are counted too: of the lines handed in and not yet
-// written out, at most logRingLines wait in the ring and one in the
-// blocked write, so any excess is lost. Once the reader catches up its own
-// count takes over (it may include the rare slot the diode skipped on a
-// write collision, which it reports on the standard logger).
-func (s *logSink) Dropped() uint64 {
-	in := s.in.Load() // in before out: the difference can only be too small
-	out := s.out.Load()
-	n := s.detected.Load()
-	if in > out+logRingLines+1 {
-		n = max(n, in-out-logRingLines-1)
+// ringWriter hands each Write (one log line) to the sink's ring.
+type ringWriter struct{ s *logSink }
+
+func (r ringWriter) Write(p []byte) (int, error) {
+	r.s.push(bytes.Clone(p)) // zerolog reuses p once Write returns
+	return len(p), nil
+}
+
+// push queues a line, dropping the oldest one when the ring is full, and
+// wakes the writer goroutine. It never waits for stderr.
+func (s *logSink) push(line []byte) {
+	s.mu.Lock()
+	if s.n == len(s.ring) {
+		s.ring[s.head] = nil
+		s.head = (s.head + 1) % len(s.ring)
+		s.n--
+		s.dropped.Add(1)
 	}
-	n += s.stdlogDropped.Load()
+	s.ring[(s.head+s.n)%len(s.ring)] = line
+	s.n++
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
+// pop takes the oldest line; ok is false when none waits.
+func (s *logSink) pop() (line []byte, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == 0 {
+		return nil, false
+	}
+	line = s.ring[s.head]
+	s.ring[s.head] = nil
+	s.head = (s.head + 1) % len(s.ring)
+	s.n--
+	return line, true
+}
+
+// drain writes lines out as they arrive, one at a time, so that at most
+// one line beyond the ring waits in a blocked write; after each write that
+// returns it reports drops it has not reported yet (the moment stderr is
+// known to drain again). On stop it writes out what waits and returns.
+func (s *logSink) drain() {
+	var reported uint64
 	for {
-		high := s.high.Load()
-		if n <= high {
-			return high
+		select {
+		case <-s.wake:
+		case <-s.stop:
+			s.writeWaiting(&reported)
+			close(s.closed)
+			return
 		}
-		if s.high.CompareAndSwap(high, n) {
-			return n
+		s.writeWaiting(&reported)
+	}
+}
+
+func (s *logSink) writeWaiting(reported *uint64) {
+	for line, ok := s.pop(); ok; line, ok = s.pop() {
+		_, _ = s.w.Write(line)
+		if d := s.dropped.Load(); d > *reported {
+			s.direct.Warn().Uint64("dropped_lines", d-*reported).Uint64("dropped_lines_total", d).
+				Msg("log lines dropped: stderr was not read fast enough")
+			*reported = d
 		}
 	}
 }
 
+// Dropped is how many log lines were lost so far: pushed out of the full
+// ring, or refused by the full queue of the standard logger.
+func (s *logSink) Dropped() uint64 {
+	return s.dropped.Load() + s.stdlogDropped.Load()
+}
+
 // captureStdlog sends the standard library's log package to logger
 // through a bounded queue: its default output is a synchronous write to
-// stderr, which a stuck reader would block like any other. The queue also
-// breaks a cycle: the diode reports its own rare write collisions with
-// log.Println, and that must not re-enter the ring from inside a write.
+// stderr, which a stuck reader would block like any other.
 func (s *logSink) captureStdlog(logger zerolog.Logger) {
 	s.stdlog = make(chan string, stdlogQueue)
 	s.stdlogStop = make(chan struct{})
@@ -158,21 +197,22 @@ func (w stdlogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Close writes out what the ring still holds and stops its reader, so the
-// last lines of a normal shutdown are not lost. When the writer does not
-// drain (a host that never reads stderr) it gives up after timeout and
-// reports false: shutdown is never held hostage by the log.
+// Close writes out what the ring still holds and stops its writer
+// goroutine, so the last lines of a normal shutdown are not lost. When the
+// writer does not drain (a host that never reads stderr) it gives up after
+// timeout and reports false: shutdown is never held hostage by the log.
 func (s *logSink) Close(timeout time.Duration) bool {
 	s.closeOnce.Do(func() {
+		if s.stdlogStop != nil {
+			log.SetOutput(s.stdlogPrev)
+			log.SetFlags(s.stdlogFlag)
+			close(s.stdlogStop)
+		}
 		go func() {
-			if s.stdlogStop != nil {
-				log.SetOutput(s.stdlogPrev)
-				log.SetFlags(s.stdlogFlag)
-				close(s.stdlogStop)
+			if s.stdlogDone != nil {
 				<-s.stdlogDone
 			}
-			_ = s.ring.Close()
-			close(s.closed)
+			close(s.stop)
 		}()
 	})
 	select {
@@ -181,18 +221,4 @@ func (s *logSink) Close(timeout time.Duration) bool {
 	case <-time.After(timeout):
 		return false
 	}
-}
-
-// countingWriter counts the Write calls to w. Used under the ring it also
-// hides w's Close: diode.Writer.Close closes the writer it wraps, and
-// stderr must stay open for main's last error message.
-type countingWriter struct {
-	w io.Writer
-	n *atomic.Uint64
-}
-
-func (c countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n.Add(1)
-	return n, err
 }

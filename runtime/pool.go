@@ -113,18 +113,26 @@ func (r *Runtime) takePooled(name string) (backends.Session, bool) {
 	return info, true
 }
 
-// poolLoop keeps the pools filled until ctx ends.
+// poolLoop keeps the pools filled until ctx ends. It checks every
+// poolTick while the configuration has a pool, and otherwise sleeps until
+// the configuration changes: a boxrt without pools does not wake up for
+// them.
 func (r *Runtime) poolLoop(ctx context.Context) {
 	defer r.bg.Done()
 	t := time.NewTicker(poolTick)
 	defer t.Stop()
 	for {
+		r.fillPools(ctx)
+		tick := t.C
+		if len(r.Config().Durable.Pools) == 0 {
+			tick = nil
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick:
+		case <-r.poolKick:
 		}
-		r.fillPools(ctx)
 	}
 }
 

@@ -77,6 +77,8 @@ type Runtime struct {
 	iso    isolationState
 	// reaperKick restarts the reaper loop when the TTL changes.
 	reaperKick chan struct{}
+	// poolKick wakes the pool loop when the configuration changes.
+	poolKick chan struct{}
 
 	execObserver func(ExecEvent)
 	skills       SkillResolver
@@ -146,6 +148,7 @@ func New(cfg Config, factory Factory, stateDir string, opts ...Option) (*Runtime
 		sessions:   map[string]*session{},
 		probeEvery: 30 * time.Second,
 		reaperKick: make(chan struct{}, 1),
+		poolKick:   make(chan struct{}, 1),
 		pools:      warmPools{ready: map[string][]backends.Session{}, starting: map[string]int{}, lastTake: map[string]time.Time{}},
 	}
 	r.lineBudget = newLineBudget(func() int { return r.Config().Limits.RelayLineBufferBytes })
@@ -241,11 +244,9 @@ func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage, decode
 	ttlChanged := prev.Limits.SessionTTLSec != next.Limits.SessionTTLSec
 	r.mu.Unlock()
 	if ttlChanged {
-		select {
-		case r.reaperKick <- struct{}{}:
-		default:
-		}
+		signal(r.reaperKick)
 	}
+	signal(r.poolKick)
 	if reselect {
 		r.selectBackend(ctx, true)
 	}

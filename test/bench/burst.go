@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +22,8 @@ type burstStats struct {
 	rssSampled []float64 // highest VmRSS sampled every 20 ms (KiB)
 	rssAfter   []float64 // right after the last answer (KiB)
 	rssIdle    []float64 // after the idle wait (KiB)
+	idleCPU    []float64 // CPU time used over the idle wait (ms)
+	idleSwitch []float64 // context switches over the idle wait
 	notes      []string
 }
 
@@ -81,6 +85,10 @@ the burst's memory goes back to the system. The sessions are deleted at the end.
 	row("highest VmRSS sampled every 20 ms", fmtKiB(median(st.rssSampled)))
 	row("boxrt RSS right after the burst", fmtKiB(median(st.rssAfter)))
 	row(fmt.Sprintf("**boxrt RSS after %s idle**", cfg.idle), "**"+fmtKiB(median(st.rssIdle))+"**")
+	if len(st.idleCPU) > 0 {
+		row(fmt.Sprintf("boxrt CPU time over those %s idle (user + system) / context switches", cfg.idle),
+			fmt.Sprintf("%.0f ms / %.0f", median(st.idleCPU), median(st.idleSwitch)))
+	}
 	sc.Tables = append(sc.Tables, t.String())
 	sc.Notes = append(sc.Notes, fmt.Sprintf("Medians over %d run(s). RSS is boxrt's own (bwrap and the commands are other processes). "+
 		"Before this release each exec reserved its full output cap up front (1 MiB × 2 streams); buffers now grow with the output.", cfg.reps))
@@ -224,6 +232,7 @@ func (b *bench) burstRun(ctx context.Context, cfg burstParams, st *burstStats, r
 	}
 	after, _ := rssKiB(pid)
 	peak, _ := statusKiB(pid, "VmHWM:")
+	cpu0, sw0, cpuErr := procCPU(pid)
 
 	select {
 	case <-time.After(cfg.idle):
@@ -240,11 +249,53 @@ func (b *bench) burstRun(ctx context.Context, cfg burstParams, st *burstStats, r
 	st.rssSampled = append(st.rssSampled, float64(sampled.Load()))
 	st.rssAfter = append(st.rssAfter, float64(after))
 	st.rssIdle = append(st.rssIdle, float64(idle))
+	if cpu1, sw1, err := procCPU(pid); err == nil && cpuErr == nil {
+		st.idleCPU = append(st.idleCPU, float64((cpu1 - cpu0).Milliseconds()))
+		st.idleSwitch = append(st.idleSwitch, float64(sw1-sw0))
+	}
+}
+
+// procCPU is the CPU time pid has used (user and system, at the kernel's
+// 10 ms tick) and the context switches of all its threads.
+func procCPU(pid int) (time.Duration, int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// Fields after the command name, which may hold spaces: state is
+	// the first, utime the 12th, stime the 13th.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0, 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, err
+	}
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	var switches int64
+	for _, t := range tasks {
+		for _, key := range []string{"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"} {
+			if n, err := statusField(t, key); err == nil {
+				switches += n
+			}
+		}
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, switches, nil
 }
 
 // statusKiB reads one "Name: N kB" line of /proc/<pid>/status.
 func statusKiB(pid int, key string) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	return statusField(fmt.Sprintf("/proc/%d/status", pid), key)
+}
+
+// statusField reads the number of one "Name: N ..." line of a status file.
+func statusField(path, key string) (int64, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}

@@ -279,8 +279,12 @@ func procCPU(pid int) (time.Duration, int64, error) {
 	}
 	var switches int64
 	for _, t := range tasks {
+		status, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
 		for _, key := range []string{"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"} {
-			if n, err := statusField(t, key); err == nil {
+			if n, err := statusValue(status, key); err == nil {
 				switches += n
 			}
 		}
@@ -290,16 +294,16 @@ func procCPU(pid int) (time.Duration, int64, error) {
 
 // statusKiB reads one "Name: N kB" line of /proc/<pid>/status.
 func statusKiB(pid int, key string) (int64, error) {
-	return statusField(fmt.Sprintf("/proc/%d/status", pid), key)
-}
-
-// statusField reads the number of one "Name: N ..." line of a status file.
-func statusField(path, key string) (int64, error) {
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	return statusValue(b, key)
+}
+
+// statusValue is the number of one "Name: N ..." line of a status file.
+func statusValue(status []byte, key string) (int64, error) {
+	for _, line := range strings.Split(string(status), "\n") {
 		if rest, ok := strings.CutPrefix(line, key); ok {
 			if f := strings.Fields(rest); len(f) > 0 {
 				return strconv.ParseInt(f[0], 10, 64)

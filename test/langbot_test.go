@@ -174,7 +174,11 @@ func TestLangBotInFlightLimit(t *testing.T) {
 	p := startBox(t, lbOptions{Stdio: true, Config: hostBoxConfig, Token: lbToken})
 	ctx := tenant("busy", 1)
 	p.OK("box_create_session", map[string]any{"session_id": "q"}, ctx, nil)
-	first, slow := p.Go("box_exec", map[string]any{"session_id": "q", "cmd": "sleep 4"}, ctx)
+	first, slow := p.Go("box_exec", map[string]any{"session_id": "q", "cmd": "sleep 4.0271"}, ctx)
+	// The slow exec must hold the session before the others queue behind
+	// it: a quick one that ran first would free its slot before box_status.
+	require.Eventually(t, func() bool { return processRunning("sleep\x004.0271") }, time.Minute, 10*time.Millisecond,
+		"the slow exec never started")
 	queued := make([]chan lbResponse, 0, 127)
 	for range 127 {
 		_, ch := p.Go("box_exec", map[string]any{"session_id": "q", "cmd": "true"}, ctx)

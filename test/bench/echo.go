@@ -39,13 +39,19 @@ func echoReply(req []byte) []byte {
 }
 
 // runEchoStdio serves the echo on stdin/stdout, one line per message, one
-// write per answer (boxrt flushes each answer too).
-func runEchoStdio() error {
+// write per answer (boxrt flushes each answer too). With work > 0 it
+// busy-waits that long before each answer: the CPU-matched peer of the
+// one-caller case, an echo that costs as much CPU per call as boxrt.
+func runEchoStdio(work time.Duration) error {
 	r := bufio.NewReaderSize(os.Stdin, 64<<10)
 	for {
 		line, err := r.ReadSlice('\n')
 		if len(line) > 1 {
 			out := append(echoReply(line[:len(line)-1]), '\n')
+			if work > 0 {
+				for t := time.Now(); time.Since(t) < work; {
+				}
+			}
 			if _, werr := os.Stdout.Write(out); werr != nil {
 				return werr
 			}
@@ -98,8 +104,9 @@ type echoPeer struct {
 	exited chan struct{}
 }
 
-func (b *bench) startEcho(ctx context.Context, mode string) (*echoPeer, error) {
-	cmd := exec.Command(b.selfBin, "-echo-peer", mode)
+// startEcho starts an echo peer; work is its -echo-work (stdio only).
+func (b *bench) startEcho(ctx context.Context, mode string, work time.Duration) (*echoPeer, error) {
+	cmd := exec.Command(b.selfBin, "-echo-peer", mode, "-echo-work", work.String())
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

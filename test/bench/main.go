@@ -82,6 +82,8 @@ func main() {
 	var echoMode string
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
 	fs.StringVar(&echoMode, "echo-peer", "", "internal: run the echo baseline peer (stdio or ws)")
+	var echoWork time.Duration
+	fs.DurationVar(&echoWork, "echo-work", 0, "internal: the stdio echo peer spends this long on the CPU before each answer")
 	var c config
 	fs.StringVar(&c.boxrtBin, "boxrt", "bin/boxrt", "the boxrt binary to measure")
 	fs.StringVar(&c.out, "out", "docs/benchmarks.md", "where to write the report")
@@ -122,7 +124,7 @@ func main() {
 	switch echoMode {
 	case "":
 	case "stdio":
-		if err := runEchoStdio(); err != nil {
+		if err := runEchoStdio(echoWork); err != nil {
 			fmt.Fprintln(os.Stderr, "echo peer:", err)
 			os.Exit(1)
 		}

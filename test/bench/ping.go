@@ -103,8 +103,11 @@ spreads its calls over %d fresh sets of these processes, each a run of its own i
 sharing one connection (as a host shares its one connection; boxrt's run, then the peer's). Latency is from writing the request to reading its answer.
 **Baseline:** a minimal JSON-RPC echo peer — this harness re-executed as a separate process behind the same pipes
 (one JSON object per line, one write per answer) or a loopback WebSocket (coder/websocket, one message per text frame).
-It decodes the id and answers `+"`{\"result\":{}}`"+`: no method table, no concurrency, no logging or metrics. The ratio is boxrt's protocol overhead.`,
-		cfg.pingN, pingProcessSets, cfg.pingCallers, cfg.pingConcN)
+It decodes the id and answers `+"`{\"result\":{}}`"+`: no method table, no concurrency, no logging or metrics. The ratio is boxrt's protocol overhead.
+**CPU-matched peer** (stdio, one caller): each set first calls boxrt and the echo peer %d times in turn and reads their
+threads' CPU time (/proc/PID/task/*/schedstat); a third echo peer then busy-waits boxrt's extra CPU per call before each
+answer and is called in turn with the others. It shows how much of boxrt's one-caller ratio its CPU per call alone explains.`,
+		cfg.pingN, pingProcessSets, cfg.pingCallers, cfg.pingConcN, cpuCalibrationCalls)
 
 	type variant struct {
 		name      string
@@ -136,11 +139,17 @@ It decodes the id and answers `+"`{\"result\":{}}`"+`: no method table, no concu
 		}
 	}
 
+	matched := &cpuMatched{m: newMeasure("echo peer with boxrt's extra CPU per call (stdio)")}
+
 	for rep := 0; rep < cfg.reps && ctx.Err() == nil; rep++ {
 		for i, v := range variants {
 			if v.callers == 1 {
+				var f *cpuMatched
+				if !v.ws {
+					f = matched
+				}
 				for range pingProcessSets {
-					b.pingPair(ctx, rows[i], controls[i].Boxrt, v.ws, max(v.perCaller/pingProcessSets, 1))
+					b.pingPair(ctx, rows[i], controls[i].Boxrt, f, v.ws, max(v.perCaller/pingProcessSets, 1))
 				}
 			} else {
 				b.pingBlocks(ctx, rows[i], v.ws, v.callers, v.perCaller)
@@ -148,66 +157,140 @@ It decodes the id and answers `+"`{\"result\":{}}`"+`: no method table, no concu
 			b.logf("ping %s rep %d: boxrt p50 %s, echo p50 %s", v.name, rep+1, lastP50(rows[i].Boxrt), lastP50(rows[i].Base))
 		}
 	}
+	matchedRow := Row{Case: fmt.Sprintf("stdio, 1 caller, CPU-matched: an echo peer that spends boxrt's extra CPU per call (median %s) before each answer",
+		fmtDur(medianDur(matched.extra))), Boxrt: matched.m, Base: rows[0].Base}
 	for i := range variants {
 		sc.Rows = append(sc.Rows, rows[i])
 		if controls[i].Boxrt != nil {
 			sc.Rows = append(sc.Rows, controls[i])
 		}
+		if i == 0 {
+			sc.Rows = append(sc.Rows, matchedRow)
+		}
 	}
 
-	sc.Goals = append(sc.Goals, pingLatencyGoal(rows[0], controls[0]),
+	sc.Goals = append(sc.Goals, pingLatencyGoal(rows[0], controls[0], matchedRow),
 		pingThroughputGoal(rows[1], "stdio", 0.7), pingThroughputGoal(rows[3], "WebSocket", 0.8))
 	return sc
 }
 
+// cpuMatched is the stdio one-caller case's CPU-matched peer: an echo
+// peer that spends as much more CPU per call than the plain echo peer as
+// boxrt does, busy before each answer. Where idle vCPUs halt (this
+// machine kind), one caller's p50 hinges on whether the answer comes
+// before the waiting core goes idle, so a few microseconds of server CPU
+// per call can move the p50 by tens; this peer shows how much of boxrt's
+// ratio its CPU per call alone explains.
+type cpuMatched struct {
+	m *Measure
+	// extra is boxrt's CPU per call above the echo peer's, one reading
+	// per process set.
+	extra []time.Duration
+}
+
+// cpuCalibrationCalls is how many calls, in turn to boxrt and the echo
+// peer, a process set makes to read their CPU per call.
+const cpuCalibrationCalls = 2000
+
+type pingSide struct {
+	m   *Measure
+	c   *rpcClient
+	pid int
+}
+
 // pingPair is one run of one caller: a fresh boxrt and two fresh echo
-// peers (the baseline and the control), each warmed up, then called in
+// peers (the baseline and the control) — and, with matched, a third that
+// spends boxrt's extra CPU per call — each warmed up, then called in
 // turn.
-func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, ws bool, n int) {
+func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, matched *cpuMatched, ws bool, n int) {
 	p, err := b.startPingBoxrt(ctx, ws)
 	if err != nil {
 		row.Boxrt.fail(err)
 		return
 	}
 	defer p.stop(10 * time.Second)
-	sides := []struct {
-		m *Measure
-		c *rpcClient
-	}{{m: row.Boxrt}, {m: row.Base}, {m: control}}
-	var closeFirst func()
-	if sides[0].c, closeFirst, err = connect(ctx, p.rpc, ws, p.wsURL(), b.token); err != nil {
+	c, closeConn, err := connect(ctx, p.rpc, ws, p.wsURL(), b.token)
+	if err != nil {
 		row.Boxrt.fail(err)
 		return
 	}
-	defer closeFirst()
-	for i := 1; i < len(sides); i++ {
-		e, err := b.startPingEcho(ctx, ws)
+	defer closeConn()
+	boxrt := pingSide{m: row.Boxrt, c: c, pid: p.cmd.Process.Pid}
+	if err := warmPing(ctx, boxrt); err != nil {
+		row.Boxrt.fail(err)
+		return
+	}
+	sides := []pingSide{boxrt}
+	for _, m := range []*Measure{row.Base, control} {
+		side, stop, err := b.pingEchoSide(ctx, m, ws, 0)
 		if err != nil {
-			sides[i].m.fail(err)
+			m.fail(err)
 			return
 		}
-		defer e.stop()
-		var closeEcho func()
-		if sides[i].c, closeEcho, err = connect(ctx, e.rpc, ws, e.wsURL(), ""); err != nil {
-			sides[i].m.fail(err)
+		defer stop()
+		sides = append(sides, side)
+	}
+	if matched != nil {
+		extra, err := extraCPUPerCall(ctx, sides[0], sides[1])
+		if err != nil {
+			matched.m.fail(err)
 			return
 		}
-		defer closeEcho()
+		matched.extra = append(matched.extra, extra)
+		side, stop, err := b.pingEchoSide(ctx, matched.m, ws, extra)
+		if err != nil {
+			matched.m.fail(err)
+			return
+		}
+		defer stop()
+		sides = append(sides, side)
 	}
 	var ops []timedOp
 	for _, side := range sides {
-		for i := 0; i < 200; i++ {
-			if _, err := side.c.Call(ctx, "__ping", nil); err != nil {
-				side.m.fail(err)
-				return
-			}
-		}
 		ops = append(ops, timedOp{m: side.m, op: func() error {
 			_, err := side.c.Call(ctx, "__ping", nil)
 			return err
 		}})
 	}
 	timeInterleaved(ctx, n, ops...)
+}
+
+// warmPing makes 200 calls to side.
+func warmPing(ctx context.Context, side pingSide) error {
+	for i := 0; i < 200; i++ {
+		if _, err := side.c.Call(ctx, "__ping", nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// extraCPUPerCall calls boxrt and the echo peer in turn and returns how
+// much more CPU time per call boxrt's threads used (0 if less).
+func extraCPUPerCall(ctx context.Context, boxrt, echo pingSide) (time.Duration, error) {
+	sides := []pingSide{boxrt, echo}
+	var before, after [2]time.Duration
+	for i, s := range sides {
+		var err error
+		if before[i], err = threadsCPU(s.pid); err != nil {
+			return 0, err
+		}
+	}
+	for range cpuCalibrationCalls {
+		for _, s := range sides {
+			if _, err := s.c.Call(ctx, "__ping", nil); err != nil {
+				return 0, err
+			}
+		}
+	}
+	for i, s := range sides {
+		var err error
+		if after[i], err = threadsCPU(s.pid); err != nil {
+			return 0, err
+		}
+	}
+	extra := (after[0] - before[0]) - (after[1] - before[1])
+	return max(extra/cpuCalibrationCalls, 0), nil
 }
 
 // connect is the client for a peer: its stdio client, or a fresh
@@ -233,7 +316,7 @@ func (b *bench) pingBlocks(ctx context.Context, row Row, ws bool, callers, perCa
 		defer p.stop(10 * time.Second)
 		measurePing(ctx, row.Boxrt, p.rpc, ws, p.wsURL(), b.token, callers, perCaller)
 	}()
-	e, err := b.startPingEcho(ctx, ws)
+	e, err := b.startPingEcho(ctx, ws, 0)
 	if err != nil {
 		row.Base.fail(err)
 		return
@@ -252,15 +335,36 @@ func (b *bench) startPingBoxrt(ctx context.Context, ws bool) (*boxrtProc, error)
 	return b.startBoxrt(ctx, o)
 }
 
-// startPingEcho starts the echo peer over stdio or WebSocket.
-func (b *bench) startPingEcho(ctx context.Context, ws bool) (*echoPeer, error) {
+// startPingEcho starts the echo peer over stdio or WebSocket; work is
+// its CPU time per answer (stdio only, see runEchoStdio).
+func (b *bench) startPingEcho(ctx context.Context, ws bool, work time.Duration) (*echoPeer, error) {
 	if ws {
-		return b.startEcho(ctx, "ws")
+		return b.startEcho(ctx, "ws", 0)
 	}
-	return b.startEcho(ctx, "stdio")
+	return b.startEcho(ctx, "stdio", work)
 }
 
-// dialRPC is a JSON-RPC client on a fresh WebSocket.
+// pingEchoSide starts an echo peer for a one-caller run, connects to it
+// and warms it up; stop ends both.
+func (b *bench) pingEchoSide(ctx context.Context, m *Measure, ws bool, work time.Duration) (side pingSide, stop func(), err error) {
+	e, err := b.startPingEcho(ctx, ws, work)
+	if err != nil {
+		return side, nil, err
+	}
+	c, closeConn, err := connect(ctx, e.rpc, ws, e.wsURL(), "")
+	if err != nil {
+		e.stop()
+		return side, nil, err
+	}
+	stop = func() { closeConn(); e.stop() }
+	side = pingSide{m: m, c: c, pid: e.cmd.Process.Pid}
+	if err := warmPing(ctx, side); err != nil {
+		stop()
+		return side, nil, err
+	}
+	return side, stop, nil
+}
+
 func dialRPC(ctx context.Context, url, token string) (*rpcClient, error) {
 	t, err := dialWS(ctx, url, token)
 	if err != nil {
@@ -271,8 +375,9 @@ func dialRPC(ctx context.Context, url, token string) (*rpcClient, error) {
 
 // pingLatencyGoal: one caller over stdio, p50 no slower than the echo peer
 // and at most 40 µs, client round trip included. The control row's ratio
-// (two identical echo peers) says how much of a ratio is noise.
-func pingLatencyGoal(r, control Row) Goal {
+// (two identical echo peers) says how much of a ratio is noise; the
+// CPU-matched row's how much boxrt's CPU per call costs an echo.
+func pingLatencyGoal(r, control, matched Row) Goal {
 	g := Goal{Text: "`__ping` over stdio, 1 caller: p50 at most the echo peer's (≤ 1.0×) and ≤ 40 µs (client round trip included)"}
 	if !r.Boxrt.ok() || !r.Base.ok() {
 		g.Measured = "not measured"
@@ -283,6 +388,10 @@ func pingLatencyGoal(r, control Row) Goal {
 	if control.Boxrt.ok() {
 		g.Measured += fmt.Sprintf(" (control: a second echo peer, called in turn with both, %s = %s the first)",
 			fmtDur(control.Boxrt.P50()), fmtRatio(float64(control.Boxrt.P50()), float64(e)))
+	}
+	if matched.Boxrt.ok() {
+		g.Measured += fmt.Sprintf("; an echo peer that spends boxrt's extra CPU per call before answering: %s = %s",
+			fmtDur(matched.Boxrt.P50()), fmtRatio(float64(matched.Boxrt.P50()), float64(e)))
 	}
 	if e > 40*time.Microsecond {
 		g.Measured += fmt.Sprintf("; the absolute 40 µs is below this machine's floor: the echo peer alone, which does nothing but answer, takes %s", fmtDur(e))

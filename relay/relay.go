@@ -403,11 +403,28 @@ func unsent(line runtime.Line, rest []runtime.Line) []runtime.Line {
 // index of the first line not known to be delivered.
 func (b *bridge) sendBatch(ctx context.Context, lines []runtime.Line) (n int, why closeReason, ok bool) {
 	// The whole batch gets writeTimeout; ending the bridge (shutdown, a
-	// silent peer) aborts it at once.
+	// silent peer) aborts it at once. An abort that lands after the last
+	// write must not outlive the batch: the deadline it left in the past
+	// would fail the close frame that follows, and the peer would see the
+	// connection drop instead of 1001. An abort that failed a write keeps
+	// it, so the close does not wait on a peer that stopped reading.
 	_ = b.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
-	stop := context.AfterFunc(ctx, func() { _ = b.conn.SetWriteDeadline(time.Unix(1, 0)) })
+	var mu sync.Mutex
+	var finished, aborted bool
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !finished {
+			aborted = true
+			_ = b.conn.SetWriteDeadline(time.Unix(1, 0))
+		}
+	})
 	defer func() {
-		if stop() {
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		finished = true
+		if !aborted || ok {
 			_ = b.conn.SetWriteDeadline(time.Time{})
 		}
 	}()

@@ -2,10 +2,12 @@ package relay
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -122,6 +124,13 @@ const controlToken = "control-token-0123456789abcdefghijklmnop"
 
 func newEnv(t testing.TB, patch string, opts ...Option) *env {
 	t.Helper()
+	return newEnvOn(t, nil, patch, opts...)
+}
+
+// newEnvOn is newEnv with the test server's connections wrapped by wrap
+// (nil: as accepted).
+func newEnvOn(t testing.TB, wrap func(net.Conn) net.Conn, patch string, opts ...Option) *env {
+	t.Helper()
 	cfg := runtime.DefaultConfig()
 	if patch != "" {
 		var err error
@@ -136,7 +145,11 @@ func newEnv(t testing.TB, patch string, opts ...Option) *env {
 	h := New(rt, append([]Option{WithOperator(rpc.NewAuthenticator(controlToken))}, opts...)...)
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/sessions/{session_id}/managed-process/{process_id}/ws", h)
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewUnstartedServer(mux)
+	if wrap != nil {
+		srv.Listener = wrappingListener{Listener: srv.Listener, wrap: wrap}
+	}
+	srv.Start()
 	t.Cleanup(func() {
 		closeCtx, cancelClose := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancelClose()
@@ -146,6 +159,19 @@ func newEnv(t testing.TB, patch string, opts ...Option) *env {
 		cancel()
 	})
 	return &env{t: t, rt: rt, h: h, srv: srv, fb: fb, control: controlToken}
+}
+
+type wrappingListener struct {
+	net.Listener
+	wrap func(net.Conn) net.Conn
+}
+
+func (l wrappingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return l.wrap(c), nil
 }
 
 // start starts process pid in session sid and returns it with its relay
@@ -444,6 +470,68 @@ func TestRelayCloseDrains(t *testing.T) {
 			writers.Wait()
 		})
 	}
+}
+
+// shutdownOnWriteConn runs onMarker inside the first write that carries
+// marker, after the bytes went out: a shutdown that lands between a
+// batch's last write and the batch's end.
+type shutdownOnWriteConn struct {
+	net.Conn
+	marker   []byte
+	onMarker func()
+	once     sync.Once
+	// pastDeadline is closed when the write deadline is set in the past
+	// (the bridge's abort of a batch).
+	pastDeadline chan struct{}
+	pastOnce     sync.Once
+}
+
+func (c *shutdownOnWriteConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err == nil && bytes.Contains(p, c.marker) {
+		c.once.Do(c.onMarker)
+	}
+	return n, err
+}
+
+func (c *shutdownOnWriteConn) SetWriteDeadline(t time.Time) error {
+	if !t.IsZero() && t.Before(time.Now()) {
+		c.pastOnce.Do(func() { close(c.pastDeadline) })
+	}
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// TestRelayShutdownRightAfterABatch: Close lands after a batch's last
+// write, before the batch has ended. The batch's abort must not leave the
+// connection unable to write the close frame: the peer gets the line and
+// then 1001, not a dropped connection.
+func TestRelayShutdownRightAfterABatch(t *testing.T) {
+	const marker = "last-line-before-shutdown"
+	var e *env
+	closeErr := make(chan error, 1)
+	e = newEnvOn(t, func(c net.Conn) net.Conn {
+		sc := &shutdownOnWriteConn{Conn: c, marker: []byte(marker), pastDeadline: make(chan struct{})}
+		sc.onMarker = func() {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				closeErr <- e.h.Close(ctx)
+			}()
+			select {
+			case <-sc.pastDeadline:
+			case <-time.After(10 * time.Second):
+				t.Error("Close did not abort the batch under way")
+			}
+		}
+		return sc
+	}, "")
+	p, _ := e.start("s", "p")
+	c, _ := e.dial("s", "p", e.control)
+	p.print(t, marker+"\n")
+	assert.Equal(t, marker, read(t, c))
+	assert.Equal(t, websocket.StatusGoingAway, closed(t, c).Code, "the close frame reached the peer")
+	require.NoError(t, <-closeErr)
+	p.exit(0)
 }
 
 // dialStatus is the HTTP status of an attach with token.

@@ -2,10 +2,7 @@ package main
 
 import (
 	"bufio"
-	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -15,6 +12,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/boxrt/boxrt/test/bench/echopeer"
 )
 
 // The ping baseline is a minimal JSON-RPC echo peer: the bench binary
@@ -22,48 +21,7 @@ import (
 // behind the same pipes or the same loopback WebSocket, and the same client
 // code drives both. It decodes each request's id and answers
 // {"jsonrpc":"2.0","id":ID,"result":{}} — nothing else: no method table,
-// no concurrency limit, no logging, no metrics.
-
-func echoReply(req []byte) []byte {
-	var r struct {
-		ID json.RawMessage `json:"id"`
-	}
-	if err := json.Unmarshal(req, &r); err != nil || len(r.ID) == 0 {
-		r.ID = json.RawMessage("null")
-	}
-	out := make([]byte, 0, 48+len(r.ID))
-	out = append(out, `{"jsonrpc":"2.0","id":`...)
-	out = append(out, r.ID...)
-	out = append(out, `,"result":{}}`...)
-	return out
-}
-
-// runEchoStdio serves the echo on stdin/stdout, one line per message, one
-// write per answer (boxrt flushes each answer too). With work > 0 it
-// busy-waits that long before each answer: the CPU-matched peer of the
-// one-caller case, an echo that costs as much CPU per call as boxrt.
-func runEchoStdio(work time.Duration) error {
-	r := bufio.NewReaderSize(os.Stdin, 64<<10)
-	for {
-		line, err := r.ReadSlice('\n')
-		if len(line) > 1 {
-			out := append(echoReply(line[:len(line)-1]), '\n')
-			if work > 0 {
-				for t := time.Now(); time.Since(t) < work; {
-				}
-			}
-			if _, werr := os.Stdout.Write(out); werr != nil {
-				return werr
-			}
-		}
-		if err != nil {
-			if err == io.EOF {
-				return nil
-			}
-			return err
-		}
-	}
-}
+// no concurrency limit, no logging, no metrics (package echopeer).
 
 // runEchoWS serves the echo on ws://127.0.0.1:PORT/rpc/ws and prints the
 // address on stdout.
@@ -86,7 +44,7 @@ func runEchoWS() error {
 			if err != nil {
 				return
 			}
-			if err := c.Write(ctx, websocket.MessageText, echoReply(msg)); err != nil {
+			if err := c.Write(ctx, websocket.MessageText, echopeer.Reply(msg)); err != nil {
 				return
 			}
 		}
@@ -105,8 +63,13 @@ type echoPeer struct {
 }
 
 // startEcho starts an echo peer; work is its -echo-work (stdio only).
-func (b *bench) startEcho(ctx context.Context, mode string, work time.Duration) (*echoPeer, error) {
-	cmd := exec.Command(b.selfBin, "-echo-peer", mode, "-echo-work", work.String())
+func (b *bench) startEcho(mode string, work time.Duration) (*echoPeer, error) {
+	return spawnEcho(exec.Command(b.selfBin, "-echo-peer", mode, "-echo-work", work.String()), mode)
+}
+
+// spawnEcho starts cmd, an echo peer over stdio or WebSocket (mode "ws":
+// it prints its address on stdout).
+func spawnEcho(cmd *exec.Cmd, mode string) (*echoPeer, error) {
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

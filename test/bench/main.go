@@ -23,6 +23,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/boxrt/boxrt/test/bench/echopeer"
 )
 
 // config holds every knob; -quick changes the defaults of those not set
@@ -63,6 +65,9 @@ type config struct {
 	timeoutTotal  time.Duration
 	waitQuiet     time.Duration
 	kubeconfig    string
+
+	// linkedEcho is test/bench/linkedecho built (scripts/bench builds it).
+	linkedEcho string
 }
 
 func defaults(quick bool) config {
@@ -86,6 +91,7 @@ func main() {
 	fs.DurationVar(&echoWork, "echo-work", 0, "internal: the stdio echo peer spends this long on the CPU before each answer")
 	var c config
 	fs.StringVar(&c.boxrtBin, "boxrt", "bin/boxrt", "the boxrt binary to measure")
+	fs.StringVar(&c.linkedEcho, "linked-echo", "", "test/bench/linkedecho built: the ping scenario's echo peer linked with boxrt's packages (scripts/bench builds it; without it that row is not measured)")
 	fs.StringVar(&c.out, "out", "docs/benchmarks.md", "where to write the report")
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: small counts, about a minute")
 	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,reconnect,scale,burst,burst64,durable,stream,files,kube,langbot,isolation (default all)")
@@ -124,7 +130,7 @@ func main() {
 	switch echoMode {
 	case "":
 	case "stdio":
-		if err := runEchoStdio(echoWork); err != nil {
+		if err := echopeer.ServeLines(os.Stdin, os.Stdout, echoWork); err != nil {
 			fmt.Fprintln(os.Stderr, "echo peer:", err)
 			os.Exit(1)
 		}
@@ -217,6 +223,9 @@ type bench struct {
 	// warmExec is scenario 2's boxrt warm exec per backend, which the
 	// scale scenario compares against.
 	warmExec map[string]*Measure
+
+	// linkedEcho is the -linked-echo binary ("": not given).
+	linkedEcho string
 }
 
 // wantBackend reports whether -backends selects a backend.
@@ -269,6 +278,14 @@ func run(c config) error {
 	}
 	if _, err := os.Stat(b.boxrtBin); err != nil {
 		return fmt.Errorf("boxrt binary: %v (build it first: go build -o bin/boxrt .)", err)
+	}
+	if c.linkedEcho != "" {
+		if b.linkedEcho, err = filepath.Abs(c.linkedEcho); err != nil {
+			return err
+		}
+		if _, err := os.Stat(b.linkedEcho); err != nil {
+			return fmt.Errorf("linked echo peer: %v (build it first: go build -o bin/linkedecho ./test/bench/linkedecho)", err)
+		}
 	}
 	if b.selfBin, err = os.Executable(); err != nil {
 		return err

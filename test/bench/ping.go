@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -106,7 +107,10 @@ sharing one connection (as a host shares its one connection; boxrt's run, then t
 It decodes the id and answers `+"`{\"result\":{}}`"+`: no method table, no concurrency, no logging or metrics. The ratio is boxrt's protocol overhead.
 **CPU-matched peer** (stdio, one caller): each set first calls boxrt and the echo peer %d times in turn and reads their
 threads' CPU time (/proc/PID/task/*/schedstat); a third echo peer then busy-waits boxrt's extra CPU per call before each
-answer and is called in turn with the others. It shows how much of boxrt's one-caller ratio its CPU per call alone explains.`,
+answer and is called in turn with the others. It shows how much of boxrt's one-caller ratio its CPU per call alone explains.
+**Linked peer** (stdio, one caller): the echo peer's own loop in a binary that links the packages boxrt's main imports
+(`+"`test/bench/linkedecho`"+`: boxrt's dependencies, their package initialisation, a binary of boxrt's size; none of boxrt's code
+runs), called in turn with the others. It shows what being the boxrt binary costs one caller with the per-call code held equal.`,
 		cfg.pingN, pingProcessSets, cfg.pingCallers, cfg.pingConcN, cpuCalibrationCalls)
 
 	type variant struct {
@@ -139,14 +143,19 @@ answer and is called in turn with the others. It shows how much of boxrt's one-c
 		}
 	}
 
-	matched := &cpuMatched{m: newMeasure("echo peer with boxrt's extra CPU per call (stdio)")}
+	floors := &stdioFloors{matched: newMeasure("echo peer with boxrt's extra CPU per call (stdio)")}
+	if b.linkedEcho != "" {
+		floors.linked = newMeasure("echo peer linked with boxrt's packages (stdio)")
+	} else {
+		b.logf("ping: no -linked-echo binary given (scripts/bench builds one); the linked echo row is not measured")
+	}
 
 	for rep := 0; rep < cfg.reps && ctx.Err() == nil; rep++ {
 		for i, v := range variants {
 			if v.callers == 1 {
-				var f *cpuMatched
+				var f *stdioFloors
 				if !v.ws {
-					f = matched
+					f = floors
 				}
 				for range pingProcessSets {
 					b.pingPair(ctx, rows[i], controls[i].Boxrt, f, v.ws, max(v.perCaller/pingProcessSets, 1))
@@ -158,7 +167,9 @@ answer and is called in turn with the others. It shows how much of boxrt's one-c
 		}
 	}
 	matchedRow := Row{Case: fmt.Sprintf("stdio, 1 caller, CPU-matched: an echo peer that spends boxrt's extra CPU per call (median %s) before each answer",
-		fmtDur(medianDur(matched.extra))), Boxrt: matched.m, Base: rows[0].Base}
+		fmtDur(medianDur(floors.extra))), Boxrt: floors.matched, Base: rows[0].Base}
+	linkedRow := Row{Case: "stdio, 1 caller, linked: the echo peer's loop in a binary that links boxrt's packages (none of boxrt's code runs)",
+		Boxrt: floors.linked, Base: rows[0].Base}
 	for i := range variants {
 		sc.Rows = append(sc.Rows, rows[i])
 		if controls[i].Boxrt != nil {
@@ -166,26 +177,32 @@ answer and is called in turn with the others. It shows how much of boxrt's one-c
 		}
 		if i == 0 {
 			sc.Rows = append(sc.Rows, matchedRow)
+			if floors.linked != nil {
+				sc.Rows = append(sc.Rows, linkedRow)
+			}
 		}
 	}
 
-	sc.Goals = append(sc.Goals, pingLatencyGoal(rows[0], controls[0], matchedRow),
+	sc.Goals = append(sc.Goals, pingLatencyGoal(rows[0], controls[0], matchedRow, linkedRow),
 		pingThroughputGoal(rows[1], "stdio", 0.7), pingThroughputGoal(rows[3], "WebSocket", 0.8))
 	return sc
 }
 
-// cpuMatched is the stdio one-caller case's CPU-matched peer: an echo
-// peer that spends as much more CPU per call than the plain echo peer as
-// boxrt does, busy before each answer. Where idle vCPUs halt (this
-// machine kind), one caller's p50 hinges on whether the answer comes
-// before the waiting core goes idle, so a few microseconds of server CPU
-// per call can move the p50 by tens; this peer shows how much of boxrt's
-// ratio its CPU per call alone explains.
-type cpuMatched struct {
-	m *Measure
+// stdioFloors are the stdio one-caller case's two extra peers. Where idle
+// vCPUs halt (this machine kind), one caller's p50 hinges on whether the
+// answer comes before the waiting core goes idle, so small differences
+// between servers move it by tens of per cent; these peers show which
+// part of boxrt's ratio is its code and which is being the boxrt binary.
+type stdioFloors struct {
+	// matched: an echo peer that spends as much more CPU per call than
+	// the plain echo peer as boxrt does, busy before each answer.
+	matched *Measure
 	// extra is boxrt's CPU per call above the echo peer's, one reading
 	// per process set.
 	extra []time.Duration
+	// linked: the echo peer's loop in a binary that links boxrt's
+	// packages (test/bench/linkedecho); nil without -linked-echo.
+	linked *Measure
 }
 
 // cpuCalibrationCalls is how many calls, in turn to boxrt and the echo
@@ -199,10 +216,10 @@ type pingSide struct {
 }
 
 // pingPair is one run of one caller: a fresh boxrt and two fresh echo
-// peers (the baseline and the control) — and, with matched, a third that
-// spends boxrt's extra CPU per call — each warmed up, then called in
+// peers (the baseline and the control) — and, with floors, the
+// CPU-matched and the linked echo peers — each warmed up, then called in
 // turn.
-func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, matched *cpuMatched, ws bool, n int) {
+func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, floors *stdioFloors, ws bool, n int) {
 	p, err := b.startPingBoxrt(ctx, ws)
 	if err != nil {
 		row.Boxrt.fail(err)
@@ -221,8 +238,11 @@ func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, matched
 		return
 	}
 	sides := []pingSide{boxrt}
+	startEcho := func(work time.Duration) func() (*echoPeer, error) {
+		return func() (*echoPeer, error) { return b.startPingEcho(ws, work) }
+	}
 	for _, m := range []*Measure{row.Base, control} {
-		side, stop, err := b.pingEchoSide(ctx, m, ws, 0)
+		side, stop, err := pingPeerSide(ctx, m, ws, startEcho(0))
 		if err != nil {
 			m.fail(err)
 			return
@@ -230,16 +250,27 @@ func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, matched
 		defer stop()
 		sides = append(sides, side)
 	}
-	if matched != nil {
+	if floors != nil {
 		extra, err := extraCPUPerCall(ctx, sides[0], sides[1])
 		if err != nil {
-			matched.m.fail(err)
+			floors.matched.fail(err)
 			return
 		}
-		matched.extra = append(matched.extra, extra)
-		side, stop, err := b.pingEchoSide(ctx, matched.m, ws, extra)
+		floors.extra = append(floors.extra, extra)
+		side, stop, err := pingPeerSide(ctx, floors.matched, ws, startEcho(extra))
 		if err != nil {
-			matched.m.fail(err)
+			floors.matched.fail(err)
+			return
+		}
+		defer stop()
+		sides = append(sides, side)
+	}
+	if floors != nil && floors.linked != nil {
+		side, stop, err := pingPeerSide(ctx, floors.linked, ws, func() (*echoPeer, error) {
+			return spawnEcho(exec.Command(b.linkedEcho), "stdio")
+		})
+		if err != nil {
+			floors.linked.fail(err)
 			return
 		}
 		defer stop()
@@ -316,7 +347,7 @@ func (b *bench) pingBlocks(ctx context.Context, row Row, ws bool, callers, perCa
 		defer p.stop(10 * time.Second)
 		measurePing(ctx, row.Boxrt, p.rpc, ws, p.wsURL(), b.token, callers, perCaller)
 	}()
-	e, err := b.startPingEcho(ctx, ws, 0)
+	e, err := b.startPingEcho(ws, 0)
 	if err != nil {
 		row.Base.fail(err)
 		return
@@ -336,18 +367,18 @@ func (b *bench) startPingBoxrt(ctx context.Context, ws bool) (*boxrtProc, error)
 }
 
 // startPingEcho starts the echo peer over stdio or WebSocket; work is
-// its CPU time per answer (stdio only, see runEchoStdio).
-func (b *bench) startPingEcho(ctx context.Context, ws bool, work time.Duration) (*echoPeer, error) {
+// its CPU time per answer (stdio only, see echopeer.ServeLines).
+func (b *bench) startPingEcho(ws bool, work time.Duration) (*echoPeer, error) {
 	if ws {
-		return b.startEcho(ctx, "ws", 0)
+		return b.startEcho("ws", 0)
 	}
-	return b.startEcho(ctx, "stdio", work)
+	return b.startEcho("stdio", work)
 }
 
-// pingEchoSide starts an echo peer for a one-caller run, connects to it
-// and warms it up; stop ends both.
-func (b *bench) pingEchoSide(ctx context.Context, m *Measure, ws bool, work time.Duration) (side pingSide, stop func(), err error) {
-	e, err := b.startPingEcho(ctx, ws, work)
+// pingPeerSide starts a peer for a one-caller run, connects to it and
+// warms it up; stop ends both.
+func pingPeerSide(ctx context.Context, m *Measure, ws bool, start func() (*echoPeer, error)) (side pingSide, stop func(), err error) {
+	e, err := start()
 	if err != nil {
 		return side, nil, err
 	}
@@ -376,8 +407,9 @@ func dialRPC(ctx context.Context, url, token string) (*rpcClient, error) {
 // pingLatencyGoal: one caller over stdio, p50 no slower than the echo peer
 // and at most 40 µs, client round trip included. The control row's ratio
 // (two identical echo peers) says how much of a ratio is noise; the
-// CPU-matched row's how much boxrt's CPU per call costs an echo.
-func pingLatencyGoal(r, control, matched Row) Goal {
+// CPU-matched row how much boxrt's CPU per call costs an echo; the linked
+// row what the boxrt binary costs with the echo's own code.
+func pingLatencyGoal(r, control, matched, linked Row) Goal {
 	g := Goal{Text: "`__ping` over stdio, 1 caller: p50 at most the echo peer's (≤ 1.0×) and ≤ 40 µs (client round trip included)"}
 	if !r.Boxrt.ok() || !r.Base.ok() {
 		g.Measured = "not measured"
@@ -392,6 +424,10 @@ func pingLatencyGoal(r, control, matched Row) Goal {
 	if matched.Boxrt.ok() {
 		g.Measured += fmt.Sprintf("; an echo peer that spends boxrt's extra CPU per call before answering: %s = %s",
 			fmtDur(matched.Boxrt.P50()), fmtRatio(float64(matched.Boxrt.P50()), float64(e)))
+	}
+	if linked.Boxrt.ok() {
+		g.Measured += fmt.Sprintf("; the echo peer's own loop in a binary that links boxrt's packages: %s = %s",
+			fmtDur(linked.Boxrt.P50()), fmtRatio(float64(linked.Boxrt.P50()), float64(e)))
 	}
 	if e > 40*time.Microsecond {
 		g.Measured += fmt.Sprintf("; the absolute 40 µs is below this machine's floor: the echo peer alone, which does nothing but answer, takes %s", fmtDur(e))

@@ -89,8 +89,12 @@ managed process with `+"`box_start_managed_process`"+` and attaches to
 	gr := Goal{Text: fmt.Sprintf("a stalled relay reader grows boxrt's RSS by at most the replay bound (relay_replay_bytes, %s)", fmtKiB(replayBytesKiB))}
 	if len(stall.peak) > 0 {
 		grow := median(stall.peak) - median(stall.detached)
+		growth := "0.0 KiB" // fmtKiB reads 0 as missing
+		if grow > 0 {
+			growth = fmtKiB(grow)
+		}
 		gr.Measured = fmt.Sprintf("+%s (RSS %s detached with a full replay buffer, peak %s while the reader stalled)",
-			fmtKiB(max(grow, 0)), fmtKiB(median(stall.detached)), fmtKiB(median(stall.peak)))
+			growth, fmtKiB(median(stall.detached)), fmtKiB(median(stall.peak)))
 		gr.Met = boolp(grow <= replayBytesKiB)
 	} else {
 		gr.Measured = "not measured"

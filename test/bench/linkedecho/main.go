@@ -9,6 +9,7 @@ package main
 import (
 	"fmt"
 	"os"
+	_ "os/signal"
 
 	_ "github.com/docker/docker/client"
 	_ "github.com/go-logr/logr/funcr"

@@ -409,24 +409,19 @@ func (b *bridge) sendBatch(ctx context.Context, lines []runtime.Line) (n int, wh
 	// connection drop instead of 1001. An abort that failed a write keeps
 	// it, so the close does not wait on a peer that stopped reading.
 	_ = b.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
-	var mu sync.Mutex
-	var finished, aborted bool
+	aborted := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !finished {
-			aborted = true
-			_ = b.conn.SetWriteDeadline(time.Unix(1, 0))
-		}
+		_ = b.conn.SetWriteDeadline(time.Unix(1, 0))
+		close(aborted)
 	})
 	defer func() {
-		stop()
-		mu.Lock()
-		defer mu.Unlock()
-		finished = true
-		if !aborted || ok {
-			_ = b.conn.SetWriteDeadline(time.Time{})
+		if !stop() {
+			<-aborted // the abort has begun: let it finish before deciding
+			if !ok {
+				return
+			}
 		}
+		_ = b.conn.SetWriteDeadline(time.Time{})
 	}()
 	b.conn.cork()
 	sent := 0

@@ -16,7 +16,11 @@ type Codec interface {
 	// Decode turns one frame into a request. A nil request with a nil
 	// error means there is nothing to do (a response from the peer, one
 	// chunk of a message still incomplete). A malformed frame is a
-	// *DecodeError, answered with its error to its id.
+	// *DecodeError, answered with its error to its id. The frame is
+	// reused after the next read, so the request must not reference it,
+	// except from this package's codecs, which mark such a request
+	// (Request.inFrame) and which the loop copies before its handler can
+	// outlive that read.
 	Decode(frame []byte) (*Request, error)
 	// Encode turns m into the frames that carry it, in order: one for
 	// JSON-RPC, several for an envelope that splits large messages. The

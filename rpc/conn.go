@@ -55,8 +55,7 @@ type conn struct {
 }
 
 type connKey struct{}
-type metaKey struct{}
-type idKey struct{}
+type requestKey struct{}
 
 // CancelMethod is the notification that cancels an in-flight request, as
 // in the Language Server Protocol: params {"id": <the request's id>}. The
@@ -167,6 +166,7 @@ func (c *conn) dispatch(ctx context.Context, req *Request) {
 	}
 	c.handlers.Add(1)
 	c.mu.Unlock()
+	req.detach()
 	// Registered here, on the reading goroutine, so a $/cancelRequest read
 	// right after the request finds it even before its goroutine runs.
 	done := func() {}
@@ -183,11 +183,8 @@ func (c *conn) dispatch(ctx context.Context, req *Request) {
 
 func (c *conn) run(ctx context.Context, req *Request, flush bool) {
 	start := time.Now()
-	if req.Meta != nil {
-		ctx = context.WithValue(ctx, metaKey{}, req.Meta)
-	}
-	if !req.Notif && req.ID != nil {
-		ctx = context.WithValue(ctx, idKey{}, req.ID)
+	if req.Meta != nil || !req.Notif && req.ID != nil {
+		ctx = context.WithValue(ctx, requestKey{}, req)
 	}
 	result, err := c.srv.handler.Handle(ctx, req)
 	if errors.Is(err, ErrNoReply) {
@@ -294,8 +291,10 @@ func idString(id json.RawMessage) string {
 // notification or outside a request), e.g. to name the request in the
 // notifications it causes.
 func RequestIDFrom(ctx context.Context) json.RawMessage {
-	id, _ := ctx.Value(idKey{}).(json.RawMessage)
-	return id
+	if req, ok := ctx.Value(requestKey{}).(*Request); ok && !req.Notif {
+		return req.ID
+	}
+	return nil
 }
 
 // Notify sends a server-initiated notification (no id, no answer) on the
@@ -366,8 +365,10 @@ func TransportFrom(ctx context.Context) string {
 // MetaFrom returns the tenant context of the request in ctx, if it had
 // one.
 func MetaFrom(ctx context.Context) (*Meta, bool) {
-	m, ok := ctx.Value(metaKey{}).(*Meta)
-	return m, ok
+	if req, ok := ctx.Value(requestKey{}).(*Request); ok && req.Meta != nil {
+		return req.Meta, true
+	}
+	return nil, false
 }
 
 func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {

@@ -34,7 +34,9 @@ func newFrame(n int) []byte {
 // recycleFrame takes back a frame nobody references any more.
 func recycleFrame(f []byte) {
 	if c := cap(f); c >= recycleMin && c <= recycleMax {
-		f = f[:0]
-		framePool.Put(&f)
+		// A variable of the branch's own: the parameter, had its address
+		// been taken, would be moved to the heap for every frame.
+		kept := f[:0]
+		framePool.Put(&kept)
 	}
 }

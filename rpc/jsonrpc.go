@@ -94,33 +94,37 @@ func decodeGeneral(trimmed []byte) (*Request, error) {
 }
 
 // decodeFast reads a well-formed request in one pass without reflection:
-// the members are found by a structural scan and kept as raw JSON. It only
-// accepts; anything it is not sure of — invalid JSON, a response, a member
-// name with escapes or in other case (encoding/json matches names
+// the members are found by a scan that validates as it goes, and kept as
+// raw JSON that references b (see Codec.Decode). It only accepts;
+// anything it is not sure of — invalid JSON, a response, a member name
+// with escapes or in other case (encoding/json matches names
 // case-insensitively), a duplicate, a member of the wrong type, a request
 // that fails validation — is left to the general path, which decides and
 // words the error. The fuzz test holds the two paths to the same answer.
+// b is trimmed, valid UTF-8 and starts with '{'.
 func decodeFast(b []byte) (*Request, bool) {
-	if !json.Valid(b) {
-		return nil, false
-	}
 	var jsonrpc, method, id, params, meta []byte
 	i := skipSpace(b, 1)
-	if b[i] == '}' {
+	if i >= len(b) || b[i] == '}' {
 		return nil, false
 	}
 	for {
-		if b[i] != '"' {
+		end, ok := scanString(b, i)
+		if !ok {
 			return nil, false
 		}
-		end := skipString(b, i)
 		key := b[i+1 : end-1]
 		if bytes.IndexByte(key, '\\') >= 0 {
 			return nil, false
 		}
 		i = skipSpace(b, end)
-		i = skipSpace(b, i+1) // the colon
-		end = skipValue(b, i)
+		if i >= len(b) || b[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(b, i+1)
+		if end, ok = scanValue(b, i); !ok {
+			return nil, false
+		}
 		val := b[i:end]
 		var dst *[]byte
 		switch string(key) {
@@ -148,26 +152,26 @@ func decodeFast(b []byte) (*Request, bool) {
 			*dst = val
 		}
 		i = skipSpace(b, end)
+		if i >= len(b) {
+			return nil, false
+		}
 		if b[i] == '}' {
+			if i != len(b)-1 {
+				return nil, false
+			}
 			break
 		}
-		i = skipSpace(b, i+1) // the comma
+		if b[i] != ',' {
+			return nil, false
+		}
+		i = skipSpace(b, i+1)
 	}
 	if string(jsonrpc) != `"2.0"` || len(method) < 3 || method[0] != '"' || bytes.IndexByte(method, '\\') >= 0 ||
 		(id != nil && !validID(id)) || (params != nil && params[0] != '{' && params[0] != '[') {
 		return nil, false
 	}
-	// One allocation holds everything kept; the frame is reused.
-	keep := make([]byte, 0, len(id)+len(params))
-	keep = append(append(keep, id...), params...)
-	req := &Request{Method: string(method[1 : len(method)-1]), Notif: id == nil, Meta: decodeMeta(meta)}
-	if id != nil {
-		req.ID = keep[:len(id):len(id)]
-	}
-	if params != nil {
-		req.Params = keep[len(id):]
-	}
-	return req, true
+	return &Request{Method: string(method[1 : len(method)-1]), ID: id, Params: params, Notif: id == nil, Meta: decodeMeta(meta),
+		inFrame: true}, true
 }
 
 func skipSpace(b []byte, i int) int {
@@ -177,47 +181,141 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// skipString returns the index after the string starting at b[i]; b is
-// valid JSON.
-func skipString(b []byte, i int) int {
-	for i++; ; i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
+// scanValue returns the index after the JSON value starting at b[i], and
+// whether it is one. Objects and arrays are delimited by a scan and then
+// checked by encoding/json; a request's are small ({} for most).
+func scanValue(b []byte, i int) (int, bool) {
+	if i >= len(b) {
+		return 0, false
 	}
+	switch c := b[i]; {
+	case c == '"':
+		return scanString(b, i)
+	case c == '{' || c == '[':
+		end, ok := scanComposite(b, i)
+		return end, ok && json.Valid(b[i:end])
+	case c == 't':
+		return scanLiteral(b, i, "true")
+	case c == 'f':
+		return scanLiteral(b, i, "false")
+	case c == 'n':
+		return scanLiteral(b, i, "null")
+	case c == '-' || c >= '0' && c <= '9':
+		return scanNumber(b, i)
+	}
+	return 0, false
 }
 
-// skipValue returns the index after the value starting at b[i]; b is
-// valid JSON.
-func skipValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
+// scanString returns the index after the string starting at b[i], and
+// whether it is a valid JSON string (escapes, no control characters).
+func scanString(b []byte, i int) (int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return 0, false
+	}
+	for i++; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, true
+		case c < 0x20:
+			return 0, false
+		case c == '\\':
 			i++
+			if i >= len(b) {
+				return 0, false
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) {
+					return 0, false
+				}
+				for _, h := range b[i+1 : i+5] {
+					if !isHex(h) {
+						return 0, false
+					}
+				}
+				i += 4
+			default:
+				return 0, false
+			}
 		}
 	}
-	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
+	return 0, false
+}
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+// scanComposite returns the index after the object or array starting at
+// b[i], by bracket depth alone (strings skipped); whether what lies between
+// is valid JSON is not checked.
+func scanComposite(b []byte, i int) (int, bool) {
+	depth := 0
+	for i < len(b) {
+		switch b[i] {
+		case '"':
+			end, ok := scanString(b, i)
+			if !ok {
+				return 0, false
+			}
+			i = end
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return i + 1, true
+			}
+		}
 		i++
 	}
-	return i
+	return 0, false
+}
+
+func scanLiteral(b []byte, i int, lit string) (int, bool) {
+	end := i + len(lit)
+	return end, end <= len(b) && string(b[i:end]) == lit
+}
+
+// scanNumber returns the index after the number starting at b[i], and
+// whether it has JSON's grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func scanNumber(b []byte, i int) (int, bool) {
+	digits := func(i int) int {
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i
+	}
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		i = digits(i)
+	default:
+		return 0, false
+	}
+	if i < len(b) && b[i] == '.' {
+		j := digits(i + 1)
+		if j == i+1 {
+			return 0, false
+		}
+		i = j
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := digits(i)
+		if j == i {
+			return 0, false
+		}
+		i = j
+	}
+	return i, true
 }
 
 // decodeMeta reads the tenant context. It is reserved and ignored today,

@@ -47,6 +47,24 @@ func TestJSONRPCDecode(t *testing.T) {
 		{name: "empty method", frame: `{"jsonrpc":"2.0","id":2,"method":""}`, code: boxerr.ErrInvalidRequest.Code, id: "2"},
 		{name: "scalar params", frame: `{"jsonrpc":"2.0","id":3,"method":"m","params":5}`, code: boxerr.ErrInvalidRequest.Code, id: "3"},
 		{name: "method wrong type keeps the id", frame: `{"jsonrpc":"2.0","id":4,"method":4}`, code: boxerr.ErrInvalidRequest.Code, id: "4"},
+		// What the one-pass scan must refuse to accept (the general path
+		// then words the refusal) and what it must accept as valid JSON.
+		{name: "spaces everywhere", frame: " { \"jsonrpc\" :\t\"2.0\" ,\r\n \"id\" : \"a\\\"b\\u0041\" , \"method\" : \"m\" } ",
+			method: "m", id: `"a\"b\u0041"`},
+		{name: "exponent id", frame: `{"jsonrpc":"2.0","id":-0.5E+3,"method":"m","params":[1,{"x":"}"}]}`, method: "m", id: "-0.5E+3"},
+		{name: "leading zero", frame: `{"jsonrpc":"2.0","id":01,"method":"m"}`, code: boxerr.ErrParse.Code, id: "null"},
+		{name: "bare point", frame: `{"jsonrpc":"2.0","id":1.,"method":"m"}`, code: boxerr.ErrParse.Code, id: "null"},
+		{name: "bare minus", frame: `{"jsonrpc":"2.0","id":-,"method":"m"}`, code: boxerr.ErrParse.Code, id: "null"},
+		{name: "empty exponent", frame: `{"jsonrpc":"2.0","id":1e,"method":"m"}`, code: boxerr.ErrParse.Code, id: "null"},
+		{name: "short literal", frame: `{"jsonrpc":"2.0","id":nul,"method":"m"}`, code: boxerr.ErrParse.Code, id: "null"},
+		{name: "bad escape", frame: `{"jsonrpc":"2.0","id":"\x","method":"m"}`, code: boxerr.ErrParse.Code, id: "null"},
+		{name: "short unicode escape", frame: `{"jsonrpc":"2.0","id":"\u00g1","method":"m"}`, code: boxerr.ErrParse.Code, id: "null"},
+		{name: "control character in a string", frame: "{\"jsonrpc\":\"2.0\",\"id\":\"a\tb\",\"method\":\"m\"}", code: boxerr.ErrParse.Code, id: "null"},
+		{name: "trailing comma", frame: `{"jsonrpc":"2.0","id":1,"method":"m",}`, code: boxerr.ErrParse.Code, id: "null"},
+		{name: "missing comma", frame: `{"jsonrpc":"2.0" "id":1,"method":"m"}`, code: boxerr.ErrParse.Code, id: "null"},
+		{name: "text after the object", frame: `{"jsonrpc":"2.0","id":1,"method":"m"} x`, code: boxerr.ErrParse.Code, id: "null"},
+		{name: "mismatched brackets in params", frame: `{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":[1}]}`, code: boxerr.ErrParse.Code, id: "null"},
+		{name: "unterminated string", frame: `{"jsonrpc":"2.0","id":1,"method":"m`, code: boxerr.ErrParse.Code, id: "null"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

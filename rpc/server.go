@@ -32,6 +32,26 @@ type Request struct {
 	Meta      *Meta
 	Notif     bool
 	Transport string
+	// inFrame: ID and Params reference the frame they were decoded from,
+	// which the next read reuses (see detach).
+	inFrame bool
+}
+
+// detach copies what req references of its frame, for a request whose
+// handler runs on past the next read.
+func (r *Request) detach() {
+	if !r.inFrame {
+		return
+	}
+	keep := make([]byte, 0, len(r.ID)+len(r.Params))
+	keep = append(append(keep, r.ID...), r.Params...)
+	if r.ID != nil {
+		r.ID = keep[:len(r.ID):len(r.ID)]
+	}
+	if r.Params != nil {
+		r.Params = keep[len(r.ID):]
+	}
+	r.inFrame = false
 }
 
 // Handler serves requests. It returns the result already encoded as JSON

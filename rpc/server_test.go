@@ -151,6 +151,31 @@ func TestDisconnectCancelsHandlers(t *testing.T) {
 	}
 }
 
+// TestRequestOutlivesItsFrame: a request answered on its own goroutine
+// keeps its id and params after the reading loop has read, into the same
+// buffer, the lines sent after it (the fast decoder references the frame).
+func TestRequestOutlivesItsFrame(t *testing.T) {
+	release := make(chan struct{})
+	h := funcHandler(func(ctx context.Context, req *Request) (json.RawMessage, error) {
+		if req.Method == "held" {
+			<-release
+			assert.Equal(t, `"held-1"`, string(RequestIDFrom(ctx)))
+		}
+		return req.Params, nil
+	})
+	c, stop := startStdio(t, h, WithInline("echo"))
+	defer stop()
+	c.send(t, `{"jsonrpc":"2.0","id":"held-1","method":"held","params":{"n":"first"}}`)
+	for i := range 20 {
+		c.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":"echo-%d","method":"echo","params":{"x":"%s"}}`, i, strings.Repeat("z", i)))
+		assert.Equal(t, fmt.Sprintf("echo-%d", i), c.read(t)["id"])
+	}
+	close(release)
+	r := c.read(t)
+	assert.Equal(t, "held-1", r["id"])
+	assert.Equal(t, map[string]any{"n": "first"}, r["result"])
+}
+
 // TestInlineMethodAnsweredWhenBusy: an inline method (the heartbeat) is
 // answered even while the connection is at its in-flight limit.
 func TestInlineMethodAnsweredWhenBusy(t *testing.T) {

@@ -24,6 +24,11 @@ type boxrtOpts struct {
 	Config string   // BOXRT_CONFIG
 	Token  string   // BOXRT_CONTROL_TOKEN ("" = none)
 	Env    []string // extra environment (DOCKER_HOST=…)
+	// DirectClient: the stdio client reads its own answers, one call at a
+	// time (newDirectClient), instead of multiplexing.
+	DirectClient bool
+	// OneCPU: boxrt runs on CPU 0 only (see command).
+	OneCPU bool
 }
 
 // boxrtProc is a running boxrt.
@@ -62,7 +67,7 @@ func (b *bench) startBoxrt(ctx context.Context, o boxrtOpts) (*boxrtProc, error)
 	} else {
 		args = append(args, "--listen", "")
 	}
-	cmd := exec.Command(b.boxrtBin, args...)
+	cmd := command(o.OneCPU, b.boxrtBin, args...)
 	cmd.Env = filteredEnv("BOXRT_CONFIG", "LANGBOT_BOX_CONFIG", "BOXRT_CONTROL_TOKEN", "LANGBOT_BOX_CONTROL_TOKEN")
 	if o.Config != "" {
 		cmd.Env = append(cmd.Env, "BOXRT_CONFIG="+o.Config)
@@ -117,7 +122,7 @@ func (b *bench) startBoxrt(ctx context.Context, o boxrtOpts) (*boxrtProc, error)
 		close(p.exited)
 	}()
 	if o.Stdio {
-		p.rpc = newRPCClient(newLineTransport(stdin, stdout))
+		p.rpc = newClient(newLineTransport(stdin, stdout), o.DirectClient)
 	}
 	if o.Listen {
 		select {

@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/test/bench/echopeer"
 )
@@ -62,14 +64,15 @@ type echoPeer struct {
 	exited chan struct{}
 }
 
-// startEcho starts an echo peer; work is its -echo-work (stdio only).
-func (b *bench) startEcho(mode string, work time.Duration) (*echoPeer, error) {
-	return spawnEcho(exec.Command(b.selfBin, "-echo-peer", mode, "-echo-work", work.String()), mode)
+// startEcho starts an echo peer reached over link; work is its
+// -echo-work (stdio only).
+func (b *bench) startEcho(link pingLink, work time.Duration) (*echoPeer, error) {
+	return spawnEcho(command(link.oneCPU, b.selfBin, "-echo-peer", link.mode(), "-echo-work", work.String()), link)
 }
 
-// spawnEcho starts cmd, an echo peer over stdio or WebSocket (mode "ws":
-// it prints its address on stdout).
-func spawnEcho(cmd *exec.Cmd, mode string) (*echoPeer, error) {
+// spawnEcho starts cmd, an echo peer over stdio or WebSocket (which
+// prints its address on stdout), with link's client.
+func spawnEcho(cmd *exec.Cmd, link pingLink) (*echoPeer, error) {
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -84,9 +87,9 @@ func spawnEcho(cmd *exec.Cmd, mode string) (*echoPeer, error) {
 	}
 	e := &echoPeer{cmd: cmd, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(e.exited) }()
-	switch mode {
+	switch link.mode() {
 	case "stdio":
-		e.rpc = newRPCClient(newLineTransport(stdin, stdout))
+		e.rpc = newClient(newLineTransport(stdin, stdout), link.direct)
 	case "ws":
 		line, err := bufio.NewReader(stdout).ReadString('\n')
 		if err != nil {
@@ -115,3 +118,31 @@ func (e *echoPeer) stop() {
 }
 
 func (e *echoPeer) wsURL() string { return "ws://" + e.addr + "/rpc/ws" }
+
+// command is exec.Command, on CPU 0 only when oneCPU: the process and
+// every thread it starts (taskset sets the mask before it execs).
+func command(oneCPU bool, name string, args ...string) *exec.Cmd {
+	if oneCPU {
+		return exec.Command("taskset", append([]string{"-c", "0", name}, args...)...)
+	}
+	return exec.Command(name, args...)
+}
+
+// onCPU0 runs fn on a thread of its own that only runs on CPU 0. The
+// goroutine never unlocks its thread, so the thread ends with it and no
+// other goroutine ever runs pinned.
+func onCPU0(fn func()) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		var set unix.CPUSet
+		set.Set(0)
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			errc <- fmt.Errorf("pin the calling thread to CPU 0: %w", err)
+			return
+		}
+		fn()
+		errc <- nil
+	}()
+	return <-errc
+}

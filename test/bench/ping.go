@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -68,7 +67,7 @@ func pingRun(ctx context.Context, c *rpcClient, callers, perCaller int) (RunStat
 func measurePing(ctx context.Context, m *Measure, c *rpcClient, ws bool, wsURL, token string, callers, perCaller int) {
 	if ws {
 		var err error
-		if c, err = dialRPC(ctx, wsURL, token); err != nil {
+		if c, err = dialRPC(ctx, wsURL, token, false); err != nil {
 			m.fail(err)
 			return
 		}
@@ -89,41 +88,54 @@ func measurePing(ctx context.Context, m *Measure, c *rpcClient, ws bool, wsURL, 
 // pingProcessSets is how many fresh sets of processes (boxrt, echo peer,
 // control) each repetition of a one-caller case spreads its calls over.
 // Two identical processes differ by several per cent in one-caller
-// latency (placement, caches); the median over more of them is steadier
-// than over one set per repetition.
-const pingProcessSets = 4
+// latency (placement, caches), and now and then one process answers at
+// 2–3× its usual p50 for its whole life (seen for boxrt, the linked and
+// the CPU-matched peers: the calling thread's answer is handed between
+// threads of the peer, see where_time_goes.md); a row's p50 is the median
+// of its runs, which one such set of eight does not move.
+const pingProcessSets = 8
 
 func (b *bench) scenarioPing(ctx context.Context) *Scenario {
 	cfg := b.cfg
 	sc := &Scenario{Title: "`__ping` round trips (stdio and WebSocket)"}
 	sc.Intro = fmt.Sprintf(`Each run spawns a fresh boxrt (`+"`serve --stdio`"+` for stdio; `+"`serve --listen 127.0.0.1:0`"+` with a control token for WebSocket)
 and a fresh baseline peer, warms up with 200 calls, then makes %d sequential calls with 1 caller — boxrt and the peer run
-side by side and are called in turn, so drift hits both, with a second echo peer called in turn too as a control (its
-row shows how far two identical processes differ in the same run: a ratio inside that spread is noise); a one-caller run
-spreads its calls over %d fresh sets of these processes, each a run of its own in the appendix — or %d callers × %d calls
-sharing one connection (as a host shares its one connection; boxrt's run, then the peer's). Latency is from writing the request to reading its answer.
+side by side and take turns of %d calls in a row, so drift hits both, with a second echo peer taking turns too as a control
+(its row shows how far two identical processes differ in the same run: a ratio inside that spread is noise); a one-caller
+run spreads its calls over %d fresh sets of these processes, each a run of its own in the appendix, and a row's p50 is
+the median of its runs — or %d callers × %d calls sharing one connection (as a host shares its one connection; boxrt's
+run, then the peer's). Latency is from writing the request to reading its answer.
+**Clients:** the one-caller rows use a direct client — the caller writes its request and reads its answer itself, so the
+round trip is the peer's and the pipe's. The many-caller rows, and the stdio one-caller row marked *multiplexed*, use a
+multiplexing client whose reader goroutine hands each answer to its caller, a second wake per call.
+**Placement:** a one-caller round trip takes ~8 µs when the peer's thread runs on the caller's CPU and ~35–40 µs when it
+runs on the other one (whose vCPU halts while idle and must be woken), and a process tends to keep one placement for its
+life. The row *on one CPU* pins the caller's thread and every peer to CPU 0 (`+"`taskset -c 0`"+`): the per-call difference
+with the placement held fixed.
 **Baseline:** a minimal JSON-RPC echo peer — this harness re-executed as a separate process behind the same pipes
 (one JSON object per line, one write per answer) or a loopback WebSocket (coder/websocket, one message per text frame).
 It decodes the id and answers `+"`{\"result\":{}}`"+`: no method table, no concurrency, no logging or metrics. The ratio is boxrt's protocol overhead.
-**CPU-matched peer** (stdio, one caller): each set first calls boxrt and the echo peer %d times in turn and reads their
+**CPU-matched peer** (stdio, one caller): each set first calls boxrt and the echo peer %d times, in turns, and reads their
 threads' CPU time (/proc/PID/task/*/schedstat); a third echo peer then busy-waits boxrt's extra CPU per call before each
-answer and is called in turn with the others. It shows how much of boxrt's one-caller ratio its CPU per call alone explains.
+answer and takes turns with the others. It shows how much of boxrt's one-caller ratio its CPU per call alone explains.
 **Linked peer** (stdio, one caller): the echo peer's own loop in a binary that links the packages boxrt's main imports
 (`+"`test/bench/linkedecho`"+`: boxrt's dependencies, their package initialisation, a binary of boxrt's size; none of boxrt's code
-runs), called in turn with the others. It shows what being the boxrt binary costs one caller with the per-call code held equal.`,
-		cfg.pingN, pingProcessSets, cfg.pingCallers, cfg.pingConcN, cpuCalibrationCalls)
+runs), taking turns with the others. It shows what being the boxrt binary costs one caller with the per-call code held equal.`,
+		cfg.pingN, pingBlock, pingProcessSets, cfg.pingCallers, cfg.pingConcN, cpuCalibrationCalls)
 
 	type variant struct {
 		name      string
-		ws        bool
+		link      pingLink
 		callers   int
 		perCaller int
 	}
 	variants := []variant{
-		{"stdio, 1 caller", false, 1, cfg.pingN},
-		{fmt.Sprintf("stdio, %d callers", cfg.pingCallers), false, cfg.pingCallers, cfg.pingConcN},
-		{"WebSocket, 1 caller", true, 1, cfg.pingN},
-		{fmt.Sprintf("WebSocket, %d callers", cfg.pingCallers), true, cfg.pingCallers, cfg.pingConcN},
+		{"stdio, 1 caller", pingLink{direct: true}, 1, cfg.pingN},
+		{"stdio, 1 caller, on one CPU", pingLink{direct: true, oneCPU: true}, 1, cfg.pingN},
+		{"stdio, 1 caller, multiplexed client", pingLink{}, 1, cfg.pingN},
+		{fmt.Sprintf("stdio, %d callers", cfg.pingCallers), pingLink{}, cfg.pingCallers, cfg.pingConcN},
+		{"WebSocket, 1 caller", pingLink{ws: true, direct: true}, 1, cfg.pingN},
+		{fmt.Sprintf("WebSocket, %d callers", cfg.pingCallers), pingLink{ws: true}, cfg.pingCallers, cfg.pingConcN},
 	}
 	rows := make([]Row, len(variants))
 	// controls[i], for a 1-caller variant: a second echo peer called in
@@ -133,8 +145,14 @@ runs), called in turn with the others. It shows what being the boxrt binary cost
 	controls := make([]Row, len(variants))
 	for i, v := range variants {
 		tr := "stdio"
-		if v.ws {
+		if v.link.ws {
 			tr = "ws"
+		}
+		if !v.link.direct && v.callers == 1 {
+			tr += ", multiplexed"
+		}
+		if v.link.oneCPU {
+			tr += ", one CPU"
 		}
 		rows[i] = Row{Case: v.name, Boxrt: newMeasure(fmt.Sprintf("boxrt %s ×%d", tr, v.callers)),
 			Base: newMeasure(fmt.Sprintf("echo peer (%s)", tr))}
@@ -154,14 +172,14 @@ runs), called in turn with the others. It shows what being the boxrt binary cost
 		for i, v := range variants {
 			if v.callers == 1 {
 				var f *stdioFloors
-				if !v.ws {
+				if i == 0 {
 					f = floors
 				}
 				for range pingProcessSets {
-					b.pingPair(ctx, rows[i], controls[i].Boxrt, f, v.ws, max(v.perCaller/pingProcessSets, 1))
+					b.pingPair(ctx, rows[i], controls[i].Boxrt, f, v.link, max(v.perCaller/pingProcessSets, 1))
 				}
 			} else {
-				b.pingBlocks(ctx, rows[i], v.ws, v.callers, v.perCaller)
+				b.pingBlocks(ctx, rows[i], v.link.ws, v.callers, v.perCaller)
 			}
 			b.logf("ping %s rep %d: boxrt p50 %s, echo p50 %s", v.name, rep+1, lastP50(rows[i].Boxrt), lastP50(rows[i].Base))
 		}
@@ -183,8 +201,8 @@ runs), called in turn with the others. It shows what being the boxrt binary cost
 		}
 	}
 
-	sc.Goals = append(sc.Goals, pingLatencyGoal(rows[0], controls[0], matchedRow, linkedRow),
-		pingThroughputGoal(rows[1], "stdio", 0.7), pingThroughputGoal(rows[3], "WebSocket", 0.8))
+	sc.Goals = append(sc.Goals, pingLatencyGoal(rows[0], controls[0], matchedRow, linkedRow, rows[2], rows[1]),
+		pingThroughputGoal(rows[3], "stdio", 0.7), pingThroughputGoal(rows[5], "WebSocket", 0.8))
 	return sc
 }
 
@@ -209,6 +227,22 @@ type stdioFloors struct {
 // peer, a process set makes to read their CPU per call.
 const cpuCalibrationCalls = 2000
 
+// pingLink is how a ping run reaches its peers: over stdio or WebSocket,
+// with a direct client (calls take turns, each reads its own answer) or a
+// multiplexed one (a reader goroutine hands answers to the callers).
+type pingLink struct {
+	ws, direct bool
+	// oneCPU: the caller's thread and every peer run on CPU 0 only.
+	oneCPU bool
+}
+
+func (l pingLink) mode() string {
+	if l.ws {
+		return "ws"
+	}
+	return "stdio"
+}
+
 type pingSide struct {
 	m   *Measure
 	c   *rpcClient
@@ -219,14 +253,14 @@ type pingSide struct {
 // peers (the baseline and the control) — and, with floors, the
 // CPU-matched and the linked echo peers — each warmed up, then called in
 // turn.
-func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, floors *stdioFloors, ws bool, n int) {
-	p, err := b.startPingBoxrt(ctx, ws)
+func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, floors *stdioFloors, link pingLink, n int) {
+	p, err := b.startPingBoxrt(ctx, link)
 	if err != nil {
 		row.Boxrt.fail(err)
 		return
 	}
 	defer p.stop(10 * time.Second)
-	c, closeConn, err := connect(ctx, p.rpc, ws, p.wsURL(), b.token)
+	c, closeConn, err := connect(ctx, p.rpc, link, p.wsURL(), b.token)
 	if err != nil {
 		row.Boxrt.fail(err)
 		return
@@ -239,10 +273,10 @@ func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, floors 
 	}
 	sides := []pingSide{boxrt}
 	startEcho := func(work time.Duration) func() (*echoPeer, error) {
-		return func() (*echoPeer, error) { return b.startPingEcho(ws, work) }
+		return func() (*echoPeer, error) { return b.startPingEcho(link, work) }
 	}
 	for _, m := range []*Measure{row.Base, control} {
-		side, stop, err := pingPeerSide(ctx, m, ws, startEcho(0))
+		side, stop, err := pingPeerSide(ctx, m, link, startEcho(0))
 		if err != nil {
 			m.fail(err)
 			return
@@ -257,7 +291,7 @@ func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, floors 
 			return
 		}
 		floors.extra = append(floors.extra, extra)
-		side, stop, err := pingPeerSide(ctx, floors.matched, ws, startEcho(extra))
+		side, stop, err := pingPeerSide(ctx, floors.matched, link, startEcho(extra))
 		if err != nil {
 			floors.matched.fail(err)
 			return
@@ -266,8 +300,8 @@ func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, floors 
 		sides = append(sides, side)
 	}
 	if floors != nil && floors.linked != nil {
-		side, stop, err := pingPeerSide(ctx, floors.linked, ws, func() (*echoPeer, error) {
-			return spawnEcho(exec.Command(b.linkedEcho), "stdio")
+		side, stop, err := pingPeerSide(ctx, floors.linked, link, func() (*echoPeer, error) {
+			return spawnEcho(command(link.oneCPU, b.linkedEcho), link)
 		})
 		if err != nil {
 			floors.linked.fail(err)
@@ -283,8 +317,25 @@ func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, floors 
 			return err
 		}})
 	}
-	timeInterleaved(ctx, n, ops...)
+	if !link.oneCPU {
+		timeInBlocks(ctx, n, pingBlock, ops...)
+		return
+	}
+	if err := onCPU0(func() { timeInBlocks(ctx, n, pingBlock, ops...) }); err != nil {
+		for _, side := range sides {
+			side.m.fail(err)
+		}
+	}
 }
+
+// pingBlock is how many calls in a row each peer of a one-caller run gets
+// before the next one's turn. Called one call each in turn, every call
+// finds the peer's threads parked during the others' turns, and its p50 is
+// decided by where the kernel wakes them: with a hand client, 4 peers in
+// turn gave boxrt 19.0 µs against echo peers at 13.6 and 10.6 µs in one
+// run and 11.6 against 11.3 and 11.7 in the next; in blocks of 100, all
+// four read 7.7–7.9 µs in both (where_time_goes.md).
+const pingBlock = 100
 
 // warmPing makes 200 calls to side.
 func warmPing(ctx context.Context, side pingSide) error {
@@ -296,8 +347,9 @@ func warmPing(ctx context.Context, side pingSide) error {
 	return nil
 }
 
-// extraCPUPerCall calls boxrt and the echo peer in turn and returns how
-// much more CPU time per call boxrt's threads used (0 if less).
+// extraCPUPerCall calls boxrt and the echo peer in turn, in blocks as the
+// measured calls are, and returns how much more CPU time per call boxrt's
+// threads used (0 if less).
 func extraCPUPerCall(ctx context.Context, boxrt, echo pingSide) (time.Duration, error) {
 	sides := []pingSide{boxrt, echo}
 	var before, after [2]time.Duration
@@ -307,10 +359,12 @@ func extraCPUPerCall(ctx context.Context, boxrt, echo pingSide) (time.Duration, 
 			return 0, err
 		}
 	}
-	for range cpuCalibrationCalls {
+	for range cpuCalibrationCalls / pingBlock {
 		for _, s := range sides {
-			if _, err := s.c.Call(ctx, "__ping", nil); err != nil {
-				return 0, err
+			for range pingBlock {
+				if _, err := s.c.Call(ctx, "__ping", nil); err != nil {
+					return 0, err
+				}
 			}
 		}
 	}
@@ -326,11 +380,11 @@ func extraCPUPerCall(ctx context.Context, boxrt, echo pingSide) (time.Duration, 
 
 // connect is the client for a peer: its stdio client, or a fresh
 // WebSocket to url; done is a no-op for stdio (the peer's stop closes it).
-func connect(ctx context.Context, stdio *rpcClient, ws bool, url, token string) (c *rpcClient, done func(), err error) {
-	if !ws {
+func connect(ctx context.Context, stdio *rpcClient, link pingLink, url, token string) (c *rpcClient, done func(), err error) {
+	if !link.ws {
 		return stdio, func() {}, nil
 	}
-	if c, err = dialRPC(ctx, url, token); err != nil {
+	if c, err = dialRPC(ctx, url, token, link.direct); err != nil {
 		return nil, nil, err
 	}
 	return c, func() { c.Close() }, nil
@@ -339,7 +393,7 @@ func connect(ctx context.Context, stdio *rpcClient, ws bool, url, token string) 
 // pingBlocks is one run of many callers: boxrt's, then the echo peer's.
 func (b *bench) pingBlocks(ctx context.Context, row Row, ws bool, callers, perCaller int) {
 	func() {
-		p, err := b.startPingBoxrt(ctx, ws)
+		p, err := b.startPingBoxrt(ctx, pingLink{ws: ws})
 		if err != nil {
 			row.Boxrt.fail(err)
 			return
@@ -347,7 +401,7 @@ func (b *bench) pingBlocks(ctx context.Context, row Row, ws bool, callers, perCa
 		defer p.stop(10 * time.Second)
 		measurePing(ctx, row.Boxrt, p.rpc, ws, p.wsURL(), b.token, callers, perCaller)
 	}()
-	e, err := b.startPingEcho(ws, 0)
+	e, err := b.startPingEcho(pingLink{ws: ws}, 0)
 	if err != nil {
 		row.Base.fail(err)
 		return
@@ -358,9 +412,9 @@ func (b *bench) pingBlocks(ctx context.Context, row Row, ws bool, callers, perCa
 
 // startPingBoxrt starts boxrt serving over stdio, or over WebSocket with
 // the control token.
-func (b *bench) startPingBoxrt(ctx context.Context, ws bool) (*boxrtProc, error) {
-	o := boxrtOpts{Name: "ping", Stdio: !ws, Listen: ws}
-	if ws {
+func (b *bench) startPingBoxrt(ctx context.Context, link pingLink) (*boxrtProc, error) {
+	o := boxrtOpts{Name: "ping", Stdio: !link.ws, Listen: link.ws, DirectClient: link.direct, OneCPU: link.oneCPU}
+	if link.ws {
 		o.Token = b.token
 	}
 	return b.startBoxrt(ctx, o)
@@ -368,21 +422,21 @@ func (b *bench) startPingBoxrt(ctx context.Context, ws bool) (*boxrtProc, error)
 
 // startPingEcho starts the echo peer over stdio or WebSocket; work is
 // its CPU time per answer (stdio only, see echopeer.ServeLines).
-func (b *bench) startPingEcho(ws bool, work time.Duration) (*echoPeer, error) {
-	if ws {
-		return b.startEcho("ws", 0)
+func (b *bench) startPingEcho(link pingLink, work time.Duration) (*echoPeer, error) {
+	if link.ws {
+		work = 0
 	}
-	return b.startEcho("stdio", work)
+	return b.startEcho(link, work)
 }
 
 // pingPeerSide starts a peer for a one-caller run, connects to it and
 // warms it up; stop ends both.
-func pingPeerSide(ctx context.Context, m *Measure, ws bool, start func() (*echoPeer, error)) (side pingSide, stop func(), err error) {
+func pingPeerSide(ctx context.Context, m *Measure, link pingLink, start func() (*echoPeer, error)) (side pingSide, stop func(), err error) {
 	e, err := start()
 	if err != nil {
 		return side, nil, err
 	}
-	c, closeConn, err := connect(ctx, e.rpc, ws, e.wsURL(), "")
+	c, closeConn, err := connect(ctx, e.rpc, link, e.wsURL(), "")
 	if err != nil {
 		e.stop()
 		return side, nil, err
@@ -396,20 +450,21 @@ func pingPeerSide(ctx context.Context, m *Measure, ws bool, start func() (*echoP
 	return side, stop, nil
 }
 
-func dialRPC(ctx context.Context, url, token string) (*rpcClient, error) {
+func dialRPC(ctx context.Context, url, token string, direct bool) (*rpcClient, error) {
 	t, err := dialWS(ctx, url, token)
 	if err != nil {
 		return nil, err
 	}
-	return newRPCClient(t), nil
+	return newClient(t, direct), nil
 }
 
 // pingLatencyGoal: one caller over stdio, p50 no slower than the echo peer
 // and at most 40 µs, client round trip included. The control row's ratio
 // (two identical echo peers) says how much of a ratio is noise; the
 // CPU-matched row how much boxrt's CPU per call costs an echo; the linked
-// row what the boxrt binary costs with the echo's own code.
-func pingLatencyGoal(r, control, matched, linked Row) Goal {
+// row what the boxrt binary costs with the echo's own code; the
+// multiplexed row what the same case gives through a client's handoff.
+func pingLatencyGoal(r, control, matched, linked, multiplexed, oneCPU Row) Goal {
 	g := Goal{Text: "`__ping` over stdio, 1 caller: p50 at most the echo peer's (≤ 1.0×) and ≤ 40 µs (client round trip included)"}
 	if !r.Boxrt.ok() || !r.Base.ok() {
 		g.Measured = "not measured"
@@ -418,7 +473,7 @@ func pingLatencyGoal(r, control, matched, linked Row) Goal {
 	b, e := r.Boxrt.P50(), r.Base.P50()
 	g.Measured = fmt.Sprintf("p50 %s vs echo peer %s = %s", fmtDur(b), fmtDur(e), fmtRatio(float64(b), float64(e)))
 	if control.Boxrt.ok() {
-		g.Measured += fmt.Sprintf(" (control: a second echo peer, called in turn with both, %s = %s the first)",
+		g.Measured += fmt.Sprintf(" (control: a second echo peer, taking turns with both, %s = %s the first)",
 			fmtDur(control.Boxrt.P50()), fmtRatio(float64(control.Boxrt.P50()), float64(e)))
 	}
 	if matched.Boxrt.ok() {
@@ -428,6 +483,14 @@ func pingLatencyGoal(r, control, matched, linked Row) Goal {
 	if linked.Boxrt.ok() {
 		g.Measured += fmt.Sprintf("; the echo peer's own loop in a binary that links boxrt's packages: %s = %s",
 			fmtDur(linked.Boxrt.P50()), fmtRatio(float64(linked.Boxrt.P50()), float64(e)))
+	}
+	if oneCPU.Boxrt.ok() && oneCPU.Base.ok() {
+		g.Measured += fmt.Sprintf("; with the caller and both peers on one CPU (no wake crosses CPUs): %s vs %s = %s", fmtDur(oneCPU.Boxrt.P50()),
+			fmtDur(oneCPU.Base.P50()), fmtRatio(float64(oneCPU.Boxrt.P50()), float64(oneCPU.Base.P50())))
+	}
+	if multiplexed.Boxrt.ok() && multiplexed.Base.ok() {
+		g.Measured += fmt.Sprintf("; with the multiplexed client: %s vs %s = %s", fmtDur(multiplexed.Boxrt.P50()),
+			fmtDur(multiplexed.Base.P50()), fmtRatio(float64(multiplexed.Boxrt.P50()), float64(multiplexed.Base.P50())))
 	}
 	if e > 40*time.Microsecond {
 		g.Measured += fmt.Sprintf("; the absolute 40 µs is below this machine's floor: the echo peer alone, which does nothing but answer, takes %s", fmtDur(e))

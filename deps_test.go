@@ -35,7 +35,7 @@ func TestDependencyDirection(t *testing.T) {
 		"rpc":                         {"runtime/boxerr"},
 		"reconnect":                   {"runtime/boxerr"},
 		"test":                        {"*"},
-		"test/bench":                  {"reconnect", "runtime/boxerr", "internal/clip", "backends/bwrap", "backends/docker", "test/bench/echopeer"},
+		"test/bench":                  {"reconnect", "runtime/boxerr", "internal/clip", "backends", "backends/bwrap", "backends/docker", "test/bench/echopeer"},
 		"test/bench/echopeer":         {},
 		"test/bench/linkedecho":       {"*"},
 		"internal/clip":               {},

@@ -42,6 +42,19 @@ var killRequest = []byte("kill\n")
 // and req.Stderr as it arrives. On req.Timeout or ctx cancellation the
 // command's whole process tree is killed inside the container and the
 // container, with its files, stays.
+// ExecCommand is the argv of a plain box_exec of cmd in workdir, with its
+// pid file at pidFile: the wrapper every such command runs in (login shell,
+// kill watcher; see sandboxsh.ExecScript), with the exec's stdin attached
+// for the watcher. The bench runs it through the raw Engine API as the
+// floor of this design.
+func ExecCommand(workdir, cmd, pidFile string) []string {
+	return execArgv(execScript, workdir, cmd, pidFile, "")
+}
+
+func execArgv(script, workdir, cmd, pidFile, mode string) []string {
+	return []string{"sh", "-c", script, "boxrt-exec", workdir, cmd, pidFile, mode}
+}
+
 func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.ExecRequest) (backends.ExitStatus, error) {
 	if err := ctx.Err(); err != nil {
 		return backends.ExitStatus{}, err
@@ -68,7 +81,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		// The wrapper creates and enters the real workdir; the engine would
 		// refuse a working directory that does not exist yet.
 		WorkingDir: "/",
-		Cmd:        []string{"sh", "-c", script, "boxrt-exec", workdir, req.Cmd, pidFile, mode},
+		Cmd:        execArgv(script, workdir, req.Cmd, pidFile, mode),
 	}
 	if req.TTY != nil {
 		opts.Cmd[len(opts.Cmd)-1] = "tty"

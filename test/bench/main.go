@@ -77,7 +77,7 @@ func defaults(quick bool) config {
 			scaleBwrap: 50, scaleReps: 1, scaleConc: 4, reconnectN: 2, reconnectRep: 1, burstSessions: 20, burstExecs: 60,
 			burstInFlight: 32, burstIdle: 5 * time.Second, burstReps: 1, timeoutTotal: 10 * time.Minute}
 	}
-	return config{reps: 3, pingN: 20000, pingConcN: 500, pingCallers: 64, execNDocker: 100, execNCLI: 40,
+	return config{reps: 3, pingN: 20000, pingConcN: 500, pingCallers: 64, execNDocker: 300, execNCLI: 40,
 		execNBwrap: 300, coldNDocker: 8, coldNBwrap: 30, relayN: 3000, streamSec: 3, execStreamMB: 200, scaleDocker: 200,
 		scaleBwrap: 1000, scaleReps: 3, scaleConc: 4, reconnectN: 6, burstSessions: 100, burstExecs: 300,
 		burstInFlight: 128, burstIdle: 30 * time.Second, burstReps: 1, timeoutTotal: 40 * time.Minute}

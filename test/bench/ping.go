@@ -175,8 +175,8 @@ runs), taking turns with the others. It shows what being the boxrt binary costs 
 				if i == 0 {
 					f = floors
 				}
-				for range pingProcessSets {
-					b.pingPair(ctx, rows[i], controls[i].Boxrt, f, v.link, max(v.perCaller/pingProcessSets, 1))
+				for set := range pingProcessSets {
+					b.pingPair(ctx, rows[i], controls[i].Boxrt, f, v.link, max(v.perCaller/pingProcessSets, 1), set)
 				}
 			} else {
 				b.pingBlocks(ctx, rows[i], v.link.ws, v.callers, v.perCaller)
@@ -249,40 +249,44 @@ type pingSide struct {
 	pid int
 }
 
-// pingPair is one run of one caller: a fresh boxrt and two fresh echo
-// peers (the baseline and the control) — and, with floors, the
-// CPU-matched and the linked echo peers — each warmed up, then called in
-// turn.
-func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, floors *stdioFloors, link pingLink, n int) {
-	p, err := b.startPingBoxrt(ctx, link)
-	if err != nil {
-		row.Boxrt.fail(err)
-		return
+// pingPair is one run of one caller, the set-th of its repetition: a
+// fresh boxrt and two fresh echo peers (the baseline and the control) —
+// and, with floors, the linked and the CPU-matched echo peers — each
+// warmed up, then taking turns.
+func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, floors *stdioFloors, link pingLink, n, set int) {
+	type peer struct {
+		m     *Measure
+		start func() (pingSide, func(), error)
 	}
-	defer p.stop(10 * time.Second)
-	c, closeConn, err := connect(ctx, p.rpc, link, p.wsURL(), b.token)
-	if err != nil {
-		row.Boxrt.fail(err)
-		return
+	echo := func(m *Measure, work time.Duration) peer {
+		return peer{m, func() (pingSide, func(), error) {
+			return pingPeerSide(ctx, m, link, func() (*echoPeer, error) { return b.startPingEcho(link, work) })
+		}}
 	}
-	defer closeConn()
-	boxrt := pingSide{m: row.Boxrt, c: c, pid: p.cmd.Process.Pid}
-	if err := warmPing(ctx, boxrt); err != nil {
-		row.Boxrt.fail(err)
-		return
+	peers := []peer{{row.Boxrt, func() (pingSide, func(), error) { return b.pingBoxrtSide(ctx, row.Boxrt, link) }},
+		echo(row.Base, 0), echo(control, 0)}
+	if floors != nil && floors.linked != nil {
+		peers = append(peers, peer{floors.linked, func() (pingSide, func(), error) {
+			return pingPeerSide(ctx, floors.linked, link, func() (*echoPeer, error) {
+				return spawnEcho(command(link.oneCPU, b.linkedEcho), link)
+			})
+		}})
 	}
-	sides := []pingSide{boxrt}
-	startEcho := func(work time.Duration) func() (*echoPeer, error) {
-		return func() (*echoPeer, error) { return b.startPingEcho(link, work) }
-	}
-	for _, m := range []*Measure{row.Base, control} {
-		side, stop, err := pingPeerSide(ctx, m, link, startEcho(0))
+	// The process started first lands on the far CPU more often than the
+	// others (by hand, three peers, 6 runs each way: with boxrt started
+	// last, the echo peer started first was far-placed in 4 runs and boxrt
+	// in none; with boxrt first, boxrt in 2), so the start order rotates
+	// from set to set.
+	sides := make([]pingSide, len(peers))
+	for k := range peers {
+		j := (k + set) % len(peers)
+		side, stop, err := peers[j].start()
 		if err != nil {
-			m.fail(err)
+			peers[j].m.fail(err)
 			return
 		}
 		defer stop()
-		sides = append(sides, side)
+		sides[j] = side
 	}
 	if floors != nil {
 		extra, err := extraCPUPerCall(ctx, sides[0], sides[1])
@@ -291,20 +295,9 @@ func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, floors 
 			return
 		}
 		floors.extra = append(floors.extra, extra)
-		side, stop, err := pingPeerSide(ctx, floors.matched, link, startEcho(extra))
+		side, stop, err := echo(floors.matched, extra).start()
 		if err != nil {
 			floors.matched.fail(err)
-			return
-		}
-		defer stop()
-		sides = append(sides, side)
-	}
-	if floors != nil && floors.linked != nil {
-		side, stop, err := pingPeerSide(ctx, floors.linked, link, func() (*echoPeer, error) {
-			return spawnEcho(command(link.oneCPU, b.linkedEcho), link)
-		})
-		if err != nil {
-			floors.linked.fail(err)
 			return
 		}
 		defer stop()
@@ -408,6 +401,27 @@ func (b *bench) pingBlocks(ctx context.Context, row Row, ws bool, callers, perCa
 	}
 	defer e.stop()
 	measurePing(ctx, row.Base, e.rpc, ws, e.wsURL(), "", callers, perCaller)
+}
+
+// pingBoxrtSide starts boxrt for a one-caller run, connects to it and
+// warms it up; stop ends both.
+func (b *bench) pingBoxrtSide(ctx context.Context, m *Measure, link pingLink) (side pingSide, stop func(), err error) {
+	p, err := b.startPingBoxrt(ctx, link)
+	if err != nil {
+		return side, nil, err
+	}
+	c, closeConn, err := connect(ctx, p.rpc, link, p.wsURL(), b.token)
+	if err != nil {
+		p.stop(10 * time.Second)
+		return side, nil, err
+	}
+	stop = func() { closeConn(); p.stop(10 * time.Second) }
+	side = pingSide{m: m, c: c, pid: p.cmd.Process.Pid}
+	if err := warmPing(ctx, side); err != nil {
+		stop()
+		return side, nil, err
+	}
+	return side, stop, nil
 }
 
 // startPingBoxrt starts boxrt serving over stdio, or over WebSocket with

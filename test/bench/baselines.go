@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os/exec"
 	"strings"
 	"time"
@@ -122,9 +123,14 @@ type timedOp struct {
 	done  func()
 }
 
-// timeInterleaved runs n rounds of every case, one call each in turn, the
-// order rotating from round to round: drift in the machine's speed hits
-// every case alike, and no case always runs right after another.
+// timeInterleaved runs n rounds of every case, one call each in turn, in
+// an order shuffled every round: drift in the machine's speed hits every
+// case alike, and no case always runs right after the same other one. A
+// case can leave work behind that slows whichever runs next (a docker
+// exec's kill watcher cleans up once the exec's connection closes): with
+// the order only rotating, each case kept its predecessor, and the raw
+// exec that always followed boxrt's measured slower than the same exec in
+// a login shell.
 func timeInterleaved(ctx context.Context, n int, ops ...timedOp) {
 	timeInBlocks(ctx, n, 1, ops...)
 }
@@ -135,9 +141,15 @@ func timeInterleaved(ctx context.Context, n int, ops ...timedOp) {
 // the machine's drift with the others at the scale of a block.
 func timeInBlocks(ctx context.Context, n, block int, ops ...timedOp) {
 	samples := make([][]time.Duration, len(ops))
+	// A fixed seed: the same sequence of orders in every run.
+	rng := rand.New(rand.NewPCG(1, 2))
+	order := make([]int, len(ops))
 	for i := 0; i < n && ctx.Err() == nil; i += block {
-		for k := range ops {
-			j := (i/block + k) % len(ops)
+		for k := range order {
+			order[k] = k
+		}
+		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		for _, j := range order {
 			o := ops[j]
 			for c := i; c < min(i+block, n); c++ {
 				if o.every > 1 && c%o.every != 0 {

@@ -109,7 +109,7 @@ func (b *bench) scenarioExec(ctx context.Context) *Scenario {
 	sc.Intro = fmt.Sprintf(`One session is created and warmed (3 execs) per run, then `+"`box_exec {\"cmd\":\"true\"}`"+` is called
 sequentially over stdio: %d times per run for docker, %d for bwrap.
 Latency is the whole call as a host sees it: request written → answer with the exit code read.
-**Baselines** run interleaved with boxrt, one call each in turn (the order rotating from call to call), so a machine
+**Baselines** run interleaved with boxrt, one call each in turn (in an order shuffled every round), so a machine
 whose speed drifts during the run slows boxrt and its baseline alike:
 - *raw Engine API*: from Go with github.com/docker/docker/client, in the very container of boxrt's session (same image,
   hardening and limits): ContainerExecCreate(`+"`sh -c true`"+`) → ContainerExecAttach (which is the start: POST

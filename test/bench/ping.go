@@ -88,11 +88,10 @@ func measurePing(ctx context.Context, m *Measure, c *rpcClient, ws bool, wsURL, 
 // pingProcessSets is how many fresh sets of processes (boxrt, echo peer,
 // control) each repetition of a one-caller case spreads its calls over.
 // Two identical processes differ by several per cent in one-caller
-// latency (placement, caches), and now and then one process answers at
-// 2–3× its usual p50 for its whole life (seen for boxrt, the linked and
-// the CPU-matched peers: the calling thread's answer is handed between
-// threads of the peer, see where_time_goes.md); a row's p50 is the median
-// of its runs, which one such set of eight does not move.
+// latency (caches), and now and then one process answers at 2–4× its
+// usual p50 for its whole life: its thread settled on the other CPU,
+// whose vCPU must be woken for every call (where_time_goes.md); a row's
+// p50 is the median of its runs, which a few such sets do not move.
 const pingProcessSets = 8
 
 func (b *bench) scenarioPing(ctx context.Context) *Scenario {
@@ -410,18 +409,7 @@ func (b *bench) pingBoxrtSide(ctx context.Context, m *Measure, link pingLink) (s
 	if err != nil {
 		return side, nil, err
 	}
-	c, closeConn, err := connect(ctx, p.rpc, link, p.wsURL(), b.token)
-	if err != nil {
-		p.stop(10 * time.Second)
-		return side, nil, err
-	}
-	stop = func() { closeConn(); p.stop(10 * time.Second) }
-	side = pingSide{m: m, c: c, pid: p.cmd.Process.Pid}
-	if err := warmPing(ctx, side); err != nil {
-		stop()
-		return side, nil, err
-	}
-	return side, stop, nil
+	return warmSide(ctx, m, link, p.rpc, p.wsURL(), b.token, p.cmd.Process.Pid, func() { p.stop(10 * time.Second) })
 }
 
 // startPingBoxrt starts boxrt serving over stdio, or over WebSocket with
@@ -450,13 +438,20 @@ func pingPeerSide(ctx context.Context, m *Measure, link pingLink, start func() (
 	if err != nil {
 		return side, nil, err
 	}
-	c, closeConn, err := connect(ctx, e.rpc, link, e.wsURL(), "")
+	return warmSide(ctx, m, link, e.rpc, e.wsURL(), "", e.cmd.Process.Pid, e.stop)
+}
+
+// warmSide connects to a started peer (process pid, its stdio client or
+// its WebSocket url) and warms it up; stop ends the connection, then the
+// peer with stopPeer, which also runs if connecting or warming fails.
+func warmSide(ctx context.Context, m *Measure, link pingLink, stdio *rpcClient, url, token string, pid int, stopPeer func()) (side pingSide, stop func(), err error) {
+	c, closeConn, err := connect(ctx, stdio, link, url, token)
 	if err != nil {
-		e.stop()
+		stopPeer()
 		return side, nil, err
 	}
-	stop = func() { closeConn(); e.stop() }
-	side = pingSide{m: m, c: c, pid: e.cmd.Process.Pid}
+	stop = func() { closeConn(); stopPeer() }
+	side = pingSide{m: m, c: c, pid: pid}
 	if err := warmPing(ctx, side); err != nil {
 		stop()
 		return side, nil, err

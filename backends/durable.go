@@ -77,8 +77,9 @@ type Pooler interface {
 // line: in a docker exec, in a bwrap sandbox spawned with the session's
 // mounts and limits), so that the command skips what starting one costs. The
 // runtime asks for it on pooled sandboxes, whose first command's latency
-// is what a pool is for. A prestarted exec serves one plain exec without
-// per-request environment; anything else runs as usual.
+// is what a pool is for (docker also starts one after every plain exec,
+// for the session's next). A prestarted exec serves one plain exec
+// (ExecRequest.Plain); anything else runs as usual.
 type ExecPrestarter interface {
 	PrestartExec(ctx context.Context, info Session) error
 }

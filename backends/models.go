@@ -206,6 +206,13 @@ type ExecRequest struct {
 	Signals <-chan syscall.Signal
 }
 
+// Plain reports whether r is a plain exec: no stdin, terminal, signals or
+// environment of its own — what a prestarted exec (ExecPrestarter) can
+// serve.
+func (r ExecRequest) Plain() bool {
+	return r.Stdin == nil && r.TTY == nil && r.Signals == nil && len(r.Env) == 0
+}
+
 // Resize asks a running TTY exec to change its terminal's size; the
 // backend answers on Done (buffered, capacity 1) once the size is in
 // effect, so that what the caller does next sees it.

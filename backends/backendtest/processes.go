@@ -5,13 +5,16 @@ package backendtest
 // whose session is the listing shell's. A plain exec's wrapper execs the
 // command in place, so the shell's $$ is the exec's session id; that also
 // skips its watcher, whose argv carries this very script (matching on the
-// text fails where `ps` truncates argv, as busybox's does).
+// text fails where `ps` truncates argv, as busybox's does). An exec
+// prestarted for the next command (see ListPrestarted) is boxrt's, not a
+// command's, and is skipped too.
 const ListProcesses = `for d in /proc/[0-9]*; do
 	read -r st <"$d/stat" || continue
 	set -- ${st##*) }
 	[ "$4" = "$$" ] && continue
-	tr '\0' ' ' <"$d/cmdline"
-	echo
+	c=$(tr '\0' ' ' <"$d/cmdline")
+	case $c in *' boxrt-exec ') continue ;; esac
+	printf '%s\n' "$c"
 done`
 
 // ListPrestarted is a command for a container backend's exec that prints

@@ -73,8 +73,8 @@ func (b *Backend) PrestartExec(_ context.Context, info backends.Session) error {
 // and returns its run; ok is false when there is none that can serve req
 // (which then spawns its own), and one that cannot is ended: it is only for
 // a plain exec without environment in the session's mount path.
-func (b *Backend) usePrestarted(dir string, info backends.Session, req backends.ExecRequest) (_ *run, ok bool) {
-	p, ok := b.prestarts.Take(info.BackendSessionID)
+func (b *Backend) usePrestarted(ctx context.Context, dir string, info backends.Session, req backends.ExecRequest) (_ *run, ok bool) {
+	p, ok := b.prestarts.Take(ctx, info.BackendSessionID)
 	if !ok {
 		return nil, false
 	}
@@ -82,7 +82,6 @@ func (b *Backend) usePrestarted(dir string, info backends.Session, req backends.
 	if workdir == "" {
 		workdir = p.workdir
 	}
-	plain := req.Stdin == nil && req.TTY == nil && req.Signals == nil && len(req.Env) == 0
 	line, fits := sandboxsh.PrestartLine(req.Cmd)
 	ended := false
 	select {
@@ -90,7 +89,7 @@ func (b *Backend) usePrestarted(dir string, info backends.Session, req backends.
 		ended = true
 	default:
 	}
-	if !plain || !fits || filepath.Clean(workdir) != p.workdir || ended {
+	if !req.Plain() || !fits || filepath.Clean(workdir) != p.workdir || ended {
 		p.End()
 		return nil, false
 	}

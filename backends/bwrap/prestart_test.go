@@ -54,7 +54,7 @@ func TestPrestartExec(t *testing.T) {
 					r.err, r.status, r.stdout, r.stderr, sc.code, sc.timedOut, sc.want)
 			}
 			waitRunDone(t, p.r)
-			if _, left := b.prestarts.Take(info.BackendSessionID); left {
+			if _, left := b.prestarts.Take(context.Background(), info.BackendSessionID); left {
 				t.Fatal("the prestarted sandbox is still on offer")
 			}
 			if used := !p.r.state.Success(); used != sc.uses {
@@ -75,12 +75,13 @@ func TestPrestartExecEnds(t *testing.T) {
 		name string
 		end  func(info backends.Session)
 	}{
-		{"the backend closes", func(backends.Session) { b.prestarts.EndAll() }},
 		{"the session is stopped", func(info backends.Session) {
 			if err := b.StopSession(context.Background(), info); err != nil {
 				t.Fatal(err)
 			}
 		}},
+		// Last: a closed backend's prestarts end whatever is offered later.
+		{"the backend closes", func(backends.Session) { b.prestarts.EndAll() }},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			info := newSession(t, b, nil)
@@ -90,7 +91,7 @@ func TestPrestartExecEnds(t *testing.T) {
 			p := peekPrestarted(t, b, info)
 			sc.end(info)
 			waitRunDone(t, p.r)
-			if _, left := b.prestarts.Take(info.BackendSessionID); left {
+			if _, left := b.prestarts.Take(context.Background(), info.BackendSessionID); left {
 				t.Fatal("an ended prestarted sandbox is still on offer")
 			}
 		})
@@ -100,7 +101,7 @@ func TestPrestartExecEnds(t *testing.T) {
 // peekPrestarted returns the session's prestarted sandbox, left on offer.
 func peekPrestarted(t *testing.T, b *Backend, info backends.Session) *prestarted {
 	t.Helper()
-	p, ok := b.prestarts.Take(info.BackendSessionID)
+	p, ok := b.prestarts.Take(context.Background(), info.BackendSessionID)
 	if !ok {
 		t.Fatal("no prestarted sandbox")
 	}

@@ -802,7 +802,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		return backends.ExitStatus{}, err
 	}
 	defer xio.finish()
-	r, ok := b.usePrestarted(dir, info, req)
+	r, ok := b.usePrestarted(ctx, dir, info, req)
 	if !ok {
 		r, err = b.start(launch{
 			sessionID: info.SessionID,

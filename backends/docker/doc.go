@@ -18,6 +18,11 @@
 // works unchanged against a remote engine or Podman's Docker-compatible socket
 // via DOCKER_HOST.
 //
+// A plain exec runs in an exec started after the session's previous one
+// (a shell waiting for its command line, see prestart.go): starting an
+// exec is most of a warm exec's cost, and this way it is paid between
+// commands instead of on the next one's path.
+//
 // Killing inside the container is done with small POSIX sh scripts that use
 // only shell builtins (read, kill, test) to walk /proc, so they work in a
 // busybox-only image, on kernels without /proc/<pid>/task/*/children, and

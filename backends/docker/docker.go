@@ -99,7 +99,11 @@ type Backend struct {
 
 	fileSystem // the file API (files.go)
 
-	prestarts backends.Prestarts[*prestarted] // execs started ahead of a pooled container's first (prestart.go)
+	prestarts backends.Prestarts[*prestarted] // execs started ahead of a container's next plain exec (prestart.go)
+	// background bounds the work started for a later call (a prestarted
+	// exec); Close cancels it.
+	background       context.Context
+	cancelBackground context.CancelFunc
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -156,12 +160,14 @@ func New(cfg Config) (*Backend, error) {
 		gvisorRuntime:  strings.TrimSpace(cfg.GVisorRuntime),
 	}
 	b.fileSystem = newFileSystem(b)
+	b.background, b.cancelBackground = context.WithCancel(context.Background())
 	return b, nil
 }
 
 // Close releases the client's connections, which ends the prestarted
 // execs. Sessions keep running.
 func (b *Backend) Close() error {
+	b.cancelBackground()
 	b.prestarts.EndAll()
 	return b.cli.Close()
 }

@@ -38,10 +38,6 @@ const (
 // triggers the kill.
 var killRequest = []byte("kill\n")
 
-// Exec implements backends.Backend. Output is demultiplexed into req.Stdout
-// and req.Stderr as it arrives. On req.Timeout or ctx cancellation the
-// command's whole process tree is killed inside the container and the
-// container, with its files, stays.
 // ExecCommand is the argv of a plain box_exec of cmd in workdir, with its
 // pid file at pidFile: the wrapper every such command runs in (login shell,
 // kill watcher; see sandboxsh.ExecScript), with the exec's stdin attached
@@ -55,7 +51,20 @@ func execArgv(script, workdir, cmd, pidFile, mode string) []string {
 	return []string{"sh", "-c", script, "boxrt-exec", workdir, cmd, pidFile, mode}
 }
 
+// Exec implements backends.Backend. Output is demultiplexed into req.Stdout
+// and req.Stderr as it arrives. On req.Timeout or ctx cancellation the
+// command's whole process tree is killed inside the container and the
+// container, with its files, stays. A plain exec runs in the exec started
+// after the session's previous one (see prestartNext) and starts the next.
 func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.ExecRequest) (backends.ExitStatus, error) {
+	status, err := b.exec(ctx, info, req)
+	if err == nil && req.Plain() {
+		b.prestartNext(info)
+	}
+	return status, err
+}
+
+func (b *Backend) exec(ctx context.Context, info backends.Session, req backends.ExecRequest) (backends.ExitStatus, error) {
 	if err := ctx.Err(); err != nil {
 		return backends.ExitStatus{}, err
 	}

@@ -25,40 +25,52 @@ type prestarted struct {
 func (p *prestarted) End() { p.hj.Close() }
 
 // PrestartExec implements backends.ExecPrestarter: the container's next
-// plain exec without environment runs in an exec started now.
+// plain exec runs in an exec started now (or already on its way: every
+// plain exec starts the next one, see Exec).
 func (b *Backend) PrestartExec(ctx context.Context, info backends.Session) error {
+	return b.prestartNext(info)(ctx)
+}
+
+// prestartNext starts, in the background, the exec the container's next
+// plain exec will run in, unless one is there or on its way, and returns
+// the wait for it. Starting an exec (runc joining the container's
+// namespaces and cgroups) is most of a warm exec's time; done between
+// commands, it is off the next one's path.
+func (b *Backend) prestartNext(info backends.Session) (wait func(context.Context) error) {
 	name := info.BackendSessionID
-	created, err := b.cli.ContainerExecCreate(ctx, name, container.ExecOptions{
-		AttachStdin:  true,
-		AttachStdout: true,
-		AttachStderr: true,
-		WorkingDir:   "/",
-		Cmd:          []string{"sh", "-c", sandboxsh.PrestartScript, "boxrt-exec"},
+	return b.prestarts.Start(b.background, name, func(ctx context.Context) (*prestarted, error) {
+		ctx, cancel := context.WithTimeout(ctx, helperTimeout)
+		defer cancel()
+		created, err := b.cli.ContainerExecCreate(ctx, name, container.ExecOptions{
+			AttachStdin:  true,
+			AttachStdout: true,
+			AttachStderr: true,
+			WorkingDir:   "/",
+			Cmd:          []string{"sh", "-c", sandboxsh.PrestartScript, "boxrt-exec"},
+		})
+		if err != nil {
+			return nil, b.sessionError(info, "prestarting an exec in "+name, err)
+		}
+		hj, err := b.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+		if err != nil {
+			return nil, b.sessionError(info, "prestarting an exec in "+name, err)
+		}
+		return &prestarted{id: created.ID, hj: hj}, nil
 	})
-	if err != nil {
-		return b.sessionError(info, "prestarting an exec in "+name, err)
-	}
-	hj, err := b.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
-	if err != nil {
-		return b.sessionError(info, "prestarting an exec in "+name, err)
-	}
-	b.prestarts.Put(name, &prestarted{id: created.ID, hj: hj})
-	return nil
 }
 
 // usePrestarted hands args (ExecScript's) to the container's prestarted
-// exec and returns it, started; ok is false when there is none that can
-// serve req (which then starts an exec as usual), and one that cannot is
-// ended: it is only for a plain exec that sets no environment.
+// exec and returns it, started, waiting for one still starting; ok is
+// false when there is none that can serve req (which then starts an exec
+// as usual), and one that cannot is ended: it is only for a plain exec.
 func (b *Backend) usePrestarted(ctx context.Context, name string, req backends.ExecRequest, args ...string) (_ *prestarted, ok bool) {
-	p, ok := b.prestarts.Take(name)
-	if !ok {
+	line, fits := sandboxsh.PrestartLine(args...)
+	if !req.Plain() || !fits {
+		b.prestarts.Drop(name)
 		return nil, false
 	}
-	plain := req.Stdin == nil && req.TTY == nil && req.Signals == nil && len(req.Env) == 0
-	line, fits := sandboxsh.PrestartLine(args...)
-	if !plain || !fits {
-		p.End()
+	p, ok := b.prestarts.Take(ctx, name)
+	if !ok {
 		return nil, false
 	}
 	// One that ended meanwhile (its container restarted, a process killed

@@ -74,6 +74,48 @@ func TestPrestartExec(t *testing.T) {
 	}
 }
 
+// TestPlainExecPrestartsTheNext checks that a plain exec starts the exec
+// its session's next plain one runs in, that other execs neither use one
+// nor start one, and that a session deleted while one starts leaves
+// nothing behind (the backend's Close waits for it: goleak would see it).
+func TestPlainExecPrestartsTheNext(t *testing.T) {
+	needEngine(t)
+	b := newBackend(t)
+	info := startSession(t, b)
+	ctx := context.Background()
+
+	mustRun(t, b, info, "true")
+	pid := prestartedPid(t, info)
+	if ran := strings.TrimSpace(mustRun(t, b, info, "echo $$")); ran != pid {
+		t.Fatalf("the next plain exec ran as pid %s, not in the one prestarted for it (%s)", ran, pid)
+	}
+	next := prestartedPid(t, info)
+	if next == pid {
+		t.Fatal("no new exec was prestarted after the last one was used")
+	}
+
+	r := runCtx(ctx, t, b, info, backends.ExecRequest{Cmd: "echo $$", Env: map[string]string{"X": "1"}, Timeout: 30 * time.Second})
+	if r.err != nil || r.status.ExitCode != 0 || strings.TrimSpace(r.stdout) == next {
+		t.Fatalf("an exec with environment: status %+v err %v stdout %q (prestarted: %s, must not be used)", r.status, r.err, r.stdout, next)
+	}
+	waitPidGone(t, info, next)
+	time.Sleep(500 * time.Millisecond)
+	if left := strings.Fields(rawExec(t, info.BackendSessionID, backendtest.ListPrestarted)); len(left) != 0 {
+		t.Fatalf("an exec with environment prestarted one: %v", left)
+	}
+
+	mustRun(t, b, info, "true") // starts the next one; the delete races it
+	if err := b.StopSession(ctx, info); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rawClient(t).ContainerInspect(ctx, info.BackendSessionID); err == nil {
+		t.Fatal("the session's container is still there")
+	}
+}
+
 // TestPrestartExecEndsWithBackend checks that an unused prestarted exec
 // ends when its backend closes (boxrt's exit): nothing is left running.
 func TestPrestartExecEndsWithBackend(t *testing.T) {

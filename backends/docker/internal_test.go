@@ -1,11 +1,17 @@
 package docker
 
 import (
+	"bufio"
 	"encoding/json"
+	"net"
+	"os"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/docker/docker/api/types"
 
 	"github.com/boxrt/boxrt/backends"
 )
@@ -87,4 +93,76 @@ func TestLabelsRoundTrip(t *testing.T) {
 	if _, err := infoFromLabels("c", map[string]string{LabelSpec: "{"}); err == nil {
 		t.Error("bad spec label accepted")
 	}
+}
+
+func TestStreamOpen(t *testing.T) {
+	scenarios := []struct {
+		name            string
+		peer            func(t *testing.T, peer net.Conn)
+		open, known     bool
+		notSocket, read bool
+	}{
+		{name: "a silent open socket is open", open: true, known: true},
+		{name: "a socket with output waiting is not a shell waiting for its line",
+			peer: func(t *testing.T, peer net.Conn) { mustWrite(t, peer) }, known: true},
+		{name: "output already buffered counts the same",
+			peer: func(t *testing.T, peer net.Conn) { mustWrite(t, peer) }, read: true, known: true},
+		{name: "a socket its peer closed is not open",
+			peer: func(t *testing.T, peer net.Conn) { _ = peer.Close() }, known: true},
+		{name: "a stream that is not a socket is not known", notSocket: true},
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			var conn, peer net.Conn
+			if sc.notSocket {
+				conn, peer = net.Pipe()
+			} else {
+				conn, peer = unixPair(t)
+			}
+			defer conn.Close()
+			defer peer.Close()
+			if sc.peer != nil {
+				sc.peer(t, peer)
+			}
+			hj := types.HijackedResponse{Conn: conn, Reader: bufio.NewReader(conn)}
+			if sc.read {
+				if _, err := hj.Reader.Peek(1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The peer's write or close must have reached the socket.
+			time.Sleep(10 * time.Millisecond)
+			open, known := streamOpen(hj)
+			if open != sc.open || known != sc.known {
+				t.Fatalf("streamOpen: open %v known %v, want %v %v", open, known, sc.open, sc.known)
+			}
+		})
+	}
+}
+
+func mustWrite(t *testing.T, c net.Conn) {
+	t.Helper()
+	if _, err := c.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// unixPair is two connected unix sockets, as the engine's stream is one.
+func unixPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns [2]net.Conn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		c, err := net.FileConn(f)
+		_ = f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	return conns[0], conns[1]
 }

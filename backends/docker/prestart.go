@@ -2,10 +2,13 @@ package docker
 
 import (
 	"context"
+	"errors"
+	"syscall"
 	"time"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/internal/sandboxsh"
@@ -23,6 +26,43 @@ type prestarted struct {
 }
 
 func (p *prestarted) End() { p.hj.Close() }
+
+// alive reports whether the exec still waits for its line. Its stream,
+// open and silent while the shell waits, is closed by the engine once the
+// exec's process has ended; a peek at the socket sees that without an
+// Engine API call (an exec inspect is ~1 ms, a tenth of a command run this
+// way) and no later than an inspect would. A stream that is not a plain
+// socket (TLS to a remote engine) is asked about with the inspect.
+func (b *Backend) alive(ctx context.Context, p *prestarted) bool {
+	if open, known := streamOpen(p.hj); known {
+		return open
+	}
+	ins, err := b.cli.ContainerExecInspect(ctx, p.id)
+	return err == nil && ins.Running
+}
+
+// streamOpen peeks at hj's socket without blocking: open when nothing is
+// there to read yet; known is false when hj is not a socket.
+func streamOpen(hj types.HijackedResponse) (open, known bool) {
+	if hj.Reader.Buffered() > 0 {
+		return false, true // it printed: not a shell waiting for its line
+	}
+	sc, ok := hj.Conn.(syscall.Conn)
+	if !ok {
+		return false, false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false, false
+	}
+	var peekErr error
+	err = raw.Read(func(fd uintptr) bool {
+		var b [1]byte
+		_, _, peekErr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		return true // one look, never a wait
+	})
+	return err == nil && errors.Is(peekErr, unix.EAGAIN), true
+}
 
 // PrestartExec implements backends.ExecPrestarter: the container's next
 // plain exec runs in an exec started now (or already on its way: every
@@ -75,7 +115,7 @@ func (b *Backend) usePrestarted(ctx context.Context, name string, req backends.E
 	}
 	// One that ended meanwhile (its container restarted, a process killed
 	// it) would swallow the line and answer nothing.
-	if ins, err := b.cli.ContainerExecInspect(ctx, p.id); err != nil || !ins.Running {
+	if !b.alive(ctx, p) {
 		p.End()
 		return nil, false
 	}

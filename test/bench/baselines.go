@@ -117,10 +117,12 @@ type timedOp struct {
 	m     *Measure
 	every int
 	op    func() error
-	// after runs right after each op, untimed (a session's delete, the
-	// wait for a pool's refill); done once after the last round.
-	after func()
-	done  func()
+	// before runs right before each op, untimed (idle time, the call
+	// that leaves work in flight for the timed one); after right after
+	// it (a session's delete, the wait for a pool's refill); done once
+	// after the last round.
+	before, after func()
+	done          func()
 }
 
 // timeInterleaved runs n rounds of every case, one call each in turn, in
@@ -154,6 +156,9 @@ func timeInBlocks(ctx context.Context, n, block int, ops ...timedOp) {
 			for c := i; c < min(i+block, n); c++ {
 				if o.every > 1 && c%o.every != 0 {
 					continue
+				}
+				if o.before != nil {
+					o.before()
 				}
 				s := time.Now()
 				err := o.op()

@@ -110,7 +110,10 @@ func (b *bench) scenarioExec(ctx context.Context) *Scenario {
 sequentially over stdio: %d times per run for docker, %d for bwrap.
 Latency is the whole call as a host sees it: request written → answer with the exit code read.
 **Baselines** run interleaved with boxrt, one call each in turn (in an order shuffled every round), so a machine
-whose speed drifts during the run slows boxrt and its baseline alike:
+whose speed drifts during the run slows boxrt and its baseline alike. On docker every call of every case comes after
+%s of idle time, as a host's commands come after an agent's turn: what a call leaves running (boxrt starts the exec
+the session's next command will run in; a raw exec's kill watcher cleans up) is done before the next one is timed.
+The back-to-back row is boxrt's call right after another one on the same session, with that exec still starting:
 - *raw Engine API*: from Go with github.com/docker/docker/client, in the very container of boxrt's session (same image,
   hardening and limits): ContainerExecCreate(`+"`sh -c true`"+`) → ContainerExecAttach (which is the start: POST
   /exec/{id}/start, hijacked) → read both streams to EOF → ContainerExecInspect. This is the floor for a docker backend.
@@ -125,9 +128,10 @@ whose speed drifts during the run slows boxrt and its baseline alike:
   read-only, /proc hardening, --cap-drop ALL, the seccomp filter on a memfd, options through --args on a memfd — run as
   the unprivileged sandbox user, `+"`/bin/sh -lc true`"+`), spawned from Go with workspace, /tmp and /home on plain
   directories: no session, stage, cgroup or bookkeeping — the floor for the bwrap backend.`,
-		cfg.execNDocker, cfg.execNBwrap, cliEvery(cfg), cfg.execNDocker/cliEvery(cfg))
+		cfg.execNDocker, cfg.execNBwrap, fmtDur(dockerExecIdle), cliEvery(cfg), cfg.execNDocker/cliEvery(cfg))
 
 	boxDocker := newMeasure("boxrt docker")
+	boxDockerB2B := newMeasure("boxrt docker, back to back")
 	raw := newMeasure("raw Engine API exec")
 	rawLogin := newMeasure("raw Engine API exec, login shell")
 	rawWrapper := newMeasure("raw Engine API exec of boxrt's wrapper")
@@ -139,12 +143,13 @@ whose speed drifts during the run slows boxrt and its baseline alike:
 		{Case: "docker backend vs Engine API floor", Boxrt: boxDocker, Base: raw},
 		{Case: "docker backend vs Engine API floor, login shell", Boxrt: boxDocker, Base: rawLogin},
 		{Case: "docker backend vs Engine API floor, boxrt's wrapper", Boxrt: boxDocker, Base: rawWrapper},
+		{Case: "docker backend, back to back, vs Engine API floor", Boxrt: boxDockerB2B, Base: raw},
 		{Case: "docker backend vs docker CLI", Boxrt: boxDocker, Base: cli},
 		{Case: "bwrap backend vs bare bwrap", Boxrt: boxBwrap, Base: direct},
 	}
 
 	if !b.wantBackend("docker") {
-		boxDocker.Unavailable, raw.Unavailable, rawLogin.Unavailable, rawWrapper.Unavailable, cli.Unavailable = skippedBackend, skippedBackend, skippedBackend, skippedBackend, skippedBackend
+		boxDocker.Unavailable, boxDockerB2B.Unavailable, raw.Unavailable, rawLogin.Unavailable, rawWrapper.Unavailable, cli.Unavailable = skippedBackend, skippedBackend, skippedBackend, skippedBackend, skippedBackend, skippedBackend
 	}
 	if !b.wantBackend("bwrap") {
 		boxBwrap.Unavailable, direct.Unavailable = skippedBackend, skippedBackend
@@ -161,9 +166,10 @@ whose speed drifts during the run slows boxrt and its baseline alike:
 
 	for rep := 0; rep < cfg.reps && ctx.Err() == nil; rep++ {
 		if boxDocker.Unavailable == "" {
-			b.boxExecRun(ctx, boxDocker, "docker", cfg.execNDocker, func(sid string) ([]timedOp, error) {
+			b.boxExecRun(ctx, boxDocker, "docker", cfg.execNDocker, dockerExecIdle, func(sid string, call func() error) ([]timedOp, error) {
+				b2b := timedOp{m: boxDockerB2B, op: call, before: func() { _ = call() }}
 				if raw.Unavailable != "" {
-					return nil, nil
+					return []timedOp{b2b}, nil
 				}
 				id, err := sessionContainer(ctx, dcli, sid)
 				if err != nil {
@@ -175,6 +181,7 @@ whose speed drifts during the run slows boxrt and its baseline alike:
 					_, _ = floor.exec(ctx, []string{"sh", "-c", "true"})
 				}
 				return []timedOp{
+					b2b,
 					{m: raw, op: func() error {
 						_, err := floor.exec(ctx, []string{"sh", "-c", "true"})
 						return err
@@ -197,7 +204,7 @@ whose speed drifts during the run slows boxrt and its baseline alike:
 			})
 		}
 		if boxBwrap.Unavailable == "" {
-			b.boxExecRun(ctx, boxBwrap, "bwrap", cfg.execNBwrap, func(string) ([]timedOp, error) {
+			b.boxExecRun(ctx, boxBwrap, "bwrap", cfg.execNBwrap, 0, func(string, func() error) ([]timedOp, error) {
 				if direct.Unavailable != "" {
 					return nil, nil
 				}
@@ -222,6 +229,10 @@ whose speed drifts during the run slows boxrt and its baseline alike:
 		if rawWrapper.ok() {
 			g1.Measured += fmt.Sprintf("; the raw exec of boxrt's own wrapper (login shell and kill watcher: the floor of this design) took %s = %.2f× the raw exec: boxrt is %.2f× that",
 				fmtDur(rawWrapper.P50()), ratio(float64(rawWrapper.P50()), float64(raw.P50())), ratio(float64(boxDocker.P50()), float64(rawWrapper.P50())))
+		}
+		if boxDockerB2B.ok() {
+			g1.Measured += fmt.Sprintf("; back to back (the call right after another, the exec it runs in still starting) %s = %.2f× the raw exec",
+				fmtDur(boxDockerB2B.P50()), ratio(float64(boxDockerB2B.P50()), float64(raw.P50())))
 		}
 		g1.Met = boolp(r <= 1.05)
 	} else {
@@ -257,9 +268,15 @@ whose speed drifts during the run slows boxrt and its baseline alike:
 // cliEvery is how often (in calls) the slow docker CLI baseline runs.
 func cliEvery(cfg config) int { return max(cfg.execNDocker/max(cfg.execNCLI, 1), 1) }
 
+// dockerExecIdle is the idle time before each call of the docker warm exec
+// run: more than boxrt's start of the session's next exec takes.
+const dockerExecIdle = 100 * time.Millisecond
+
 // boxExecRun is one run: a fresh boxrt, one warmed session, n execs of
-// `true` through it, interleaved with the baselines made for the session.
-func (b *bench) boxExecRun(ctx context.Context, m *Measure, backend string, n int, baselines func(sessionID string) ([]timedOp, error)) {
+// `true` through it, interleaved with the baselines made for the session
+// (call is one such exec), every call after idle time (unless its case
+// has a before of its own).
+func (b *bench) boxExecRun(ctx context.Context, m *Measure, backend string, n int, idle time.Duration, baselines func(sessionID string, call func() error) ([]timedOp, error)) {
 	p, err := b.startBackend(ctx, "exec-"+backend, backend, false, nil)
 	if err != nil {
 		m.Unavailable = err.Error()
@@ -273,15 +290,22 @@ func (b *bench) boxExecRun(ctx context.Context, m *Measure, backend string, n in
 			return
 		}
 	}
-	base, err := baselines(sid)
+	call := func() error {
+		_, err := boxExec(ctx, p.rpc, sid, "true")
+		return err
+	}
+	base, err := baselines(sid, call)
 	if err != nil {
 		m.fail(fmt.Errorf("baselines: %w", err))
 		return
 	}
-	timeInterleaved(ctx, n, append([]timedOp{{m: m, op: func() error {
-		_, err := boxExec(ctx, p.rpc, sid, "true")
-		return err
-	}}}, base...)...)
+	ops := append([]timedOp{{m: m, op: call}}, base...)
+	for i := range ops {
+		if idle > 0 && ops[i].before == nil {
+			ops[i].before = func() { time.Sleep(idle) }
+		}
+	}
+	timeInterleaved(ctx, n, ops...)
 	if err := deleteSession(ctx, p.rpc, sid); err != nil {
 		m.fail(fmt.Errorf("delete session: %w", err))
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -276,13 +277,13 @@ func instanceIDOf(t *testing.T, state string) string {
 	return strings.TrimSpace(string(id))
 }
 
-// prestartedExecs counts the processes in a container that wait as a
-// prestarted exec.
-func prestartedExecs(t *testing.T, container string) int {
+// prestartedExecs lists the pids of the processes in a container that
+// wait as a prestarted exec.
+func prestartedExecs(t *testing.T, container string) []string {
 	t.Helper()
 	out, err := exec.Command("docker", "exec", container, "sh", "-c", backendtest.ListPrestarted).Output()
 	require.NoError(t, err)
-	return len(strings.Fields(string(out)))
+	return strings.Fields(string(out))
 }
 
 // TestWarmPool: a pool of 3 serves three new sessions and the fourth is
@@ -301,9 +302,11 @@ func TestWarmPool(t *testing.T) {
 			opts := Options{Stdio: true, StateDir: state, Config: cfg}
 			p := Start(t, opts)
 			waitPoolReady(t, p, 3)
+			pooled := map[string][]string{} // docker: container → its prestarted exec's pid
 			if backend == "docker" {
 				for _, c := range managedContainers(t, "boxrt.instance="+instanceIDOf(t, state)) {
-					assert.Equal(t, 1, prestartedExecs(t, c), "pooled container %s holds its first exec, started", c)
+					pooled[c] = prestartedExecs(t, c)
+					assert.Len(t, pooled[c], 1, "pooled container %s holds its first exec, started", c)
 				}
 			}
 			for i := 1; i <= 4; i++ {
@@ -311,10 +314,14 @@ func TestWarmPool(t *testing.T) {
 				res := execIn(t, p, map[string]any{"session_id": id, "cmd": "echo " + id})
 				assert.Equal(t, id+"\n", res.Stdout)
 			}
-			if backend == "docker" {
-				for _, c := range managedContainers(t, "boxrt.instance="+instanceIDOf(t, state)) {
-					assert.Equal(t, 0, prestartedExecs(t, c), "the first exec of %s took its prestarted one", c)
-				}
+			// The first exec took it, and started the one the session's
+			// next exec runs in.
+			for c, before := range pooled {
+				assert.Eventually(t, func() bool {
+					out, err := exec.Command("docker", "exec", c, "sh", "-c", backendtest.ListPrestarted).Output()
+					now := strings.Fields(string(out))
+					return err == nil && len(now) == 1 && !slices.Equal(now, before)
+				}, 10*time.Second, 50*time.Millisecond, "%s: the first exec took the prestarted one (pid %v) and started the next", c, before)
 			}
 			var st poolStatus
 			p.MustCall("box_status", map[string]any{}, &st)

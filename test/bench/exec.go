@@ -138,7 +138,7 @@ The back-to-back row is boxrt's call right after another one on the same session
 	cli := newMeasure("`docker exec` CLI")
 	boxBwrap := newMeasure("boxrt bwrap")
 	direct := newMeasure("direct bwrap spawn")
-	b.warmExec["docker"], b.warmExec["bwrap"] = boxDocker, boxBwrap
+	b.warmExec["docker"], b.warmExec["bwrap"] = boxDockerB2B, boxBwrap
 	sc.Rows = []Row{
 		{Case: "docker backend vs Engine API floor", Boxrt: boxDocker, Base: raw},
 		{Case: "docker backend vs Engine API floor, login shell", Boxrt: boxDocker, Base: rawLogin},

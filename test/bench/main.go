@@ -77,10 +77,10 @@ func defaults(quick bool) config {
 			scaleBwrap: 50, scaleReps: 1, scaleConc: 4, reconnectN: 2, reconnectRep: 1, burstSessions: 20, burstExecs: 60,
 			burstInFlight: 32, burstIdle: 5 * time.Second, burstReps: 1, timeoutTotal: 10 * time.Minute}
 	}
-	return config{reps: 3, pingN: 20000, pingConcN: 500, pingCallers: 64, execNDocker: 300, execNCLI: 40,
+	return config{reps: 3, pingN: 20000, pingConcN: 500, pingCallers: 64, execNDocker: 150, execNCLI: 20,
 		execNBwrap: 300, coldNDocker: 8, coldNBwrap: 30, relayN: 3000, streamSec: 3, execStreamMB: 200, scaleDocker: 200,
 		scaleBwrap: 1000, scaleReps: 3, scaleConc: 4, reconnectN: 6, burstSessions: 100, burstExecs: 300,
-		burstInFlight: 128, burstIdle: 30 * time.Second, burstReps: 1, timeoutTotal: 40 * time.Minute}
+		burstInFlight: 128, burstIdle: 30 * time.Second, burstReps: 1, timeoutTotal: 75 * time.Minute}
 }
 
 func main() {
@@ -220,8 +220,10 @@ type bench struct {
 	// instances are the instance ids of the boxrt processes this run
 	// started: the final cleanup removes only their containers.
 	instances map[string]bool
-	// warmExec is scenario 2's boxrt warm exec per backend, which the
-	// scale scenario compares against.
+	// warmExec is scenario 2's boxrt warm exec per backend timed as the
+	// scale scenario's execs run, each call right after the one before
+	// (docker: the back-to-back case, whose exec is still starting), which
+	// that scenario compares against.
 	warmExec map[string]*Measure
 
 	// linkedEcho is the -linked-echo binary ("": not given).

@@ -69,11 +69,12 @@ The scale scenario runs %d time(s); the numbers are medians over runs.`, cfg.sca
 		}
 	}
 
-	// exec at N sessions vs the warm exec with one session (scenario 2)
+	// exec at N sessions vs the warm exec with one session (scenario 2),
+	// calls back to back in both
 	for _, s := range backends {
 		if one := b.warmExec[s.backend]; one != nil {
 			ref := *one
-			ref.Label = fmt.Sprintf("boxrt %s, 1 session (scenario 2)", s.backend)
+			ref.Label = one.Label + ", 1 session (scenario 2)"
 			ref.Ref = true
 			sc.Rows = append(sc.Rows, Row{Case: fmt.Sprintf("%s: exec `true` with %d sessions vs 1 session", s.backend, s.n),
 				Boxrt: s.exec, Base: &ref})
@@ -94,7 +95,7 @@ The scale scenario runs %d time(s); the numbers are medians over runs.`, cfg.sca
 	row("exec `true` p50 / p99 with all sessions alive", func(s *scaleStats) string {
 		return cell(s.exec, func(m *Measure) string { return fmtDur(m.P50()) + " / " + fmtDur(m.P99()) })
 	})
-	row("exec `true` p50 with 1 session (scenario 2)", func(s *scaleStats) string {
+	row("exec `true` p50 with 1 session, calls back to back (scenario 2)", func(s *scaleStats) string {
 		return cell(b.warmExec[s.backend], func(m *Measure) string { return fmtDur(m.P50()) })
 	})
 	row("boxrt RSS before → after creating and exec'ing", func(s *scaleStats) string {

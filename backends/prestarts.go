@@ -28,14 +28,13 @@ type prestart[T any] struct {
 	arrived bool
 	gone    bool
 	v       T
-	ok      bool
 	err     error
 }
 
 // Put offers v for key, ending the one it replaces (and v itself once
 // EndAll has run).
 func (p *Prestarts[T]) Put(key string, v T) {
-	s := &prestart[T]{ready: make(chan struct{}), arrived: true, v: v, ok: true}
+	s := &prestart[T]{ready: make(chan struct{}), arrived: true, v: v}
 	close(s.ready)
 	p.mu.Lock()
 	if p.closed {
@@ -77,7 +76,7 @@ func (p *Prestarts[T]) Start(ctx context.Context, key string, start func(context
 		v, err := start(ctx)
 		p.mu.Lock()
 		s.arrived = true
-		s.v, s.ok, s.err = v, err == nil, err
+		s.v, s.err = v, err
 		gone := s.gone
 		if err != nil && p.m[key] == s {
 			delete(p.m, key)
@@ -113,7 +112,7 @@ func (p *Prestarts[T]) Take(ctx context.Context, key string) (v T, ok bool) {
 	}
 	select {
 	case <-s.ready:
-		return s.v, s.ok
+		return s.v, s.err == nil
 	case <-ctx.Done():
 		p.abandon(s)
 		return v, false
@@ -150,7 +149,7 @@ func (p *Prestarts[T]) abandon(s *prestart[T]) {
 		return
 	}
 	p.mu.Lock()
-	end := s.arrived && s.ok
+	end := s.arrived && s.err == nil
 	s.gone = !s.arrived
 	p.mu.Unlock()
 	if end {

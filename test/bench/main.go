@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -228,6 +229,10 @@ type bench struct {
 
 	// linkedEcho is the -linked-echo binary ("": not given).
 	linkedEcho string
+
+	echoMu sync.Mutex
+	// echoExes are the echo peers' executables by role (echoExecutable).
+	echoExes map[string]string
 }
 
 // wantBackend reports whether -backends selects a backend.
@@ -273,7 +278,7 @@ func (b *bench) runScenario(ctx context.Context, fn func(context.Context) *Scena
 }
 
 func run(c config) error {
-	b := &bench{cfg: c, start: time.Now(), instances: map[string]bool{}, warmExec: map[string]*Measure{}}
+	b := &bench{cfg: c, start: time.Now(), instances: map[string]bool{}, warmExec: map[string]*Measure{}, echoExes: map[string]string{}}
 	var err error
 	if b.boxrtBin, err = filepath.Abs(c.boxrtBin); err != nil {
 		return err

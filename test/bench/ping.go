@@ -111,9 +111,12 @@ multiplexing client whose reader goroutine hands each answer to its caller, a se
 runs on the other one (whose vCPU halts while idle and must be woken), and a process tends to keep one placement for its
 life. The row *on one CPU* pins the caller's thread and every peer to CPU 0 (`+"`taskset -c 0`"+`): the per-call difference
 with the placement held fixed.
-**Baseline:** a minimal JSON-RPC echo peer — this harness re-executed as a separate process behind the same pipes
+**Baseline:** a minimal JSON-RPC echo peer — this harness's code run as a separate process behind the same pipes
 (one JSON object per line, one write per answer) or a loopback WebSocket (coder/websocket, one message per text frame).
 It decodes the id and answers `+"`{\"result\":{}}`"+`: no method table, no concurrency, no logging or metrics. The ratio is boxrt's protocol overhead.
+Each echo role (baseline, control, CPU-matched) runs from its own copy of the harness's binary: a peer run from the
+harness's own file shares its code pages with the client, which no server a host talks to does, and is faster for it
+(see "Where the time goes").
 **CPU-matched peer** (stdio, one caller): each set first calls boxrt and the echo peer %d times, in turns, and reads their
 threads' CPU time (/proc/PID/task/*/schedstat); a third echo peer then busy-waits boxrt's extra CPU per call before each
 answer and takes turns with the others. It shows how much of boxrt's one-caller ratio its CPU per call alone explains.
@@ -183,8 +186,12 @@ runs), taking turns with the others. It shows what being the boxrt binary costs 
 			b.logf("ping %s rep %d: boxrt p50 %s, echo p50 %s", v.name, rep+1, lastP50(rows[i].Boxrt), lastP50(rows[i].Base))
 		}
 	}
-	matchedRow := Row{Case: fmt.Sprintf("stdio, 1 caller, CPU-matched: an echo peer that spends boxrt's extra CPU per call (median %s) before each answer",
-		fmtDur(medianDur(floors.extra))), Boxrt: floors.matched, Base: rows[0].Base}
+	extra := "median " + fmtDur(medianDur(floors.extra))
+	if len(floors.extra) > 0 && medianDur(floors.extra) == 0 {
+		extra = "median 0: boxrt used no more than the echo peer"
+	}
+	matchedRow := Row{Case: fmt.Sprintf("stdio, 1 caller, CPU-matched: an echo peer that spends boxrt's extra CPU per call (%s) before each answer",
+		extra), Boxrt: floors.matched, Base: rows[0].Base}
 	linkedRow := Row{Case: "stdio, 1 caller, linked: the echo peer's loop in a binary that links boxrt's packages (none of boxrt's code runs)",
 		Boxrt: floors.linked, Base: rows[0].Base}
 	for i := range variants {
@@ -257,13 +264,13 @@ func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, floors 
 		m     *Measure
 		start func() (pingSide, func(), error)
 	}
-	echo := func(m *Measure, work time.Duration) peer {
+	echo := func(m *Measure, work time.Duration, role string) peer {
 		return peer{m, func() (pingSide, func(), error) {
-			return pingPeerSide(ctx, m, link, func() (*echoPeer, error) { return b.startPingEcho(link, work) })
+			return pingPeerSide(ctx, m, link, func() (*echoPeer, error) { return b.startPingEcho(link, work, role) })
 		}}
 	}
 	peers := []peer{{row.Boxrt, func() (pingSide, func(), error) { return b.pingBoxrtSide(ctx, row.Boxrt, link) }},
-		echo(row.Base, 0), echo(control, 0)}
+		echo(row.Base, 0, "baseline"), echo(control, 0, "control")}
 	if floors != nil && floors.linked != nil {
 		peers = append(peers, peer{floors.linked, func() (pingSide, func(), error) {
 			return pingPeerSide(ctx, floors.linked, link, func() (*echoPeer, error) {
@@ -294,7 +301,7 @@ func (b *bench) pingPair(ctx context.Context, row Row, control *Measure, floors 
 			return
 		}
 		floors.extra = append(floors.extra, extra)
-		side, stop, err := echo(floors.matched, extra).start()
+		side, stop, err := echo(floors.matched, extra, "matched").start()
 		if err != nil {
 			floors.matched.fail(err)
 			return
@@ -393,7 +400,7 @@ func (b *bench) pingBlocks(ctx context.Context, row Row, ws bool, callers, perCa
 		defer p.stop(10 * time.Second)
 		measurePing(ctx, row.Boxrt, p.rpc, ws, p.wsURL(), b.token, callers, perCaller)
 	}()
-	e, err := b.startPingEcho(pingLink{ws: ws}, 0)
+	e, err := b.startPingEcho(pingLink{ws: ws}, 0, "baseline")
 	if err != nil {
 		row.Base.fail(err)
 		return
@@ -422,13 +429,13 @@ func (b *bench) startPingBoxrt(ctx context.Context, link pingLink) (*boxrtProc, 
 	return b.startBoxrt(ctx, o)
 }
 
-// startPingEcho starts the echo peer over stdio or WebSocket; work is
-// its CPU time per answer (stdio only, see echopeer.ServeLines).
-func (b *bench) startPingEcho(link pingLink, work time.Duration) (*echoPeer, error) {
+// startPingEcho starts the echo peer of role over stdio or WebSocket;
+// work is its CPU time per answer (stdio only, see echopeer.ServeLines).
+func (b *bench) startPingEcho(link pingLink, work time.Duration, role string) (*echoPeer, error) {
 	if link.ws {
 		work = 0
 	}
-	return b.startEcho(link, work)
+	return b.startEcho(link, work, role)
 }
 
 // pingPeerSide starts a peer for a one-caller run, connects to it and

@@ -316,6 +316,9 @@ func runServe(c *cli.Context) error {
 	// for.
 	defer sink.Close(2 * time.Second)
 	sink.captureStdlog(log)
+	if was := ensureProcs(); was != 0 {
+		log.Info().Int("was", was).Int("gomaxprocs", minProcs).Msg("one CPU available: GOMAXPROCS raised so a read waiting on the connection keeps its P (set GOMAXPROCS to choose)")
+	}
 	stdio := c.Bool("stdio")
 	listen := c.String("listen")
 	token, err := configuredToken(c.String("token-file"))

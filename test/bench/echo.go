@@ -81,7 +81,7 @@ func (b *bench) startEcho(link pingLink, work time.Duration, role string) (*echo
 // the harness's own file shares its code pages with the client — the same
 // physical memory, so the same cache lines after every context switch —
 // and no server a host talks to can: with the caller and the peers on one
-// CPU, the harness's own file in boxrt's place measured 0.80–0.94× the
+// CPU, the harness's own file in boxrt's place measured 0.80–1.15× the
 // echo peer, a byte-identical copy 1.16–1.30× (where_time_goes.md).
 func (b *bench) echoExecutable(role string) (string, error) {
 	b.echoMu.Lock()

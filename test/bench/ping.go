@@ -186,8 +186,9 @@ runs), taking turns with the others. It shows what being the boxrt binary costs 
 			b.logf("ping %s rep %d: boxrt p50 %s, echo p50 %s", v.name, rep+1, lastP50(rows[i].Boxrt), lastP50(rows[i].Base))
 		}
 	}
-	extra := "median " + fmtDur(medianDur(floors.extra))
-	if len(floors.extra) > 0 && medianDur(floors.extra) == 0 {
+	medianExtra := medianDur(floors.extra)
+	extra := "median " + fmtDur(medianExtra)
+	if len(floors.extra) > 0 && medianExtra == 0 {
 		extra = "median 0: boxrt used no more than the echo peer"
 	}
 	matchedRow := Row{Case: fmt.Sprintf("stdio, 1 caller, CPU-matched: an echo peer that spends boxrt's extra CPU per call (%s) before each answer",

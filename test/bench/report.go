@@ -240,7 +240,7 @@ func problems(rows []Row, extra []*Measure) []string {
 			out = append(out, fmt.Sprintf("**%s** not measured: %s", m.Label, m.Unavailable))
 		} else if m.Errors > 0 {
 			out = append(out, fmt.Sprintf("**%s**: %d of %d operations failed (excluded from the statistics); first error: `%s`",
-				m.Label, m.Errors, m.Errors+m.samples(), truncate(m.FirstErr, 300)))
+				m.Label, m.Errors, m.Errors+m.samples(), clip.Middle(m.FirstErr, 400)))
 		}
 	}
 	for _, r := range rows {

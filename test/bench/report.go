@@ -97,6 +97,8 @@ var (
 	whereTimeGoesPool string
 	//go:embed where_time_goes_stream.md
 	whereTimeGoesStream string
+	//go:embed where_time_goes_scale.md
+	whereTimeGoesScale string
 )
 
 // Goal is a target stated in the report, with whether it was met.

@@ -123,6 +123,7 @@ The scale scenario runs %d time(s); the numbers are medians over runs.`, cfg.sca
 			sc.Notes = append(sc.Notes, s.backend+": "+n)
 		}
 	}
+	sc.Breakdown = whereTimeGoesScale
 	return sc
 }
 

@@ -106,17 +106,23 @@ type Goal struct {
 	Text     string
 	Measured string
 	Met      *bool // nil: could not be measured
+	// AtFloor: not met, but no worse than a measured floor that bounds
+	// any implementation on this machine; Measured names the floor.
+	AtFloor bool
 }
 
 func boolp(b bool) *bool { return &b }
 
-// verdict words the goal's outcome: yes or no, or "not measured".
+// verdict words the goal's outcome: yes or no, at its floor, or "not
+// measured".
 func (g Goal) verdict(yes, no string) string {
 	switch {
 	case g.Met == nil:
 		return "not measured"
 	case *g.Met:
 		return yes
+	case g.AtFloor:
+		return "at its measured floor"
 	default:
 		return no
 	}

@@ -75,7 +75,7 @@ func TestLoopDeviceBindsUnderChurn(t *testing.T) {
 // clear itself when its last descriptor closes.
 func TestLoopDeviceConcurrentBinds(t *testing.T) {
 	const binds = 48
-	images := images(t, binds)
+	files := images(t, binds)
 	fds := make([]int, binds)
 	errs := make([]error, binds)
 	start := make(chan struct{})
@@ -85,7 +85,7 @@ func TestLoopDeviceConcurrentBinds(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			fds[i], errs[i] = loopDevice(int(images[i].Fd()))
+			fds[i], errs[i] = loopDevice(int(files[i].Fd()))
 		}()
 	}
 	close(start)
@@ -98,7 +98,7 @@ func TestLoopDeviceConcurrentBinds(t *testing.T) {
 			continue
 		}
 		var img unix.Stat_t
-		if err := unix.Fstat(int(images[i].Fd()), &img); err != nil {
+		if err := unix.Fstat(int(files[i].Fd()), &img); err != nil {
 			t.Fatal(err)
 		}
 		info, err := unix.IoctlLoopGetStatus64(fd)

@@ -14,21 +14,25 @@ import (
 var pingFrame = []byte(`{"jsonrpc":"2.0","id":12345,"method":"__ping","params":{}}`)
 
 func BenchmarkJSONRPCDecode(b *testing.B) {
+	var req Request
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := (JSONRPC{}).Decode(pingFrame); err != nil {
+		if _, err := (JSONRPC{}).Decode(pingFrame, &req); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
 func BenchmarkJSONRPCEncode(b *testing.B) {
-	m := &Message{ID: json.RawMessage("12345"), Result: json.RawMessage("{}")}
+	m := Message{ID: json.RawMessage("12345"), Result: json.RawMessage("{}")}
+	var frames [][]byte
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := (JSONRPC{}).Encode(m); err != nil {
+		var err error
+		if frames, err = (JSONRPC{}).Encode(frames[:0], m); err != nil {
 			b.Fatal(err)
 		}
+		recycleFrame(frames[0]) // as the loop does once the frame is written
 	}
 }
 

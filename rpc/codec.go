@@ -13,19 +13,21 @@ import (
 // per connection; the loop calls Decode from one goroutine and Encode from
 // many, so Encode must be safe for concurrent use.
 type Codec interface {
-	// Decode turns one frame into a request. A nil request with a nil
-	// error means there is nothing to do (a response from the peer, one
-	// chunk of a message still incomplete). A malformed frame is a
-	// *DecodeError, answered with its error to its id. The frame is
+	// Decode turns one frame into req, which the loop reuses from call to
+	// call (every member is overwritten; a Method equal to the previous
+	// one may be kept, so a repeated method costs no new string). false
+	// with a nil error means there is nothing to do (a response from the
+	// peer, one chunk of a message still incomplete). A malformed frame is
+	// a *DecodeError, answered with its error to its id. The frame is
 	// reused after the next read, so the request must not reference it,
 	// except from this package's codecs, which mark such a request
 	// (Request.inFrame) and which the loop copies before its handler can
 	// outlive that read.
-	Decode(frame []byte) (*Request, error)
-	// Encode turns m into the frames that carry it, in order: one for
+	Decode(frame []byte, req *Request) (bool, error)
+	// Encode appends the frames that carry m to frames, in order: one for
 	// JSON-RPC, several for an envelope that splits large messages. The
 	// frames are the caller's; the codec keeps no reference.
-	Encode(m *Message) ([][]byte, error)
+	Encode(frames [][]byte, m Message) ([][]byte, error)
 }
 
 // Message is what the server sends: the answer to a request (Result or

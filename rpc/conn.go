@@ -45,6 +45,12 @@ type conn struct {
 	out       outbox
 	sem       chan struct{}
 
+	// req is the request being read; an inline call is served from it and
+	// from inlineCtx and inlineFrames, so a heartbeat allocates nothing.
+	req          Request
+	inlineCtx    requestContext
+	inlineFrames [][]byte
+
 	mu       sync.Mutex // guards closed against handlers.Add, and inflight
 	closed   bool
 	handlers sync.WaitGroup
@@ -56,6 +62,27 @@ type conn struct {
 
 type connKey struct{}
 type requestKey struct{}
+
+// requestContext carries the request its handler serves (RequestIDFrom,
+// MetaFrom): context.WithValue, but reusable for inline calls.
+type requestContext struct {
+	context.Context
+	req *Request
+}
+
+func (rc *requestContext) Value(key any) any {
+	if key == (requestKey{}) {
+		return rc.req
+	}
+	return rc.Context.Value(key)
+}
+
+// asyncCall is a request whose handler runs on its own goroutine, copied
+// out of the reading goroutine's, with its context: one allocation.
+type asyncCall struct {
+	req Request
+	ctx requestContext
+}
 
 // CancelMethod is the notification that cancels an in-flight request, as
 // in the Language Server Protocol: params {"id": <the request's id>}. The
@@ -106,7 +133,7 @@ func (c *conn) readLoop(ctx context.Context) {
 		frame, err := c.fc.ReadFrame()
 		if errors.Is(err, errFrameTooLarge) {
 			c.srv.log.Warn().Int("limit", MaxMessageBytes).Msg("refused oversized message")
-			c.send(&Message{Error: invalidRequest("message exceeds the %d-byte limit", MaxMessageBytes)}, false)
+			c.send(Message{Error: invalidRequest("message exceeds the %d-byte limit", MaxMessageBytes)}, false)
 			continue
 		}
 		if err != nil {
@@ -119,24 +146,25 @@ func (c *conn) readLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		req, err := c.codec.Decode(frame)
+		ok, err := c.codec.Decode(frame, &c.req)
 		if err != nil {
 			var de *DecodeError
 			if !errors.As(err, &de) {
 				de = &DecodeError{Err: parseError("%v", err)}
 			}
 			c.srv.log.Debug().Str("error_type", de.Err.Type).Str("error", de.Err.Message).Msg("rejected malformed message")
-			c.send(&Message{ID: de.ID, Error: de.Err}, false)
+			c.send(Message{ID: de.ID, Error: de.Err}, false)
 			continue
 		}
-		if req != nil && req.Notif && req.Method == CancelMethod {
-			c.cancelRequest(req.Params)
+		if !ok {
 			continue
 		}
-		if req != nil {
-			req.Transport = c.transport
-			c.dispatch(ctx, req)
+		if c.req.Notif && c.req.Method == CancelMethod {
+			c.cancelRequest(c.req.Params)
+			continue
 		}
+		c.req.Transport = c.transport
+		c.dispatch(ctx, &c.req)
 	}
 }
 
@@ -145,9 +173,8 @@ func (c *conn) readLoop(ctx context.Context) {
 // is refused at once with ErrBusy.
 func (c *conn) dispatch(ctx context.Context, req *Request) {
 	if c.srv.inline[req.Method] {
-		// Written at once unless more requests are already buffered, so
-		// the answer does not wait for the observer (log line, metrics).
-		c.run(ctx, req, !c.fc.More())
+		c.inlineCtx = requestContext{Context: ctx, req: req}
+		c.run(&c.inlineCtx, req, true)
 		return
 	}
 	select {
@@ -166,44 +193,56 @@ func (c *conn) dispatch(ctx context.Context, req *Request) {
 	}
 	c.handlers.Add(1)
 	c.mu.Unlock()
-	req.detach()
+	a := &asyncCall{req: *req}
+	a.req.detach()
 	// Registered here, on the reading goroutine, so a $/cancelRequest read
 	// right after the request finds it even before its goroutine runs.
 	done := func() {}
-	if !req.Notif && req.ID != nil {
-		ctx, done = c.cancellable(ctx, req.ID)
+	if !a.req.Notif && a.req.ID != nil {
+		ctx, done = c.cancellable(ctx, a.req.ID)
 	}
+	a.ctx = requestContext{Context: ctx, req: &a.req}
 	go func() {
 		defer c.handlers.Done()
 		defer func() { <-c.sem }()
 		defer done()
-		c.run(ctx, req, true)
+		c.run(&a.ctx, &a.req, false)
 	}()
 }
 
-func (c *conn) run(ctx context.Context, req *Request, flush bool) {
+// run serves req, whose request ctx already carries; inline is true on the
+// reading goroutine.
+func (c *conn) run(ctx context.Context, req *Request, inline bool) {
 	start := time.Now()
-	if req.Meta != nil || !req.Notif && req.ID != nil {
-		ctx = context.WithValue(ctx, requestKey{}, req)
-	}
 	result, err := c.srv.handler.Handle(ctx, req)
 	if errors.Is(err, ErrNoReply) {
 		c.srv.log.Debug().Str("method", req.Method).Msg("request cancelled without a reply")
 		return
 	}
 	if !req.Notif {
-		c.reply(req, start, result, err, flush)
+		c.reply(req, start, result, err, inline)
 	}
 }
 
-func (c *conn) reply(req *Request, start time.Time, result json.RawMessage, err error, flush bool) {
+// reply answers req. An inline answer is written at once unless more
+// requests are already buffered (those share one write), so it does not
+// wait for the observer (log line, metrics).
+func (c *conn) reply(req *Request, start time.Time, result json.RawMessage, err error, inline bool) {
 	call := Call{Method: req.Method, ID: req.ID, Params: req.Params, Transport: c.transport}
-	m := &Message{ID: req.ID, Result: result}
+	m := Message{ID: req.ID, Result: result}
 	if err != nil {
 		call.Err = Encode(c.srv.encoder, err)
 		m.Error = call.Err
 	}
-	if sendErr := c.send(m, flush); sendErr != nil {
+	var sendErr error
+	if inline {
+		// The frames' list is the connection's: the outbox copies it.
+		c.inlineFrames, sendErr = c.sendFrames(c.inlineFrames[:0], m, !c.fc.More())
+		clear(c.inlineFrames)
+	} else {
+		_, sendErr = c.sendFrames(nil, m, true)
+	}
+	if sendErr != nil {
 		c.srv.log.Debug().Err(sendErr).Str("method", req.Method).Msg("cannot send response")
 	}
 	call.Duration = time.Since(start)
@@ -214,27 +253,34 @@ func (c *conn) reply(req *Request, start time.Time, result json.RawMessage, err 
 
 // send encodes m and queues it; an answer that would exceed the message
 // limit is replaced by an error saying so.
-func (c *conn) send(m *Message, flush bool) error {
-	frames, err := c.encode(m)
-	if err != nil {
-		return err
-	}
-	return c.out.send(frames, flush)
+func (c *conn) send(m Message, flush bool) error {
+	_, err := c.sendFrames(nil, m, flush)
+	return err
 }
 
-func (c *conn) encode(m *Message) ([][]byte, error) {
-	frames, err := c.codec.Encode(m)
+// sendFrames is send with the frames' list appended to scratch, which it
+// returns for reuse.
+func (c *conn) sendFrames(scratch [][]byte, m Message, flush bool) ([][]byte, error) {
+	frames, err := c.encode(scratch, m)
 	if err != nil {
-		return nil, err
+		return frames, err
 	}
-	for _, f := range frames {
+	return frames, c.out.send(frames, flush)
+}
+
+func (c *conn) encode(scratch [][]byte, m Message) ([][]byte, error) {
+	frames, err := c.codec.Encode(scratch, m)
+	if err != nil {
+		return scratch, err
+	}
+	for _, f := range frames[len(scratch):] {
 		if len(f) > MaxMessageBytes {
 			if m.Method != "" {
 				return nil, fmt.Errorf("notification %s: %w (%d bytes, limit %d)", m.Method, ErrResponseTooLarge, len(f), MaxMessageBytes)
 			}
 			c.srv.log.Error().Int("bytes", len(f)).Msg("response exceeds the message limit; sending an error instead")
 			e := Encode(c.srv.encoder, fmt.Errorf("%w (%d bytes, limit %d)", ErrResponseTooLarge, len(f), MaxMessageBytes))
-			return c.codec.Encode(&Message{ID: m.ID, Error: e})
+			return c.codec.Encode(scratch, Message{ID: m.ID, Error: e})
 		}
 	}
 	return frames, nil
@@ -325,7 +371,7 @@ func NotifyJSON(ctx context.Context, method string, params json.RawMessage, more
 	if !ok {
 		return errNotifyOutside
 	}
-	return c.send(&Message{Method: method, Params: params}, !more)
+	return c.send(Message{Method: method, Params: params}, !more)
 }
 
 var errNotifyOutside = errors.New("rpc: Notify outside a request")
@@ -339,7 +385,7 @@ func notify(ctx context.Context, method string, params any, flush bool) error {
 	if err != nil {
 		return err
 	}
-	return c.send(&Message{Method: method, Params: raw}, flush)
+	return c.send(Message{Method: method, Params: raw}, flush)
 }
 
 // ConnContext returns a context that lives as long as the connection the

@@ -33,64 +33,65 @@ var nullID = json.RawMessage("null")
 // kept as raw JSON — a string, any number, or null — because
 // jsonrpc2.ID holds only strings and unsigned integers, and the answer
 // must carry the id exactly as sent.
-func (JSONRPC) Decode(frame []byte) (*Request, error) {
+func (JSONRPC) Decode(frame []byte, req *Request) (bool, error) {
 	trimmed := bytes.TrimSpace(frame)
 	if len(trimmed) == 0 {
-		return nil, nil
+		return false, nil
 	}
 	if !utf8.Valid(trimmed) {
-		return nil, refuse(nil, parseError("message is not valid UTF-8"))
+		return false, refuse(nil, parseError("message is not valid UTF-8"))
 	}
 	switch trimmed[0] {
 	case '[':
 		if !json.Valid(trimmed) {
-			return nil, refuse(nil, parseError("message is not valid JSON"))
+			return false, refuse(nil, parseError("message is not valid JSON"))
 		}
-		return nil, refuse(nil, invalidRequest("batch requests are not supported; send one request per message"))
+		return false, refuse(nil, invalidRequest("batch requests are not supported; send one request per message"))
 	case '{':
 	default:
 		if !json.Valid(trimmed) {
-			return nil, refuse(nil, parseError("message is not valid JSON"))
+			return false, refuse(nil, parseError("message is not valid JSON"))
 		}
-		return nil, refuse(nil, invalidRequest("a request must be a JSON object"))
+		return false, refuse(nil, invalidRequest("a request must be a JSON object"))
 	}
-	if req, ok := decodeFast(trimmed); ok {
-		return req, nil
+	if decodeFast(trimmed, req) {
+		return true, nil
 	}
-	return decodeGeneral(trimmed)
+	return decodeGeneral(trimmed, req)
 }
 
 // decodeGeneral decodes a request object with encoding/json and words
 // every refusal.
-func decodeGeneral(trimmed []byte) (*Request, error) {
+func decodeGeneral(trimmed []byte, req *Request) (bool, error) {
 	var env envelope
 	if err := json.Unmarshal(trimmed, &env); err != nil {
 		if !json.Valid(trimmed) {
-			return nil, refuse(nil, parseError("message is not valid JSON: %v", err))
+			return false, refuse(nil, parseError("message is not valid JSON: %v", err))
 		}
 		// Valid JSON whose members have the wrong types.
-		return nil, refuse(idOf(trimmed), invalidRequest("malformed request: %v", err))
+		return false, refuse(idOf(trimmed), invalidRequest("malformed request: %v", err))
 	}
 	var id json.RawMessage
 	if env.ID != nil {
 		if !validID(env.ID) {
-			return nil, refuse(nil, invalidRequest("id must be a string, a number or null"))
+			return false, refuse(nil, invalidRequest("id must be a string, a number or null"))
 		}
 		id = env.ID
 	}
 	if env.Method == nil && (env.Result != nil || env.Error != nil) {
-		return nil, nil // a response from the peer: the server sends no requests
+		return false, nil // a response from the peer: the server sends no requests
 	}
 	if env.JSONRPC == nil || *env.JSONRPC != "2.0" {
-		return nil, refuse(id, invalidRequest(`"jsonrpc" must be exactly "2.0"`))
+		return false, refuse(id, invalidRequest(`"jsonrpc" must be exactly "2.0"`))
 	}
 	if env.Method == nil || *env.Method == "" {
-		return nil, refuse(id, invalidRequest(`"method" must be a non-empty string`))
+		return false, refuse(id, invalidRequest(`"method" must be a non-empty string`))
 	}
 	if p := bytes.TrimSpace(env.Params); len(p) > 0 && p[0] != '{' && p[0] != '[' {
-		return nil, refuse(id, invalidRequest(`"params" must be an object or an array`))
+		return false, refuse(id, invalidRequest(`"params" must be an object or an array`))
 	}
-	return &Request{Method: *env.Method, Params: env.Params, ID: id, Notif: id == nil, Meta: decodeMeta(env.Meta)}, nil
+	*req = Request{Method: *env.Method, Params: env.Params, ID: id, Notif: id == nil, Meta: decodeMeta(env.Meta)}
+	return true, nil
 }
 
 // decodeFast reads a well-formed request in one pass without reflection:
@@ -101,29 +102,30 @@ func decodeGeneral(trimmed []byte) (*Request, error) {
 // case-insensitively), a duplicate, a member of the wrong type, a request
 // that fails validation — is left to the general path, which decides and
 // words the error. The fuzz test holds the two paths to the same answer.
-// b is trimmed, valid UTF-8 and starts with '{'.
-func decodeFast(b []byte) (*Request, bool) {
+// b is trimmed, valid UTF-8 and starts with '{'. req is written only
+// when it accepts.
+func decodeFast(b []byte, req *Request) bool {
 	var jsonrpc, method, id, params, meta []byte
 	i := skipSpace(b, 1)
 	if i >= len(b) || b[i] == '}' {
-		return nil, false
+		return false
 	}
 	for {
 		end, ok := scanString(b, i)
 		if !ok {
-			return nil, false
+			return false
 		}
 		key := b[i+1 : end-1]
 		if bytes.IndexByte(key, '\\') >= 0 {
-			return nil, false
+			return false
 		}
 		i = skipSpace(b, end)
 		if i >= len(b) || b[i] != ':' {
-			return nil, false
+			return false
 		}
 		i = skipSpace(b, i+1)
 		if end, ok = scanValue(b, i); !ok {
-			return nil, false
+			return false
 		}
 		val := b[i:end]
 		var dst *[]byte
@@ -141,37 +143,41 @@ func decodeFast(b []byte) (*Request, bool) {
 		default:
 			for _, known := range [...]string{"jsonrpc", "method", "id", "params", "meta", "result", "error"} {
 				if bytes.EqualFold(key, []byte(known)) {
-					return nil, false
+					return false
 				}
 			}
 		}
 		if dst != nil {
 			if *dst != nil {
-				return nil, false
+				return false
 			}
 			*dst = val
 		}
 		i = skipSpace(b, end)
 		if i >= len(b) {
-			return nil, false
+			return false
 		}
 		if b[i] == '}' {
 			if i != len(b)-1 {
-				return nil, false
+				return false
 			}
 			break
 		}
 		if b[i] != ',' {
-			return nil, false
+			return false
 		}
 		i = skipSpace(b, i+1)
 	}
 	if string(jsonrpc) != `"2.0"` || len(method) < 3 || method[0] != '"' || bytes.IndexByte(method, '\\') >= 0 ||
 		(id != nil && !validID(id)) || (params != nil && params[0] != '{' && params[0] != '[') {
-		return nil, false
+		return false
 	}
-	return &Request{Method: string(method[1 : len(method)-1]), ID: id, Params: params, Notif: id == nil, Meta: decodeMeta(meta),
-		inFrame: true}, true
+	name := req.Method
+	if string(method[1:len(method)-1]) != name { // a heartbeat repeats its method: no new string
+		name = string(method[1 : len(method)-1])
+	}
+	*req = Request{Method: name, ID: id, Params: params, Notif: id == nil, Meta: decodeMeta(meta), inFrame: true}
+	return true
 }
 
 func skipSpace(b []byte, i int) int {
@@ -364,13 +370,13 @@ func idOf(frame []byte) json.RawMessage {
 
 // Encode writes m as one JSON-RPC object. The result and the id are
 // already JSON, so they are spliced in rather than encoded again.
-func (JSONRPC) Encode(m *Message) ([][]byte, error) {
+func (JSONRPC) Encode(frames [][]byte, m Message) ([][]byte, error) {
 	var b []byte
 	switch {
 	case m.Method != "":
 		method, err := json.Marshal(m.Method)
 		if err != nil {
-			return nil, err
+			return frames, err
 		}
 		b = newFrame(40 + len(method) + len(m.Params))
 		b = append(b, `{"jsonrpc":"2.0","method":`...)
@@ -382,7 +388,7 @@ func (JSONRPC) Encode(m *Message) ([][]byte, error) {
 	case m.Error != nil:
 		e, err := json.Marshal(m.Error.jsonrpc())
 		if err != nil {
-			return nil, err
+			return frames, err
 		}
 		b = appendHead(newFrame(40+len(m.ID)+len(e)), m.ID)
 		b = append(b, `,"error":`...)
@@ -396,7 +402,7 @@ func (JSONRPC) Encode(m *Message) ([][]byte, error) {
 		b = append(b, `,"result":`...)
 		b = append(b, result...)
 	}
-	return [][]byte{append(b, '}')}, nil
+	return append(frames, append(b, '}')), nil
 }
 
 // recycle implements frameRecycler: every frame Encode returns is a new

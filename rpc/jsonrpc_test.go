@@ -68,7 +68,7 @@ func TestJSONRPCDecode(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := JSONRPC{}.Decode([]byte(tc.frame))
+			req, err := decode(JSONRPC{}, []byte(tc.frame))
 			if tc.code != 0 {
 				var de *DecodeError
 				require.ErrorAs(t, err, &de)
@@ -113,7 +113,7 @@ func TestJSONRPCEncode(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			frames, err := JSONRPC{}.Encode(&tc.msg)
+			frames, err := JSONRPC{}.Encode(nil, tc.msg)
 			require.NoError(t, err)
 			require.Len(t, frames, 1)
 			assert.Equal(t, tc.want, string(frames[0]))
@@ -159,7 +159,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, frame []byte) {
-		req, err := JSONRPC{}.Decode(frame)
+		req, err := decode(JSONRPC{}, frame)
 		var m Message
 		switch {
 		case err != nil:
@@ -176,7 +176,7 @@ func FuzzDecode(f *testing.F) {
 		default:
 			m = Message{ID: req.ID, Result: json.RawMessage(`{}`)}
 		}
-		frames, err := JSONRPC{}.Encode(&m)
+		frames, err := JSONRPC{}.Encode(nil, m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,17 +210,27 @@ func FuzzDecodeFast(f *testing.F) {
 		if len(trimmed) == 0 || trimmed[0] != '{' || !utf8.Valid(trimmed) {
 			return // Decode refuses these before either path
 		}
-		fast, ok := decodeFast(trimmed)
-		if !ok {
+		var fast, general Request
+		if !decodeFast(trimmed, &fast) {
 			return
 		}
-		general, err := decodeGeneral(trimmed)
-		if err != nil {
+		if ok, err := decodeGeneral(trimmed, &general); !ok || err != nil {
 			t.Fatalf("fast path accepted %q, general path refused it: %v", frame, err)
 		}
 		if fast.Method != general.Method || !bytes.Equal(fast.ID, general.ID) || fast.Notif != general.Notif ||
 			!bytes.Equal(fast.Params, general.Params) || !reflect.DeepEqual(fast.Meta, general.Meta) {
-			t.Fatalf("%q: fast %+v, general %+v", frame, fast, general)
+			t.Fatalf("%q: fast %+v, general %+v", frame, &fast, &general)
 		}
 	})
+}
+
+// decode is Codec.Decode returning the request, nil when there is nothing
+// to do.
+func decode(c Codec, frame []byte) (*Request, error) {
+	var req Request
+	ok, err := c.Decode(frame, &req)
+	if !ok {
+		return nil, err
+	}
+	return &req, err
 }

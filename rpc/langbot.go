@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -72,7 +73,16 @@ var langBotNoID = json.RawMessage("-1")
 // that does not start with '{' and end with '}', text that is not JSON, a
 // JSON value that is not an object, an object with neither "action" nor
 // "code", and every response (an object with "code").
-func (l *LangBot) Decode(frame []byte) (*Request, error) {
+func (l *LangBot) Decode(frame []byte, req *Request) (bool, error) {
+	r, err := l.decode(frame)
+	if r == nil || err != nil {
+		return false, err
+	}
+	*req = *r
+	return true, nil
+}
+
+func (l *LangBot) decode(frame []byte) (*Request, error) {
 	trimmed := bytes.TrimSpace(frame)
 	if len(trimmed) < 2 || trimmed[0] != '{' || trimmed[len(trimmed)-1] != '}' {
 		if l.assembling {
@@ -287,19 +297,19 @@ func jsonInt(raw json.RawMessage) (int64, bool) {
 // Encode writes m as one envelope answer; on stdio one longer than
 // LangBotChunkBytes becomes chunk lines. Notifications have no place in
 // the envelope and are dropped.
-func (l *LangBot) Encode(m *Message) ([][]byte, error) {
+func (l *LangBot) Encode(frames [][]byte, m Message) ([][]byte, error) {
 	if m.Method != "" {
-		return nil, nil
+		return frames, nil
 	}
-	msg := encodeLangBotAnswer(m)
+	msg := encodeLangBotAnswer(&m)
 	if len(msg) > MaxMessageBytes {
 		msg = encodeLangBotAnswer(&Message{ID: m.ID, Error: &Error{Type: "ValueError",
 			Message: fmt.Sprintf("Runtime message exceeds %d byte limit", MaxMessageBytes)}})
 	}
 	if !l.stdio || len(msg) <= LangBotChunkBytes {
-		return [][]byte{msg}, nil
+		return append(frames, msg), nil
 	}
-	return chunkLines(msg), nil
+	return chunkLines(frames, msg), nil
 }
 
 func encodeLangBotAnswer(m *Message) []byte {
@@ -353,11 +363,11 @@ func LangBotMessage(e *Error) string {
 	return class + ": " + text
 }
 
-// chunkLines splits msg into the chunk control lines, each piece at most
+// chunkLines appends to frames the chunk control lines of msg, each piece at most
 // LangBotChunkBytes and never splitting a code point; offset counts the
 // bytes of the pieces before.
-func chunkLines(msg []byte) [][]byte {
-	frames := make([][]byte, 0, 2+len(msg)/LangBotChunkBytes+1)
+func chunkLines(frames [][]byte, msg []byte) [][]byte {
+	frames = slices.Grow(frames, 2+len(msg)/LangBotChunkBytes+1)
 	frames = append(frames, []byte(`{"type":"chunk_start","total_size":`+strconv.Itoa(len(msg))+`}`))
 	for off := 0; off < len(msg); {
 		end := min(off+LangBotChunkBytes, len(msg))

@@ -47,7 +47,7 @@ func TestLangBotDecode(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := NewLangBot(true).Decode([]byte(tc.frame))
+			req, err := decode(NewLangBot(true), []byte(tc.frame))
 			if tc.refused != "" {
 				var de *DecodeError
 				require.ErrorAs(t, err, &de)
@@ -98,7 +98,7 @@ func TestLangBotEncodeAnswers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, stdio := range []bool{true, false} {
-				frames, err := NewLangBot(stdio).Encode(&tc.m)
+				frames, err := NewLangBot(stdio).Encode(nil, tc.m)
 				require.NoError(t, err)
 				if len(tc.want) <= LangBotChunkBytes || !stdio {
 					require.Len(t, frames, 1)
@@ -108,7 +108,7 @@ func TestLangBotEncodeAnswers(t *testing.T) {
 			}
 		})
 	}
-	frames, err := NewLangBot(true).Encode(&Message{Method: "notify", Params: json.RawMessage("{}")})
+	frames, err := NewLangBot(true).Encode(nil, Message{Method: "notify", Params: json.RawMessage("{}")})
 	require.NoError(t, err)
 	assert.Empty(t, frames, "notifications have no place in the envelope")
 }
@@ -162,7 +162,7 @@ func TestLangBotChunking(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			data, err := json.Marshal(map[string]string{"s": tc.payload})
 			require.NoError(t, err)
-			frames, err := NewLangBot(true).Encode(&Message{ID: json.RawMessage("1"), Result: data})
+			frames, err := NewLangBot(true).Encode(nil, Message{ID: json.RawMessage("1"), Result: data})
 			require.NoError(t, err)
 			if !tc.chunked {
 				require.Len(t, frames, 1)
@@ -179,11 +179,11 @@ func TestLangBotChunking(t *testing.T) {
 			// The codec reads its own chunk lines back (the host chunks
 			// large requests the same way).
 			req := strings.Replace(string(msg), `"code":0,"message":"success",`, `"action":"echo",`, 1)
-			lines := chunkLines([]byte(req))
+			lines := chunkLines(nil, []byte(req))
 			in := NewLangBot(true)
 			var decoded *Request
 			for i, l := range lines {
-				r, err := in.Decode(l)
+				r, err := decode(in, l)
 				require.NoError(t, err)
 				if i < len(lines)-1 {
 					require.Nil(t, r)
@@ -216,7 +216,7 @@ func TestLangBotChunkedRequestRefusals(t *testing.T) {
 			c := NewLangBot(true)
 			var last error
 			for _, l := range tc.lines {
-				if _, err := c.Decode([]byte(l)); err != nil {
+				if _, err := decode(c, []byte(l)); err != nil {
 					last = err
 					break
 				}
@@ -226,7 +226,7 @@ func TestLangBotChunkedRequestRefusals(t *testing.T) {
 			assert.Equal(t, "-1", string(de.ID))
 			assert.Contains(t, de.Err.Message, tc.want)
 			// The connection goes on: the next request is read.
-			req, err := c.Decode([]byte(`{"seq_id":9,"action":"__ping","data":{}}`))
+			req, err := decode(c, []byte(`{"seq_id":9,"action":"__ping","data":{}}`))
 			require.NoError(t, err)
 			require.NotNil(t, req)
 			assert.Equal(t, "__ping", req.Method)
@@ -246,9 +246,10 @@ func BenchmarkLangBotDecode(b *testing.B) {
 			if strings.HasPrefix(name, "jsonrpc") {
 				c = JSONRPC{}
 			}
+			var req Request
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := c.Decode(f); err != nil {
+				if _, err := c.Decode(f, &req); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -113,9 +113,9 @@ func WithKeepalive(interval, timeout time.Duration) Option {
 
 // WithInline names methods that never block and are answered on the
 // reading goroutine, saving a goroutine handoff per call (the heartbeat).
-// Their requests are not copied out of the read buffer, so such a method
-// must not keep its id or params (nor read them through its context)
-// after it returns.
+// Their requests are not copied out of the read buffer, and the request
+// and its context are reused by the next one, so such a method must not
+// keep its request, id, params or context after it returns.
 func WithInline(methods ...string) Option {
 	return func(s *Server) {
 		for _, m := range methods {

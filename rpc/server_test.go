@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,6 +221,35 @@ func TestInlineAnswerWrittenBeforeObserver(t *testing.T) {
 	}
 }
 
+// TestInlineCallAllocatesNothing: once a connection is warm, a heartbeat
+// answered on the reading goroutine allocates nothing — not the request,
+// its context, the answer nor its frame — so a host that only pings never
+// sets the garbage collector going. Counted, not timed.
+func TestInlineCallAllocatesNothing(t *testing.T) {
+	var observed atomic.Int64
+	observe := func(Call) { observed.Add(1) }
+	none := funcHandler(func(context.Context, *Request) (json.RawMessage, error) { return nil, nil })
+	c, stop := startStdio(t, none, WithInline("__ping"), WithObserver(observe))
+	defer stop()
+	ping := []byte(`{"jsonrpc":"2.0","id":12345,"method":"__ping","params":{}}` + "\n")
+	call := func() {
+		if _, err := c.w.Write(ping); err != nil {
+			t.Fatal(err)
+		}
+		if !c.sc.Scan() {
+			t.Fatal("no answer")
+		}
+	}
+	for range 100 {
+		call()
+	}
+	assert.Equal(t, `{"jsonrpc":"2.0","id":12345,"result":{}}`, c.sc.Text())
+	assert.Zero(t, testing.AllocsPerRun(1000, call))
+	// Each call's observer ran before the next request was read; the last
+	// one's may still be running.
+	assert.GreaterOrEqual(t, observed.Load(), int64(1100))
+}
+
 // funcHandler serves every request with one function.
 type funcHandler func(ctx context.Context, req *Request) (json.RawMessage, error)
 
@@ -342,22 +372,23 @@ func TestServe(t *testing.T) {
 // and "! <method>" for notifications: the frame loop serves it unchanged.
 type lineCodec struct{}
 
-func (lineCodec) Decode(frame []byte) (*Request, error) {
+func (lineCodec) Decode(frame []byte, req *Request) (bool, error) {
 	id, method, ok := strings.Cut(string(frame), " ")
 	if !ok {
-		return nil, &DecodeError{Err: invalidRequest("want <id> <method>")}
+		return false, &DecodeError{Err: invalidRequest("want <id> <method>")}
 	}
-	return &Request{Method: method, ID: json.RawMessage(id)}, nil
+	*req = Request{Method: method, ID: json.RawMessage(id)}
+	return true, nil
 }
 
-func (lineCodec) Encode(m *Message) ([][]byte, error) {
+func (lineCodec) Encode(frames [][]byte, m Message) ([][]byte, error) {
 	switch {
 	case m.Method != "":
-		return [][]byte{[]byte("! " + m.Method)}, nil
+		return append(frames, []byte("! "+m.Method)), nil
 	case m.Error != nil:
-		return [][]byte{[]byte(string(orNull(m.ID)) + " " + m.Error.Type)}, nil
+		return append(frames, []byte(string(orNull(m.ID))+" "+m.Error.Type)), nil
 	}
-	return [][]byte{[]byte(string(m.ID) + " ok")}, nil
+	return append(frames, []byte(string(m.ID)+" ok")), nil
 }
 
 func TestCodecIsPluggable(t *testing.T) {

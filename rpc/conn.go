@@ -181,7 +181,7 @@ func (c *conn) dispatch(ctx context.Context, req *Request) {
 	case c.sem <- struct{}{}:
 	default:
 		if !req.Notif {
-			c.reply(req, time.Now(), nil, ErrBusy, false)
+			c.reply(req, time.Now(), nil, ErrBusy, true) // on the reading goroutine
 		}
 		return
 	}
@@ -210,7 +210,7 @@ func (c *conn) dispatch(ctx context.Context, req *Request) {
 	}()
 }
 
-// run serves req, whose request ctx already carries; inline is true on the
+// run serves req, whose request ctx already carries; inline: on the
 // reading goroutine.
 func (c *conn) run(ctx context.Context, req *Request, inline bool) {
 	start := time.Now()
@@ -224,9 +224,9 @@ func (c *conn) run(ctx context.Context, req *Request, inline bool) {
 	}
 }
 
-// reply answers req. An inline answer is written at once unless more
-// requests are already buffered (those share one write), so it does not
-// wait for the observer (log line, metrics).
+// reply answers req. An answer made on the reading goroutine (inline) is
+// written at once unless more requests are already buffered (those share
+// one write), so it does not wait for the observer (log line, metrics).
 func (c *conn) reply(req *Request, start time.Time, result json.RawMessage, err error, inline bool) {
 	call := Call{Method: req.Method, ID: req.ID, Params: req.Params, Transport: c.transport}
 	m := Message{ID: req.ID, Result: result}

@@ -122,6 +122,7 @@ func (s *Server) serve(ctx context.Context, fc frameConn, transport string) {
 }
 
 func (c *conn) readLoop(ctx context.Context) {
+	c.inlineCtx = requestContext{Context: ctx, req: &c.req}
 	for {
 		// Answers of inline calls wait in the outbox while more requests
 		// are already buffered, so a burst costs one write, not one each.
@@ -173,7 +174,6 @@ func (c *conn) readLoop(ctx context.Context) {
 // is refused at once with ErrBusy.
 func (c *conn) dispatch(ctx context.Context, req *Request) {
 	if c.srv.inline[req.Method] {
-		c.inlineCtx = requestContext{Context: ctx, req: req}
 		c.run(&c.inlineCtx, req, true)
 		return
 	}

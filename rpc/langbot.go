@@ -363,9 +363,9 @@ func LangBotMessage(e *Error) string {
 	return class + ": " + text
 }
 
-// chunkLines appends to frames the chunk control lines of msg, each piece at most
-// LangBotChunkBytes and never splitting a code point; offset counts the
-// bytes of the pieces before.
+// chunkLines appends to frames the chunk control lines of msg, each piece
+// at most LangBotChunkBytes and never splitting a code point; offset
+// counts the bytes of the pieces before.
 func chunkLines(frames [][]byte, msg []byte) [][]byte {
 	frames = slices.Grow(frames, 2+len(msg)/LangBotChunkBytes+1)
 	frames = append(frames, []byte(`{"type":"chunk_start","total_size":`+strconv.Itoa(len(msg))+`}`))

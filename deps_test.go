@@ -9,7 +9,7 @@ import (
 
 // TestDependencyDirection pins the import graph DESIGN.md draws:
 // main → actions → runtime → backends, with rpc, relay, reconnect and the
-// error package at the edges, and internal/ leaves (clip, keyed) any of them
+// error package at the edges, and internal/ leaves (clip, keyed, fdsafe) any of them
 // may use. Each package lists the boxrt packages it may
 // import; a package missing from the table fails, so a new one is placed
 // deliberately.
@@ -40,6 +40,7 @@ func TestDependencyDirection(t *testing.T) {
 		"test/bench/linkedecho":       {"*"},
 		"internal/clip":               {},
 		"internal/keyed":              {},
+		"internal/fdsafe":             {},
 		"test/fixtures/mcpserver":     {},
 		"test/fixtures/escape":        {},
 	}

@@ -11,6 +11,8 @@ import (
 	"runtime/debug"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/boxrt/boxrt/internal/fdsafe"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -74,6 +76,12 @@ Protocol reference: docs/protocol.md`,
 }
 
 func main() {
+	// First, before anything can start a child: a descriptor the parent
+	// leaked to boxrt must not reach bwrap or a sandbox.
+	if err := fdsafe.Seal(); err != nil {
+		fmt.Fprintln(os.Stderr, "boxrt: "+err.Error())
+		os.Exit(1)
+	}
 	err := newApp().Run(os.Args)
 	if err == nil {
 		return

@@ -111,6 +111,8 @@ type Options struct {
 	Stdio    bool
 	Config   string // JSON, passed as BOXRT_CONFIG
 	Addr     string // listen address; a free loopback port when empty
+	// ExtraFiles are inherited by boxrt from fd 3 on, as exec.Cmd's are.
+	ExtraFiles []*os.File
 }
 
 // freeAddr returns a loopback address with a free port.
@@ -139,6 +141,7 @@ func Start(t *testing.T, o Options) *Proc {
 	}
 	cmd := exec.Command(binPath, args...)
 	cmd.Env = append(os.Environ(), o.Env...)
+	cmd.ExtraFiles = o.ExtraFiles
 	if o.Config != "" {
 		cmd.Env = append(cmd.Env, "BOXRT_CONFIG="+o.Config)
 	}

@@ -76,15 +76,38 @@ type escapeCase struct {
 
 func probe(args ...string) string { return ProbeDir + "/escapeprobe " + strings.Join(args, " ") }
 
-// granted lists the attempts the probe reports as ok.
-func granted(out string) string {
-	var ok []string
-	for _, l := range strings.Split(out, "\n") {
-		if strings.HasSuffix(l, "=ok") {
-			ok = append(ok, strings.TrimSuffix(l, "=ok"))
+// denied checks that the probe reported each attempt, by name, as denied:
+// it returns what was granted, and what the probe did not report at all
+// (it did not run, or printed something else), "" when every attempt was
+// denied. A case passes only on the probe's own word, never on silence.
+func denied(out string, attempts ...string) string {
+	var bad []string
+	for _, a := range attempts {
+		switch verdict(out, a) {
+		case "denied":
+		case "ok":
+			bad = append(bad, a+" was granted")
+		default:
+			bad = append(bad, fmt.Sprintf("no %q line from the probe (did it run?); output %q", a+"=denied", out))
 		}
 	}
-	return strings.Join(ok, ", ")
+	return strings.Join(bad, "; ")
+}
+
+// verdict is the probe's word on attempt: "ok", "denied", or "" when it
+// printed no line for it.
+func verdict(out, attempt string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(l, attempt+"="); ok {
+			if v == "ok" {
+				return "ok"
+			}
+			if strings.HasPrefix(v, "denied") {
+				return "denied"
+			}
+		}
+	}
+	return ""
 }
 
 // sessionEnded is a sandbox a limit brought down as a whole (gVisor's
@@ -96,7 +119,9 @@ const (
 	escapeMemoryMB  = 64
 )
 
-// escapeCases is the one table of escape attempts.
+// escapeCases is the one table of escape attempts. Each case passes only
+// on positive evidence that the attempt ran and was stopped (the probe's
+// "=denied" line, or the limit's kill): a probe that did not run fails.
 var escapeCases = []escapeCase{
 	{
 		name: "read host /etc/shadow",
@@ -105,26 +130,32 @@ var escapeCases = []escapeCase{
 			if h.shadow != "" && strings.Contains(o.out, h.shadow) {
 				return "the sandbox read the host's /etc/shadow"
 			}
-			return ""
+			return denied(o.out, "read")
 		},
 	},
 	{
 		name: "write outside the workspace",
 		cmd:  func(h *host) string { return probe(append([]string{"write"}, h.writes...)...) },
-		escaped: func(_ Env, h *host, _ outcome) string {
+		escaped: func(_ Env, h *host, o outcome) string {
 			var got []string
 			for _, p := range h.writes {
 				if _, err := os.Stat(p); err == nil {
 					got = append(got, p)
 				}
 			}
-			return strings.Join(got, ", ")
+			if len(got) > 0 {
+				return "created " + strings.Join(got, ", ")
+			}
+			// A sandbox's own /tmp is writable, so "=ok" is no escape
+			// there: only a host file is; but the probe must have tried
+			// every path.
+			return ran(o.out, h.writes, "write ")
 		},
 	},
 	{
 		name:    "mount",
 		cmd:     func(*host) string { return probe("mount") },
-		escaped: func(_ Env, _ *host, o outcome) string { return granted(o.out) },
+		escaped: func(_ Env, _ *host, o outcome) string { return denied(o.out, "mount tmpfs", "mount proc") },
 	},
 	{
 		name: "unshare",
@@ -134,21 +165,27 @@ var escapeCases = []escapeCase{
 			return probe("unshare") + "; if command -v unshare >/dev/null; then unshare -U true && echo 'unshare(1) -U=ok'; fi"
 		},
 		escaped: func(e Env, _ *host, o outcome) string {
+			attempts := []string{"unshare user", "unshare mount", "unshare net"}
 			if !e.KernelShared {
-				return "" // namespaces of the sandbox's own kernel
+				// Namespaces of the sandbox's own kernel: allowed, but
+				// the probe must have tried.
+				return ran(o.out, attempts, "")
 			}
-			return granted(o.out)
+			if verdict(o.out, "unshare(1) -U") == "ok" {
+				return "unshare(1) -U was granted"
+			}
+			return denied(o.out, attempts...)
 		},
 	},
 	{
 		name:    "raw sockets",
 		cmd:     func(*host) string { return probe("rawsock") },
-		escaped: func(_ Env, _ *host, o outcome) string { return granted(o.out) },
+		escaped: func(_ Env, _ *host, o outcome) string { return denied(o.out, "socket inet raw", "socket packet") },
 	},
 	{
 		name:    "reach a host listener with network off",
 		cmd:     func(h *host) string { return probe("connect", h.listener) },
-		escaped: func(_ Env, _ *host, o outcome) string { return granted(o.out) },
+		escaped: func(_ Env, h *host, o outcome) string { return denied(o.out, "connect "+h.listener) },
 	},
 	{
 		name:   "fork bomb under the pids limit",
@@ -170,7 +207,7 @@ var escapeCases = []escapeCase{
 			if n < 0 || n >= 2*escapePidsLimit {
 				return fmt.Sprintf("started %d processes under pids_limit %d (output %q, err %v)", n, escapePidsLimit, o.out, o.err)
 			}
-			return ""
+			return denied(o.out, "fork")
 		},
 	},
 	{
@@ -178,11 +215,17 @@ var escapeCases = []escapeCase{
 		limits: func(s *backends.SandboxSpec) { s.MemoryMB = escapeMemoryMB },
 		cmd:    func(*host) string { return probe("memhog", strconv.Itoa(4*escapeMemoryMB)) },
 		escaped: func(_ Env, _ *host, o outcome) string {
-			if strings.Contains(o.out, "allocated=") {
+			switch {
+			case strings.Contains(o.out, "allocated="):
 				return fmt.Sprintf("allocated %d MB under memory_mb %d", 4*escapeMemoryMB, escapeMemoryMB)
-			}
-			if o.err != nil && !sessionEnded(o) {
+			case sessionEnded(o):
+				return ""
+			case o.err != nil:
 				return fmt.Sprintf("unexpected error %v", o.err)
+			case !strings.Contains(o.out, "memhog=start"):
+				return fmt.Sprintf("the probe did not start (output %q)", o.out)
+			case o.status.ExitCode != 128+9:
+				return fmt.Sprintf("exit code %d, want 137 (killed by the memory limit); output %q", o.status.ExitCode, o.out)
 			}
 			return ""
 		},
@@ -192,8 +235,40 @@ var escapeCases = []escapeCase{
 		cmd: func(h *host) string {
 			return probe(append([]string{"ptrace", h.marker[:2], h.marker[2:]}, h.victimPids...)...)
 		},
-		escaped: func(_ Env, _ *host, o outcome) string { return granted(o.out) },
+		escaped: func(_ Env, _ *host, o outcome) string {
+			var attempts []string
+			seen := false
+			for _, l := range strings.Split(o.out, "\n") {
+				v, ok := strings.CutPrefix(l, "visible=")
+				if !ok {
+					continue
+				}
+				seen = true
+				if pid, _, _ := strings.Cut(v, " "); pid != "none" {
+					attempts = append(attempts, "ptrace "+pid)
+				}
+			}
+			if !seen {
+				return fmt.Sprintf("no visible= line from the probe (did it run?); output %q", o.out)
+			}
+			return denied(o.out, attempts...)
+		},
 	},
+}
+
+// ran checks that the probe printed a verdict, either way, for each of
+// prefix+attempt.
+func ran(out string, attempts []string, prefix string) string {
+	var missing []string
+	for _, a := range attempts {
+		if verdict(out, prefix+a) == "" {
+			missing = append(missing, prefix+a)
+		}
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("no line from the probe for %s (did it run?); output %q", strings.Join(missing, ", "), out)
 }
 
 // RunEscapeTests runs every escape case in its own session of env and

@@ -59,7 +59,10 @@ func LiveExec(t *testing.T, env Env, own ...LiveCase) {
 	info := Start(t, env.Backend, env.Spec("live"))
 	left := func(n int) (string, func(t *testing.T, r LiveResult)) {
 		marker := Marker(n)
-		return "(trap '' TERM HUP; exec sleep " + marker + " >/dev/null 2>&1) & echo started",
+		// "started" only once the child runs as the marked sleep: a check
+		// that nothing is left must not pass because nothing started.
+		return "(trap '' TERM HUP; exec sleep " + marker + " >/dev/null 2>&1) & for i in $(seq 50); do " +
+				"tr '\\0' ' ' </proc/$!/cmdline | grep -q " + marker + " && { echo started; break; }; sleep 0.1; done",
 			func(t *testing.T, r LiveResult) {
 				if r.Err != nil || r.Stdout != "started\n" {
 					t.Fatalf("got %q %v", r.Stdout, r.Err)

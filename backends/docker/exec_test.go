@@ -324,14 +324,25 @@ func TestExecForkBombIsContainedAndKilled(t *testing.T) {
 		// the runtime answers by recreating it.
 		// The exec may also fail to start (exit 128) when the bomb of an
 		// earlier instant already holds every pid.
-		if r.err != nil && !isKind(r.err, boxerr.ErrSessionNotFound) {
+		t.Logf("fork bomb on gVisor: status %+v err %v after %v", r.status, r.err, r.elapsed)
+		switch {
+		case r.err != nil && !isKind(r.err, boxerr.ErrSessionNotFound):
 			t.Fatalf("fork bomb: %v, want a timeout or BoxSessionNotFoundError", r.err)
+		case r.err == nil && !r.status.TimedOut && r.status.ExitCode != 128:
+			t.Fatalf("fork bomb ended by itself (status %+v, stdout %q, stderr %q): want a timeout, exit 128 or the sandbox gone", r.status, r.stdout, r.stderr)
 		}
 		// Killing the bomb's tree means a helper exec in a sandbox whose
 		// pids are exhausted: it takes seconds, and the sandbox may end.
-		t.Logf("fork bomb on gVisor: status %+v err %v after %v", r.status, r.err, r.elapsed)
 		if r.elapsed > 60*time.Second {
 			t.Errorf("the fork bomb held Exec for %v", r.elapsed)
+		}
+		// Contained: the sandbox is either gone (typed) or still serves.
+		after := run(t, b, info, "echo after", 60*time.Second)
+		if after.err != nil && !isKind(after.err, boxerr.ErrSessionNotFound) {
+			t.Fatalf("after the fork bomb: %v, want the session working or BoxSessionNotFoundError", after.err)
+		}
+		if after.err == nil && after.stdout != "after\n" {
+			t.Errorf("after the fork bomb: status %+v stdout %q", after.status, after.stdout)
 		}
 		return
 	} else if r.err != nil || !r.status.TimedOut {

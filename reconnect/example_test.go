@@ -2,17 +2,11 @@ package reconnect_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
-	"net/http"
-	"net/http/httptest"
 	"os"
-	"sync"
 	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/boxrt/boxrt/reconnect"
 )
@@ -63,15 +57,13 @@ func ExampleSpawn() {
 }
 
 // Dialing a runtime that runs as its own service (boxrt serve --listen).
-// The token travels only in the Authorization header.
+// The token travels only in the Authorization header. (TestRealDialExample
+// runs these steps against the real binary and asserts what they print.)
 func ExampleDial() {
-	url, stop := startFakeRuntime("example-token")
-	defer stop()
-
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := reconnect.Dial(ctx, url, // "http://127.0.0.1:5410" → ws://127.0.0.1:5410/rpc/ws
-		reconnect.WithToken("example-token"),
+	c, err := reconnect.Dial(ctx, "http://127.0.0.1:5410", // → ws://127.0.0.1:5410/rpc/ws
+		reconnect.WithToken(os.Getenv("BOXRT_CONTROL_TOKEN")),
 		reconnect.WithHeartbeat(20*time.Second, 15*time.Second, 3),
 		reconnect.WithBackoff(3*time.Second, time.Minute),
 		reconnect.WithOnConnect(func(ctx context.Context, c reconnect.Caller) error {
@@ -79,8 +71,7 @@ func ExampleDial() {
 		}),
 	)
 	if err != nil {
-		fmt.Println("dial:", err)
-		return
+		log.Fatal(err)
 	}
 	defer c.Close()
 
@@ -89,24 +80,20 @@ func ExampleDial() {
 		Stdout   string `json:"stdout"`
 	}
 	if err := c.Call(ctx, "box_exec", map[string]any{"session_id": "s1", "cmd": "echo hi"}, &res); err != nil {
-		fmt.Println("box_exec:", err)
-		return
+		log.Fatal(err)
 	}
-	fmt.Printf("exit %d: %s", res.ExitCode, res.Stdout)
-	// Output: exit 0: hi
+	fmt.Printf("exit %d: %s", res.ExitCode, res.Stdout) // exit 0: hi
 }
 
 // boxrt's wire errors come back as *reconnect.Error and match the
-// sentinels with errors.Is.
+// sentinels with errors.Is. (TestRealDialExample asserts them against the
+// real binary.)
 func ExampleError() {
-	url, stop := startFakeRuntime("")
-	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := reconnect.Dial(ctx, url)
+	c, err := reconnect.Dial(ctx, "http://127.0.0.1:5410", reconnect.WithToken(os.Getenv("BOXRT_CONTROL_TOKEN")))
 	if err != nil {
-		fmt.Println("dial:", err)
-		return
+		log.Fatal(err)
 	}
 	defer c.Close()
 
@@ -119,60 +106,8 @@ func ExampleError() {
 	}
 	var e *reconnect.Error
 	if errors.As(err, &e) {
-		fmt.Println(e.Code, e.Type, e.Retryable)
-		fmt.Println(e.Message)
+		fmt.Println(e.Code, e.Type, e.Retryable) // -32004 BoxSessionNotFoundError false
 	}
-	// Output:
-	// no such session; create it
-	// -32004 BoxSessionNotFoundError false
-	// BoxSessionNotFoundError: session gone not found
-}
-
-// startFakeRuntime serves a tiny stand-in for `boxrt serve` so the
-// examples run anywhere: /rpc/ws, one JSON-RPC message per text frame.
-func startFakeRuntime(token string) (url string, stop func()) {
-	var wg sync.WaitGroup
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if token != "" && r.Header.Get("Authorization") != "Bearer "+token {
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		conn, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		wg.Add(1)
-		defer wg.Done()
-		defer conn.CloseNow()
-		for {
-			_, data, err := conn.Read(context.Background())
-			if err != nil {
-				return
-			}
-			var req struct {
-				ID     json.RawMessage `json:"id"`
-				Method string          `json:"method"`
-			}
-			_ = json.Unmarshal(data, &req)
-			resp := map[string]any{"jsonrpc": "2.0", "id": req.ID}
-			switch req.Method {
-			case "__ping":
-				resp["result"] = map[string]any{}
-			case "box_init":
-				resp["result"] = map[string]any{"initialized": true}
-			case "box_exec":
-				resp["result"] = map[string]any{"exit_code": 0, "stdout": "hi\n"}
-			default:
-				resp["error"] = map[string]any{"code": -32004, "message": "BoxSessionNotFoundError: session gone not found",
-					"data": map[string]any{"type": "BoxSessionNotFoundError", "retryable": false}}
-			}
-			out, _ := json.Marshal(resp)
-			if conn.Write(context.Background(), websocket.MessageText, out) != nil {
-				return
-			}
-		}
-	}))
-	return srv.URL, func() { srv.CloseClientConnections(); srv.Close(); wg.Wait() }
 }
 
 // A host that runs a long command in the background, shows its output as

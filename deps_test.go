@@ -41,6 +41,7 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/clip":               {},
 		"internal/keyed":              {},
 		"internal/fdsafe":             {},
+		"scripts/skipreport":          {},
 		"test/fixtures/mcpserver":     {},
 		"test/fixtures/escape":        {},
 	}

@@ -82,7 +82,8 @@ func archiveNames(t *testing.T, state, id string) []string {
 // directory holding a secret; a fork and a snapshot of b must not contain
 // the secret (each either copies what b itself mounts, or refuses with a
 // typed error). An extra mount inside the workspace is never in a
-// snapshot, and restoring one leaves its host directory as it was.
+// snapshot, and restoring one leaves its host directory as it was; that
+// snapshot's manifest edited to bind the secret directory is refused.
 func TestSnapshotAfterSymlinkSwap(t *testing.T) {
 	for _, backend := range []string{"bwrap", "docker"} {
 		t.Run(backend, func(t *testing.T) {
@@ -152,6 +153,25 @@ func TestSnapshotAfterSymlinkSwap(t *testing.T) {
 			p.MustCall("box_create_session", map[string]any{"session_id": "c2", "from_snapshot": snap.SnapshotID}, nil)
 			res = execIn(t, p, durableSpec(backend, "c2", map[string]any{"cmd": "cat /workspace/own /workspace/data/extra-file", "extra_mounts": mounts}))
 			assert.Equal(t, "own\nhost data", res.Stdout, "%+v", res)
+
+			// The same snapshot's manifest edited to bind the secret
+			// directory: refused (its seal no longer matches), not listed.
+			manifest := filepath.Join(state, "snapshots", "manifests", snap.SnapshotID+".json")
+			data, err := os.ReadFile(manifest)
+			require.NoError(t, err)
+			edited := strings.Replace(string(data), `"host_path":""`, `"host_path":"`+secret+`"`, 1)
+			require.NotEqual(t, string(data), edited)
+			require.NoError(t, os.WriteFile(manifest, []byte(edited), 0o600))
+			r = p.Call("box_create_session", map[string]any{"session_id": "t", "from_snapshot": snap.SnapshotID}, 2*time.Minute)
+			require.NotNil(t, r.Error, "a tampered manifest was restored")
+			assert.Equal(t, "BoxSnapshotCorruptedError", r.Error.Type(), "%+v", r.Error)
+			var list struct {
+				Snapshots []snapshotInfo `json:"snapshots"`
+			}
+			p.MustCall("box_list_snapshots", map[string]any{}, &list)
+			for _, s := range list.Snapshots {
+				assert.NotEqual(t, snap.SnapshotID, s.SnapshotID, "a tampered snapshot is listed")
+			}
 
 			p.Stop()
 			assert.Equal(t, secretBefore, hostTree(t, secret), "the root-only host directory changed")

@@ -61,7 +61,7 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 		return err
 	}
 	defer done()
-	if info.HostPath != "" && info.HostPathMode != backends.MountNone {
+	if info.HostWorkspace() {
 		roots[backends.ArchiveWorkspace].Close()
 		delete(roots, backends.ArchiveWorkspace)
 		if opts.HostPaths {

@@ -39,7 +39,7 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 	mountPath := path.Clean(info.MountPathOrDefault())
 	tw := tar.NewWriter(w)
 	switch {
-	case hostWorkspace(info) && opts.HostPaths:
+	case info.HostWorkspace() && opts.HostPaths:
 		root, err := backends.OpenHostRoot("host_path", info.HostPath)
 		if err != nil {
 			return err
@@ -49,7 +49,7 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 		if err != nil {
 			return boxerr.Failure("docker backend: archiving host_path %s: %v", info.HostPath, err).Wrap(err)
 		}
-	case !hostWorkspace(info):
+	case !info.HostWorkspace():
 		base, nested := path.Base(mountPath), notLayer(c, mountPath)[1:]
 		err := b.copyOut(ctx, tw, name, mountPath, func(n string) string {
 			rest, ok := strings.CutPrefix(n, base)
@@ -80,10 +80,6 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 		}
 	}
 	return tw.Close()
-}
-
-func hostWorkspace(info backends.Session) bool {
-	return info.HostPath != "" && info.HostPathMode != backends.MountNone
 }
 
 // notLayer are the container's paths whose content is not its layer's:
@@ -226,7 +222,7 @@ func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.R
 			return finish()
 		}
 		if err == nil {
-			err = checkImportEntry(&guard, hdr, hostWorkspace(info), mounts)
+			err = checkImportEntry(&guard, hdr, info.HostWorkspace(), mounts)
 		}
 		if err != nil {
 			if sec != nil {

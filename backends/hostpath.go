@@ -2,6 +2,7 @@ package backends
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -117,6 +118,37 @@ func RecheckHostPath(field, path string) error {
 	return nil
 }
 
+// OpenHostRoot opens a host directory for reading as an os.Root, checking
+// it again (no symlink anywhere in its path) at this use: a directory
+// swapped for a symlink since the session started is refused, not
+// followed. An export reads a host_path workspace this way, never through
+// a path an engine resolves again.
+func OpenHostRoot(field, path string) (*os.Root, error) {
+	fd, _, err := OpenDir(unix.AT_FDCWD, filepath.Clean(path), false, nil)
+	if err != nil {
+		return nil, hostDirError(field, path, err)
+	}
+	defer unix.Close(fd)
+	r, err := os.OpenRoot(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return nil, boxerr.Failure("cannot open %s %s: %v", field, path, err).Wrap(err)
+	}
+	return r, nil
+}
+
+// hostDirError types a failure to open a host directory without following
+// a symlink.
+func hostDirError(field, path string, err error) error {
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		return boxerr.Validation(field, "%s %s is not a plain directory (a symlink or a file is in its path)", field, path).
+			With("path", path).Wrap(err)
+	}
+	if errors.Is(err, unix.ENOENT) {
+		return boxerr.Validation(field, "%s %s is gone", field, path).With("path", path).Wrap(err)
+	}
+	return boxerr.Failure("cannot open %s %s: %v", field, path, err).Wrap(err)
+}
+
 // EnsureDir creates a host directory for a rw mount when it is missing.
 func EnsureDir(path string) error {
 	// Never MkdirAll: as root it would follow a symlink swapped into the
@@ -124,11 +156,7 @@ func EnsureDir(path string) error {
 	// points. Each component is made below its opened parent instead.
 	fd, _, err := OpenDir(unix.AT_FDCWD, filepath.Clean(path), true, nil)
 	if err != nil {
-		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-			return boxerr.Validation("host_path", "host directory %s is not a plain directory (a symlink or a file is in its path)", path).
-				With("path", path).Wrap(err)
-		}
-		return boxerr.Failure("cannot create host directory %s: %v", path, err).Wrap(err)
+		return hostDirError("host_path", path, err)
 	}
 	return unix.Close(fd)
 }

@@ -102,6 +102,12 @@ func (s Sandbox) MountPathOrDefault() string {
 	return s.MountPath
 }
 
+// HostWorkspace reports whether the workspace is a host directory (a
+// host_path bound in a mode other than none).
+func (s Sandbox) HostWorkspace() bool {
+	return s.HostPath != "" && s.HostPathMode != MountNone
+}
+
 // ActiveExtraMounts returns the extra mounts a backend must bind: those whose
 // mode is not none.
 func (s Sandbox) ActiveExtraMounts() []MountSpec {

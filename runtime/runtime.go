@@ -202,6 +202,7 @@ func (r *Runtime) StartedAt() time.Time { return r.startedAt }
 // starts the reaper and the health refresher.
 func (r *Runtime) Start(ctx context.Context) {
 	r.selectBackend(ctx, false)
+	r.tidySnapshotStore()
 	bgCtx, cancel := context.WithCancel(context.Background())
 	r.mu.Lock()
 	r.bgCtx = bgCtx

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -38,10 +39,7 @@ func (r *Runtime) snapshotStore() (snapshots.Store, error) {
 	if r.snaps.custom != nil {
 		return r.snaps.custom, nil
 	}
-	dir := cfg.SnapshotDir
-	if dir == "" {
-		dir = filepath.Join(r.stateDir, "snapshots")
-	}
+	dir := r.snapshotDir(cfg)
 	max := int64(cfg.SnapshotMaxTotalMB) << 20
 	if st := r.snaps.byDir[dir]; st != nil {
 		st.SetMaxBytes(max)
@@ -56,6 +54,26 @@ func (r *Runtime) snapshotStore() (snapshots.Store, error) {
 	}
 	r.snaps.byDir[dir] = st
 	return st, nil
+}
+
+func (r *Runtime) snapshotDir(cfg Durable) string {
+	if cfg.SnapshotDir != "" {
+		return cfg.SnapshotDir
+	}
+	return filepath.Join(r.stateDir, "snapshots")
+}
+
+// tidySnapshotStore opens the local store at start when it exists, so what
+// a crash mid-snapshot left (temp files, an archive no manifest names) is
+// removed now rather than at the first snapshot call; a store that does not
+// exist yet is not made.
+func (r *Runtime) tidySnapshotStore() {
+	if _, err := os.Stat(r.snapshotDir(r.Config().Durable)); err != nil {
+		return
+	}
+	if _, err := r.snapshotStore(); err != nil {
+		r.log.Warn().Err(err).Msg("snapshot store: cannot open it to remove what a crash left")
+	}
 }
 
 // archiver returns the backend's Archiver or a typed error naming it.
@@ -228,9 +246,19 @@ func (r *Runtime) fromSnapshot(ctx context.Context, b backends.Backend, spec Spe
 			return err
 		}
 		defer rc.Close()
-		return a.ImportFiles(ctx, info, rc)
+		return snapshotError(id, a.ImportFiles(ctx, info, rc))
 	}
 	return spec, nil
+}
+
+// snapshotError names snapshot id in a refusal of its archive's content
+// (the backend's EntryGuard does not know which snapshot it reads).
+func snapshotError(id string, err error) error {
+	var be *boxerr.Error
+	if errors.As(err, &be) && errors.Is(be, boxerr.ErrSnapshotCorrupted) && be.Details["snapshot_id"] == "" {
+		be.With("snapshot_id", id)
+	}
+	return err
 }
 
 // ForkSession makes newID an independent copy of session id (running or

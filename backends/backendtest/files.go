@@ -85,8 +85,20 @@ func (f files) write(t *testing.T, p string, data []byte, opts backends.WriteOpt
 // unless it exits 0.
 func (f files) run(t *testing.T, cmd string, env map[string]string) string {
 	t.Helper()
+	return runEnv(t, f.env.Backend, f.info, cmd, env)
+}
+
+// run runs cmd in info's session and returns its stdout, failing the test
+// unless it exits 0.
+func run(t *testing.T, b backends.Backend, info backends.Session, cmd string) string {
+	t.Helper()
+	return runEnv(t, b, info, cmd, nil)
+}
+
+func runEnv(t *testing.T, b backends.Backend, info backends.Session, cmd string, env map[string]string) string {
+	t.Helper()
 	var out, errOut SyncBuffer
-	st, err := f.env.Backend.Exec(context.Background(), f.info, backends.ExecRequest{
+	st, err := b.Exec(context.Background(), info, backends.ExecRequest{
 		Cmd: cmd, Env: env, Stdout: &out, Stderr: &errOut, Timeout: 30 * time.Second})
 	if err != nil || st.TimedOut || st.ExitCode != 0 {
 		t.Fatalf("exec %q: status %+v err %v\nstdout: %s\nstderr: %s", cmd, st, err, out.String(), errOut.String())

@@ -50,21 +50,24 @@ func (b *Backend) storageRoots(info backends.Session) (roots map[string]*os.Root
 }
 
 // ExportFiles implements backends.Archiver: the session's workspace, /tmp
-// and /home (its own disk). A host_path workspace is read from the host
-// directory, and only when opts.HostPaths allows it.
+// and /home (its own disk). A host_path workspace is read, only when
+// opts.HostPaths allows it, through the descriptor the session mounts
+// (opened without following a symlink when the session first used it),
+// never by its path: a directory swapped for a symlink since cannot make
+// the export read what it points to. Extra mounts are never read.
 func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts backends.ExportOptions, w io.Writer) error {
 	roots, done, err := b.storageRoots(info)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if info.HostPath != "" && info.HostPathMode != backends.MountNone {
+	if info.HostWorkspace() {
 		roots[backends.ArchiveWorkspace].Close()
 		delete(roots, backends.ArchiveWorkspace)
 		if opts.HostPaths {
-			r, err := os.OpenRoot(info.HostPath)
+			r, err := b.hostRoot(info)
 			if err != nil {
-				return boxerr.Failure("bwrap: host_path %s: %v", info.HostPath, err).Wrap(err)
+				return err
 			}
 			roots[backends.ArchiveWorkspace] = r
 		}
@@ -80,9 +83,25 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 	return tw.Close()
 }
 
+// hostRoot opens the session's host_path workspace as an os.Root through
+// the session's own descriptor of it (sessionFiles.hostDir, the one its
+// sandboxes mount).
+func (b *Backend) hostRoot(info backends.Session) (*os.Root, error) {
+	f, err := b.files(info.BackendSessionID).hostDir(b, "host_path", info.HostPath, false, info.HostPathMode == backends.MountRW)
+	if err != nil {
+		return nil, err
+	}
+	r, err := os.OpenRoot(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+	if err != nil {
+		return nil, boxerr.Failure("bwrap: host_path %s: %v", info.HostPath, err).Wrap(err)
+	}
+	return r, nil
+}
+
 // ImportFiles implements backends.Archiver: workspace/, tmp/ and home/
-// entries go to the session's own disk; rootfs/ entries (a container's
-// layer) have no place in a read-only bwrap root and are refused.
+// entries go to the session's own disk (never a host directory); rootfs/
+// entries (a container's layer) have no place in a read-only bwrap root and
+// are refused. Every entry passes an EntryGuard without hard links first.
 func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.Reader) error {
 	roots, done, err := b.storageRoots(info)
 	if err != nil {
@@ -90,6 +109,7 @@ func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.R
 	}
 	defer done()
 	tr := tar.NewReader(r)
+	var guard backends.EntryGuard
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -99,6 +119,9 @@ func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.R
 			return err
 		}
 		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := guard.Check(hdr); err != nil {
 			return err
 		}
 		prefix, rest, _ := strings.Cut(hdr.Name, "/")

@@ -22,24 +22,38 @@ var _ backends.Archiver = (*Backend)(nil)
 var engineManaged = []string{"/dev", "/proc", "/sys", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/.dockerenv", "/sbin/docker-init"}
 
 // ExportFiles implements backends.Archiver, for a running or stopped
-// container: the workspace (volume, quota disk, or host_path when
-// opts.HostPaths) read through the engine, then every path the container's
-// writable layer added or changed (ContainerDiff: installed packages and
-// the like), outside the session's mounts. Files deleted from the image
-// are not recorded.
+// container: the workspace, then every path the container's writable
+// layer added or changed (ContainerDiff: installed packages and the like),
+// outside every mount the engine reports for the container. The engine
+// reads only what is the container's own (its volume, boxrt's quota disk,
+// its layer): it resolves a bind's source path again when archiving, so a
+// host_path workspace (only when opts.HostPaths) is read by boxrt itself,
+// through a descriptor opened without following a symlink, and extra
+// mounts are never read. Files deleted from the image are not recorded.
 func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts backends.ExportOptions, w io.Writer) error {
 	name := info.BackendSessionID
-	if err := b.owned(ctx, info); err != nil {
+	c, err := b.inspectOwned(ctx, info)
+	if err != nil {
 		return err
 	}
-	mountPath := info.MountPathOrDefault()
+	mountPath := path.Clean(info.MountPathOrDefault())
 	tw := tar.NewWriter(w)
-	hostWS := info.HostPath != "" && info.HostPathMode != backends.MountNone
-	if !hostWS || opts.HostPaths {
-		base := path.Base(mountPath)
+	switch {
+	case info.HostWorkspace() && opts.HostPaths:
+		root, err := backends.OpenHostRoot("host_path", info.HostPath)
+		if err != nil {
+			return err
+		}
+		err = backends.WriteTree(ctx, tw, root, backends.ArchiveWorkspace)
+		root.Close()
+		if err != nil {
+			return boxerr.Failure("docker backend: archiving host_path %s: %v", info.HostPath, err).Wrap(err)
+		}
+	case !info.HostWorkspace():
+		base, nested := path.Base(mountPath), notLayer(c, mountPath)[1:]
 		err := b.copyOut(ctx, tw, name, mountPath, func(n string) string {
 			rest, ok := strings.CutPrefix(n, base)
-			if !ok || (rest != "" && rest[0] != '/') {
+			if !ok || (rest != "" && rest[0] != '/') || underAny(path.Join(mountPath, rest), nested) {
 				return ""
 			}
 			return backends.ArchiveWorkspace + strings.TrimPrefix(rest, "/")
@@ -56,11 +70,7 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 	if err != nil {
 		return b.sessionError(info, "listing the changes of container "+name, err)
 	}
-	mounts := []string{mountPath}
-	for _, m := range info.ExtraMounts {
-		mounts = append(mounts, m.MountPath)
-	}
-	for _, p := range layerPaths(changes, append(mounts, engineManaged...)) {
+	for _, p := range layerPaths(changes, notLayer(c, mountPath)) {
 		dir := path.Dir(p)
 		err := b.copyOut(ctx, tw, name, p, func(n string) string {
 			return backends.ArchiveRootfs + strings.TrimPrefix(path.Join(dir, n), "/")
@@ -70,6 +80,30 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 		}
 	}
 	return tw.Close()
+}
+
+// notLayer are the container's paths whose content is not its layer's:
+// the workspace first, then what the engine provides and every mount it
+// reports but the workspace's own (extra mounts and skills included,
+// whatever the session record says).
+func notLayer(c container.InspectResponse, mountPath string) []string {
+	out := append([]string{mountPath}, engineManaged...)
+	for _, m := range c.Mounts {
+		if d := path.Clean(m.Destination); d != mountPath {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// underAny reports whether p is at or below one of dirs.
+func underAny(p string, dirs []string) bool {
+	for _, d := range dirs {
+		if p == d || d == "/" || strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // layerPaths picks the fewest paths that cover a container's changes: an
@@ -135,7 +169,7 @@ func (b *Backend) copyOut(ctx context.Context, tw *tar.Writer, name, src string,
 			return boxerr.Failure("docker backend: reading %s of container %s: %v", src, name, err).Wrap(err)
 		}
 		n := rename(strings.TrimSuffix(hdr.Name, "/"))
-		if n == "" || strings.HasSuffix(n, "/") && hdr.Typeflag != tar.TypeDir {
+		if n == "" || !backends.Archivable(hdr) || strings.HasSuffix(n, "/") && hdr.Typeflag != tar.TypeDir {
 			continue
 		}
 		if hdr.Typeflag == tar.TypeLink {
@@ -158,10 +192,20 @@ func (b *Backend) copyOut(ctx context.Context, tw *tar.Writer, name, src string,
 
 // ImportFiles implements backends.Archiver: workspace/ entries are copied
 // into the mount path, rootfs/ entries onto the root (refused for a
-// read-only root filesystem), each through the engine, owners kept.
+// read-only root filesystem), each through the engine, owners kept. Every
+// entry passes an EntryGuard first (hard links allowed: the engine makes
+// them below the extraction root, inside the container); nothing is
+// extracted into a mount: a host_path workspace takes no workspace/ entry
+// and no rootfs/ entry may land at or below a mount of the container.
 func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.Reader) error {
 	name := info.BackendSessionID
-	mountPath := info.MountPathOrDefault()
+	c, err := b.inspectOwned(ctx, info)
+	if err != nil {
+		return err
+	}
+	mountPath := path.Clean(info.MountPathOrDefault())
+	mounts := notLayer(c, mountPath)
+	guard := backends.EntryGuard{HardLinks: true}
 	tr := tar.NewReader(r)
 	var sec *section
 	finish := func() error {
@@ -177,8 +221,13 @@ func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.R
 		if errors.Is(err, io.EOF) {
 			return finish()
 		}
+		if err == nil {
+			err = checkImportEntry(&guard, hdr, info.HostWorkspace(), mounts)
+		}
 		if err != nil {
-			_ = finish()
+			if sec != nil {
+				sec.abort(err)
+			}
 			return err
 		}
 		prefix, rest, _ := strings.Cut(hdr.Name, "/")
@@ -214,6 +263,31 @@ func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.R
 	}
 }
 
+// checkImportEntry applies the guard and keeps entries out of mounts
+// (notLayer's list, the workspace first): no workspace/ entry for a
+// host_path workspace (a boxrt export of one that is restored into a
+// host_path has none), no entry at or below another mount (a boxrt export
+// leaves those out).
+func checkImportEntry(guard *backends.EntryGuard, hdr *tar.Header, hostWS bool, mounts []string) error {
+	if err := guard.Check(hdr); err != nil {
+		return err
+	}
+	name := strings.TrimSuffix(hdr.Name, "/")
+	inMount := false
+	if rest, ok := strings.CutPrefix(name+"/", backends.ArchiveWorkspace); ok {
+		if hostWS {
+			return backends.RefuseEntry(hdr.Name, "the session's workspace is a host directory, which a restore never writes")
+		}
+		inMount = underAny(path.Join(mounts[0], rest), mounts[1:])
+	} else if rest, ok := strings.CutPrefix(name, backends.ArchiveRootfs); ok {
+		inMount = underAny("/"+rest, mounts)
+	}
+	if inMount {
+		return backends.RefuseEntry(hdr.Name, "it lies in a mount of the container, which a restore never writes")
+	}
+	return nil
+}
+
 // section streams one part of an archive into the container.
 type section struct {
 	prefix string
@@ -234,6 +308,13 @@ func (b *Backend) openSection(ctx context.Context, name, dest, prefix string) *s
 		s.errc <- err
 	}()
 	return s
+}
+
+// abort breaks the section's stream, so the engine does not take it as a
+// whole archive.
+func (s *section) abort(err error) {
+	s.pw.CloseWithError(err)
+	<-s.errc
 }
 
 func (s *section) close() error {

@@ -97,15 +97,21 @@ func (b *Backend) Resume(ctx context.Context, info backends.Session) error {
 
 // owned refuses a container that is missing or not this instance's.
 func (b *Backend) owned(ctx context.Context, info backends.Session) error {
+	_, err := b.inspectOwned(ctx, info)
+	return err
+}
+
+// inspectOwned is owned that also answers the container's inspection.
+func (b *Backend) inspectOwned(ctx context.Context, info backends.Session) (container.InspectResponse, error) {
 	name := info.BackendSessionID
 	c, err := b.cli.ContainerInspect(ctx, name)
 	if err != nil {
-		return b.sessionError(info, "inspecting container "+name, err)
+		return c, b.sessionError(info, "inspecting container "+name, err)
 	}
 	if c.Config == nil || c.Config.Labels[LabelInstance] != b.instance {
-		return boxerr.Failure("docker backend error: container %s does not belong to this boxrt instance", name)
+		return c, boxerr.Failure("docker backend error: container %s does not belong to this boxrt instance", name)
 	}
-	return nil
+	return c, nil
 }
 
 // dropMarks forgets a container's suspension mark and claim record (the

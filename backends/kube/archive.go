@@ -48,7 +48,11 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 			}()
 		}
 	}
-	run, err := fsRunner{b}.Run(ctx, info, nil, []string{"tar", "-C", mountPath(info), "-cf", "-", "."})
+	args := []string{"tar", "-C", mountPath(info), "-cf", "-"}
+	for _, rel := range mountsBelow(info) {
+		args = append(args, "--exclude=./"+rel)
+	}
+	run, err := fsRunner{b}.Run(ctx, info, nil, append(args, "."))
 	if err != nil {
 		return err
 	}
@@ -59,7 +63,7 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 		}
 		return backends.ArchiveWorkspace + n
 	}
-	cerr := copyRenamed(tw, tar.NewReader(run.Stdout()), rename)
+	cerr := copyRenamed(tw, tar.NewReader(run.Stdout()), rename, nil)
 	if cerr != nil {
 		run.Cancel()
 	}
@@ -74,18 +78,23 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 }
 
 // copyRenamed copies every entry of tr to tw under rename's name (an empty
-// name drops the entry; hard link targets are renamed alike).
-func copyRenamed(tw *tar.Writer, tr *tar.Reader, rename func(string) string) error {
+// name drops the entry; hard link targets are renamed alike). check, when
+// set, sees each entry first and ends the copy with its error; entries no
+// export keeps (backends.Archivable) are dropped.
+func copyRenamed(tw *tar.Writer, tr *tar.Reader, rename func(string) string, check func(*tar.Header) error) error {
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
+		if err == nil && check != nil {
+			err = check(hdr)
+		}
 		if err != nil {
 			return err
 		}
 		n := rename(hdr.Name)
-		if n == "" {
+		if n == "" || !backends.Archivable(hdr) {
 			continue
 		}
 		if hdr.Typeflag == tar.TypeLink {
@@ -110,7 +119,9 @@ func copyRenamed(tw *tar.Writer, tr *tar.Reader, rename func(string) string) err
 // ImportFiles implements backends.Archiver: the workspace/ entries are
 // streamed into `tar -x` run in the Pod, below the mount path, as the
 // sandbox user (owners are not kept). Entries of any other part (a docker
-// or bwrap archive's rootfs/, tmp/, home/) are refused.
+// or bwrap archive's rootfs/, tmp/, home/) are refused, and every entry
+// passes an EntryGuard first (hard links allowed: tar makes them inside
+// the Pod, below the mount path).
 func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.Reader) error {
 	if b.configErr != nil {
 		return b.configErr
@@ -124,6 +135,20 @@ func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.R
 	go func() {
 		tw := tar.NewWriter(pw)
 		var bad error
+		guard := backends.EntryGuard{HardLinks: true}
+		below := mountsBelow(info)
+		check := func(hdr *tar.Header) error {
+			if err := guard.Check(hdr); err != nil {
+				return err
+			}
+			rest, _ := strings.CutPrefix(strings.TrimSuffix(hdr.Name, "/"), backends.ArchiveWorkspace)
+			for _, rel := range below {
+				if rest == rel || strings.HasPrefix(rest, rel+"/") {
+					return backends.RefuseEntry(hdr.Name, "it lies in an extra mount, which a restore never writes")
+				}
+			}
+			return nil
+		}
 		err := copyRenamed(tw, tar.NewReader(r), func(n string) string {
 			rest, ok := strings.CutPrefix(n, backends.ArchiveWorkspace)
 			if !ok {
@@ -133,7 +158,7 @@ func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.R
 				return ""
 			}
 			return strings.TrimPrefix(path.Clean("/"+rest), "/")
-		})
+		}, check)
 		err = firstErr(bad, err, tw.Close())
 		pw.CloseWithError(err)
 		feedErr <- err
@@ -155,6 +180,20 @@ func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.R
 		return boxerr.Failure("kube backend: restoring the workspace of session %s: tar exited %d: %s", info.SessionID, code, stderr)
 	}
 	return nil
+}
+
+// mountsBelow are the extra mounts inside the workspace, relative to it:
+// the Pod's tar would see them as part of it, but they are never part of
+// a snapshot, on export or restore.
+func mountsBelow(info backends.Session) []string {
+	var out []string
+	ws := path.Clean(mountPath(info))
+	for _, m := range info.ExtraMounts {
+		if rel, ok := strings.CutPrefix(path.Clean(m.MountPath), ws+"/"); ok {
+			out = append(out, rel)
+		}
+	}
+	return out
 }
 
 func mountPath(info backends.Session) string {

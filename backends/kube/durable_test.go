@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/backendtest"
 	"github.com/boxrt/boxrt/backends/kube"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
@@ -201,4 +202,15 @@ func rootfsArchive(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// TestHostileArchives restores crafted archives into a Pod: each hostile
+// one is refused (typed) before tar in the Pod sees it, and setuid bits
+// are cleared.
+func TestHostileArchives(t *testing.T) {
+	b := newBackend(t, "")
+	backendtest.HostileArchives(t, backendtest.Env{
+		Backend: b,
+		Spec:    func(name string) backends.SandboxSpec { return spec(name + "-" + randomID()) },
+	}, backendtest.HostileOptions{})
 }

@@ -2,6 +2,7 @@ package snapshots
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -33,6 +35,7 @@ var idRe = regexp.MustCompile(`^snap-[0-9a-f]{16}$`)
 // Local is the directory store (see the package doc for its layout).
 type Local struct {
 	dir string
+	key []byte // seals manifests (see seal)
 
 	mu sync.Mutex // serialises Put's size check with Delete; guards maxBytes
 	// maxBytes bounds the total size of the stored archives.
@@ -41,12 +44,13 @@ type Local struct {
 
 var _ Store = (*Local)(nil)
 
-// OpenLocal prepares dir (creating it 0700) and removes temp files a
-// crash left.
+// OpenLocal prepares dir (creating it 0700), loads or makes its sealing
+// key, and removes what a crash left: temp files and archives no manifest
+// names (a kill -9 between the two renames of a Put).
 func OpenLocal(dir string, maxBytes int64) (*Local, error) {
 	for _, d := range []string{"blobs/sha256", "manifests", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
-			return nil, boxerr.Failure("snapshot store %s: %v", dir, err).Wrap(err)
+			return nil, storeError(dir, err)
 		}
 	}
 	if entries, err := os.ReadDir(filepath.Join(dir, "tmp")); err == nil {
@@ -54,7 +58,66 @@ func OpenLocal(dir string, maxBytes int64) (*Local, error) {
 			_ = os.Remove(filepath.Join(dir, "tmp", e.Name()))
 		}
 	}
-	return &Local{dir: dir, maxBytes: maxBytes}, nil
+	l := &Local{dir: dir, maxBytes: maxBytes}
+	key, err := l.loadKey()
+	if err != nil {
+		return nil, err
+	}
+	l.key = key
+	l.dropUnusedBlobs()
+	return l, nil
+}
+
+// keySize is the length of a store's sealing key.
+const keySize = 32
+
+// loadKey reads the store's key, making it (temp file, then a link that
+// fails if another process made one first) when there is none.
+func (l *Local) loadKey() ([]byte, error) {
+	path := filepath.Join(l.dir, "key")
+	key, err := os.ReadFile(path)
+	if err == nil && len(key) == keySize {
+		return key, nil
+	}
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return nil, boxerr.Failure("snapshot store %s: its key %s is unreadable or damaged (%v): move the store aside to start a new one", l.dir, path, err)
+	}
+	key = make([]byte, keySize)
+	if _, err := rand.Read(key); err != nil {
+		return nil, storeError(l.dir, err)
+	}
+	tmp, err := l.writeTemp("key-", key)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, path); errors.Is(err, fs.ErrExist) {
+		return l.loadKey()
+	} else if err != nil {
+		return nil, storeError(l.dir, err)
+	}
+	return key, nil
+}
+
+// seal is the manifest's HMAC-SHA256 under the store's key, over its JSON
+// without the seal. A manifest edited by hand (another spec, another
+// archive) or copied from another store does not carry this store's seal.
+func (l *Local) seal(m Manifest) string {
+	m.Seal = ""
+	data, _ := json.Marshal(m)
+	mac := hmac.New(sha256.New, l.key)
+	mac.Write(data)
+	return "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// storeError types a failure of the store's filesystem; a full disk says
+// so, since freeing space is what fixes it.
+func storeError(dir string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return boxerr.Failure("snapshot store %s: its filesystem is full (%v): free space there, delete snapshots, or set durable.snapshot_dir to a larger one", dir, err).
+			With("reason", "disk_full").Wrap(err)
+	}
+	return boxerr.Failure("snapshot store %s: %v", dir, err).Wrap(err)
 }
 
 // SetMaxBytes changes the bound (a configuration change).
@@ -134,7 +197,7 @@ func (l *Local) Put(ctx context.Context, m Manifest, archive io.Reader) (Manifes
 	}
 	tmp, err := os.CreateTemp(filepath.Join(l.dir, "tmp"), "blob-*")
 	if err != nil {
-		return m, boxerr.Failure("snapshot store: %v", err).Wrap(err)
+		return m, storeError(l.dir, err)
 	}
 	defer os.Remove(tmp.Name()) // a no-op once renamed
 	cw := &countingWriter{w: tmp, h: sha256.New(), limit: room}
@@ -158,7 +221,11 @@ func (l *Local) Put(ctx context.Context, m Manifest, archive io.Reader) (Manifes
 		return m, capacityError(max)
 	}
 	if err != nil {
-		return m, boxerr.Failure("writing snapshot: %v", err).Wrap(err)
+		var be *boxerr.Error
+		if errors.As(err, &be) {
+			return m, be
+		}
+		return m, storeError(l.dir, err)
 	}
 
 	m.Digest = "sha256:" + hex.EncodeToString(cw.h.Sum(nil))
@@ -179,7 +246,7 @@ func (l *Local) Put(ctx context.Context, m Manifest, archive io.Reader) (Manifes
 	}
 	blob, _ := l.blobPath(m.Digest)
 	if err := os.Rename(tmp.Name(), blob); err != nil {
-		return m, boxerr.Failure("writing snapshot: %v", err).Wrap(err)
+		return m, storeError(l.dir, err)
 	}
 	if err := l.writeManifest(m); err != nil {
 		l.dropBlobIfUnused(m.Digest)
@@ -210,15 +277,29 @@ func newID() (string, error) {
 }
 
 func (l *Local) writeManifest(m Manifest) error {
+	m.Seal = l.seal(m)
 	data, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Join(l.dir, "tmp"), "manifest-*")
+	tmp, err := l.writeTemp("manifest-", data)
 	if err != nil {
-		return boxerr.Failure("writing snapshot manifest: %v", err).Wrap(err)
+		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer os.Remove(tmp)
+	path, _ := l.manifestPath(m.ID)
+	if err := os.Rename(tmp, path); err != nil {
+		return storeError(l.dir, err)
+	}
+	return nil
+}
+
+// writeTemp writes data to a new synced file in tmp/ and returns its name.
+func (l *Local) writeTemp(prefix string, data []byte) (string, error) {
+	tmp, err := os.CreateTemp(filepath.Join(l.dir, "tmp"), prefix+"*")
+	if err != nil {
+		return "", storeError(l.dir, err)
+	}
 	_, err = tmp.Write(data)
 	if err == nil {
 		err = tmp.Sync()
@@ -226,14 +307,11 @@ func (l *Local) writeManifest(m Manifest) error {
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
-	path, _ := l.manifestPath(m.ID)
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
 	if err != nil {
-		return boxerr.Failure("writing snapshot manifest: %v", err).Wrap(err)
+		os.Remove(tmp.Name())
+		return "", storeError(l.dir, err)
 	}
-	return nil
+	return tmp.Name(), nil
 }
 
 // usedBytes sums the stored archives.
@@ -266,8 +344,12 @@ func (l *Local) Get(_ context.Context, id string) (Manifest, error) {
 	}
 	var m Manifest
 	if err := json.Unmarshal(data, &m); err != nil || m.ID != id {
-		return Manifest{}, boxerr.SnapshotCorrupted(id, "snapshot %s has an unreadable manifest", id)
+		return Manifest{}, boxerr.SnapshotCorrupted(id, "snapshot %s has an unreadable manifest; delete it", id)
 	}
+	if !hmac.Equal([]byte(m.Seal), []byte(l.seal(m))) {
+		return Manifest{}, boxerr.SnapshotCorrupted(id, "snapshot %s was not written by this store: its manifest was altered or copied from another store; it is never restored: delete it", id)
+	}
+	m.Seal = ""
 	return m, nil
 }
 
@@ -341,8 +423,16 @@ func (l *Local) List(ctx context.Context) ([]Manifest, error) {
 		if !ok || !idRe.MatchString(id) {
 			continue
 		}
-		if m, err := l.Get(ctx, id); err == nil {
-			out = append(out, m)
+		// Only snapshots that can be restored are listed: a sealed
+		// manifest whose archive is there.
+		m, err := l.Get(ctx, id)
+		if err != nil {
+			continue
+		}
+		if blob, err := l.blobPath(m.Digest); err == nil {
+			if _, err := os.Stat(blob); err == nil {
+				out = append(out, m)
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
@@ -370,6 +460,30 @@ func (l *Local) Delete(ctx context.Context, id string) error {
 // dropBlobIfUnused removes an archive no manifest names any more. l.mu is
 // held.
 func (l *Local) dropBlobIfUnused(digest string) {
+	if !l.namedDigests()[digest] {
+		if blob, err := l.blobPath(digest); err == nil {
+			_ = os.Remove(blob)
+		}
+	}
+}
+
+// dropUnusedBlobs removes every archive no manifest names (OpenLocal).
+func (l *Local) dropUnusedBlobs() {
+	named := l.namedDigests()
+	dir := filepath.Join(l.dir, "blobs", "sha256")
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		hexSum, _ := strings.CutSuffix(e.Name(), ".tar.zst")
+		if !named["sha256:"+hexSum] {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// namedDigests are the digests the manifests name, sealed or not (an
+// unsealed manifest is refused, not silently robbed of its archive).
+func (l *Local) namedDigests() map[string]bool {
+	out := map[string]bool{}
 	entries, _ := os.ReadDir(filepath.Join(l.dir, "manifests"))
 	for _, e := range entries {
 		data, err := os.ReadFile(filepath.Join(l.dir, "manifests", e.Name()))
@@ -377,11 +491,9 @@ func (l *Local) dropBlobIfUnused(digest string) {
 			continue
 		}
 		var m Manifest
-		if json.Unmarshal(data, &m) == nil && m.Digest == digest {
-			return
+		if json.Unmarshal(data, &m) == nil {
+			out[m.Digest] = true
 		}
 	}
-	if blob, err := l.blobPath(digest); err == nil {
-		_ = os.Remove(blob)
-	}
+	return out
 }

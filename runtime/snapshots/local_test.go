@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -102,6 +103,53 @@ func TestLocalStore(t *testing.T) {
 			_, err = l.Get(ctx, b.ID)
 			require.ErrorIs(t, err, boxerr.ErrValidation)
 		}},
+		{"a tampered manifest is refused and not listed", func(t *testing.T, l *Local) {
+			m := put(t, l, []byte("files"))
+			path, _ := l.manifestPath(m.ID)
+			data, err := os.ReadFile(path)
+			require.NoError(t, err)
+			edited := bytes.Replace(data, []byte(`"image":"x"`), []byte(`"image":"x","host_path":"/etc"`), 1)
+			require.NotEqual(t, data, edited)
+			require.NoError(t, os.WriteFile(path, edited, 0o600))
+			assertRefused(t, l, m.ID)
+		}},
+		{"a manifest from another store is refused", func(t *testing.T, l *Local) {
+			other, err := OpenLocal(t.TempDir(), 1<<30)
+			require.NoError(t, err)
+			m := put(t, other, []byte("foreign"))
+			for _, d := range []string{"manifests", "blobs/sha256"} {
+				entries, err := os.ReadDir(filepath.Join(other.dir, d))
+				require.NoError(t, err)
+				for _, e := range entries {
+					data, err := os.ReadFile(filepath.Join(other.dir, d, e.Name()))
+					require.NoError(t, err)
+					require.NoError(t, os.WriteFile(filepath.Join(l.dir, d, e.Name()), data, 0o600))
+				}
+			}
+			assertRefused(t, l, m.ID)
+		}},
+		{"a manifest that is not JSON is refused", func(t *testing.T, l *Local) {
+			m := put(t, l, []byte("files"))
+			path, _ := l.manifestPath(m.ID)
+			require.NoError(t, os.WriteFile(path, []byte("{not json"), 0o600))
+			assertRefused(t, l, m.ID)
+		}},
+		{"a crash's litter is gone at the next open", func(t *testing.T, l *Local) {
+			m := put(t, l, []byte("kept"))
+			// A kill -9 between the archive's rename and the manifest's,
+			// and one mid-write.
+			orphan := filepath.Join(l.dir, "blobs", "sha256", strings.Repeat("ab", 32)+".tar.zst")
+			require.NoError(t, os.WriteFile(orphan, []byte("orphan"), 0o600))
+			require.NoError(t, os.WriteFile(filepath.Join(l.dir, "tmp", "blob-123"), []byte("half"), 0o600))
+			l2, err := OpenLocal(l.dir, 1<<30)
+			require.NoError(t, err)
+			assert.NoFileExists(t, orphan)
+			entries, _ := os.ReadDir(filepath.Join(l.dir, "tmp"))
+			assert.Empty(t, entries)
+			got, err := read(t, l2, m.ID)
+			require.NoError(t, err)
+			assert.Equal(t, "kept", string(got))
+		}},
 		{"ids are checked before touching a path", func(t *testing.T, l *Local) {
 			_, err := l.Get(ctx, "../../etc/passwd")
 			require.ErrorIs(t, err, boxerr.ErrValidation)
@@ -113,4 +161,19 @@ func TestLocalStore(t *testing.T) {
 			tc.run(t, l)
 		})
 	}
+}
+
+// assertRefused checks that id is BoxSnapshotCorruptedError on Get and
+// Open, is not listed, and can still be deleted.
+func assertRefused(t *testing.T, l *Local, id string) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := l.Get(ctx, id)
+	require.ErrorIs(t, err, boxerr.ErrSnapshotCorrupted)
+	_, err = read(t, l, id)
+	require.ErrorIs(t, err, boxerr.ErrSnapshotCorrupted)
+	list, err := l.List(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, list)
+	require.NoError(t, l.Delete(ctx, id))
 }

@@ -39,6 +39,10 @@ type Manifest struct {
 	// HostPathIncluded: the host_path workspace's files are in the
 	// archive; a restore puts them in a workspace of the session's own.
 	HostPathIncluded bool `json:"host_path_included,omitempty"`
+	// Seal authenticates a stored manifest (Local: an HMAC under the
+	// store's key). Only the store sets and reads it; it is empty in every
+	// manifest a Store returns.
+	Seal string `json:"seal,omitempty"`
 }
 
 // Store keeps snapshots. Implementations are safe for concurrent use.

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/atomicfile"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -54,12 +55,8 @@ func (b *Backend) Suspend(ctx context.Context, info backends.Session) error {
 	if err := os.MkdirAll(filepath.Dir(mark), 0o700); err != nil {
 		return boxerr.Failure("docker backend: suspending %s: %v", name, err).Wrap(err)
 	}
-	tmp := mark + ".tmp"
-	if err := os.WriteFile(tmp, []byte(info.SessionID+"\n"), 0o600); err != nil {
-		return boxerr.Failure("docker backend: suspending %s: %v", name, err).Wrap(err)
-	}
-	if err := os.Rename(tmp, mark); err != nil {
-		return boxerr.Failure("docker backend: suspending %s: %v", name, err).Wrap(err)
+	if err := atomicfile.Write(mark, []byte(info.SessionID+"\n"), 0o600); err != nil {
+		return backends.StateDirError("docker backend: suspending "+name, err)
 	}
 	b.prestarts.Drop(name)
 	timeout := suspendStopSec

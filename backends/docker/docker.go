@@ -100,6 +100,7 @@ type Backend struct {
 	fileSystem // the file API (files.go)
 
 	prestarts backends.Prestarts[*prestarted] // execs started ahead of a container's next plain exec (prestart.go)
+	creating  backends.Creating               // containers StartSession is making (Adopt leaves them)
 	// background bounds the work started for a later call (a prestarted
 	// exec); Close cancels it.
 	background       context.Context

@@ -194,7 +194,7 @@ func (b *Backend) Describe() backends.Description {
 	}
 	if b.isGVisor(b.runtime) || b.gvisorRuntime != "" {
 		d.Notes = append(d.Notes, "gVisor sessions: memory and pids limits apply to the sandbox as a whole (its kernel's threads count, pids_limit is scaled); "+
-			"hitting them ends the whole sandbox and the next call recreates the session")
+			"hitting them ends the whole sandbox and the next call starts it again (files kept, processes gone)")
 	}
 	if b.cpuLimit {
 		d.EnforcedLimits = append(d.EnforcedLimits, "cpus")

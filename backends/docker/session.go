@@ -411,10 +411,24 @@ func (b *Backend) pull(ctx context.Context, ref string) error {
 	}
 }
 
-// Alive implements backends.Backend.
+// Alive implements backends.Backend. Only the engine's word counts: when
+// it cannot answer (restarting, down) the container is not known to be
+// gone, and the runtime must not replace the session over an outage.
 func (b *Backend) Alive(ctx context.Context, info backends.Session) bool {
 	c, err := b.cli.ContainerInspect(ctx, info.BackendSessionID)
-	return err == nil && c.State != nil && c.State.Running
+	if err != nil {
+		return !cerrdefs.IsNotFound(err) && b.engineDown(ctx)
+	}
+	return c.State != nil && c.State.Running
+}
+
+// engineDown reports whether the engine does not answer at all (as opposed
+// to answering with an error).
+func (b *Backend) engineDown(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
+	defer cancel()
+	_, err := b.cli.Ping(ctx)
+	return err != nil
 }
 
 // StopSession implements backends.Backend: the container and its workspace

@@ -92,6 +92,15 @@ func (b *Backend) Resume(ctx context.Context, info backends.Session) error {
 	return nil
 }
 
+var _ backends.Restarter = (*Backend)(nil)
+
+// Restart implements backends.Restarter: a container the engine stopped
+// (its own restart, a host reboot, the container's memory limit) is started
+// the way a suspended one is resumed, host paths and quota disk included.
+func (b *Backend) Restart(ctx context.Context, info backends.Session) error {
+	return b.Resume(ctx, info)
+}
+
 // owned refuses a container that is missing or not this instance's.
 func (b *Backend) owned(ctx context.Context, info backends.Session) error {
 	name := info.BackendSessionID

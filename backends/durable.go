@@ -23,6 +23,17 @@ type Suspender interface {
 	Resume(ctx context.Context, info Session) error
 }
 
+// Restarter is implemented by backends whose sandboxes can stop without
+// being removed: a Docker engine that restarts (without live-restore) stops
+// every container, keeping its files. The runtime then starts the sandbox
+// again rather than replacing it with an empty one.
+type Restarter interface {
+	// Restart starts a stopped sandbox again: its files are kept, its
+	// processes are gone. A sandbox that no longer exists is
+	// ErrSessionNotFound.
+	Restart(ctx context.Context, info Session) error
+}
+
 // SuspendChecker is implemented by Suspenders that can suspend only some
 // sessions (kube: only those whose workspace outlives the Pod). The
 // reaper asks before choosing suspension as an idle session's fate.

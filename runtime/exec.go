@@ -109,6 +109,9 @@ func (r *Runtime) exec(ctx context.Context, spec Spec, opts ExecOptions) (ExecRe
 		if !gone || attempt > 0 {
 			return res, err
 		}
+		if r.restartStopped(ctx, spec.SessionID, s) {
+			continue
+		}
 		// Reuse does not probe liveness before an exec (it costs an engine
 		// round trip per call); an exec that fails on a sandbox that turns
 		// out to be gone recreates the session once and runs there.

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/atomicfile"
 	"github.com/boxrt/boxrt/internal/keyed"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
@@ -182,11 +183,7 @@ func loadInstanceID(stateDir string) (string, error) {
 		return "", err
 	}
 	id := hex.EncodeToString(buf)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write instance id: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := atomicfile.Write(path, []byte(id+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("write instance id: %w", err)
 	}
 	return id, nil

@@ -6,13 +6,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/atomicfile"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -55,7 +55,7 @@ func (r *Runtime) writeSuspendRecord(rec suspendRecord) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, data, 0o600)
+	return atomicfile.Write(path, data, 0o600)
 }
 
 // readSuspendRecord returns the record of an adopted suspended session; a
@@ -77,20 +77,6 @@ func (r *Runtime) dropSuspendRecord(sessionID string) {
 	if err := os.Remove(r.suspendRecordPath(sessionID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		r.log.Warn().Err(err).Str("session_id", sessionID).Msg("cannot remove suspend record")
 	}
-}
-
-// writeFileAtomic writes data to a temp name beside path and renames it,
-// so a crash never leaves a half-written file under path.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
-	if err := os.WriteFile(tmp, data, perm); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return nil
 }
 
 // suspender returns the backend's Suspender or a typed error naming it.
@@ -163,7 +149,7 @@ func (r *Runtime) suspendLocked(ctx context.Context, b backends.Backend, s *sess
 	// find the processes to bring back.
 	if err := r.writeSuspendRecord(suspendRecord{SessionID: info.SessionID, BackendSessionID: info.BackendSessionID,
 		SuspendedAt: r.clock.Now().UTC(), Processes: specs}); err != nil {
-		return boxerr.Failure("suspend session %s: %v", info.SessionID, err).Wrap(err)
+		return backends.StateDirError("suspend session "+info.SessionID+": writing its record", err)
 	}
 	r.stopSessionProcesses(ctx, s)
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)

@@ -74,6 +74,7 @@ type Backend struct {
 	mu       sync.Mutex
 	sessions map[string]*sessionRuns  // by session directory name
 	open     map[string]*sessionFiles // by session directory name
+	creating backends.Creating        // session directories StartSession is making
 }
 
 // sessionRuns tracks the bwrap processes of one session, so StopSession can
@@ -343,18 +344,21 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 	for attempt := 0; ; attempt++ {
 		name = newSessionDirName(spec.SessionID)
 		dir = filepath.Join(b.root, name)
+		done := b.creating.Begin(name)
 		err := os.Mkdir(dir, 0o700)
 		if err == nil {
+			defer done()
 			break
 		}
+		done()
 		if !errors.Is(err, fs.ErrExist) || attempt == 5 {
-			return backends.Session{}, boxerr.Failure("bwrap: cannot create session directory %s: %v", dir, err).Wrap(err)
+			return backends.Session{}, backends.StateDirError(fmt.Sprintf("bwrap: cannot create session directory %s", dir), err)
 		}
 	}
 	info := spec.Session(BackendName, name)
 	if err := b.populate(dir, name, info); err != nil {
 		b.discard(name, dir)
-		return backends.Session{}, boxerr.Failure("bwrap: cannot prepare session directory %s: %v", dir, err).Wrap(err)
+		return backends.Session{}, backends.StateDirError(fmt.Sprintf("bwrap: cannot prepare session directory %s", dir), err)
 	}
 	// Host directories are opened (and created like `docker run -v` does,
 	// for ro mounts too) here, once for the session's lifetime.
@@ -508,15 +512,18 @@ func (b *Backend) quiesce(ctx context.Context, key string) (release func(), _ er
 }
 
 // Adopt implements backends.Backend: every session.json under our own
-// instance directory, and nothing else. It also removes cgroups an earlier
-// boxrt process of this installation left behind (their processes died
-// with it through --die-with-parent; anything still inside is killed).
+// instance directory, and nothing else. A session directory without one is
+// what an earlier process was killed while making (or removing): it is
+// removed with its stage. It also removes cgroups an earlier boxrt process
+// of this installation left behind (their processes died with it through
+// --die-with-parent; anything still inside is killed).
 func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 	entries, err := os.ReadDir(b.root)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, boxerr.Failure("bwrap: cannot read %s: %v", b.root, err).Wrap(err)
 	}
 	out := []backends.Session{}
+	var halfMade []error
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -526,6 +533,15 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 		}
 		dir := filepath.Join(b.root, e.Name())
 		st, err := readState(dir)
+		if errors.Is(err, fs.ErrNotExist) && !b.creating.Has(e.Name()) {
+			// No session.json: a creation (or a removal) an earlier
+			// process was killed in the middle of. Nobody was told of
+			// this session; its storage and stage go.
+			if err := b.discard(e.Name(), dir); err != nil {
+				halfMade = append(halfMade, err)
+			}
+			continue
+		}
 		if err != nil || st.InstanceID != b.cfg.InstanceID ||
 			st.Session.BackendName != BackendName || st.Session.BackendSessionID != e.Name() {
 			continue
@@ -545,6 +561,10 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 		if !strings.Contains(leaf, "."+b.token+".") {
 			b.cg.existing(b.cfg.InstanceID, leaf).remove()
 		}
+	}
+	if len(halfMade) > 0 {
+		err := errors.Join(halfMade...)
+		return out, boxerr.Failure("bwrap: cannot remove half-made sessions: %v", err).Wrap(err)
 	}
 	return out, nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/atomicfile"
 )
 
 // Session directory layout: <StateDir>/bwrap/<InstanceID>/<dir>/ holding
@@ -94,11 +95,7 @@ func writeState(dir string, st stateFile) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, "."+sessionFile+".tmp")
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, sessionFile))
+	return atomicfile.Write(filepath.Join(dir, sessionFile), append(data, '\n'), 0o600)
 }
 
 func readState(dir string) (stateFile, error) {

@@ -47,7 +47,7 @@ func (b *Backend) setState(ctx context.Context, info backends.Session, state str
 	}
 	st.Session.State = state
 	if err := writeState(dir, st); err != nil {
-		return boxerr.Failure("bwrap: session %s: %v", info.SessionID, err).Wrap(err)
+		return backends.StateDirError("bwrap: session "+info.SessionID+": writing its state", err)
 	}
 	return nil
 }

@@ -100,6 +100,7 @@ type Backend struct {
 	fileSystem // the file API (files.go)
 
 	prestarts backends.Prestarts[*prestarted] // execs started ahead of a container's next plain exec (prestart.go)
+	creating  backends.Creating               // containers StartSession is making (Adopt leaves them)
 	// background bounds the work started for a later call (a prestarted
 	// exec); Close cancels it.
 	background       context.Context
@@ -193,7 +194,7 @@ func (b *Backend) Describe() backends.Description {
 	}
 	if b.isGVisor(b.runtime) || b.gvisorRuntime != "" {
 		d.Notes = append(d.Notes, "gVisor sessions: memory and pids limits apply to the sandbox as a whole (its kernel's threads count, pids_limit is scaled); "+
-			"hitting them ends the whole sandbox and the next call recreates the session")
+			"hitting them ends the whole sandbox and the next call starts it again (files kept, processes gone)")
 	}
 	if b.cpuLimit {
 		d.EnforcedLimits = append(d.EnforcedLimits, "cpus")

@@ -213,12 +213,18 @@ func (b *Backend) resize(ctx context.Context, info backends.Session, execID, pid
 }
 
 // execError is sessionError for a failed exec: when the container has
-// stopped meanwhile, the failure is the session being gone.
+// stopped meanwhile, the failure is the session being gone; when the
+// engine stopped answering (a broken stream, then nothing), the engine is
+// unavailable and the command's outcome unknown, which is retryable.
 func (b *Backend) execError(ctx context.Context, info backends.Session, what string, err error) *boxerr.Error {
 	ictx, cancel := cleanupContext(ctx, helperTimeout)
 	defer cancel()
 	if !cerrdefs.IsNotFound(err) && b.stopped(ictx, info) {
 		return containerGone(info, -1).Wrap(err)
+	}
+	if !cerrdefs.IsNotFound(err) && b.engineDown(ictx) {
+		return boxerr.BackendUnavailable("Docker engine at %s stopped answering while %s (%v): the command may or may not have run; "+
+			"the session is kept: retry once the engine is back", b.cli.DaemonHost(), what, err).With("session_id", info.SessionID).Wrap(err)
 	}
 	return b.sessionError(info, what, err)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/atomicfile"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -42,10 +43,7 @@ func (b *Backend) Claim(_ context.Context, info backends.Session, spec backends.
 		err = os.MkdirAll(filepath.Dir(b.claimPath(name)), 0o700)
 	}
 	if err == nil {
-		tmp := b.claimPath(name) + ".tmp"
-		if err = os.WriteFile(tmp, data, 0o600); err == nil {
-			err = os.Rename(tmp, b.claimPath(name))
-		}
+		err = atomicfile.Write(b.claimPath(name), data, 0o600)
 	}
 	if err != nil {
 		return info, boxerr.Failure("docker backend: claiming pooled container %s: %v", name, err).Wrap(err)

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/docker/docker/api/types/mount"
 	"golang.org/x/sys/unix"
@@ -190,8 +189,7 @@ func unmount(dir string) error {
 }
 
 // collectQuotas removes the quota filesystems of this instance whose
-// container is gone, except those young enough to belong to a session
-// being created right now.
+// container is gone, except those of a session being created right now.
 func (b *Backend) collectQuotas(keep map[string]bool) {
 	if b.stateDir == "" {
 		return
@@ -201,10 +199,7 @@ func (b *Backend) collectQuotas(keep map[string]bool) {
 		return
 	}
 	for _, e := range entries {
-		if !e.IsDir() || keep[e.Name()] || !strings.HasPrefix(e.Name(), containerPrefix) {
-			continue
-		}
-		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) < staleAfter {
+		if !e.IsDir() || keep[e.Name()] || b.creating.Has(e.Name()) || !strings.HasPrefix(e.Name(), containerPrefix) {
 			continue
 		}
 		_ = b.removeQuota(e.Name())

@@ -41,10 +41,6 @@ const (
 	volumePrefix    = "boxrt-ws-"
 )
 
-// staleAfter protects objects another goroutine may be creating right now
-// from Adopt's garbage collection.
-const staleAfter = 2 * time.Minute
-
 const cleanupTimeout = 30 * time.Second
 
 var unsafeNameChars = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
@@ -84,6 +80,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 	owner := b.containerOwner(img)
 
 	name := containerName(spec.SessionID)
+	defer b.creating.Begin(name)()
 	info := spec.Session(Name, name)
 	info.CreatedAt = time.Now().UTC()
 	info.LastUsedAt = info.CreatedAt
@@ -414,10 +411,24 @@ func (b *Backend) pull(ctx context.Context, ref string) error {
 	}
 }
 
-// Alive implements backends.Backend.
+// Alive implements backends.Backend. Only the engine's word counts: when
+// it cannot answer (restarting, down) the container is not known to be
+// gone, and the runtime must not replace the session over an outage.
 func (b *Backend) Alive(ctx context.Context, info backends.Session) bool {
 	c, err := b.cli.ContainerInspect(ctx, info.BackendSessionID)
-	return err == nil && c.State != nil && c.State.Running
+	if err != nil {
+		return !cerrdefs.IsNotFound(err) && b.engineDown(ctx)
+	}
+	return c.State != nil && c.State.Running
+}
+
+// engineDown reports whether the engine does not answer at all (as opposed
+// to answering with an error).
+func (b *Backend) engineDown(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
+	defer cancel()
+	_, err := b.cli.Ping(ctx)
+	return err != nil
 }
 
 // StopSession implements backends.Backend: the container and its workspace
@@ -545,7 +556,11 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 				out = append(out, info)
 			}
 		case container.StateExited, container.StateDead, container.StateCreated:
-			if infoErr != nil || (c.State == container.StateCreated && time.Since(info.CreatedAt) < staleAfter) {
+			// A container never started is a creation: this process's
+			// own, or one an earlier process was killed in the middle of
+			// (nobody was told of that session; it is removed unless
+			// persistent).
+			if infoErr != nil || (c.State == container.StateCreated && b.creating.Has(name)) {
 				continue
 			}
 			if info.Persistent {
@@ -599,9 +614,9 @@ func (b *Backend) killOrphans(ctx context.Context, name string) error {
 }
 
 // collectVolumes removes this instance's workspace volumes whose container
-// is gone (a StopSession that failed half-way, a crash). A volume still in
-// use is refused by the engine, which covers a session being created
-// concurrently.
+// is gone (a StopSession that failed half-way, a crash), except those of a
+// session being created right now. A volume still in use is refused by the
+// engine too.
 func (b *Backend) collectVolumes(ctx context.Context, keep map[string]bool) {
 	vols, err := b.cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(
 		filters.Arg("label", LabelManaged+"=true"),
@@ -612,10 +627,7 @@ func (b *Backend) collectVolumes(ctx context.Context, keep map[string]bool) {
 	}
 	for _, v := range vols.Volumes {
 		if v == nil || v.Labels[LabelInstance] != b.instance || keep[v.Labels[LabelContainer]] ||
-			!strings.HasPrefix(v.Name, volumePrefix) {
-			continue
-		}
-		if created, err := time.Parse(time.RFC3339, v.CreatedAt); err == nil && time.Since(created) < staleAfter {
+			b.creating.Has(v.Labels[LabelContainer]) || !strings.HasPrefix(v.Name, volumePrefix) {
 			continue
 		}
 		_ = b.cli.VolumeRemove(ctx, v.Name, false)

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/atomicfile"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -54,12 +55,8 @@ func (b *Backend) Suspend(ctx context.Context, info backends.Session) error {
 	if err := os.MkdirAll(filepath.Dir(mark), 0o700); err != nil {
 		return boxerr.Failure("docker backend: suspending %s: %v", name, err).Wrap(err)
 	}
-	tmp := mark + ".tmp"
-	if err := os.WriteFile(tmp, []byte(info.SessionID+"\n"), 0o600); err != nil {
-		return boxerr.Failure("docker backend: suspending %s: %v", name, err).Wrap(err)
-	}
-	if err := os.Rename(tmp, mark); err != nil {
-		return boxerr.Failure("docker backend: suspending %s: %v", name, err).Wrap(err)
+	if err := atomicfile.Write(mark, []byte(info.SessionID+"\n"), 0o600); err != nil {
+		return backends.StateDirError("docker backend: suspending "+name, err)
 	}
 	b.prestarts.Drop(name)
 	timeout := suspendStopSec
@@ -93,6 +90,15 @@ func (b *Backend) Resume(ctx context.Context, info backends.Session) error {
 		return boxerr.Failure("docker backend: resuming %s: %v", name, err).Wrap(err)
 	}
 	return nil
+}
+
+var _ backends.Restarter = (*Backend)(nil)
+
+// Restart implements backends.Restarter: a container the engine stopped
+// (its own restart, a host reboot, the container's memory limit) is started
+// the way a suspended one is resumed, host paths and quota disk included.
+func (b *Backend) Restart(ctx context.Context, info backends.Session) error {
+	return b.Resume(ctx, info)
 }
 
 // owned refuses a container that is missing or not this instance's.

@@ -1,0 +1,36 @@
+package runtime
+
+import (
+	"context"
+	"time"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+// restartStopped starts s's sandbox again when its backend can
+// (backends.Restarter) and the sandbox stopped without being removed, as
+// every container does when a Docker engine without live-restore
+// restarts. The exec that found it stopped then runs in it, with the
+// session's files, instead of in an empty replacement. It reports whether
+// the sandbox runs again.
+func (r *Runtime) restartStopped(ctx context.Context, id string, s *session) bool {
+	unlock := r.idLocks.Lock(id)
+	defer unlock()
+	r.mu.Lock()
+	b, info := r.backend, s.info
+	gone := s.deleting || s.interrupted || r.sessions[id] != s
+	r.mu.Unlock()
+	rs, ok := b.(backends.Restarter)
+	if !ok || gone || info.State == backends.StateSuspended {
+		return false
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := rs.Restart(sctx, info); err != nil {
+		r.log.Info().Err(err).Str("session_id", info.SessionID).Msg("the stopped sandbox cannot be started again")
+		return false
+	}
+	r.log.Warn().Str("session_id", info.SessionID).Str("backend_session_id", info.BackendSessionID).
+		Msg("the session's sandbox had stopped (its engine restarted?); started it again: files kept, processes gone")
+	return true
+}

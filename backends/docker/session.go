@@ -107,6 +107,11 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		// own ENTRYPOINT from swallowing the keep-alive loop.
 		Entrypoint: []string{"sh", "-c", keepAlive},
 	}
+	secOpts, err := b.securityOpts(ctx)
+	if err != nil {
+		b.removeSession(ctx, name)
+		return backends.Session{}, err
+	}
 	init := true
 	rt := b.runtimeFor(spec.Sandbox)
 	pids := b.PidsCgroupLimit(spec.Sandbox)
@@ -114,7 +119,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		Runtime:        rt,
 		Init:           &init,
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges"},
+		SecurityOpt:    secOpts,
 		ReadonlyRootfs: spec.ReadOnlyRootfs,
 		Mounts:         mounts,
 		Resources: container.Resources{

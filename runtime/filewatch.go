@@ -69,6 +69,9 @@ func (w *FileWatch) list(ctx context.Context) (map[string]backends.FileInfo, err
 	return snap, nil
 }
 
+// Entries is how many entries the last listing had: what one poll costs.
+func (w *FileWatch) Entries() int { return len(w.last) }
+
 // Poll lists the directory again and returns what changed since the last
 // poll, sorted by path. Its errors are FileList's: a session or directory
 // that is gone ends the watch (BoxSessionNotFoundError,

@@ -568,3 +568,28 @@ func TestFilesWatchEndsWithItsConnection(t *testing.T) {
 	require.NotNil(t, r.Error, "the watch outlived its connection")
 	assert.Equal(t, "BoxValidationError", r.Error.Type())
 }
+
+// TestFilesWatchCostBound: watches are bounded by what they cost together
+// (entries listed per second), not only by their number: four watches of
+// a 5,000-entry directory at 200 ms fit in max_watch_scan_rate
+// (100,000/s), the fifth is a BoxCapacityExceededError naming the limit,
+// and unwatching one makes room again.
+func TestFilesWatchCostBound(t *testing.T) {
+	e := newFilesEnv(t, "bwrap", "stdio")
+	e.must(t, "box_create_session", map[string]any{"session_id": "cost"}, nil)
+	e.must(t, "box_exec", map[string]any{"session_id": "cost",
+		"cmd": "mkdir /workspace/big && cd /workspace/big && seq 5000 | xargs touch && ls | wc -l"}, nil)
+	watch := map[string]any{"session_id": "cost", "path": "/workspace/big", "interval_ms": 200}
+	var ids []string
+	for range 4 {
+		var res struct {
+			WatchID string `json:"watch_id"`
+		}
+		e.must(t, "box_fs_watch", watch, &res)
+		ids = append(ids, res.WatchID)
+	}
+	werr := e.fails(t, "box_fs_watch", watch, "BoxCapacityExceededError", "")
+	assert.Equal(t, "max_watch_scan_rate", werr.Data["limit"], "%+v", werr)
+	e.must(t, "box_fs_unwatch", map[string]any{"watch_id": ids[0]}, nil)
+	e.must(t, "box_fs_watch", watch, nil)
+}

@@ -143,6 +143,11 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 	}
 	if spec.Network != backends.NetworkOn {
 		hc.NetworkMode = "none"
+	} else if mode, err := b.networkMode(ctx); err != nil {
+		b.removeSession(ctx, name)
+		return backends.Session{}, err
+	} else {
+		hc.NetworkMode = container.NetworkMode(mode)
 	}
 	if spec.ReadOnlyRootfs {
 		// The rootfs is read-only; /tmp is where tools (and boxrt's own pid

@@ -156,10 +156,12 @@ func (d *Dispatcher) fsWatch(ctx context.Context, p fsWatchParams) (fsWatchResul
 	interval := time.Duration(p.IntervalMS) * time.Millisecond
 	if err := d.watches.add(id, stop, watchCost(w.Entries(), interval)); err != nil {
 		stop()
+		w.Close()
 		return fsWatchResult{}, err
 	}
 	go func() {
 		defer d.watches.remove(id)
+		defer w.Close()
 		d.runWatch(wctx, id, p.SessionID, w, interval)
 	}()
 	return fsWatchResult{WatchID: id}, nil

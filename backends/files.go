@@ -120,6 +120,16 @@ func CheckSandboxPath(field, p string) (string, error) {
 	return p, nil
 }
 
+// HostDirs is implemented by a backend whose sandbox directories are
+// host directories boxrt can watch (inotify): HostDir returns the host
+// path of sandbox directory p, or false when p is not one (another mount
+// lies at or under it, or the backend cannot tell). Only a hint of where
+// changes happen: what the sandbox sees is still read through the file
+// API.
+type HostDirs interface {
+	HostDir(info Session, p string) (string, bool)
+}
+
 // MaxNameBytes and MaxPathBytes are Linux's NAME_MAX and PATH_MAX: every
 // backend's kernel refuses longer names, and checking them first makes the
 // refusal the same typed error everywhere (the shell-based file API of

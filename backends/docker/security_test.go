@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -344,6 +345,16 @@ func TestNoSetuidInHostPath(t *testing.T) {
 	}
 	if err := os.Chmod(old, 0o755|os.ModeSetuid); err != nil {
 		t.Fatal(err)
+	}
+	if onGVisor(t) {
+		info, err := rawClient(t).Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if args := info.Runtimes[matrixRuntime].Args; !slices.Contains(args, "--oci-seccomp") {
+			t.Fatalf("runsc is registered without --oci-seccomp (args %v): gVisor ignores boxrt's seccomp profile and a root sandbox "+
+				"user can leave setuid files in host directories; re-run scripts/setup (scripts/docker-daemon-config adds it)", args)
+		}
 	}
 	b := newBackend(t, func(c *docker.Config) { c.User = "0:0" })
 	info := startSession(t, b, func(s *backends.SandboxSpec) { s.HostPath = dir })

@@ -518,7 +518,9 @@ func TestSessionsIsolatedOnNetwork(t *testing.T) {
 	}
 	lctx, stop := context.WithCancel(ctx)
 	listening := make(chan result, 1)
-	go func() { listening <- runCtx(lctx, t, b, a, backends.ExecRequest{Cmd: "nc -ll -p 8080 -e echo hello from a"}) }()
+	go func() {
+		listening <- runCtx(lctx, t, b, a, backends.ExecRequest{Cmd: "nc -ll -p 8080 -e echo hello from a"})
+	}()
 	t.Cleanup(func() { stop(); <-listening })
 
 	// Control: the host reaches a's listener, so it is up.

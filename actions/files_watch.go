@@ -23,6 +23,15 @@ import (
 const (
 	// MaxWatches bounds the watches of one boxrt (all connections).
 	MaxWatches = 64
+	// MaxWatchScanRate bounds what all watches cost together, in entries
+	// listed per second (a watch's last listing size over its interval):
+	// 64 watches polling a 5,000-entry directory every 200 ms held both
+	// cores of a small host. A watch that would exceed it is refused; one
+	// whose tree grows past it polls less often.
+	MaxWatchScanRate = 100000
+	// minWatchCost is what a poll counts at least, in entries: listing an
+	// empty directory is still a call into the sandbox.
+	minWatchCost = 100
 	// DefaultWatchInterval is how often a watch polls unless told.
 	DefaultWatchInterval = time.Second
 	minWatchInterval     = 200 * time.Millisecond
@@ -32,23 +41,50 @@ const (
 	watchFailures = 5
 )
 
-// watchSet is the running watches by id.
+// watchSet is the running watches by id, with what each costs (entries
+// listed per second, see MaxWatchScanRate).
 type watchSet struct {
-	mu   sync.Mutex
-	stop map[string]context.CancelFunc
+	mu    sync.Mutex
+	stop  map[string]context.CancelFunc
+	cost  map[string]int
+	total int
 }
 
-func (s *watchSet) add(id string, stop context.CancelFunc) error {
+// watchCost is the scan rate of a watch listing entries every interval.
+func watchCost(entries int, interval time.Duration) int {
+	return int(int64(max(entries, minWatchCost)) * int64(time.Second) / int64(interval))
+}
+
+func (s *watchSet) add(id string, stop context.CancelFunc, cost int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.stop) >= MaxWatches {
 		return boxerr.CapacityExceeded("max_watches", MaxWatches, "%d directory watches are running (box_fs_unwatch some)", MaxWatches)
 	}
-	if s.stop == nil {
-		s.stop = map[string]context.CancelFunc{}
+	if s.total+cost > MaxWatchScanRate {
+		return boxerr.CapacityExceeded("max_watch_scan_rate", MaxWatchScanRate,
+			"this watch would list %d entries per second, and the running watches already list %d of at most %d (max_watch_scan_rate): "+
+				"watch a smaller tree, a lower depth or a longer interval_ms, or box_fs_unwatch some", cost, s.total, MaxWatchScanRate)
 	}
-	s.stop[id] = stop
+	if s.stop == nil {
+		s.stop, s.cost = map[string]context.CancelFunc{}, map[string]int{}
+	}
+	s.stop[id], s.cost[id] = stop, cost
+	s.total += cost
 	return nil
+}
+
+// update records a watch's new cost and returns by how much its interval
+// must stretch for all watches to stay within MaxWatchScanRate (1: not).
+func (s *watchSet) update(id string, cost int) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.stop[id]; !ok {
+		return 1
+	}
+	s.total += cost - s.cost[id]
+	s.cost[id] = cost
+	return max(1, float64(s.total)/MaxWatchScanRate)
 }
 
 // remove stops and forgets a watch; false when there was none.
@@ -59,6 +95,8 @@ func (s *watchSet) remove(id string) bool {
 	if ok {
 		stop()
 		delete(s.stop, id)
+		s.total -= s.cost[id]
+		delete(s.cost, id)
 	}
 	return ok
 }
@@ -115,13 +153,16 @@ func (d *Dispatcher) fsWatch(ctx context.Context, p fsWatchParams) (fsWatchResul
 	id := "w-" + hex.EncodeToString(buf)
 	// The watch outlives the request and ends with its connection.
 	wctx, stop := context.WithCancel(rpc.ConnContext(ctx))
-	if err := d.watches.add(id, stop); err != nil {
+	interval := time.Duration(p.IntervalMS) * time.Millisecond
+	if err := d.watches.add(id, stop, watchCost(w.Entries(), interval)); err != nil {
 		stop()
+		w.Close()
 		return fsWatchResult{}, err
 	}
 	go func() {
 		defer d.watches.remove(id)
-		d.runWatch(wctx, id, p.SessionID, w, time.Duration(p.IntervalMS)*time.Millisecond)
+		defer w.Close()
+		d.runWatch(wctx, id, p.SessionID, w, interval)
 	}()
 	return fsWatchResult{WatchID: id}, nil
 }
@@ -141,6 +182,8 @@ func (d *Dispatcher) runWatch(ctx context.Context, id, sessionID string, w *runt
 		if ctx.Err() != nil {
 			return
 		}
+		stretch := d.watches.update(id, watchCost(w.Entries(), interval))
+		t.Reset(time.Duration(float64(interval) * stretch))
 		if err != nil {
 			if failures++; failures < watchFailures && !errors.Is(err, boxerr.ErrSessionNotFound) && !errors.Is(err, boxerr.ErrFileNotFound) {
 				continue

@@ -107,8 +107,37 @@ func CheckSandboxPath(field, p string) (string, error) {
 	if strings.ContainsRune(p, 0) {
 		return "", boxerr.Validation(field, "%s must not contain NUL bytes", field)
 	}
-	return path.Clean(p), nil
+	p = path.Clean(p)
+	if len(p) >= MaxPathBytes {
+		return "", boxerr.Validation(field, "%s is %d bytes long; a path must be shorter than %d bytes", field, len(p), MaxPathBytes).With("path", p)
+	}
+	for _, name := range strings.Split(p, "/") {
+		if len(name) > MaxNameBytes {
+			return "", boxerr.Validation(field, "%s %s: name too long (%d bytes; a file name is at most %d bytes)", field, p, len(name), MaxNameBytes).
+				With("path", p).With("reason", "name_too_long")
+		}
+	}
+	return p, nil
 }
+
+// HostDirs is implemented by a backend whose sandbox directories are
+// host directories boxrt can watch (inotify): HostDir returns the host
+// path of sandbox directory p, or false when p is not one (another mount
+// lies at or under it, or the backend cannot tell). Only a hint of where
+// changes happen: what the sandbox sees is still read through the file
+// API.
+type HostDirs interface {
+	HostDir(info Session, p string) (string, bool)
+}
+
+// MaxNameBytes and MaxPathBytes are Linux's NAME_MAX and PATH_MAX: every
+// backend's kernel refuses longer names, and checking them first makes the
+// refusal the same typed error everywhere (the shell-based file API of
+// docker and kube could only report a failed command).
+const (
+	MaxNameBytes = 255
+	MaxPathBytes = 4096
+)
 
 // FileMount is one directory tree of a sandbox the file API reaches.
 type FileMount struct {

@@ -45,8 +45,13 @@ type Limits struct {
 	CompletedProcessRetentionSec int `json:"completed_process_retention_sec"`
 	SessionTTLSec                int `json:"session_ttl_sec"`
 	MaxOutputBytes               int `json:"max_output_bytes"`
-	RelayReplayLines             int `json:"relay_replay_lines"`
-	RelayReplayBytes             int `json:"relay_replay_bytes"`
+	// Finished background execs kept for a late box_exec_wait, attach or
+	// kill, over all sessions: how many, how long, how many output bytes.
+	MaxFinishedExecs         int `json:"max_finished_execs"`
+	FinishedExecRetentionSec int `json:"finished_exec_retention_sec"`
+	MaxFinishedExecBytes     int `json:"max_finished_exec_bytes"`
+	RelayReplayLines         int `json:"relay_replay_lines"`
+	RelayReplayBytes         int `json:"relay_replay_bytes"`
 	// RelayLineBufferBytes bounds the unfinished stdout lines of all
 	// managed processes together; a line that would grow past it is
 	// dropped (the first 64 KiB of each line are not counted).
@@ -159,6 +164,9 @@ func DefaultConfig() Config {
 			CompletedProcessRetentionSec: 300,
 			SessionTTLSec:                300,
 			MaxOutputBytes:               DefaultMaxOutputBytes,
+			MaxFinishedExecs:             256,
+			FinishedExecRetentionSec:     600,
+			MaxFinishedExecBytes:         64 << 20,
 			RelayReplayLines:             4096,
 			RelayReplayBytes:             4 << 20,
 			RelayLineBufferBytes:         64 << 20,
@@ -191,6 +199,9 @@ func (l *Limits) ranges() []limitRange {
 		{"completed_process_retention_sec", &l.CompletedProcessRetentionSec, 0, 86400},
 		{"session_ttl_sec", &l.SessionTTLSec, 0, 7 * 86400},
 		{"max_output_bytes", &l.MaxOutputBytes, MinMaxOutputBytes, MaxMaxOutputBytes},
+		{"max_finished_execs", &l.MaxFinishedExecs, 0, 10000},
+		{"finished_exec_retention_sec", &l.FinishedExecRetentionSec, 0, 86400},
+		{"max_finished_exec_bytes", &l.MaxFinishedExecBytes, 0, 1 << 30},
 		{"relay_replay_lines", &l.RelayReplayLines, 0, 1 << 20},
 		{"relay_replay_bytes", &l.RelayReplayBytes, 0, 256 << 20},
 		{"relay_line_buffer_bytes", &l.RelayLineBufferBytes, 1 << 20, 16 << 30},

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -113,14 +114,32 @@ func (o *execOutput) append(stream string, data []byte) {
 	o.next++
 	o.bytes += len(data)
 	for len(o.chunks) > 1 && o.bytes > o.max && (!o.lagLocked() || isClosed(o.abort)) {
-		c := o.chunks[0]
-		o.chunks[0] = ExecChunk{}
-		o.chunks = o.chunks[1:]
-		o.first++
-		o.bytes -= len(c.Data)
-		o.droppedBytes += int64(len(c.Data))
+		o.dropOldestLocked()
 	}
 	o.broadcastLocked()
+}
+
+func (o *execOutput) dropOldestLocked() {
+	c := o.chunks[0]
+	o.chunks[0] = ExecChunk{}
+	o.chunks = o.chunks[1:]
+	o.first++
+	o.bytes -= len(c.Data)
+	o.droppedBytes += int64(len(c.Data))
+}
+
+// trim drops the oldest chunks no subscriber still needs until at most
+// max bytes are kept (an ended exec's log, kept for late attaches), and
+// returns the bytes kept.
+func (o *execOutput) trim(max int) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for len(o.chunks) > 0 && o.bytes > max && !o.lagLocked() {
+		o.dropOldestLocked()
+	}
+	// A copy: the slice's array still holds the dropped chunks' slots.
+	o.chunks = slices.Clone(o.chunks)
+	return o.bytes
 }
 
 func (o *execOutput) close() {
@@ -277,6 +296,7 @@ func (c *chunker) close() {
 	if len(c.buf) > 0 {
 		c.emitLocked(len(c.buf), true)
 	}
+	c.buf = nil
 	c.closed = true
 }
 
@@ -291,6 +311,13 @@ func (l *lockedHeadTail) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.h.Write(p)
+}
+
+// release frees the buffers once the result holds what they had.
+func (l *lockedHeadTail) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.h = newHeadTail(l.h.limit)
 }
 
 func (l *lockedHeadTail) snapshot() (s string, truncated bool, total int64) {

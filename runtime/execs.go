@@ -20,11 +20,10 @@ const (
 	// MaxBackgroundExecs is how many background execs one session may run
 	// at a time.
 	MaxBackgroundExecs = 16
-	// MaxFinishedExecs and FinishedExecRetention bound the finished
-	// background execs kept (over all sessions) so that a late
-	// box_exec_wait or attach still finds the result.
-	MaxFinishedExecs      = 256
-	FinishedExecRetention = 10 * time.Minute
+	// FinishedExecReplayBytes is what a finished background exec keeps of
+	// its replay log (the newest chunks) for a late box_exec_attach; its
+	// result keeps the head and tail box_exec_wait returns.
+	FinishedExecReplayBytes = 64 << 10
 	// ExecKillGrace is how long box_exec_kill with a signal other than
 	// KILL lets the command end on its own before killing its tree.
 	ExecKillGrace = 5 * time.Second
@@ -102,6 +101,7 @@ type liveExec struct {
 	result ExecResult
 	err    error
 	ended  time.Time
+	kept   int64 // bytes kept once finished (execTable.finishedBytes)
 }
 
 func newExecID() string {
@@ -174,11 +174,29 @@ func (x *liveExec) info() ExecInfo {
 }
 
 // execTable holds the live execs by id, and the finished background ones
-// for FinishedExecRetention.
+// within keep.
 type execTable struct {
-	mu       sync.Mutex
-	byID     map[string]*liveExec
-	finished []*liveExec // oldest first
+	mu            sync.Mutex
+	byID          map[string]*liveExec
+	finished      []*liveExec // oldest first
+	finishedBytes int64       // kept by finished, see liveExec.trim
+	keep          finishedLimits
+}
+
+// finishedLimits bound the finished background execs kept (over all
+// sessions) so that a late box_exec_wait, attach or kill still finds
+// them: how many, for how long, and how many bytes of output in all
+// (limits.max_finished_execs, finished_exec_retention_sec,
+// max_finished_exec_bytes). Past any of them the oldest go first.
+type finishedLimits struct {
+	count     int
+	retention time.Duration
+	bytes     int64
+}
+
+func finishedLimitsOf(l Limits) finishedLimits {
+	return finishedLimits{count: l.MaxFinishedExecs, retention: time.Duration(l.FinishedExecRetentionSec) * time.Second,
+		bytes: int64(l.MaxFinishedExecBytes)}
 }
 
 func (t *execTable) add(x *liveExec) {
@@ -221,16 +239,30 @@ func (t *execTable) ended(x *liveExec, now time.Time) {
 		delete(t.byID, x.id)
 		return
 	}
+	x.kept = x.trim()
 	t.finished = append(t.finished, x)
+	t.finishedBytes += x.kept
 	t.pruneLocked(now)
 }
 
 func (t *execTable) pruneLocked(now time.Time) {
-	for len(t.finished) > 0 && (len(t.finished) > MaxFinishedExecs || now.Sub(t.finished[0].ended) > FinishedExecRetention) {
+	for len(t.finished) > 0 && (len(t.finished) > t.keep.count || now.Sub(t.finished[0].ended) > t.keep.retention ||
+		t.finishedBytes > t.keep.bytes) {
 		delete(t.byID, t.finished[0].id)
+		t.finishedBytes -= t.finished[0].kept
 		t.finished[0] = nil
 		t.finished = t.finished[1:]
 	}
+}
+
+// trim drops what a finished exec no longer needs and returns the bytes
+// it keeps: the capture buffers (the result holds their final head and
+// tail) and its replay log beyond FinishedExecReplayBytes.
+func (x *liveExec) trim() int64 {
+	x.stdout.release()
+	x.stderr.release()
+	replay := x.out.trim(FinishedExecReplayBytes)
+	return int64(len(x.result.Stdout)+len(x.result.Stderr)) + int64(replay)
 }
 
 func (t *execTable) get(id string, now time.Time) (*liveExec, error) {
@@ -240,8 +272,9 @@ func (t *execTable) get(id string, now time.Time) (*liveExec, error) {
 	if x, ok := t.byID[id]; ok {
 		return x, nil
 	}
-	return nil, boxerr.Validation("exec_id", "no exec %q: unknown, or finished more than %v ago", id, FinishedExecRetention).
-		With("exec_id", id).With("reason", "not_found")
+	return nil, boxerr.Validation("exec_id", "no exec %q: unknown, or finished and no longer kept "+
+		"(limits.finished_exec_retention_sec %v, max_finished_execs %d, max_finished_exec_bytes %d)",
+		id, t.keep.retention, t.keep.count, t.keep.bytes).With("exec_id", id).With("reason", "not_found")
 }
 
 // running returns the running execs that match.
@@ -381,6 +414,10 @@ func (r *Runtime) WaitExec(ctx context.Context, id string, timeout time.Duration
 	case <-expired:
 	case <-ctx.Done():
 		return ExecResult{}, ctx.Err()
+	}
+	if isClosed(x.done) {
+		// Ended meanwhile: its capture buffers are released.
+		return x.result, x.err
 	}
 	res := ExecResult{SessionID: x.sessionID, Status: StatusRunning, DurationMS: time.Since(x.t0).Milliseconds()}
 	res.Stdout, res.StdoutTruncated, res.StdoutBytes = x.stdout.snapshot()

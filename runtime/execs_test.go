@@ -233,7 +233,7 @@ func TestBackgroundExecLifecycle(t *testing.T) {
 	clock.Advance(2 * time.Minute)
 	assert.Equal(t, 1, rt.Reap(ctx), "once the exec ended the session is idle")
 
-	clock.Advance(FinishedExecRetention + time.Second)
+	clock.Advance(10*time.Minute + time.Second)
 	_, err = rt.WaitExec(ctx, info.ExecID, 0)
 	assert.True(t, errors.Is(err, boxerr.ErrValidation), "a finished exec is forgotten after the retention: %v", err)
 }

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"sort"
+	"time"
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/boxerr"
@@ -11,10 +12,11 @@ import (
 // File watches poll: each Poll lists the directory through the session's
 // FileSystem (so the watch sees exactly what box_fs_list sees, with the
 // same path rules, on every backend) and compares the listing with the
-// previous one. A sandbox's changes reach no host notification API we
-// could rely on across backends — docker's happen inside a container,
-// bwrap's on mounts the sandbox may replace — while a listing is cheap
-// and bounded (MaxListEntries).
+// previous one. Where the backend's directories are host directories
+// (bwrap's workspace, backends.HostDirs), inotify on them says whether
+// anything changed, and a poll that heard of nothing lists nothing
+// (dirnotify.go). Elsewhere — docker's changes happen inside a container
+// — a listing is cheap enough and bounded (MaxListEntries).
 
 // File event types.
 const (
@@ -38,6 +40,7 @@ type FileWatch struct {
 	path      string
 	depth     int
 	last      map[string]backends.FileInfo
+	notify    *dirNotify // nil: every poll lists
 }
 
 // WatchFiles takes the first listing of dir (which must list completely:
@@ -45,12 +48,31 @@ type FileWatch struct {
 // refused) and returns the watch.
 func (r *Runtime) WatchFiles(ctx context.Context, sessionID, dir string, depth int) (*FileWatch, error) {
 	w := &FileWatch{r: r, sessionID: sessionID, path: dir, depth: depth}
+	p, err := backends.CheckSandboxPath("path", dir)
+	if err != nil {
+		return nil, err
+	}
+	fsys, info, release, err := r.fileSession(ctx, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	w.notify = newDirNotify(fsys, info, p)
+	release()
 	snap, err := w.list(ctx)
 	if err != nil {
+		w.Close()
 		return nil, err
 	}
 	w.last = snap
 	return w, nil
+}
+
+// Close releases what the watch holds (its inotify descriptor).
+func (w *FileWatch) Close() {
+	if w.notify != nil {
+		w.notify.close()
+		w.notify = nil
+	}
 }
 
 func (w *FileWatch) list(ctx context.Context) (map[string]backends.FileInfo, error) {
@@ -66,14 +88,31 @@ func (w *FileWatch) list(ctx context.Context) (map[string]backends.FileInfo, err
 	for _, e := range entries {
 		snap[e.Path] = e
 	}
+	if w.notify != nil {
+		w.notify.listed(snap, time.Now())
+	}
 	return snap, nil
 }
+
+// Entries is how many entries the last listing had: what one poll that
+// lists costs.
+func (w *FileWatch) Entries() int { return len(w.last) }
 
 // Poll lists the directory again and returns what changed since the last
 // poll, sorted by path. Its errors are FileList's: a session or directory
 // that is gone ends the watch (BoxSessionNotFoundError,
 // BoxFileNotFoundError).
 func (w *FileWatch) Poll(ctx context.Context) ([]FileEvent, error) {
+	if w.notify != nil && w.notify.quiet(time.Now()) {
+		// Nothing changed on the host side; the session must still be
+		// there (a host_path outlives it).
+		_, _, release, err := w.r.fileSession(ctx, w.sessionID)
+		if err != nil {
+			return nil, err
+		}
+		release()
+		return nil, nil
+	}
 	snap, err := w.list(ctx)
 	if err != nil {
 		return nil, err

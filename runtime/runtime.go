@@ -153,6 +153,7 @@ func New(cfg Config, factory Factory, stateDir string, opts ...Option) (*Runtime
 		pools:      warmPools{ready: map[string][]backends.Session{}, starting: map[string]int{}, lastTake: map[string]time.Time{}},
 	}
 	r.lineBudget = newLineBudget(func() int { return r.Config().Limits.RelayLineBufferBytes })
+	r.execs.keep = finishedLimitsOf(cfg.Limits)
 	for _, o := range opts {
 		o(r)
 	}

@@ -568,3 +568,58 @@ func TestFilesWatchEndsWithItsConnection(t *testing.T) {
 	require.NotNil(t, r.Error, "the watch outlived its connection")
 	assert.Equal(t, "BoxValidationError", r.Error.Type())
 }
+
+// cpuSeconds is the CPU time process pid has used (user and system).
+func cpuSeconds(t *testing.T, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(t, err)
+	// Fields after the command name (which may hold spaces): state is the
+	// first, utime and stime the 12th and 13th.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	require.NoError(t, errors.Join(err1, err2))
+	return (utime + stime) / 100 // USER_HZ
+}
+
+// TestFilesWatchCostBound: watches are bounded by what they cost together
+// (entries listed per second), not only by their number: four watches of
+// a 5,000-entry directory at 200 ms fit in max_watch_scan_rate
+// (100,000/s), the fifth is a BoxCapacityExceededError naming the limit,
+// and unwatching one makes room again. On bwrap the workspace is a host
+// directory: the watches wait on inotify, so while nothing changes they
+// cost (almost) no CPU, and a change still arrives.
+func TestFilesWatchCostBound(t *testing.T) {
+	e := newFilesEnv(t, "bwrap", "stdio")
+	e.must(t, "box_create_session", map[string]any{"session_id": "cost"}, nil)
+	e.must(t, "box_exec", map[string]any{"session_id": "cost",
+		"cmd": "mkdir /workspace/big && cd /workspace/big && seq 5000 | xargs touch && ls | wc -l"}, nil)
+	watch := map[string]any{"session_id": "cost", "path": "/workspace/big", "interval_ms": 200}
+	var ids []string
+	for range 4 {
+		var res struct {
+			WatchID string `json:"watch_id"`
+		}
+		e.must(t, "box_fs_watch", watch, &res)
+		ids = append(ids, res.WatchID)
+	}
+	time.Sleep(time.Second)
+	pid := e.p.cmd.Process.Pid
+	before := cpuSeconds(t, pid)
+	time.Sleep(4 * time.Second)
+	used := cpuSeconds(t, pid) - before
+	t.Logf("boxrt used %.2f s of CPU in 4 s with 4 idle watches of 5,000 entries at 200 ms", used)
+	assert.Less(t, used, 0.4, "idle watches of a host directory keep listing")
+	e.must(t, "box_exec", map[string]any{"session_id": "cost", "cmd": "rm /workspace/big/1 && echo x > /workspace/big/new"}, nil)
+	var got []string
+	for len(got) < 2 {
+		got = append(got, eventsOf(nextEvent(t, e.p, ids[0]))...)
+	}
+	assert.ElementsMatch(t, []string{"removed file /workspace/big/1", "created file /workspace/big/new"}, got)
+
+	werr := e.fails(t, "box_fs_watch", watch, "BoxCapacityExceededError", "")
+	assert.Equal(t, "max_watch_scan_rate", werr.Data["limit"], "%+v", werr)
+	e.must(t, "box_fs_unwatch", map[string]any{"watch_id": ids[0]}, nil)
+	e.must(t, "box_fs_watch", watch, nil)
+}

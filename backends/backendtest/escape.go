@@ -183,6 +183,12 @@ var escapeCases = []escapeCase{
 		escaped: func(_ Env, _ *host, o outcome) string { return denied(o.out, "socket inet raw", "socket packet") },
 	},
 	{
+		// A vsock reaches the hypervisor past every namespace.
+		name:    "vsock socket",
+		cmd:     func(*host) string { return probe("vsock") },
+		escaped: func(_ Env, _ *host, o outcome) string { return granted(o.out) },
+	},
+	{
 		name:    "reach a host listener with network off",
 		cmd:     func(h *host) string { return probe("connect", h.listener) },
 		escaped: func(_ Env, h *host, o outcome) string { return denied(o.out, "connect "+h.listener) },

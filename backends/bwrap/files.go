@@ -425,3 +425,35 @@ func (b *Backend) RenameFile(_ context.Context, info backends.Session, from, to 
 		return nil
 	})
 }
+
+// HostDir implements backends.HostDirs for the workspace: its host
+// directory (host_path, or the session's own) is where the sandbox's
+// changes land, unless a mount (an extra mount, a skill) sits at or under
+// p, whose changes a watch of the workspace would miss.
+func (b *Backend) HostDir(info backends.Session, p string) (string, bool) {
+	mp := path.Clean(info.MountPathOrDefault())
+	rel, ok := strings.CutPrefix(path.Clean(p), mp)
+	if !ok || rel != "" && rel[0] != '/' {
+		return "", false
+	}
+	for _, m := range backends.FileMounts(info)[1:] {
+		if m.Path == p || strings.HasPrefix(m.Path, p+"/") {
+			return "", false
+		}
+	}
+	root := info.HostPath
+	switch {
+	case root != "" && info.HostPathMode == backends.MountNone:
+		return "", false
+	case root != "":
+	case b.diskQuota:
+		root = path.Join(stageRoot, b.cfg.InstanceID, info.BackendSessionID, fsDir, workspaceDir)
+	default:
+		dir, ok := b.sessionDir(info)
+		if !ok {
+			return "", false
+		}
+		root = path.Join(dir, fsDir, workspaceDir)
+	}
+	return path.Join(root, rel), true
+}

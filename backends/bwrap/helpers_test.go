@@ -57,11 +57,9 @@ func newBackend(t *testing.T) *Backend {
 
 // workspaceOnHost is where a session's workspace lives on the host.
 func workspaceOnHost(b *Backend, info backends.Session) string {
-	if b.diskQuota {
-		return filepath.Join(stageRoot, b.cfg.InstanceID, info.BackendSessionID, fsDir, workspaceDir)
-	}
-	dir, _ := b.sessionDir(info)
-	return filepath.Join(dir, fsDir, workspaceDir)
+	info.HostPath = ""
+	dir, _ := b.HostDir(info, info.MountPathOrDefault())
+	return dir
 }
 
 // conformanceEnv is a new backend as the tests every backend shares

@@ -120,7 +120,17 @@ func (sf *sessionFiles) hostDir(b *Backend, field, path string, create, owned bo
 	}
 	key := hostKey{path, owned}
 	if f := sf.host[key]; f != nil {
-		return f, nil
+		if !removed(f) {
+			return f, nil
+		}
+		// The directory was deleted (and maybe re-created):
+		// its descriptor would mount a dead or other directory, and bwrap
+		// fails with "Can't find source path". The path is opened afresh
+		// below, no symlink followed, so it is the same symlink-free
+		// string the allow-list admitted. A staged clone of the old
+		// directory stays attached in the stage until StopSession.
+		f.Close()
+		delete(sf.host, key)
 	}
 	f, err := openHostDir(field, path, create, owned && sf.stage == "", b.id)
 	if err != nil {
@@ -147,6 +157,15 @@ func (sf *sessionFiles) hostDir(b *Backend, field, path string, create, owned bo
 	}
 	sf.host[key] = f
 	return f, nil
+}
+
+// removed tells whether the directory open as f was deleted (no links
+// left; a staged clone shares its source's inode). One merely moved is
+// still the session's: the session keeps the directory it was made with
+// (see TestHostPathSwappedForSymlink).
+func removed(f *os.File) bool {
+	var st unix.Stat_t
+	return unix.Fstat(int(f.Fd()), &st) != nil || st.Nlink == 0
 }
 
 // hostKey names a host directory's descriptor: the same directory mounted

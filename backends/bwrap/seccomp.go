@@ -12,6 +12,7 @@ import (
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
@@ -26,6 +27,10 @@ import (
 // ENOSYS (its flags sit in memory a filter cannot read), so libc falls
 // back to clone. Every syscall of another ABI (32-bit x86, x32) is ENOSYS:
 // a deny list is only as good as the one ABI it is written for.
+//
+// Like Docker's current profile, socket(AF_VSOCK) is EPERM: a vsock
+// reaches the hypervisor and other guests past every namespace, network
+// off included.
 //
 // Beyond Docker's list, no file may get a setuid or setgid bit. A
 // writable host directory is an idmapped clone in which the sandbox's
@@ -52,13 +57,6 @@ var deniedSyscalls = []string{
 const cloneNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS |
 	unix.CLONE_NEWIPC | unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
 
-// modeArgument is, per syscall that sets a file's mode, which argument
-// holds the mode.
-var modeArgument = map[string]uint32{
-	"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2,
-	"creat": 1, "open": 2, "openat": 3, "mknod": 1, "mknodat": 2,
-}
-
 // allowedPersonalities are the personality(2) values Docker allows: Linux,
 // 32-bit Linux, the UNAME26 variants, and the query.
 var allowedPersonalities = []uint64{0x0, 0x8, 0x20000, 0x20008, 0xffffffff}
@@ -81,10 +79,13 @@ func buildSeccomp() ([]byte, error) {
 		{Name: "clone", Conditions: seccomp.ArgumentConditions{
 			{Argument: 0, Operation: seccomp.BitsSet, Value: cloneNamespaceFlags},
 		}},
+		{Name: "socket", Conditions: seccomp.ArgumentConditions{
+			{Argument: 0, Operation: seccomp.Equal, Value: backends.AFVsock},
+		}},
 	}
-	for _, name := range knownSyscalls(native, slices.Sorted(maps.Keys(modeArgument))) {
+	for _, name := range knownSyscalls(native, slices.Sorted(maps.Keys(backends.ModeArgument))) {
 		conditional = append(conditional, seccomp.NameWithConditions{Name: name, Conditions: seccomp.ArgumentConditions{
-			{Argument: modeArgument[name], Operation: seccomp.BitsSet, Value: unix.S_ISUID | unix.S_ISGID},
+			{Argument: uint32(backends.ModeArgument[name]), Operation: seccomp.BitsSet, Value: unix.S_ISUID | unix.S_ISGID},
 		}})
 	}
 	policy := seccomp.Policy{

@@ -69,6 +69,8 @@ func TestSeccompProgram(t *testing.T) {
 		{"personality query", uint32(native.ID), nr("personality"), 0xffffffff, allow},
 		{"personality linux", uint32(native.ID), nr("personality"), 0, allow},
 		{"personality ADDR_NO_RANDOMIZE", uint32(native.ID), nr("personality"), 0x0040000, eperm},
+		{"socket AF_INET", uint32(native.ID), nr("socket"), unix.AF_INET, allow},
+		{"socket AF_VSOCK", uint32(native.ID), nr("socket"), unix.AF_VSOCK, eperm},
 		{"another ABI", uint32(native.ID) ^ 0x1, nr("read"), 0, enosys},
 	}
 	for _, tc := range cases {

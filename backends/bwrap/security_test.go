@@ -3,6 +3,7 @@ package bwrap
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"os/user"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/backendtest"
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // Regression tests for attacks on the bwrap backend run as root. Each
@@ -427,4 +429,48 @@ func TestNoSetuidFiles(t *testing.T) {
 // matrix faces (backendtest.RunEscapeTests) against bwrap.
 func TestEscapes(t *testing.T) {
 	backendtest.RunEscapeTests(t, conformanceEnv(t))
+}
+
+// TestHostPathRecreated: a host directory deleted and made again between
+// two execs is mounted afresh (the old descriptor would make bwrap fail
+// with "Can't find source path /proc/self/fd/N"), both as the workspace and
+// as an extra mount; one replaced by a symlink is refused with a typed
+// error and nothing is written where it points.
+func TestHostPathRecreated(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	ws, extra, victim := backendtest.ReachableDir(t), backendtest.ReachableDir(t), backendtest.ReachableDir(t)
+	info := newSession(t, b, func(s *backends.SandboxSpec) {
+		s.HostPath = ws
+		s.ExtraMounts = []backends.MountSpec{{HostPath: extra, MountPath: "/data", Mode: backends.MountRW}}
+	})
+	mustRun(t, b, info, "echo one > /workspace/one && echo one > /data/one")
+	for _, d := range []string{ws, extra} {
+		if err := os.RemoveAll(d); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(d, 0o777); err != nil || os.Chmod(d, 0o777) != nil {
+			t.Fatal(err)
+		}
+	}
+	mustRun(t, b, info, "test ! -e /workspace/one && echo two > /workspace/two && echo two > /data/two")
+	for _, p := range []string{filepath.Join(ws, "two"), filepath.Join(extra, "two")} {
+		if b, err := os.ReadFile(p); err != nil || string(b) != "two\n" {
+			t.Errorf("%s on the host after the exec: %q %v", p, b, err)
+		}
+	}
+
+	if err := os.RemoveAll(extra); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, extra); err != nil {
+		t.Fatal(err)
+	}
+	r := execIn(t, b, info, backends.ExecRequest{Cmd: "echo pwned > /data/pwned"})
+	if !errors.Is(r.err, boxerr.ErrValidation) || !strings.Contains(r.err.Error(), "extra_mounts[0].host_path") {
+		t.Errorf("exec with the extra mount swapped for a symlink: err %v status %+v, want a BoxValidationError naming extra_mounts[0].host_path", r.err, r.status)
+	}
+	if _, err := os.Lstat(filepath.Join(victim, "pwned")); err == nil {
+		t.Error("the exec wrote through the planted symlink")
+	}
 }

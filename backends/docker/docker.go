@@ -97,6 +97,13 @@ type Backend struct {
 	runtimesOK             bool       // the engine has every configured runtime
 	engineDefaultRuntime   string     // as the engine reported it, "" until probed
 
+	netMu    sync.Mutex // guards netReady, netMode
+	netReady bool       // the sandbox network is made (network.go)
+	netMode  string     // NetworkMode of sessions with network on
+
+	secOptsMu sync.Mutex // guards secOpts
+	secOpts   []string   // containers' SecurityOpt, nil until worked out (seccomp.go)
+
 	fileSystem // the file API (files.go)
 
 	prestarts backends.Prestarts[*prestarted] // execs started ahead of a container's next plain exec (prestart.go)

@@ -475,3 +475,106 @@ func TestExecNetwork(t *testing.T) {
 		t.Errorf("network on (control): status %+v err %v stdout %q stderr %q", r.status, r.err, r.stdout, r.stderr)
 	}
 }
+
+// hostAddress is an IPv4 address of this host outside every bridge (the
+// address a session with network on may still reach, as bwrap's can).
+func hostAddress(t *testing.T) string {
+	t.Helper()
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range ifaces {
+		if i.Flags&net.FlagUp == 0 || i.Flags&net.FlagLoopback != 0 || strings.HasPrefix(i.Name, "docker") ||
+			strings.HasPrefix(i.Name, "boxrt") || strings.HasPrefix(i.Name, "br-") || strings.HasPrefix(i.Name, "veth") || strings.HasPrefix(i.Name, "cni") {
+			continue
+		}
+		addrs, _ := i.Addrs()
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
+				return p.Addr().String()
+			}
+		}
+	}
+	t.Fatal("this host has no IPv4 address outside its bridges")
+	return ""
+}
+
+// TestSessionsIsolatedOnNetwork: two sessions with network on cannot
+// reach each other's listeners (bwrap's never could), nor the host's
+// address on their bridge; the host's other address stays reachable
+// (the control that their network works at all).
+func TestSessionsIsolatedOnNetwork(t *testing.T) {
+	t.Parallel()
+	if onPodman(t) {
+		t.Skip("NOT TESTED on Podman: its Docker API ignores com.docker.network.bridge.enable_icc (Podman 4 with CNI always lets containers of a network talk); boxrt leaves Podman's default network as it is (docs/operations.md)")
+	}
+	ctx := context.Background()
+	b := newBackend(t)
+	on := func(s *backends.SandboxSpec) { s.Network = backends.NetworkOn }
+	a := startSession(t, b, on, func(s *backends.SandboxSpec) { s.SessionID += "-a" })
+	other := startSession(t, b, on, func(s *backends.SandboxSpec) { s.SessionID += "-b" })
+
+	c, err := rawClient(t).ContainerInspect(ctx, a.BackendSessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ipA, gateway string
+	for name, n := range c.NetworkSettings.Networks {
+		t.Logf("session a is on network %s at %s (gateway %s)", name, n.IPAddress, n.Gateway)
+		ipA, gateway = n.IPAddress, n.Gateway
+	}
+	if ipA == "" || gateway == "" {
+		t.Fatalf("session a has no address: %+v", c.NetworkSettings.Networks)
+	}
+	lctx, stop := context.WithCancel(ctx)
+	listening := make(chan result, 1)
+	go func() {
+		listening <- runCtx(lctx, t, b, a, backends.ExecRequest{Cmd: "nc -ll -p 8080 -e echo hello from a"})
+	}()
+	t.Cleanup(func() { stop(); <-listening })
+
+	// Control: the host reaches a's listener, so it is up.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(ipA, "8080"), time.Second)
+		if err == nil {
+			conn.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session a's listener is not reachable from the host: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("hello from host\n"))
+			_ = c.Close()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close() })
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+
+	reach := func(addr, port string) result {
+		return run(t, b, other, fmt.Sprintf("nc -w 3 %s %s </dev/null", addr, port), 30*time.Second)
+	}
+	if r := reach(hostAddress(t), port); r.err != nil || !strings.Contains(r.stdout, "hello from host") {
+		t.Errorf("network on (control): the host's address was not reachable: %+v %v %q %q", r.status, r.err, r.stdout, r.stderr)
+	}
+	if r := reach(ipA, "8080"); r.err != nil || r.status.ExitCode == 0 || strings.Contains(r.stdout, "hello") {
+		t.Errorf("session b reached session a's listener at %s:8080: %+v %v %q", ipA, r.status, r.err, r.stdout)
+	}
+	if r := reach(gateway, port); r.err != nil || r.status.ExitCode == 0 || strings.Contains(r.stdout, "hello") {
+		t.Errorf("session b reached the host's bridge address %s:%s: %+v %v %q", gateway, port, r.status, r.err, r.stdout)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types"
+	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/backends"
 )
@@ -165,4 +166,72 @@ func unixPair(t *testing.T) (net.Conn, net.Conn) {
 		conns[i] = c
 	}
 	return conns[0], conns[1]
+}
+
+// TestSeccompProfile: the profile every container gets allows no
+// mode-setting syscall unconditionally (only with S_ISUID and S_ISGID
+// clear), makes openat2 ENOSYS and allows socket only for families other
+// than AF_VSOCK.
+func TestSeccompProfile(t *testing.T) {
+	raw, err := seccompProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		DefaultAction string `json:"defaultAction"`
+		Syscalls      []struct {
+			Names    []string `json:"names"`
+			Action   string   `json:"action"`
+			ErrnoRet *uint    `json:"errnoRet"`
+			Args     []struct {
+				Index, Value, ValueTwo uint64
+				Op                     string
+			} `json:"args"`
+			Includes *struct {
+				Caps []string `json:"caps"`
+			} `json:"includes"`
+		} `json:"syscalls"`
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.DefaultAction != "SCMP_ACT_ERRNO" {
+		t.Errorf("default action %s", p.DefaultAction)
+	}
+	guarded := map[string]bool{"openat2": true, "socket": true}
+	for name := range backends.ModeArgument {
+		guarded[name] = true
+	}
+	seen := map[string]bool{}
+	for _, r := range p.Syscalls {
+		for _, n := range r.Names {
+			if !guarded[n] || r.Includes != nil && len(r.Includes.Caps) > 0 {
+				continue
+			}
+			seen[n] = true
+			switch {
+			case n == "openat2":
+				if r.Action != "SCMP_ACT_ERRNO" || r.ErrnoRet == nil || *r.ErrnoRet != uint(unix.ENOSYS) {
+					t.Errorf("openat2: %+v, want ENOSYS", r)
+				}
+			case r.Action != "SCMP_ACT_ALLOW":
+			case len(r.Args) != 1:
+				t.Errorf("%s is allowed unconditionally: %+v", n, r)
+			case n == "socket":
+				if a := r.Args[0]; a.Index != 0 || a.Value != unix.AF_VSOCK || a.Op != "SCMP_CMP_NE" {
+					t.Errorf("socket rule %+v, want arg 0 != AF_VSOCK", a)
+				}
+			default:
+				a := r.Args[0]
+				if a.Index != uint64(backends.ModeArgument[n]) || a.Value != unix.S_ISUID|unix.S_ISGID || a.ValueTwo != 0 || a.Op != "SCMP_CMP_MASKED_EQ" {
+					t.Errorf("%s rule %+v, want mode argument & 06000 == 0", n, a)
+				}
+			}
+		}
+	}
+	for n := range guarded {
+		if !seen[n] {
+			t.Errorf("no rule for %s", n)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -327,4 +328,78 @@ func TestCPUsAboveHost(t *testing.T) {
 // matrix faces (backendtest.RunEscapeTests) against this matrix entry.
 func TestEscapes(t *testing.T) {
 	backendtest.RunEscapeTests(t, conformanceEnv(t))
+}
+
+// TestNoSetuidInHostPath: a session running as root (docker.user "0:0")
+// cannot leave a setuid or setgid file in its host directory, where it
+// would be a setuid-root program on the host: chmod and a creating open
+// with those bits are refused (EPERM) inside, and a file API write over
+// an existing setuid file keeps its mode without them, as on bwrap.
+func TestNoSetuidInHostPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	old := filepath.Join(dir, "old")
+	if err := os.WriteFile(old, []byte("old\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(old, 0o755|os.ModeSetuid); err != nil {
+		t.Fatal(err)
+	}
+	if onGVisor(t) {
+		info, err := rawClient(t).Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if args := info.Runtimes[matrixRuntime].Args; !slices.Contains(args, "--oci-seccomp") {
+			t.Fatalf("runsc is registered without --oci-seccomp (args %v): gVisor ignores boxrt's seccomp profile and a root sandbox "+
+				"user can leave setuid files in host directories; re-run scripts/setup (scripts/docker-daemon-config adds it)", args)
+		}
+	}
+	b := newBackend(t, func(c *docker.Config) { c.User = "0:0" })
+	info := startSession(t, b, func(s *backends.SandboxSpec) { s.HostPath = dir })
+	r := run(t, b, info, "cd /workspace && id -u && touch f g && chmod 4755 f; chmod 2755 g; stat -c '%n %a' f g", 30*time.Second)
+	t.Logf("status %+v err %v\nstdout: %s\nstderr: %s", r.status, r.err, r.stdout, r.stderr)
+	if r.err != nil || !strings.HasPrefix(r.stdout, "0\n") {
+		t.Fatalf("the probe did not run as root: %+v %v %q", r.status, r.err, r.stdout)
+	}
+	if _, err := b.WriteFile(ctx, info, "/workspace/old", strings.NewReader("new\n"), backends.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) < 3 {
+		t.Fatalf("the probe made no files in the host directory: %v", entries)
+	}
+	for _, e := range entries {
+		fi, err := os.Lstat(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			t.Errorf("host file %s has mode %v", e.Name(), fi.Mode())
+		}
+	}
+	if fi, err := os.Stat(old); err != nil || fi.Mode() != 0o755 {
+		t.Errorf("old after a file API write: %v %v, want -rwxr-xr-x", fi.Mode(), err)
+	}
+}
+
+// TestFileNameTooLong: a name over NAME_MAX (255 bytes) through the file
+// API is the caller's mistake, a BoxValidationError naming the field.
+func TestFileNameTooLong(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBackend(t)
+	info := startSession(t, b)
+	long := "/workspace/" + strings.Repeat("n", 256)
+	_, err := b.WriteFile(ctx, info, long, strings.NewReader("x"), backends.WriteOptions{})
+	if !isKind(err, boxerr.ErrValidation) || !strings.Contains(err.Error(), "too long") {
+		t.Errorf("WriteFile of a 256-byte name: %v, want a BoxValidationError saying the name is too long", err)
+	}
+	if err := b.MakeDir(ctx, info, long); !isKind(err, boxerr.ErrValidation) {
+		t.Errorf("MakeDir of a 256-byte name: %v, want a BoxValidationError", err)
+	}
 }

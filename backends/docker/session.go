@@ -104,6 +104,11 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		// own ENTRYPOINT from swallowing the keep-alive loop.
 		Entrypoint: []string{"sh", "-c", keepAlive},
 	}
+	secOpts, err := b.securityOpts(ctx)
+	if err != nil {
+		b.removeSession(ctx, name)
+		return backends.Session{}, err
+	}
 	init := true
 	rt := b.runtimeFor(spec.Sandbox)
 	pids := b.PidsCgroupLimit(spec.Sandbox)
@@ -111,7 +116,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		Runtime:        rt,
 		Init:           &init,
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges"},
+		SecurityOpt:    secOpts,
 		ReadonlyRootfs: spec.ReadOnlyRootfs,
 		Mounts:         mounts,
 		Resources: container.Resources{
@@ -135,6 +140,11 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 	}
 	if spec.Network != backends.NetworkOn {
 		hc.NetworkMode = "none"
+	} else if mode, err := b.networkMode(ctx); err != nil {
+		b.removeSession(ctx, name)
+		return backends.Session{}, err
+	} else {
+		hc.NetworkMode = container.NetworkMode(mode)
 	}
 	if spec.ReadOnlyRootfs {
 		// The rootfs is read-only; /tmp is where tools (and boxrt's own pid

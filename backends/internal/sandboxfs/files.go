@@ -63,6 +63,18 @@ func (f FS) start(ctx context.Context, info backends.Session, stdin io.Reader, o
 	return &run{fs: r, be: f.Backend}, nil
 }
 
+// checkPaths validates the paths of a call (name, value pairs) as the
+// runtime does before it calls a backend: the script cannot tell a name
+// the kernel found too long from any other failure.
+func checkPaths(params ...string) error {
+	for i := 0; i+1 < len(params); i += 2 {
+		if _, err := backends.CheckSandboxPath(params[i], params[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // wait drains what is left of stdout, waits for the command and turns a
 // failure into a typed error about the parameters params (name → value).
 func (r *run) wait(params ...string) error {
@@ -131,6 +143,9 @@ func scriptError(be string, params []string, code int, msg string) error {
 // output runs op without stdin and returns its whole stdout (small: a
 // stat line, a listing).
 func (f FS) output(ctx context.Context, info backends.Session, params []string, op string, args ...string) ([]byte, error) {
+	if err := checkPaths(params...); err != nil {
+		return nil, err
+	}
 	r, err := f.start(ctx, info, nil, op, args...)
 	if err != nil {
 		return nil, err
@@ -209,6 +224,9 @@ func (f FS) ListFiles(ctx context.Context, info backends.Session, dir string, de
 // ReadFile implements runtime.FileSystem: one exec, whose first line is
 // the file's stat (after the last symlink), then its bytes.
 func (f FS) ReadFile(ctx context.Context, info backends.Session, p string, offset, length int64) (io.ReadCloser, backends.FileInfo, error) {
+	if err := checkPaths("path", p); err != nil {
+		return nil, backends.FileInfo{}, err
+	}
 	r, err := f.start(ctx, info, nil, "read", p, strconv.FormatInt(offset, 10), strconv.FormatInt(length, 10))
 	if err != nil {
 		return nil, backends.FileInfo{}, err
@@ -270,6 +288,9 @@ func (f *reader) Close() error {
 // temporary file the script made next to the target; commit renames it
 // over the target only when the upload completed, abort removes it.
 func (f FS) WriteFile(ctx context.Context, info backends.Session, p string, src io.Reader, opts backends.WriteOptions) (int64, error) {
+	if err := checkPaths("path", p); err != nil {
+		return 0, err
+	}
 	mode := ""
 	if opts.Mode != 0 {
 		mode = fmt.Sprintf("%o", opts.Mode.Perm())

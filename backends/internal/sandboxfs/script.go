@@ -95,7 +95,9 @@ commit)
 	resolve "$1" follow; rw "$1"
 	[ -d "$R" ] && { rm -f "$3"; die isdir "$1"; }
 	mode=$2
-	if [ -z "$mode" ]; then mode=644; [ -f "$R" ] && mode=$(stat -c %a "$R"); fi
+	# An existing file's mode is kept without its setuid, setgid and
+	# sticky bits (its last three octal digits), as bwrap's file API does.
+	if [ -z "$mode" ]; then mode=644; [ -f "$R" ] && mode=$(stat -c %a "$R") && mode=${mode#"${mode%???}"}; fi
 	chmod "$mode" "$3" && mv -f "$3" "$R" || { rm -f "$3"; die failed "rename into $1"; } ;;
 abort)
 	case ${1##*/} in .boxrt-upload-*) rm -f "$1" ;; esac ;;

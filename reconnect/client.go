@@ -71,6 +71,9 @@ func Spawn(ctx context.Context, opts ...Option) (*Client, error) {
 		return nil, errors.New("reconnect: WithCommand: empty command")
 	}
 	if o.connector == nil {
+		if err := chooseStateDir(&o); err != nil {
+			return nil, err
+		}
 		oo := &o
 		o.connector = func(context.Context) (*link, error) {
 			ch, stdin, stdout, err := startChild(oo)
@@ -224,6 +227,10 @@ func (c *Client) run() {
 	defer func() {
 		if c.ownHTTP != nil {
 			c.ownHTTP.CloseIdleConnections()
+		}
+		if c.o.cleanup != nil {
+			// Every child has been reaped: nothing uses the directory.
+			c.o.cleanup()
 		}
 		c.notify(StateClosed, nil)
 	}()

@@ -40,7 +40,7 @@ func TestSecondServeRefusesALockedStateDir(t *testing.T) {
 	first.Stop()
 	_, err := os.Stat(filepath.Join(first.State, "lock"))
 	require.NoError(t, err, "the lock file stays")
-	again := Start(t, Options{StateDir: first.State})
+	again := Start(t, Options{Stdio: true, StateDir: first.State})
 	require.Nil(t, again.Call("__ping", map[string]any{}, time.Minute).Error)
 }
 
@@ -73,7 +73,7 @@ func TestSpawnLeavesTheServersSessionsAlone(t *testing.T) {
 				removeInstanceContainers(t, state)
 			}
 			server := Start(t, Options{Stdio: true, StateDir: state, Config: cfg})
-			mustExecCreated(t, server, map[string]any{"session_id": "keep", "cmd": "echo kept > /workspace/f"})
+			execIn(t, server, map[string]any{"session_id": "keep", "cmd": "echo kept > /workspace/f"})
 
 			tmp := t.TempDir()
 			stdout, stderr, code := runCall(t, []string{"BOXRT_STATE_DIR=" + state, "BOXRT_CONFIG=" + cfg, "TMPDIR=" + tmp},
@@ -82,18 +82,20 @@ func TestSpawnLeavesTheServersSessionsAlone(t *testing.T) {
 			var spawned execCreated
 			require.NoError(t, json.Unmarshal([]byte(stdout), &spawned))
 			assert.Equal(t, "hi\n", spawned.Stdout)
-			require.NotNil(t, spawned.SessionCreated)
-			assert.True(t, *spawned.SessionCreated)
 
-			res := mustExecCreated(t, server, map[string]any{"session_id": "keep", "cmd": "cat /workspace/f"})
+			var res execCreated
+			server.MustCall("box_exec", map[string]any{"session_id": "keep", "cmd": "cat /workspace/f"}, &res)
 			assert.Equal(t, "kept\n", res.Stdout, "the server's session kept its workspace")
-			assert.False(t, *res.SessionCreated, "the server's session was not recreated")
 			var list struct {
 				Sessions []map[string]any `json:"sessions"`
 			}
 			server.MustCall("box_get_sessions", map[string]any{}, &list)
 			require.Len(t, list.Sessions, 1, "the spawned runtime's session is not the server's: %v", list.Sessions)
 			assert.Equal(t, "running", list.Sessions[0]["state"])
+			require.NotNil(t, res.SessionCreated, "session_created is always in box_exec's result")
+			assert.False(t, *res.SessionCreated, "the server's session was not recreated")
+			require.NotNil(t, spawned.SessionCreated)
+			assert.True(t, *spawned.SessionCreated)
 
 			entries, err := os.ReadDir(tmp)
 			require.NoError(t, err)

@@ -60,15 +60,11 @@ func Acquire(dir string) (*Lock, error) {
 	// Written in place, not through a temporary file and a rename: the
 	// lock is on this inode, and a rename would give the next process
 	// another one to lock. The pid is only for the message of a process
-	// that finds the directory held; a reader that sees it half-written
-	// says "pid unknown".
-	pid := []byte(strconv.Itoa(os.Getpid()) + "\n")
-	if err := f.Truncate(0); err == nil {
-		_, err = f.WriteAt(pid, 0)
-	}
-	if err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("write pid to %s: %w", path, err)
+	// that finds the directory held, so failing to write it (a full disk)
+	// does not fail the start; a reader that finds it missing or
+	// half-written says "pid unknown".
+	if f.Truncate(0) == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return &Lock{f: f}, nil
 }

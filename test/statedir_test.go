@@ -191,3 +191,19 @@ func removeSandbox(t *testing.T, backend, state, backendSessionID string) {
 	require.DirExists(t, dir)
 	require.NoError(t, os.RemoveAll(dir))
 }
+
+// TestCallSpawnWithStateDir: an explicit --state-dir is the spawned
+// runtime's, kept after it exits, and refused while a runtime holds it.
+func TestCallSpawnWithStateDir(t *testing.T) {
+	dir := t.TempDir()
+	stdout, stderr, code := runCall(t, nil, "", "__ping", "--spawn", "--state-dir", dir)
+	require.Equal(t, 0, code, "stdout: %s\nstderr: %s", stdout, stderr)
+	assert.FileExists(t, filepath.Join(dir, "instance-id"), "the spawned runtime used --state-dir")
+	assert.FileExists(t, filepath.Join(dir, "lock"))
+
+	server := Start(t, Options{Stdio: true, StateDir: dir})
+	stdout, stderr, code = runCall(t, nil, "", "__ping", "--spawn", "--state-dir", dir)
+	assert.Equal(t, 1, code, "stdout: %s", stdout)
+	assert.Equal(t, "BoxRuntimeUnavailableError", decodeCallError(t, stdout).Error.Type)
+	assert.Contains(t, stderr+stdout, fmt.Sprintf("in use by another boxrt (pid %d)", server.cmd.Process.Pid))
+}

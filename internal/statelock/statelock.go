@@ -3,6 +3,7 @@ package statelock
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -77,6 +78,10 @@ var errNotRegular = errors.New("not a regular file")
 func open(path string) (*os.File, error) {
 	for attempt := 0; ; attempt++ {
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if errors.Is(err, fs.ErrPermission) {
+			// flock needs no write access; only the pid goes unwritten.
+			f, err = os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		}
 		if err == nil {
 			if fi, serr := f.Stat(); serr == nil && fi.Mode().IsRegular() {
 				return f, nil

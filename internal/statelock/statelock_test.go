@@ -51,12 +51,12 @@ func TestLeftoversNeverFailAStart(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			require.NoError(t, leave(filepath.Join(dir, FileName)))
-			if name == "read-only file" && os.Geteuid() != 0 {
-				t.Skip("a read-only lock file blocks only non-root users; this runs as root in CI")
-			}
 			l, err := Acquire(dir)
 			require.NoError(t, err)
 			defer l.Release()
+			if name == "read-only file" && os.Geteuid() != 0 {
+				return // locked through a read-only descriptor: no pid written
+			}
 			b, err := os.ReadFile(filepath.Join(dir, FileName))
 			require.NoError(t, err)
 			require.Equal(t, strconv.Itoa(os.Getpid()), strings.TrimSpace(string(b)))

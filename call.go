@@ -48,8 +48,11 @@ BOXRT_CONTROL_TOKEN (or LANGBOT_BOX_CONTROL_TOKEN), else, for a loopback
 (--state-dir, the same default as serve's); it is sent only as
 "Authorization: Bearer …". Or start a private runtime with --spawn: this
 executable runs "serve --stdio --listen ''" (or --spawn-cmd) for the one
-call and is shut down afterwards. Its log is shown only if the call fails,
-or always with --verbose.
+call and is shut down afterwards. It gets a private, temporary state
+directory, removed when it exits, and its sessions end with it: it never
+touches the sessions of a runtime serving on this machine. With
+--state-dir DIR it uses DIR instead (and refuses if a runtime holds DIR).
+Its log is shown only if the call fails, or always with --verbose.
 
 Examples:
   boxrt call __ping --url ws://127.0.0.1:5410
@@ -73,7 +76,7 @@ running.
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "url", Usage: "runtime URL to dial, e.g. ws://127.0.0.1:5410"},
 			&cli.StringFlag{Name: "token-file", Usage: "read the control token from this file (default: $BOXRT_CONTROL_TOKEN, else for a loopback --url STATE_DIR/control-token)"},
-			&cli.StringFlag{Name: "state-dir", Value: defaultStateDir(), Usage: "state directory of the local runtime whose generated control token to use"},
+			&cli.StringFlag{Name: "state-dir", Value: defaultStateDir(), Usage: "state directory of the local runtime whose generated control token to use; with --spawn, the spawned runtime's (default: a private temporary one)"},
 			&cli.BoolFlag{Name: "spawn", Usage: "spawn a runtime for this call: this executable with serve --stdio --listen ''"},
 			&cli.StringFlag{Name: "spawn-cmd", Usage: "command line to spawn instead (implies --spawn); quotes work as in a shell"},
 			&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "give up on the call after this long (reaching the runtime: at most 10s of it)"},
@@ -93,6 +96,9 @@ type callArgs struct {
 	url      string
 	token    string
 	spawnCmd []string // nil: dial
+	// stateDir is the spawned runtime's state directory when --state-dir
+	// names one; "" gives it a private one.
+	stateDir string
 	timeout  time.Duration
 	verbose  bool
 	// streamFormat is "raw" or "jsonl"; stream says the call streams.
@@ -222,6 +228,9 @@ func parseCallArgs(c *cli.Context, stdin io.Reader) (*callArgs, error) {
 	case a.spawnCmd == nil && a.url == "":
 		return nil, usageErr("say where the runtime is: --url URL, or --spawn")
 	}
+	if late["state-dir"] || c.IsSet("state-dir") {
+		a.stateDir = str("state-dir")
+	}
 	token, err := clientToken(str("token-file"), str("state-dir"), a.url, usageErr)
 	if err != nil {
 		return nil, err
@@ -311,6 +320,9 @@ func runCall(c *cli.Context) error {
 			stderr = c.App.ErrWriter
 		}
 		opts = append(opts, reconnect.WithCommand(a.spawnCmd[0], a.spawnCmd[1:]...), reconnect.WithStderr(stderr))
+		if a.stateDir != "" {
+			opts = append(opts, reconnect.WithStateDir(a.stateDir))
+		}
 		client, err = reconnect.Spawn(connectCtx, opts...)
 	} else {
 		opts = append(opts, reconnect.WithToken(a.token))

@@ -9,9 +9,10 @@ import (
 
 // TestDependencyDirection pins the import graph DESIGN.md draws:
 // main → actions → runtime → backends, with rpc, relay, reconnect and the
-// error package at the edges, and internal/ leaves (clip, keyed, fdsafe) any of them
-// may use. Each package lists the boxrt packages it may
-// import; a package missing from the table fails, so a new one is placed
+// error package at the edges, and internal/ leaves (clip, keyed, fdsafe,
+// statelock, atomicfile) any of them may use. Each package lists the boxrt
+// packages it may import; a package missing from the table fails, so a new
+// one is placed
 // deliberately.
 func TestDependencyDirection(t *testing.T) {
 	const module = "github.com/boxrt/boxrt"
@@ -42,6 +43,7 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/keyed":              {},
 		"internal/fdsafe":             {},
 		"scripts/skipreport":          {},
+		"internal/statelock":          {},
 		"test/fixtures/mcpserver":     {},
 		"test/fixtures/escape":        {},
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/boxrt/boxrt/actions"
 	"github.com/boxrt/boxrt/internal/clip"
+	"github.com/boxrt/boxrt/internal/statelock"
 	"github.com/boxrt/boxrt/relay"
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
@@ -61,7 +62,8 @@ then box_init at run time), for example:
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:5410", Usage: "HTTP listen address for /rpc/ws, the relay and health; port 0 picks a free port; '' turns the listener off"},
 			&cli.StringFlag{Name: "token-file", Usage: "read the control token from this file (instead of BOXRT_CONTROL_TOKEN)"},
 			&cli.StringFlag{Name: "config", Usage: "configuration file (JSON or YAML)"},
-			&cli.StringFlag{Name: "state-dir", Value: defaultStateDir(), Usage: "where boxrt keeps its instance id and bwrap sessions"},
+			&cli.StringFlag{Name: "state-dir", Value: defaultStateDir(), Usage: "where boxrt keeps its instance id and bwrap sessions; one runtime per directory (it is locked while boxrt runs)"},
+			&cli.StringFlag{Name: "private-state-dir", EnvVars: []string{"BOXRT_PRIVATE_STATE_DIR"}, Usage: "a state directory private to this run, which the spawner removes afterwards: every session ends when boxrt exits, persistent and suspended ones too (boxrt call --spawn and reconnect.Spawn set it; --state-dir wins over it)"},
 			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "log format on stderr: json or console"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn, error"},
 			&cli.BoolFlag{Name: "metrics-public", Usage: "serve /metrics without the control token"},
@@ -71,6 +73,15 @@ then box_init at run time), for example:
 		},
 		Action: runServe,
 	}
+}
+
+// stateDirOf is the state directory serve uses, and whether it is a
+// private one (--private-state-dir, unless --state-dir is given).
+func stateDirOf(c *cli.Context) (dir string, private bool) {
+	if p := c.String("private-state-dir"); p != "" && !c.IsSet("state-dir") {
+		return p, true
+	}
+	return c.String("state-dir"), false
 }
 
 func defaultStateDir() string {
@@ -348,8 +359,17 @@ func runServe(c *cli.Context) error {
 	// "" when boxrt generates one below.
 	configuredControlToken := token.value
 
+	stateDir, private := stateDirOf(c)
+	// Held until the process exits: the sessions labelled with this
+	// directory's instance id are this process's alone.
+	stateLock, err := statelock.Acquire(stateDir)
+	if err != nil {
+		return &exitError{code: 2, msg: err.Error()}
+	}
+	defer stateLock.Release()
+
 	if token.value == "" {
-		if token, err = generateToken(stdio, c.String("state-dir")); err != nil {
+		if token, err = generateToken(stdio, stateDir); err != nil {
 			return err
 		}
 	}
@@ -396,9 +416,12 @@ func runServe(c *cli.Context) error {
 		return rt.Config()
 	})
 	defer skillStore.Close()
-	rt, err = runtime.New(cfg, newBackend, c.String("state-dir"),
-		runtime.WithLogger(log.With().Str("component", "runtime").Logger()),
-		runtime.WithExecObserver(metrics.exec), runtime.WithSkillResolver(skills.ContextResolver{Base: skillStore}))
+	rtOpts := []runtime.Option{runtime.WithLogger(log.With().Str("component", "runtime").Logger()),
+		runtime.WithExecObserver(metrics.exec), runtime.WithSkillResolver(skills.ContextResolver{Base: skillStore})}
+	if private {
+		rtOpts = append(rtOpts, runtime.WithSessionsEndingAtClose())
+	}
+	rt, err = runtime.New(cfg, newBackend, stateDir, rtOpts...)
 	if err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}

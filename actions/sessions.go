@@ -19,8 +19,8 @@ func (p *specParams) decodeParams(raw json.RawMessage) (err error) {
 }
 
 // createSession creates or reuses a session; cmd is ignored.
-func (d *Dispatcher) createSession(ctx context.Context, p specParams) (runtime.SessionInfo, error) {
-	return d.rt.EnsureSession(ctx, p.spec)
+func (d *Dispatcher) createSession(ctx context.Context, p specParams) (runtime.CreatedSession, error) {
+	return d.rt.CreateSession(ctx, p.spec)
 }
 
 type sessionRef struct {
@@ -36,7 +36,8 @@ func (p *sessionRef) validate() error {
 }
 
 // getSession returns a session and its managed processes.
-func (d *Dispatcher) getSession(_ context.Context, p sessionRef) (runtime.SessionDetails, error) {
+func (d *Dispatcher) getSession(ctx context.Context, p sessionRef) (runtime.SessionDetails, error) {
+	d.rt.Reconcile(ctx)
 	return d.rt.GetSession(p.SessionID)
 }
 
@@ -45,7 +46,8 @@ type sessionList struct {
 }
 
 // getSessions lists every session.
-func (d *Dispatcher) getSessions(context.Context, none) (sessionList, error) {
+func (d *Dispatcher) getSessions(ctx context.Context, _ none) (sessionList, error) {
+	d.rt.Reconcile(ctx)
 	return sessionList{Sessions: d.rt.ListSessions()}, nil
 }
 

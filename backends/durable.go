@@ -5,11 +5,25 @@ import (
 	"io"
 )
 
-// Session states (Session.State; "" reads as running).
+// Session states (Session.State; "" reads as running). StateLost is the
+// runtime's: the sandbox was found gone (removed behind boxrt's back); the
+// next use creates the session again.
 const (
 	StateRunning   = "running"
 	StateSuspended = "suspended"
+	StateLost      = "lost"
 )
+
+// Census is implemented by backends that can tell cheaply, for all
+// sessions at once, which sandboxes of this installation still exist, so
+// that listing sessions never reports a gone one as running. The runtime
+// checks for it with a type assertion; without it, it asks Alive per
+// session.
+type Census interface {
+	// Existing returns the BackendSessionIDs of this installation's
+	// sandboxes that exist now, running or suspended.
+	Existing(ctx context.Context) (map[string]bool, error)
+}
 
 // Suspender is implemented by backends that can keep a session without
 // running anything for it. The runtime checks for it with a type assertion.

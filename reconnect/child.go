@@ -7,10 +7,66 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
+
+// stateDirEnv is the variable boxrt serve reads its default --state-dir
+// from; privateStateDirEnv is its --private-state-dir, which a --state-dir
+// on the command line overrides.
+const (
+	stateDirEnv        = "BOXRT_STATE_DIR"
+	privateStateDirEnv = "BOXRT_PRIVATE_STATE_DIR"
+)
+
+// chooseStateDir settles which state directory the children use (see
+// WithStateDir): the one asked for, or a private one made here, for which
+// it sets o.cleanup.
+func chooseStateDir(o *options) error {
+	switch {
+	case o.stateDir != "":
+		o.env = withEnv(o.env, stateDirEnv+"="+o.stateDir)
+		return nil
+	case hasEnv(o.env, stateDirEnv):
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "boxrt-private-")
+	if err != nil {
+		return fmt.Errorf("reconnect: private state directory: %w", err)
+	}
+	o.env = withEnv(o.env, privateStateDirEnv+"="+dir)
+	log := o.logger
+	o.cleanup = func() {
+		if err := os.RemoveAll(dir); err != nil {
+			log.Warn("boxrt: cannot remove the private state directory", "dir", dir, "err", err)
+		}
+	}
+	return nil
+}
+
+// hasEnv reports whether an explicit environment (WithEnv) sets key; the
+// inherited one does not count: a host's own BOXRT_STATE_DIR is most
+// likely the directory of the server it runs next to.
+func hasEnv(env []string, key string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// withEnv is env (this process's when nil) plus kvs, which win: os/exec
+// keeps the last value of a repeated key.
+func withEnv(env []string, kvs ...string) []string {
+	if env == nil {
+		env = os.Environ()
+	}
+	return append(slices.Clip(env), kvs...)
+}
 
 // child is a spawned runtime process.
 type child struct {

@@ -58,7 +58,8 @@ type Status struct {
 
 // Spawn starts a runtime child process (WithCommand, default
 // "boxrt serve --stdio") and talks JSON-RPC over its stdin/stdout; its
-// stderr goes to WithStderr (default os.Stderr). It returns once the first
+// stderr goes to WithStderr (default os.Stderr). The child keeps its state
+// in a private temporary directory unless told otherwise (WithStateDir). It returns once the first
 // link is up and the OnConnect hook succeeded. Transient failures are
 // retried with backoff until ctx ends; a command that cannot be started
 // at all, or a non-retryable error from the hook, fails at once. ctx only
@@ -71,6 +72,9 @@ func Spawn(ctx context.Context, opts ...Option) (*Client, error) {
 		return nil, errors.New("reconnect: WithCommand: empty command")
 	}
 	if o.connector == nil {
+		if err := chooseStateDir(&o); err != nil {
+			return nil, err
+		}
 		oo := &o
 		o.connector = func(context.Context) (*link, error) {
 			ch, stdin, stdout, err := startChild(oo)
@@ -224,6 +228,10 @@ func (c *Client) run() {
 	defer func() {
 		if c.ownHTTP != nil {
 			c.ownHTTP.CloseIdleConnections()
+		}
+		if c.o.cleanup != nil {
+			// Every child has been reaped: nothing uses the directory.
+			c.o.cleanup()
 		}
 		c.notify(StateClosed, nil)
 	}()

@@ -19,6 +19,10 @@
 //     with a retryable BoxRuntimeUnavailableError; calls made while it is
 //     down wait until it is back or their context ends. Nothing is retried
 //     behind the caller's back, because box_exec is not idempotent.
+//   - State: a spawned runtime gets a private state directory of the
+//     Client's, removed at Close, and its sessions end with each child
+//     (WithStateDir names a lasting one): it never adopts or destroys the
+//     sessions of a boxrt serving on this machine's default directory.
 //   - Errors: boxrt's wire errors come back as *Error, matched with
 //     errors.Is against ErrSessionNotFound, ErrValidation, … and unpacked
 //     with errors.As.

@@ -76,6 +76,10 @@ type options struct {
 	dir         string
 	stderr      io.Writer
 	stopTimeout time.Duration
+	stateDir    string
+	// cleanup runs once the Client has stopped everything (Spawn's
+	// private state directory).
+	cleanup func()
 
 	// dial mode
 	httpBase   string // the dialed runtime as http(s)://host:port (files)
@@ -122,7 +126,8 @@ func defaultOptions() options {
 
 // WithCommand sets the child's command line for Spawn; the default is
 // "boxrt serve --stdio", with boxrt looked up in PATH. Add flags such as
-// "--listen", "127.0.0.1:0" or "--state-dir", DIR here.
+// "--listen", "127.0.0.1:0" here. A command line that names --state-dir
+// keeps that directory (see WithStateDir).
 func WithCommand(name string, args ...string) Option {
 	return func(o *options) { o.command = append([]string{name}, args...) }
 }
@@ -140,6 +145,20 @@ func WithEnv(env []string) Option {
 		o.env = append(make([]string, 0, len(env)), env...)
 	}
 }
+
+// WithStateDir makes the spawned runtime keep its state (instance id,
+// bwrap sessions, suspended and persistent sessions) in dir, passed as
+// BOXRT_STATE_DIR, so a respawned or later runtime finds its sessions
+// again. dir is locked while a runtime uses it: a second runtime on it
+// exits with an error naming the first.
+//
+// Without it (or BOXRT_STATE_DIR in WithEnv), Spawn gives the Client a
+// private temporary state directory, shared by its respawned children and
+// removed by Close, as BOXRT_PRIVATE_STATE_DIR: every session, even a
+// persistent one, ends when a child exits. A private runtime never adopts,
+// or destroys, the sessions of a boxrt serving on this machine's default
+// state directory. A --state-dir on the command line wins over both.
+func WithStateDir(dir string) Option { return func(o *options) { o.stateDir = dir } }
 
 // WithDir sets the child's working directory (default: this process's).
 func WithDir(dir string) Option { return func(o *options) { o.dir = dir } }

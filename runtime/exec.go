@@ -32,6 +32,9 @@ type ExecResult struct {
 	StderrTruncated bool   `json:"stderr_truncated"`
 	StdoutBytes     int64  `json:"stdout_bytes"`
 	StderrBytes     int64  `json:"stderr_bytes"`
+	// SessionCreated: this call created the session (first use, or its
+	// sandbox was found gone), so the workspace is a fresh one.
+	SessionCreated bool `json:"session_created"`
 }
 
 // ExecEvent describes a finished exec, for metrics.
@@ -101,11 +104,12 @@ func (r *Runtime) exec(ctx context.Context, spec Spec, opts ExecOptions) (ExecRe
 		return ExecResult{}, boxerr.Validation("cmd", "cmd must not be empty")
 	}
 	for attempt := 0; ; attempt++ {
-		s, err := r.acquire(ctx, spec, true)
+		s, created, err := r.acquire(ctx, spec, true)
 		if err != nil {
 			return ExecResult{}, err
 		}
 		res, gone, err := r.execIn(ctx, s, spec, opts)
+		res.SessionCreated = created
 		if !gone || attempt > 0 {
 			return res, err
 		}

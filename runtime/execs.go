@@ -73,6 +73,9 @@ type ExecInfo struct {
 	ExitCode   *int       `json:"exit_code"`
 	// NextSeq is the seq the next output chunk will have.
 	NextSeq int64 `json:"next_seq"`
+	// SessionCreated: the box_exec_start that began this exec created the
+	// session (first use, or its sandbox was found gone).
+	SessionCreated bool `json:"session_created"`
 }
 
 // liveExec is one exec a host can reach by id while it runs: streamed,
@@ -91,6 +94,8 @@ type liveExec struct {
 	resize             chan backends.Resize
 	signals            chan syscall.Signal
 	done               chan struct{}
+	// sessionCreated: the call that started it created the session.
+	sessionCreated bool
 
 	stdinMu     sync.Mutex
 	stdinR      *io.PipeReader // nil without stdin
@@ -160,7 +165,7 @@ func (x *liveExec) info() ExecInfo {
 	next := x.out.next
 	x.out.mu.Unlock()
 	in := ExecInfo{ExecID: x.id, SessionID: x.sessionID, Cmd: x.cmd, Status: StatusRunning, Background: x.background,
-		PTY: x.tty != nil, Stdin: x.stdinR != nil, StartedAt: x.started, NextSeq: next}
+		PTY: x.tty != nil, Stdin: x.stdinR != nil, StartedAt: x.started, NextSeq: next, SessionCreated: x.sessionCreated}
 	if isClosed(x.done) {
 		ended := x.ended
 		in.EndedAt = &ended
@@ -332,11 +337,12 @@ func (r *Runtime) StartExec(ctx context.Context, spec Spec, opts ExecOptions) (E
 	if spec.Cmd == "" {
 		return ExecInfo{}, boxerr.Validation("cmd", "cmd must not be empty")
 	}
-	s, err := r.acquire(ctx, spec, true)
+	s, created, err := r.acquire(ctx, spec, true)
 	if err != nil {
 		return ExecInfo{}, err
 	}
 	x, xctx := newLiveExec(context.WithoutCancel(ctx), s, spec, opts, true, r.outputLimit(spec), r.clock.Now())
+	x.sessionCreated = created
 	if n, ok := r.execs.addBackground(x, MaxBackgroundExecs); !ok {
 		x.cancel(nil)
 		r.releaseExec(s)

@@ -85,6 +85,10 @@ type Runtime struct {
 	skills       SkillResolver
 	snaps        snapshotStores
 	pools        warmPools
+
+	// sessionsEndAtClose: the state directory dies with this runtime, so
+	// nothing may outlive it (WithSessionsEndingAtClose).
+	sessionsEndAtClose bool
 }
 
 // Health is the cached outcome of the last backend probe.
@@ -127,6 +131,13 @@ func WithLogger(l zerolog.Logger) Option { return func(r *Runtime) { r.log = l }
 
 // WithExecObserver is called after every exec, for metrics.
 func WithExecObserver(f func(ExecEvent)) Option { return func(r *Runtime) { r.execObserver = f } }
+
+// WithSessionsEndingAtClose makes Close destroy every session, persistent
+// and suspended ones included, for a runtime whose state directory is
+// removed after it: a sandbox kept for re-adoption would be labelled with
+// an instance id nobody holds any more, an orphan no runtime ever serves
+// or removes.
+func WithSessionsEndingAtClose() Option { return func(r *Runtime) { r.sessionsEndAtClose = true } }
 
 // WithProbeInterval sets how often backend health is refreshed.
 func WithProbeInterval(d time.Duration) Option { return func(r *Runtime) { r.probeEvery = d } }
@@ -590,10 +601,10 @@ func (r *Runtime) ShutdownAll(ctx context.Context) error {
 
 // Close stops background work, stops every exec and managed process and
 // destroys the non-persistent sessions; persistent and suspended ones stay
-// for the next start to re-adopt. The order matters: nothing new starts
-// once shuttingDown is set; background work (reaper, pool refills) ends;
-// creations, resumes and process starts under way finish, so what they
-// made is seen (or stopped by them) before the backend closes; execs are
+// for the next start to re-adopt (unless WithSessionsEndingAtClose). The
+// order matters: nothing new starts once shuttingDown is set; background
+// work (reaper, pool refills) ends; creations, resumes and process starts
+// under way finish, so what they made is seen (or stopped by them) before the backend closes; execs are
 // stopped so that no destroy waits for a command; then the pools drain,
 // sessions go, and the processes of the kept sessions stop.
 func (r *Runtime) Close(ctx context.Context) error {
@@ -611,7 +622,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Unlock()
 	r.drainPools(ctx, b)
 	err := r.destroyWhere(ctx, func(s *session) bool {
-		return !s.info.Persistent && s.info.State != backends.StateSuspended
+		return r.sessionsEndAtClose || !s.info.Persistent && s.info.State != backends.StateSuspended
 	}, "exit")
 	r.stopAllProcesses(ctx)
 	if waitErr != nil {

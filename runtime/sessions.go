@@ -115,45 +115,82 @@ func (r *Runtime) prepareSpec(b backends.Backend, spec Spec) (Spec, error) {
 // and refusing with BoxSessionConflictError when it exists with another
 // spec.
 func (r *Runtime) EnsureSession(ctx context.Context, spec Spec) (SessionInfo, error) {
-	s, err := r.acquire(ctx, spec, false)
+	c, err := r.CreateSession(ctx, spec)
+	return c.SessionInfo, err
+}
+
+// CreatedSession is box_create_session's result: the session, and whether
+// this call created it (first use, or its sandbox was found gone), so a
+// host can tell a fresh workspace from the one it had.
+type CreatedSession struct {
+	SessionInfo
+	SessionCreated bool
+}
+
+// MarshalJSON adds session_created to the session's own fields.
+func (c CreatedSession) MarshalJSON() ([]byte, error) {
+	return withField(c.SessionInfo, "session_created", c.SessionCreated)
+}
+
+// withField is v's JSON object with one more member.
+func withField(v any, name string, value any) ([]byte, error) {
+	raw, err := json.Marshal(v)
 	if err != nil {
-		return SessionInfo{}, err
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	if m[name], err = json.Marshal(value); err != nil {
+		return nil, err
+	}
+	return json.Marshal(m)
+}
+
+// CreateSession is EnsureSession that also says whether it created the
+// session.
+func (r *Runtime) CreateSession(ctx context.Context, spec Spec) (CreatedSession, error) {
+	s, created, err := r.acquire(ctx, spec, false)
+	if err != nil {
+		return CreatedSession{}, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return SessionInfo{s.info}, nil
+	return CreatedSession{SessionInfo: SessionInfo{s.info}, SessionCreated: created}, nil
 }
 
 // acquire is EnsureSession; with forExec the session is marked as running
 // an exec before the per-id lock is released, so the reaper cannot take it.
-func (r *Runtime) acquire(ctx context.Context, spec Spec, forExec bool) (*session, error) {
+// created reports that this call made the session's sandbox.
+func (r *Runtime) acquire(ctx context.Context, spec Spec, forExec bool) (_ *session, created bool, _ error) {
 	if err := checkPoolID(spec.SessionID); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	for {
 		b, err := r.currentBackend(ctx)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		ps := spec
 		if ps.FromSnapshot != "" {
 			if ps, err = r.fromSnapshot(ctx, b, ps); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 		}
 		ps, err = r.prepareSpec(b, ps)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		skills, err := r.resolveSkills(ctx, ps)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		unlock := r.idLocks.Lock(ps.SessionID)
-		s, wait, err := r.acquireLocked(ctx, b, ps, skills, forExec)
+		s, created, wait, err := r.acquireLocked(ctx, b, ps, skills, forExec)
 		unlock()
 		if wait == nil {
-			return s, err
+			return s, created, err
 		}
 		// The id is being deleted, or box_init replaced the backend
 		// while the spec was prepared for the old one: wait for that,
@@ -161,34 +198,34 @@ func (r *Runtime) acquire(ctx context.Context, spec Spec, forExec bool) (*sessio
 		select {
 		case <-wait:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		}
 	}
 }
 
-func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec Spec, skills []backends.MountSpec, forExec bool) (*session, chan struct{}, error) {
+func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec Spec, skills []backends.MountSpec, forExec bool) (_ *session, created bool, wait chan struct{}, _ error) {
 	live := b.Describe().SkillsLive
 	r.mu.Lock()
 	if r.shuttingDown {
 		r.mu.Unlock()
-		return nil, nil, errShuttingDown()
+		return nil, false, nil, errShuttingDown()
 	}
 	s := r.sessions[spec.SessionID]
 	if s != nil && s.deleting {
 		r.mu.Unlock()
-		return nil, s.deleted, nil
+		return nil, false, s.deleted, nil
 	}
 	if s != nil {
 		if field, existing, requested := compatibility(s.info.Sandbox, spec.Sandbox); field != "" {
 			r.mu.Unlock()
-			return nil, nil, boxerr.SessionConflict(spec.SessionID, field, existing, requested)
+			return nil, false, nil, boxerr.SessionConflict(spec.SessionID, field, existing, requested)
 		}
 		info := s.info
 		have := s.skills
 		r.mu.Unlock()
 		if info.State == backends.StateSuspended {
 			if err := r.resumeLocked(ctx, b, s); err != nil {
-				return nil, nil, err
+				return nil, false, nil, err
 			}
 		}
 		reason := ""
@@ -198,6 +235,9 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec Sp
 		skills = mergeMounts(have, skills)
 		if reason == "" && !live && !slices.Equal(have, skills) {
 			reason = "skills changed (this backend cannot change mounts of a running sandbox)"
+		}
+		if reason == "" && info.State == backends.StateLost {
+			reason = "sandbox is gone (found by Reconcile)"
 		}
 		// An exec finds a dead sandbox by failing (see Runtime.exec), so
 		// only other callers pay for a liveness probe here.
@@ -213,11 +253,11 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec Sp
 				s.activeExecs++
 			}
 			r.mu.Unlock()
-			return s, nil, nil
+			return s, false, nil, nil
 		}
 		r.log.Info().Str("session_id", spec.SessionID).Str("reason", reason).Msg("recreating session")
 		if err := r.destroy(ctx, s, "recreate", false); err != nil {
-			return nil, nil, err
+			return nil, false, nil, err
 		}
 		r.mu.Lock()
 		r.counters.TotalRecreated++
@@ -226,18 +266,18 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec Sp
 	// and a backend swap are checked again.
 	if r.shuttingDown {
 		r.mu.Unlock()
-		return nil, nil, errShuttingDown()
+		return nil, false, nil, errShuttingDown()
 	}
 	if r.backend != b {
 		// box_init selected another backend since b was taken; a sandbox
 		// made on b now would be one the runtime no longer reaches.
 		r.mu.Unlock()
-		return nil, closedChan, nil
+		return nil, false, closedChan, nil
 	}
 	limit := r.cfg.Limits.MaxSessions
 	if len(r.sessions)+r.creating+r.closing >= limit {
 		r.mu.Unlock()
-		return nil, nil, boxerr.CapacityExceeded("max_sessions", limit, "Box session capacity reached (%d)", limit)
+		return nil, false, nil, boxerr.CapacityExceeded("max_sessions", limit, "Box session capacity reached (%d)", limit)
 	}
 	// creating > 0 also keeps a box_init from swapping the backend
 	// (probeAndAdopt), and inflight makes Close wait for this creation.
@@ -265,14 +305,14 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec Sp
 	r.creating--
 	if err != nil {
 		r.mu.Unlock()
-		return nil, nil, err
+		return nil, false, nil, err
 	}
 	if r.shuttingDown {
 		// Close is waiting for this creation (inflight) and has not
 		// closed the backend yet: the sandbox goes before it does.
 		r.mu.Unlock()
 		_ = b.StopSession(context.WithoutCancel(ctx), info)
-		return nil, nil, errShuttingDown()
+		return nil, false, nil, errShuttingDown()
 	}
 	now := r.clock.Now()
 	info.SessionID = spec.SessionID
@@ -288,7 +328,7 @@ func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec Sp
 	r.mu.Unlock()
 	r.log.Info().Str("session_id", spec.SessionID).Str("backend", info.BackendName).
 		Str("backend_session_id", info.BackendSessionID).Msg("session created")
-	return s, nil, nil
+	return s, true, nil, nil
 }
 
 // SessionDetails is box_get_session's result: the session plus its managed

@@ -306,7 +306,7 @@ func (r *Runtime) ForkSession(ctx context.Context, id, newID string) (SessionInf
 		return pipeExport(ctx, a, info, opts, func(rd io.Reader) error { return a.ImportFiles(ctx, dst, rd) })
 	}
 	start := time.Now()
-	s, err := r.acquire(ctx, spec, false)
+	s, _, err := r.acquire(ctx, spec, false)
 	if err != nil {
 		return SessionInfo{}, err
 	}

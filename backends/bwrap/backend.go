@@ -438,6 +438,26 @@ func (b *Backend) Alive(_ context.Context, info backends.Session) bool {
 	return err == nil
 }
 
+// Existing implements backends.Census: the session directories that hold
+// their session.json, as Alive sees them; a read of one directory and a
+// stat per session, no process is asked.
+func (b *Backend) Existing(context.Context) (map[string]bool, error) {
+	entries, err := os.ReadDir(b.root)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, boxerr.Failure("bwrap: cannot read %s: %v", b.root, err).Wrap(err)
+	}
+	out := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		if !e.IsDir() || !sessionDirRe.MatchString(e.Name()) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(b.root, e.Name(), sessionFile)); err == nil {
+			out[e.Name()] = true
+		}
+	}
+	return out, nil
+}
+
 // StopSession implements backends.Backend: kill what still runs for the
 // session, remove its cgroups and its state directory. Idempotent. When ctx
 // ends before the killed commands are gone, it returns ctx's error and the

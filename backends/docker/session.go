@@ -511,14 +511,9 @@ func (b *Backend) removeSession(ctx context.Context, name string) {
 	}
 }
 
-// Adopt implements backends.Backend. Running containers of this instance are
-// returned, suspended ones (see Suspend) too, stopped and with State
-// suspended; other stopped ones are restarted when persistent (a host reboot must
-// not lose a persistent workspace) and their host paths still pass
-// RecheckHostPath, and removed otherwise, as the reference's --rm would
-// have. Refused restarts come back as an error next to the adopted sessions. Orphaned workspace volumes of this instance are removed.
-// Containers with unreadable labels are left alone.
-func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
+// ownContainers lists this installation's containers, stopped ones too, in
+// one engine call.
+func (b *Backend) ownContainers(ctx context.Context) ([]container.Summary, error) {
 	list, err := b.cli.ContainerList(ctx, container.ListOptions{
 		All: true,
 		Filters: filters.NewArgs(
@@ -528,6 +523,37 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 	})
 	if err != nil {
 		return nil, b.apiError("listing containers", err)
+	}
+	return list, nil
+}
+
+// Existing implements backends.Census with one engine list call: the
+// containers of this installation, stopped (suspended) ones included.
+func (b *Backend) Existing(ctx context.Context) (map[string]bool, error) {
+	list, err := b.ownContainers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(list))
+	for _, c := range list {
+		if c.Labels[LabelInstance] == b.instance && len(c.Names) > 0 {
+			out[strings.TrimPrefix(c.Names[0], "/")] = true
+		}
+	}
+	return out, nil
+}
+
+// Adopt implements backends.Backend. Running containers of this instance are
+// returned, suspended ones (see Suspend) too, stopped and with State
+// suspended; other stopped ones are restarted when persistent (a host reboot must
+// not lose a persistent workspace) and their host paths still pass
+// RecheckHostPath, and removed otherwise, as the reference's --rm would
+// have. Refused restarts come back as an error next to the adopted sessions. Orphaned workspace volumes of this instance are removed.
+// Containers with unreadable labels are left alone.
+func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
+	list, err := b.ownContainers(ctx)
+	if err != nil {
+		return nil, err
 	}
 	var out []backends.Session
 	var refused []error

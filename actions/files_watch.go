@@ -11,6 +11,7 @@ import (
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
 // Directory watches: box_fs_watch starts one on the caller's connection
@@ -32,32 +33,38 @@ const (
 	watchFailures = 5
 )
 
-// watchSet is the running watches by id.
+// watchSet is the running watches by id. Each belongs to the namespace
+// it was made in (tenant.Scope): another namespace's unwatch finds none.
 type watchSet struct {
 	mu   sync.Mutex
-	stop map[string]context.CancelFunc
+	stop map[string]watchEntry
 }
 
-func (s *watchSet) add(id string, stop context.CancelFunc) error {
+type watchEntry struct {
+	scope string
+	stop  context.CancelFunc
+}
+
+func (s *watchSet) add(id, scope string, stop context.CancelFunc) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.stop) >= MaxWatches {
 		return boxerr.CapacityExceeded("max_watches", MaxWatches, "%d directory watches are running (box_fs_unwatch some)", MaxWatches)
 	}
 	if s.stop == nil {
-		s.stop = map[string]context.CancelFunc{}
+		s.stop = map[string]watchEntry{}
 	}
-	s.stop[id] = stop
+	s.stop[id] = watchEntry{scope: scope, stop: stop}
 	return nil
 }
 
-// remove stops and forgets a watch; false when there was none.
-func (s *watchSet) remove(id string) bool {
+// remove stops and forgets a watch of scope; false when there was none.
+func (s *watchSet) remove(id, scope string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	stop, ok := s.stop[id]
-	if ok {
-		stop()
+	w, ok := s.stop[id]
+	if ok = ok && w.scope == scope; ok {
+		w.stop()
 		delete(s.stop, id)
 	}
 	return ok
@@ -115,19 +122,20 @@ func (d *Dispatcher) fsWatch(ctx context.Context, p fsWatchParams) (fsWatchResul
 	id := "w-" + hex.EncodeToString(buf)
 	// The watch outlives the request and ends with its connection.
 	wctx, stop := context.WithCancel(rpc.ConnContext(ctx))
-	if err := d.watches.add(id, stop); err != nil {
+	scope := tenant.Scope(ctx)
+	if err := d.watches.add(id, scope, stop); err != nil {
 		stop()
 		return fsWatchResult{}, err
 	}
 	go func() {
-		defer d.watches.remove(id)
-		d.runWatch(wctx, id, p.SessionID, w, time.Duration(p.IntervalMS)*time.Millisecond)
+		defer d.watches.remove(id, scope)
+		d.runWatch(wctx, id, scope, p.SessionID, w, time.Duration(p.IntervalMS)*time.Millisecond)
 	}()
 	return fsWatchResult{WatchID: id}, nil
 }
 
 // runWatch polls until the watch is stopped or ends, notifying changes.
-func (d *Dispatcher) runWatch(ctx context.Context, id, sessionID string, w *runtime.FileWatch, interval time.Duration) {
+func (d *Dispatcher) runWatch(ctx context.Context, id, scope, sessionID string, w *runtime.FileWatch, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	failures := 0
@@ -147,7 +155,7 @@ func (d *Dispatcher) runWatch(ctx context.Context, id, sessionID string, w *runt
 			}
 			// Gone from the set before the host hears of the end, so an
 			// unwatch sent after the last notification finds no watch.
-			d.watches.remove(id)
+			d.watches.remove(id, scope)
 			_ = rpc.Notify(ctx, "box_fs_event", fsEvent{WatchID: id, SessionID: sessionID, Events: []runtime.FileEvent{},
 				Ended: &fsEnded{Type: runtime.ErrorType(err), Message: err.Error()}})
 			return
@@ -171,8 +179,8 @@ type fsUnwatchParams struct {
 
 // fsUnwatch: box_fs_unwatch {"watch_id"} → {}; an unknown id is a
 // BoxValidationError on watch_id.
-func (d *Dispatcher) fsUnwatch(_ context.Context, p fsUnwatchParams) (struct{}, error) {
-	if !d.watches.remove(p.WatchID) {
+func (d *Dispatcher) fsUnwatch(ctx context.Context, p fsUnwatchParams) (struct{}, error) {
+	if !d.watches.remove(p.WatchID, tenant.Scope(ctx)) {
 		return struct{}{}, boxerr.Validation("watch_id", "no running watch %q", p.WatchID)
 	}
 	return struct{}{}, nil

@@ -36,8 +36,8 @@ func (p *sessionRef) validate() error {
 }
 
 // getSession returns a session and its managed processes.
-func (d *Dispatcher) getSession(_ context.Context, p sessionRef) (runtime.SessionDetails, error) {
-	return d.rt.GetSession(p.SessionID)
+func (d *Dispatcher) getSession(ctx context.Context, p sessionRef) (runtime.SessionDetails, error) {
+	return d.rt.GetSession(ctx, p.SessionID)
 }
 
 type sessionList struct {
@@ -45,8 +45,8 @@ type sessionList struct {
 }
 
 // getSessions lists every session.
-func (d *Dispatcher) getSessions(context.Context, none) (sessionList, error) {
-	return sessionList{Sessions: d.rt.ListSessions()}, nil
+func (d *Dispatcher) getSessions(ctx context.Context, _ none) (sessionList, error) {
+	return sessionList{Sessions: d.rt.ListSessions(ctx)}, nil
 }
 
 type deleted struct {

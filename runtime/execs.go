@@ -240,7 +240,12 @@ func (t *execTable) get(id string, now time.Time) (*liveExec, error) {
 	if x, ok := t.byID[id]; ok {
 		return x, nil
 	}
-	return nil, boxerr.Validation("exec_id", "no exec %q: unknown, or finished more than %v ago", id, FinishedExecRetention).
+	return nil, errNoExec(id)
+}
+
+// errNoExec answers an unknown exec id (and one of another namespace).
+func errNoExec(id string) error {
+	return boxerr.Validation("exec_id", "no exec %q: unknown, or finished more than %v ago", id, FinishedExecRetention).
 		With("exec_id", id).With("reason", "not_found")
 }
 
@@ -298,6 +303,10 @@ func (r *Runtime) stopSessionExecs(s *session) {
 func (r *Runtime) StartExec(ctx context.Context, spec Spec, opts ExecOptions) (ExecInfo, error) {
 	if spec.Cmd == "" {
 		return ExecInfo{}, boxerr.Validation("cmd", "cmd must not be empty")
+	}
+	var err error
+	if spec.SessionID, err = r.resolve(ctx, spec.SessionID); err != nil {
+		return ExecInfo{}, err
 	}
 	s, err := r.acquire(ctx, spec, true)
 	if err != nil {
@@ -365,7 +374,7 @@ func (r *Runtime) releaseExec(s *session) {
 // timeout (> 0) passes first, the result so far is returned with status
 // running.
 func (r *Runtime) WaitExec(ctx context.Context, id string, timeout time.Duration) (ExecResult, error) {
-	x, err := r.execs.get(id, r.clock.Now())
+	x, err := r.liveExecIn(ctx, id)
 	if err != nil {
 		return ExecResult{}, err
 	}
@@ -398,7 +407,7 @@ func (r *Runtime) WaitExec(ctx context.Context, id string, timeout time.Duration
 // every process of the tree first, and whatever is still there after
 // ExecKillGrace is killed. Killing an exec that already ended is no error.
 func (r *Runtime) KillExec(ctx context.Context, id string, sig syscall.Signal) (ExecInfo, error) {
-	x, err := r.execs.get(id, r.clock.Now())
+	x, err := r.liveExecIn(ctx, id)
 	if err != nil {
 		return ExecInfo{}, err
 	}
@@ -433,8 +442,8 @@ func (r *Runtime) KillExec(ctx context.Context, id string, sig syscall.Signal) (
 // WriteStdin writes data to a live exec's stdin, then closes it when eof.
 // It returns once the command's side took the data (a command that does
 // not read its stdin makes it wait, as a full pipe would).
-func (r *Runtime) WriteStdin(id string, data []byte, eof bool) error {
-	x, err := r.execs.get(id, r.clock.Now())
+func (r *Runtime) WriteStdin(ctx context.Context, id string, data []byte, eof bool) error {
+	x, err := r.liveExecIn(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -463,7 +472,7 @@ func (r *Runtime) WriteStdin(id string, data []byte, eof bool) error {
 
 // ResizeExec changes the terminal size of a live exec started with a PTY.
 func (r *Runtime) ResizeExec(ctx context.Context, id string, size backends.TTYSize) error {
-	x, err := r.execs.get(id, r.clock.Now())
+	x, err := r.liveExecIn(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -483,7 +492,11 @@ func (r *Runtime) ResizeExec(ctx context.Context, id string, size backends.TTYSi
 
 // ListExecs lists a session's live execs, running and recently finished,
 // oldest first.
-func (r *Runtime) ListExecs(sessionID string) []ExecInfo {
+func (r *Runtime) ListExecs(ctx context.Context, sessionID string) ([]ExecInfo, error) {
+	sessionID, err := r.resolve(ctx, sessionID)
+	if err != nil {
+		return nil, err
+	}
 	r.execs.mu.Lock()
 	r.execs.pruneLocked(r.clock.Now())
 	var xs []*liveExec
@@ -498,7 +511,7 @@ func (r *Runtime) ListExecs(sessionID string) []ExecInfo {
 	for _, x := range xs {
 		out = append(out, x.info())
 	}
-	return out
+	return out, nil
 }
 
 // Attached is AttachExec's answer.
@@ -510,8 +523,8 @@ type Attached struct {
 // AttachExec sends a live exec's output to sink from fromSeq: first what
 // the replay buffer still holds, then the rest as it comes, until the exec
 // ends or sink fails. What was dropped before fromSeq is reported.
-func (r *Runtime) AttachExec(id string, fromSeq int64, sink ChunkSink) (Attached, error) {
-	x, err := r.execs.get(id, r.clock.Now())
+func (r *Runtime) AttachExec(ctx context.Context, id string, fromSeq int64, sink ChunkSink) (Attached, error) {
+	x, err := r.liveExecIn(ctx, id)
 	if err != nil {
 		return Attached{}, err
 	}

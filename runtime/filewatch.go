@@ -6,6 +6,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
 // File watches poll: each Poll lists the directory through the session's
@@ -38,13 +39,19 @@ type FileWatch struct {
 	path      string
 	depth     int
 	last      map[string]backends.FileInfo
+	// scope is the namespace the watch was made in: its polls run on the
+	// connection's context, which carries none.
+	scope func(context.Context) context.Context
 }
 
 // WatchFiles takes the first listing of dir (which must list completely:
 // a directory with more than MaxListEntries entries down to depth is
 // refused) and returns the watch.
 func (r *Runtime) WatchFiles(ctx context.Context, sessionID, dir string, depth int) (*FileWatch, error) {
-	w := &FileWatch{r: r, sessionID: sessionID, path: dir, depth: depth}
+	w := &FileWatch{r: r, sessionID: sessionID, path: dir, depth: depth, scope: func(c context.Context) context.Context { return c }}
+	if p, ok := tenant.FromContext(ctx); ok {
+		w.scope = func(c context.Context) context.Context { return tenant.WithPlacement(c, p) }
+	}
 	snap, err := w.list(ctx)
 	if err != nil {
 		return nil, err
@@ -54,7 +61,7 @@ func (r *Runtime) WatchFiles(ctx context.Context, sessionID, dir string, depth i
 }
 
 func (w *FileWatch) list(ctx context.Context) (map[string]backends.FileInfo, error) {
-	entries, cut, err := w.r.FileList(ctx, w.sessionID, w.path, w.depth)
+	entries, cut, err := w.r.FileList(w.scope(ctx), w.sessionID, w.path, w.depth)
 	if err != nil {
 		return nil, err
 	}

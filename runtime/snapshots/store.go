@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"time"
+
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // Modes of a snapshot.
@@ -39,6 +41,12 @@ type Manifest struct {
 	// HostPathIncluded: the host_path workspace's files are in the
 	// archive; a restore puts them in a workspace of the session's own.
 	HostPathIncluded bool `json:"host_path_included,omitempty"`
+}
+
+// ErrNotExist is the answer for an unknown snapshot id (and for one the
+// caller's namespace does not hold, so as not to tell it exists).
+func ErrNotExist(id string) error {
+	return boxerr.Validation("snapshot_id", "snapshot %s does not exist", id).With("snapshot_id", id)
 }
 
 // Store keeps snapshots. Implementations are safe for concurrent use.

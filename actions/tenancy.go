@@ -268,8 +268,14 @@ func (t *Tenancy) tenant(ctx context.Context, req *rpc.Request, p tenant.Placeme
 	if err != nil {
 		return nil, err
 	}
-	if req.Method == "box_status" {
+	switch req.Method {
+	case "box_status":
 		return t.placementStatus(ctx, res)
+	case "box_delete_session":
+		// The reference answers the id exactly as sent; the method trims it.
+		var ref sessionRef
+		_ = json.Unmarshal(req.Params, &ref)
+		return encodeResult(deleted{Deleted: ref.SessionID})
 	}
 	return logicalResult(p, res)
 }

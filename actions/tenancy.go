@@ -88,6 +88,14 @@ func (t *Trust) Matches(instance string) bool {
 	return t.instance != "" && t.instance == instance
 }
 
+// pinned reports whether instance is the trusted one, never pinning: an
+// HTTP request's headers, read before its credentials are, must not.
+func (t *Trust) pinned(instance string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.instance != "" && t.instance == instance
+}
+
 // Tenancy wraps the Dispatcher with LangBot's tenancy: action scopes,
 // trusted contexts, per-Workspace session namespaces, the generation
 // fence and admission grants. The runtime below it stays tenant-agnostic:

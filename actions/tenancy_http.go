@@ -74,12 +74,12 @@ func (t *Tenancy) RelayAuthorizer(token string) func(r *http.Request, sessionID,
 
 // RequestPlacement is the placement an HTTP request (relay, files
 // endpoint) runs in: the one its LangBot headers name, when they are well
-// formed and name the trusted instance. A request without them (or with
-// malformed ones) runs in the default namespace, which names no
-// Workspace's session.
+// formed and name the trusted instance (which they never pin). A request
+// without them (or with malformed ones) runs in the default namespace,
+// which names no Workspace's session.
 func (t *Tenancy) RequestPlacement(r *http.Request) (tenant.Placement, bool) {
 	p, ok := relayPlacement(r)
-	if !ok || !t.trust.Matches(p.Instance) {
+	if !ok || !t.trust.pinned(p.Instance) {
 		return tenant.Placement{}, false
 	}
 	return p, true

@@ -178,3 +178,23 @@ func TestFitLangBotMountRoots(t *testing.T) {
 		})
 	}
 }
+
+func TestRequestPlacement(t *testing.T) {
+	trust := NewTrust("", true)
+	tn := NewTenancy(New(nil, nil, Server{}), trust, TenancyOptions{})
+	r, err := http.NewRequest("GET", "/", nil)
+	require.NoError(t, err)
+	r.Header.Set(HeaderInstanceID, "i")
+	r.Header.Set(HeaderWorkspaceID, "w")
+	r.Header.Set(HeaderPlacementGeneration, "2")
+	_, ok := tn.RequestPlacement(r)
+	assert.False(t, ok, "no instance is trusted yet: the default namespace")
+	assert.True(t, trust.Matches("j"), "and the headers did not pin theirs")
+	r.Header.Set(HeaderInstanceID, "j")
+	p, ok := tn.RequestPlacement(r)
+	require.True(t, ok)
+	assert.Equal(t, tenant.Placement{Instance: "j", Workspace: "w", Generation: 2}, p)
+	r.Header.Del(HeaderWorkspaceID)
+	_, ok = tn.RequestPlacement(r)
+	assert.False(t, ok, "incomplete headers: the default namespace")
+}

@@ -18,11 +18,12 @@ func TestDependencyDirection(t *testing.T) {
 	const module = "github.com/boxrt/boxrt"
 	allowed := map[string][]string{
 		".":                           {"*"},
-		"actions":                     {"rpc", "runtime", "runtime/skills", "runtime/snapshots", "runtime/boxerr", "backends", "internal/clip"},
-		"runtime":                     {"backends", "runtime/skills", "runtime/snapshots", "runtime/boxerr", "internal/clip", "internal/keyed", "internal/atomicfile"},
+		"actions":                     {"rpc", "runtime", "runtime/skills", "runtime/snapshots", "runtime/boxerr", "runtime/tenant", "backends", "internal/clip"},
+		"runtime":                     {"backends", "runtime/skills", "runtime/snapshots", "runtime/boxerr", "runtime/tenant", "internal/clip", "internal/keyed", "internal/atomicfile"},
 		"runtime/skills":              {"runtime/boxerr", "internal/keyed"},
 		"runtime/snapshots":           {"runtime/boxerr"},
 		"runtime/boxerr":              {},
+		"runtime/tenant":              {"runtime/boxerr"},
 		"backends":                    {"runtime/boxerr"},
 		"backends/bwrap":              {"backends", "backends/internal/sandboxsh", "runtime/boxerr", "internal/atomicfile"},
 		"backends/docker":             {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "runtime/boxerr", "internal/atomicfile"},
@@ -32,7 +33,7 @@ func TestDependencyDirection(t *testing.T) {
 		"backends/backendtest":        {"backends", "runtime", "runtime/boxerr"},
 		"backends/host":               {"backends", "runtime/boxerr"},
 		"backends/internal/sandboxfs": {"backends", "runtime/boxerr"},
-		"relay":                       {"rpc", "runtime", "runtime/boxerr", "backends"},
+		"relay":                       {"rpc", "runtime", "runtime/boxerr", "runtime/tenant", "backends"},
 		"rpc":                         {"runtime/boxerr"},
 		"reconnect":                   {"runtime/boxerr"},
 		"test":                        {"*"},

@@ -459,7 +459,7 @@ func runServe(c *cli.Context) error {
 	auth := rpc.NewAuthenticator(token.value)
 	relayOpts := []relay.Option{relay.WithOperator(auth), relay.WithLogger(log.With().Str("component", "relay").Logger()),
 		relay.WithObserver(metrics.relay), relay.WithKeepalive(keepalive, keepalive/2),
-		relay.WithAuthorizer(tenancy.RelayAuthorizer(configuredControlToken))}
+		relay.WithAuthorizer(tenancy.RelayAuthorizer(configuredControlToken)), relay.WithScope(tenancy.RequestPlacement)}
 	if langbot {
 		relayOpts = append(relayOpts, relay.WithMaxFrame(langbotMaxRelayFrame))
 	}
@@ -509,7 +509,7 @@ func runServe(c *cli.Context) error {
 		mux.Handle("GET /v1/sessions/{session_id}/managed-process/ws", relayRoute)
 		// A session's files, streamed (box_fs_* stop at a few MiB): the
 		// control token only, as the control plane.
-		files := auth.Require(relay.NewFiles(rt, log.With().Str("component", "files").Logger()))
+		files := auth.Require(relay.NewFiles(rt, log.With().Str("component", "files").Logger(), tenancy.RequestPlacement))
 		for _, m := range []string{"GET", "PUT"} { // GET serves HEAD too
 			mux.Handle(m+" "+runtime.FilesEndpoint, files)
 		}

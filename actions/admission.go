@@ -12,6 +12,7 @@ import (
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 	"github.com/boxrt/boxrt/runtime/skills"
+	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
 // admissionPolicy is the config's admission section (the reference's
@@ -222,7 +223,7 @@ func (t *Tenancy) upsertGrant(ctx context.Context, in grant) (grantInstalled, er
 	if err != nil {
 		return grantInstalled{}, err
 	}
-	p := Placement{Instance: in.InstanceUUID, Workspace: in.WorkspaceUUID, Generation: *cur.ExecutionGeneration}
+	p := tenant.Placement{Instance: in.InstanceUUID, Workspace: in.WorkspaceUUID, Generation: *cur.ExecutionGeneration}
 	t.destroyWorkspace(ctx, p, !destroyAll)
 	out := grantInstalled{Installed: true, WorkspaceUUID: cur.WorkspaceUUID, ExecutionGeneration: *cur.ExecutionGeneration,
 		EntitlementRevision: *cur.EntitlementRevision, MaxSessions: *cur.MaxSessions,
@@ -308,29 +309,33 @@ func (t *Tenancy) revokeGrant(ctx context.Context, in revocation) (grantRevoked,
 	if err != nil {
 		return grantRevoked{}, err
 	}
-	t.destroyWorkspace(ctx, Placement{Instance: in.InstanceUUID, Workspace: in.WorkspaceUUID}, false)
+	t.destroyWorkspace(ctx, tenant.Placement{Instance: in.InstanceUUID, Workspace: in.WorkspaceUUID}, false)
 	return grantRevoked{Revoked: true, WorkspaceUUID: in.WorkspaceUUID, EntitlementRevision: rev}, nil
 }
 
 // destroyWorkspace deletes the Workspace's sessions of every generation;
 // keepCanonical spares the canonical session of p's generation.
-func (t *Tenancy) destroyWorkspace(ctx context.Context, p Placement, keepCanonical bool) {
-	ns := p.Namespace() + "-g"
+func (t *Tenancy) destroyWorkspace(ctx context.Context, p tenant.Placement, keepCanonical bool) {
 	canonical, _ := p.PhysicalID(t.grants.policy.LogicalSessionID)
-	for _, s := range t.rt.ListSessions() {
-		if strings.HasPrefix(s.SessionID, ns) && !(keepCanonical && s.SessionID == canonical) {
-			_ = t.rt.DeleteSession(context.WithoutCancel(ctx), s.SessionID)
+	all := t.rt.Internal()
+	for _, s := range all.Sessions() {
+		if p.InWorkspace(s.SessionID) && !(keepCanonical && s.SessionID == canonical) {
+			_ = all.DeleteSession(context.WithoutCancel(ctx), s.SessionID)
 		}
 	}
 }
 
+// specActions take a session spec and create the session they name.
+var specActions = map[string]bool{"box_exec": true, "box_exec_start": true, "box_create_session": true}
+
 // admit runs the per-request admission check of a sandbox action in
 // admission mode, and returns its params with the session id the runtime
-// owns: exec and create_session always use the canonical session, the
-// others must name it.
-func (t *Tenancy) admit(ctx context.Context, p Placement, req *rpc.Request) (json.RawMessage, error) {
+// owns: the spec actions always use the canonical session, the others
+// that name a session must name it, and none may make another (a fork) or
+// replace the policy's spec (from_snapshot).
+func (t *Tenancy) admit(ctx context.Context, p tenant.Placement, req *rpc.Request) (json.RawMessage, error) {
 	g := t.grants
-	if !sandboxActions[req.Method] || !g.required() {
+	if !sandboxAction(req.Method) || !g.required() {
 		return req.Params, nil
 	}
 	g.mu.Lock()
@@ -363,15 +368,18 @@ func (t *Tenancy) admit(ctx context.Context, p Placement, req *rpc.Request) (jso
 	case req.Method == "box_start_managed_process" && *cur.MaxManagedProcesses <= 0:
 		return nil, boxerr.Admission("Sandbox admission grant does not permit managed processes")
 	}
-	if req.Method == "box_get_sessions" {
-		return req.Params, nil
-	}
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(req.Params, &members); err != nil || members == nil {
 		return req.Params, nil // the method's decoder words the error
 	}
+	if _, ok := members["new_session_id"]; ok {
+		return nil, boxerr.Admission("Managed sandbox sessions are runtime-owned; a grant permits no other session")
+	}
+	if raw, ok := members["from_snapshot"]; ok && string(raw) != "null" && string(raw) != `""` {
+		return nil, boxerr.Admission("Managed sandbox cannot be restored from a snapshot; its spec is runtime-owned")
+	}
 	canonical, _ := json.Marshal(policy.LogicalSessionID)
-	if req.Method == "box_exec" || req.Method == "box_create_session" {
+	if specActions[req.Method] {
 		workspace := filepath.Join(skills.ResolveRoot(".", t.rt.Config().DefaultWorkspace()), "tenants", p.Namespace())
 		if err := managedSpec(members, policy, workspace); err != nil {
 			return nil, err
@@ -386,19 +394,22 @@ func (t *Tenancy) admit(ctx context.Context, p Placement, req *rpc.Request) (jso
 		members["session_id"] = canonical
 		return json.Marshal(members)
 	}
+	raw, named := members["session_id"]
+	if !named {
+		return req.Params, nil // an exec, snapshot or watch of the Workspace's own
+	}
 	var id string
-	if json.Unmarshal(members["session_id"], &id) != nil || strings.TrimSpace(id) != policy.LogicalSessionID {
+	if json.Unmarshal(raw, &id) != nil || strings.TrimSpace(id) != policy.LogicalSessionID {
 		return nil, boxerr.Admission("Managed sandbox session_id is runtime-owned")
 	}
 	return req.Params, nil
 }
 
 // sessionRoom enforces the grant's session limit for the Workspace.
-func (t *Tenancy) sessionRoom(p Placement, target string, limit int) error {
-	ns := p.Namespace() + "-g"
+func (t *Tenancy) sessionRoom(p tenant.Placement, target string, limit int) error {
 	n, exists := 0, false
-	for _, s := range t.rt.ListSessions() {
-		if strings.HasPrefix(s.SessionID, ns) {
+	for _, s := range t.rt.Internal().Sessions() {
+		if p.InWorkspace(s.SessionID) {
 			n++
 			exists = exists || s.SessionID == target
 		}

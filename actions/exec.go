@@ -160,8 +160,8 @@ type written struct {
 	EOF     bool `json:"eof"`
 }
 
-func (d *Dispatcher) writeStdin(_ context.Context, p writeStdinParams) (written, error) {
-	if err := d.rt.WriteStdin(p.ExecID, p.bytes, p.EOF); err != nil {
+func (d *Dispatcher) writeStdin(ctx context.Context, p writeStdinParams) (written, error) {
+	if err := d.rt.WriteStdin(ctx, p.ExecID, p.bytes, p.EOF); err != nil {
 		return written{}, err
 	}
 	return written{Written: len(p.bytes), EOF: p.EOF}, nil
@@ -224,8 +224,9 @@ type execList struct {
 	Execs []runtime.ExecInfo `json:"execs"`
 }
 
-func (d *Dispatcher) listExecs(_ context.Context, p sessionRef) (execList, error) {
-	return execList{Execs: d.rt.ListExecs(p.SessionID)}, nil
+func (d *Dispatcher) listExecs(ctx context.Context, p sessionRef) (execList, error) {
+	execs, err := d.rt.ListExecs(ctx, p.SessionID)
+	return execList{Execs: execs}, err
 }
 
 type attachParams struct {
@@ -236,7 +237,7 @@ type attachParams struct {
 // attachExec streams an exec's output to this connection: the replay
 // buffer from from_seq first, then live.
 func (d *Dispatcher) attachExec(ctx context.Context, p attachParams) (runtime.Attached, error) {
-	return d.rt.AttachExec(p.ExecID, p.FromSeq, outputSink(ctx))
+	return d.rt.AttachExec(ctx, p.ExecID, p.FromSeq, outputSink(ctx))
 }
 
 type resizeParams struct {

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
 // Fence is the generation fence: for each (instance, Workspace) the
@@ -30,7 +31,7 @@ func errStale() error { return boxerr.Permission("Stale Box placement generation
 
 // Observe records p's generation. advanced is true when it is higher than
 // the one held (or the first seen), so the caller retires older sessions.
-func (f *Fence) Observe(p Placement) (advanced bool, err error) {
+func (f *Fence) Observe(p tenant.Placement) (advanced bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := fenceKey{p.Instance, p.Workspace}
@@ -50,7 +51,7 @@ func (f *Fence) Observe(p Placement) (advanced bool, err error) {
 }
 
 // Current returns the generation held for p's Workspace (0: none).
-func (f *Fence) Current(p Placement) int64 {
+func (f *Fence) Current(p tenant.Placement) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.gens[fenceKey{p.Instance, p.Workspace}]
@@ -58,4 +59,4 @@ func (f *Fence) Current(p Placement) int64 {
 
 // Holds reports whether the fence holds exactly p's generation: what the
 // relay requires before it bridges a process of p.
-func (f *Fence) Holds(p Placement) bool { return f.Current(p) == p.Generation }
+func (f *Fence) Holds(p tenant.Placement) bool { return f.Current(p) == p.Generation }

@@ -11,6 +11,7 @@ import (
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
 // Directory watches: box_fs_watch starts one on the caller's connection
@@ -42,12 +43,18 @@ const (
 )
 
 // watchSet is the running watches by id, with what each costs (entries
-// listed per second, see MaxWatchScanRate).
+// listed per second, see MaxWatchScanRate). Each belongs to the namespace
+// it was made in (tenant.Scope): another namespace's unwatch finds none.
 type watchSet struct {
 	mu    sync.Mutex
-	stop  map[string]context.CancelFunc
-	cost  map[string]int
+	stop  map[string]watchEntry
 	total int
+}
+
+type watchEntry struct {
+	scope string
+	stop  context.CancelFunc
+	cost  int
 }
 
 // watchCost is the scan rate of a watch listing entries every interval.
@@ -55,7 +62,7 @@ func watchCost(entries int, interval time.Duration) int {
 	return int(int64(max(entries, minWatchCost)) * int64(time.Second) / int64(interval))
 }
 
-func (s *watchSet) add(id string, stop context.CancelFunc, cost int) error {
+func (s *watchSet) add(id, scope string, stop context.CancelFunc, cost int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.stop) >= MaxWatches {
@@ -67,9 +74,9 @@ func (s *watchSet) add(id string, stop context.CancelFunc, cost int) error {
 				"watch a smaller tree, a lower depth or a longer interval_ms, or box_fs_unwatch some", cost, s.total, MaxWatchScanRate)
 	}
 	if s.stop == nil {
-		s.stop, s.cost = map[string]context.CancelFunc{}, map[string]int{}
+		s.stop = map[string]watchEntry{}
 	}
-	s.stop[id], s.cost[id] = stop, cost
+	s.stop[id] = watchEntry{scope: scope, stop: stop, cost: cost}
 	s.total += cost
 	return nil
 }
@@ -79,24 +86,25 @@ func (s *watchSet) add(id string, stop context.CancelFunc, cost int) error {
 func (s *watchSet) update(id string, cost int) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.stop[id]; !ok {
+	w, ok := s.stop[id]
+	if !ok {
 		return 1
 	}
-	s.total += cost - s.cost[id]
-	s.cost[id] = cost
+	s.total += cost - w.cost
+	w.cost = cost
+	s.stop[id] = w
 	return max(1, float64(s.total)/MaxWatchScanRate)
 }
 
-// remove stops and forgets a watch; false when there was none.
-func (s *watchSet) remove(id string) bool {
+// remove stops and forgets a watch of scope; false when there was none.
+func (s *watchSet) remove(id, scope string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	stop, ok := s.stop[id]
-	if ok {
-		stop()
+	w, ok := s.stop[id]
+	if ok = ok && w.scope == scope; ok {
+		w.stop()
 		delete(s.stop, id)
-		s.total -= s.cost[id]
-		delete(s.cost, id)
+		s.total -= w.cost
 	}
 	return ok
 }
@@ -154,21 +162,22 @@ func (d *Dispatcher) fsWatch(ctx context.Context, p fsWatchParams) (fsWatchResul
 	// The watch outlives the request and ends with its connection.
 	wctx, stop := context.WithCancel(rpc.ConnContext(ctx))
 	interval := time.Duration(p.IntervalMS) * time.Millisecond
-	if err := d.watches.add(id, stop, watchCost(w.Entries(), interval)); err != nil {
+	scope := tenant.Scope(ctx)
+	if err := d.watches.add(id, scope, stop, watchCost(w.Entries(), interval)); err != nil {
 		stop()
 		w.Close()
 		return fsWatchResult{}, err
 	}
 	go func() {
-		defer d.watches.remove(id)
+		defer d.watches.remove(id, scope)
 		defer w.Close()
-		d.runWatch(wctx, id, p.SessionID, w, interval)
+		d.runWatch(wctx, id, scope, p.SessionID, w, interval)
 	}()
 	return fsWatchResult{WatchID: id}, nil
 }
 
 // runWatch polls until the watch is stopped or ends, notifying changes.
-func (d *Dispatcher) runWatch(ctx context.Context, id, sessionID string, w *runtime.FileWatch, interval time.Duration) {
+func (d *Dispatcher) runWatch(ctx context.Context, id, scope, sessionID string, w *runtime.FileWatch, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	failures := 0
@@ -190,7 +199,7 @@ func (d *Dispatcher) runWatch(ctx context.Context, id, sessionID string, w *runt
 			}
 			// Gone from the set before the host hears of the end, so an
 			// unwatch sent after the last notification finds no watch.
-			d.watches.remove(id)
+			d.watches.remove(id, scope)
 			_ = rpc.Notify(ctx, "box_fs_event", fsEvent{WatchID: id, SessionID: sessionID, Events: []runtime.FileEvent{},
 				Ended: &fsEnded{Type: runtime.ErrorType(err), Message: err.Error()}})
 			return
@@ -214,8 +223,8 @@ type fsUnwatchParams struct {
 
 // fsUnwatch: box_fs_unwatch {"watch_id"} → {}; an unknown id is a
 // BoxValidationError on watch_id.
-func (d *Dispatcher) fsUnwatch(_ context.Context, p fsUnwatchParams) (struct{}, error) {
-	if !d.watches.remove(p.WatchID) {
+func (d *Dispatcher) fsUnwatch(ctx context.Context, p fsUnwatchParams) (struct{}, error) {
+	if !d.watches.remove(p.WatchID, tenant.Scope(ctx)) {
 		return struct{}{}, boxerr.Validation("watch_id", "no running watch %q", p.WatchID)
 	}
 	return struct{}{}, nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
 // errRetired is the cancellation cause of a tenant action whose placement
@@ -25,7 +27,7 @@ type inflightRun struct {
 
 // start registers an action of p; done unregisters it. The returned ctx
 // is cancelled with errRetired when p's generation is retired.
-func (f *inflight) start(ctx context.Context, p Placement) (_ context.Context, done func()) {
+func (f *inflight) start(ctx context.Context, p tenant.Placement) (_ context.Context, done func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	run := &inflightRun{generation: p.Generation, cancel: cancel}
 	k := fenceKey{p.Instance, p.Workspace}
@@ -50,7 +52,7 @@ func (f *inflight) start(ctx context.Context, p Placement) (_ context.Context, d
 }
 
 // retire cancels the actions of p's Workspace of generations below p's.
-func (f *inflight) retire(p Placement) {
+func (f *inflight) retire(p tenant.Placement) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for run := range f.runs[fenceKey{p.Instance, p.Workspace}] {

@@ -5,11 +5,15 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
 func TestInflightRetire(t *testing.T) {
 	var f inflight
-	p := func(ws string, gen int64) Placement { return Placement{Instance: "i", Workspace: ws, Generation: gen} }
+	p := func(ws string, gen int64) tenant.Placement {
+		return tenant.Placement{Instance: "i", Workspace: ws, Generation: gen}
+	}
 	old, doneOld := f.start(context.Background(), p("w", 1))
 	defer doneOld()
 	cur, doneCur := f.start(context.Background(), p("w", 2))

@@ -44,8 +44,8 @@ func (p *processRef) validate() error {
 }
 
 // getProcess reports a managed process; env values are never returned.
-func (d *Dispatcher) getProcess(_ context.Context, p processRef) (runtime.ProcessInfo, error) {
-	return d.rt.Process(p.SessionID, p.ProcessID)
+func (d *Dispatcher) getProcess(ctx context.Context, p processRef) (runtime.ProcessInfo, error) {
+	return d.rt.Process(ctx, p.SessionID, p.ProcessID)
 }
 
 type stopped struct {

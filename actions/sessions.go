@@ -38,7 +38,7 @@ func (p *sessionRef) validate() error {
 // getSession returns a session and its managed processes.
 func (d *Dispatcher) getSession(ctx context.Context, p sessionRef) (runtime.SessionDetails, error) {
 	d.rt.Reconcile(ctx)
-	return d.rt.GetSession(p.SessionID)
+	return d.rt.GetSession(ctx, p.SessionID)
 }
 
 type sessionList struct {
@@ -48,7 +48,7 @@ type sessionList struct {
 // getSessions lists every session.
 func (d *Dispatcher) getSessions(ctx context.Context, _ none) (sessionList, error) {
 	d.rt.Reconcile(ctx)
-	return sessionList{Sessions: d.rt.ListSessions()}, nil
+	return sessionList{Sessions: d.rt.ListSessions(ctx)}, nil
 }
 
 type deleted struct {

@@ -11,6 +11,7 @@ import (
 	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 	"github.com/boxrt/boxrt/runtime/skills"
+	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
 // Storage scopes of the reference's storage analysis.
@@ -53,7 +54,7 @@ done`
 // of its sessions the workspace, ~/.cache and /tmp (measured by a probe run
 // in the session; a session whose probe fails counts in error_count).
 func (t *Tenancy) storageAnalysis(ctx context.Context, _ none) (storageAnalysis, error) {
-	p, ok := placementFrom(ctx)
+	p, ok := tenant.FromContext(ctx)
 	if !ok {
 		return storageAnalysis{}, errNoContext()
 	}
@@ -75,13 +76,10 @@ func (t *Tenancy) storageAnalysis(ctx context.Context, _ none) (storageAnalysis,
 		{Key: "session_temp", Path: "/tmp", Kind: "root", Scope: scopeSandboxSessions},
 	}
 	procs := storageDir{Key: "managed_process_workspaces", Path: "/workspace", Kind: "detail", ParentKey: "session_workspaces", Scope: scopeSandboxSessions}
-	for _, s := range t.rt.ListSessions() {
-		if !p.Owns(s.SessionID) {
-			continue
-		}
+	for _, s := range t.rt.ListSessions(ctx) {
 		out.ActiveSessions++
 		running := 0
-		if d, err := t.rt.GetSession(s.SessionID); err == nil {
+		if d, err := t.rt.GetSession(ctx, p.LogicalID(s.SessionID)); err == nil {
 			for _, pi := range d.ManagedProcesses {
 				if pi.Status == "running" {
 					running++
@@ -120,11 +118,12 @@ type probedDir struct {
 }
 
 // probeSession measures one session from inside it, with the session's
-// own sandbox settings so the exec reuses it.
+// own sandbox settings so the exec reuses it. The exec names it as the
+// caller does, by its logical id (the list answers physical ones).
 func (t *Tenancy) probeSession(ctx context.Context, s runtime.SessionInfo) ([3]probedDir, error) {
 	var out [3]probedDir
 	spec := runtime.DefaultSpec()
-	spec.SessionID, spec.Sandbox = s.SessionID, s.Sandbox
+	spec.SessionID, spec.Sandbox = tenant.Logical(ctx, s.SessionID), s.Sandbox
 	spec.Cmd, spec.TimeoutSec = storageProbe, storageProbeTimeoutSec
 	spec.Env = map[string]string{"BOXRT_PROBE_WORKSPACE": s.MountPath}
 	if err := spec.Normalize(); err != nil {

@@ -15,24 +15,34 @@ import (
 	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 	"github.com/boxrt/boxrt/runtime/skills"
+	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
-// Action scopes, as the reference defines them: host-control actions need
-// no tenant context (one, if sent, must name the trusted instance);
-// sandbox actions address sessions, which are namespaced per placement;
-// every other action is a tenant action, fenced like the sandbox ones.
+// Action scopes: host-control actions need no tenant context (one, if
+// sent, must name the trusted instance); every other action is a tenant
+// action, run in its placement's namespace and fenced. Tenant actions that
+// touch no sandbox are listed; every other one (a new method included) is
+// a sandbox action, which admission mode grants or refuses.
 var (
 	hostControlActions = map[string]bool{
 		"__ping": true, "__file_chunk": true, "box_health": true, "box_get_backend_info": true,
 		"box_init": true, "box_upsert_sandbox_admission_grant": true, "box_revoke_sandbox_admission_grant": true,
 		"box_verify_shared_workspace": true, "box_shutdown": true,
 	}
-	sandboxActions = map[string]bool{
-		"box_exec": true, "box_create_session": true, "box_get_session": true, "box_get_sessions": true,
-		"box_delete_session": true, "box_start_managed_process": true, "box_get_managed_process": true,
-		"box_stop_managed_process": true,
+	sandboxFreeActions = map[string]bool{
+		"box_status": true, "box_get_storage_analysis": true,
+		"box_list_skills": true, "box_get_skill": true, "box_create_skill": true, "box_update_skill": true,
+		"box_delete_skill": true, "box_scan_skill_directory": true, "box_list_skill_files": true,
+		"box_read_skill_file": true, "box_write_skill_file": true, "box_preview_skill_zip": true,
+		"box_install_skill_zip": true,
 	}
 )
+
+// sandboxAction reports whether method touches a sandbox (a session, its
+// execs, processes, files or snapshots).
+func sandboxAction(method string) bool {
+	return !hostControlActions[method] && !sandboxFreeActions[method]
+}
 
 // InstanceIDPattern is what an instance id (header or trusted setting)
 // must look like.
@@ -78,10 +88,19 @@ func (t *Trust) Matches(instance string) bool {
 	return t.instance != "" && t.instance == instance
 }
 
+// pinned reports whether instance is the trusted one, never pinning: an
+// HTTP request's headers, read before its credentials are, must not.
+func (t *Trust) pinned(instance string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.instance != "" && t.instance == instance
+}
+
 // Tenancy wraps the Dispatcher with LangBot's tenancy: action scopes,
 // trusted contexts, per-Workspace session namespaces, the generation
 // fence and admission grants. The runtime below it stays tenant-agnostic:
-// it only ever sees physical session ids.
+// it resolves every id within the placement the context carries
+// (runtime/tenant), which this layer puts there once per request.
 type Tenancy struct {
 	next   *Dispatcher
 	rt     *runtime.Runtime
@@ -177,7 +196,7 @@ func (t *Tenancy) handle(ctx context.Context, req *rpc.Request) (json.RawMessage
 		// Unknown whatever the context: "Action <name> not found".
 		return t.next.call(ctx, req)
 	}
-	if requested := t.requested(); sandboxActions[req.Method] && unavailableBackends[requested] {
+	if requested := t.requested(); sandboxAction(req.Method) && unavailableBackends[requested] {
 		return nil, errBackendUnavailable(requested)
 	}
 	if hostControlActions[req.Method] {
@@ -202,6 +221,7 @@ func (t *Tenancy) handle(ctx context.Context, req *rpc.Request) (json.RawMessage
 		return nil, errOtherInstance()
 	}
 	p := PlacementOf(meta)
+	ctx = tenant.WithPlacement(ctx, p)
 	ctx, done := t.running.start(ctx, p)
 	defer done()
 	res, err := t.tenant(ctx, req, p)
@@ -221,8 +241,8 @@ func (t *Tenancy) handle(ctx context.Context, req *rpc.Request) (json.RawMessage
 	return res, err
 }
 
-// tenant runs a fenced action for placement p.
-func (t *Tenancy) tenant(ctx context.Context, req *rpc.Request, p Placement) (json.RawMessage, error) {
+// tenant runs a fenced action for placement p, which ctx carries.
+func (t *Tenancy) tenant(ctx context.Context, req *rpc.Request, p tenant.Placement) (json.RawMessage, error) {
 	if t.langbot {
 		if err := missingKey(req.Method, req.Params); err != nil {
 			return nil, err
@@ -244,38 +264,33 @@ func (t *Tenancy) tenant(ctx context.Context, req *rpc.Request, p Placement) (js
 		return nil, err
 	}
 	if h, ok := t.own[req.Method]; ok {
-		return h(withPlacement(ctx, p), params)
+		return h(ctx, params)
 	}
-	if t.langbot && (req.Method == "box_exec" || req.Method == "box_create_session") {
+	if t.langbot && specActions[req.Method] {
 		params = t.fitImage(params)
 	}
 	inner := *req
 	inner.Meta = nil
-	if sandboxActions[req.Method] {
-		if inner.Params, err = p.rewriteSessionID(params); err != nil {
-			return nil, err
-		}
-	}
+	inner.Params = params
 	res, err := t.next.call(ctx, &inner)
 	if err != nil {
 		return nil, err
 	}
 	switch req.Method {
-	case "box_get_sessions":
-		return t.placementSessions(p)
+	case "box_status":
+		return t.placementStatus(ctx, res)
 	case "box_delete_session":
+		// The reference answers the id exactly as sent; the method trims it.
 		var ref sessionRef
 		_ = json.Unmarshal(req.Params, &ref)
 		return encodeResult(deleted{Deleted: ref.SessionID})
-	case "box_status":
-		return t.placementStatus(res, p)
 	}
-	return p.logicalResult(res)
+	return logicalResult(p, res)
 }
 
 // observe passes p through the fence and retires the sessions of the
 // Workspace's other generations when p's is new.
-func (t *Tenancy) observe(ctx context.Context, p Placement) error {
+func (t *Tenancy) observe(ctx context.Context, p tenant.Placement) error {
 	advanced, err := t.fence.Observe(p)
 	if err != nil {
 		return err
@@ -288,47 +303,27 @@ func (t *Tenancy) observe(ctx context.Context, p Placement) error {
 }
 
 // retire deletes every session of p's Workspace that is not of p's
-// generation; deleting a session stops its managed processes, which ends
-// their relays.
-func (t *Tenancy) retire(ctx context.Context, p Placement) {
-	ns := p.Namespace() + "-g"
-	for _, s := range t.rt.ListSessions() {
-		if strings.HasPrefix(s.SessionID, ns) && !p.Owns(s.SessionID) {
+// generation, through the runtime's view across namespaces (p's own sees
+// only its generation); deleting a session stops its managed processes,
+// which ends their relays.
+func (t *Tenancy) retire(ctx context.Context, p tenant.Placement) {
+	all := t.rt.Internal()
+	for _, s := range all.Sessions() {
+		if p.InWorkspace(s.SessionID) && !p.Owns(s.SessionID) {
 			// Already gone is as good as retired.
-			_ = t.rt.DeleteSession(context.WithoutCancel(ctx), s.SessionID)
+			_ = all.DeleteSession(context.WithoutCancel(ctx), s.SessionID)
 		}
 	}
 }
 
-// placementSessions answers box_get_sessions with p's sessions only.
-func (t *Tenancy) placementSessions(p Placement) (json.RawMessage, error) {
-	list := sessionList{Sessions: []runtime.SessionInfo{}}
-	for _, s := range t.rt.ListSessions() {
-		if p.Owns(s.SessionID) {
-			list.Sessions = append(list.Sessions, s)
-		}
-	}
-	res, err := encodeResult(list)
-	if err != nil {
-		return nil, err
-	}
-	return p.logicalResult(res)
-}
-
-// placementStatus counts p's sessions only and leaves out the runtime's
-// recent errors, which name other tenants' sessions.
-func (t *Tenancy) placementStatus(res json.RawMessage, p Placement) (json.RawMessage, error) {
+// placementStatus counts the sessions of ctx's placement only and leaves
+// out the runtime's recent errors, which name other tenants' sessions.
+func (t *Tenancy) placementStatus(ctx context.Context, res json.RawMessage) (json.RawMessage, error) {
 	var st map[string]any
 	if err := json.Unmarshal(res, &st); err != nil {
 		return nil, boxerr.Failure("cannot read the status: %v", err).Wrap(err)
 	}
-	n := 0
-	for _, s := range t.rt.ListSessions() {
-		if p.Owns(s.SessionID) {
-			n++
-		}
-	}
-	st["active_sessions"] = n
+	st["active_sessions"] = len(t.rt.ListSessions(ctx))
 	st["recent_errors"] = []any{}
 	return encodeResult(st)
 }
@@ -414,18 +409,6 @@ func (t *Tenancy) annotateBackend(res json.RawMessage) (json.RawMessage, error) 
 		info["requested_backend_note"] = note
 	}
 	return encodeResult(info)
-}
-
-type placementKey struct{}
-
-func withPlacement(ctx context.Context, p Placement) context.Context {
-	return context.WithValue(ctx, placementKey{}, p)
-}
-
-// placementFrom returns the placement of the tenant action in ctx.
-func placementFrom(ctx context.Context) (Placement, bool) {
-	p, ok := ctx.Value(placementKey{}).(Placement)
-	return p, ok
 }
 
 func (t *Tenancy) requested() string {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
 // The LangBot host's HTTP headers: on /rpc/ws the token and instance, on
@@ -71,17 +72,30 @@ func (t *Tenancy) RelayAuthorizer(token string) func(r *http.Request, sessionID,
 	}
 }
 
+// RequestPlacement is the placement an HTTP request (relay, files
+// endpoint) runs in: the one its LangBot headers name, when they are well
+// formed and name the trusted instance (which they never pin). A request
+// without them (or with malformed ones) runs in the default namespace,
+// which names no Workspace's session.
+func (t *Tenancy) RequestPlacement(r *http.Request) (tenant.Placement, bool) {
+	p, ok := relayPlacement(r)
+	if !ok || !t.trust.pinned(p.Instance) {
+		return tenant.Placement{}, false
+	}
+	return p, true
+}
+
 // relayPlacement reads the placement from the relay headers.
-func relayPlacement(r *http.Request) (Placement, bool) {
+func relayPlacement(r *http.Request) (tenant.Placement, bool) {
 	instance := strings.TrimSpace(r.Header.Get(HeaderInstanceID))
 	workspace := strings.TrimSpace(r.Header.Get(HeaderWorkspaceID))
 	genText := strings.TrimSpace(r.Header.Get(HeaderPlacementGeneration))
 	gen, err := strconv.ParseInt(genText, 10, 64)
 	if !InstanceIDPattern.MatchString(instance) || workspace == "" || len(workspace) > maxWorkspaceHeader ||
 		err != nil || gen < 1 || strconv.FormatInt(gen, 10) != genText {
-		return Placement{}, false
+		return tenant.Placement{}, false
 	}
-	return Placement{Instance: instance, Workspace: workspace, Generation: gen}, true
+	return tenant.Placement{Instance: instance, Workspace: workspace, Generation: gen}, true
 }
 
 // ApplyStartupConfig reads what the tenancy layer needs from the start-up

@@ -12,51 +12,17 @@ import (
 
 	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
-func TestPlacementIDs(t *testing.T) {
-	p := Placement{Instance: "instance-a", Workspace: "workspace-a", Generation: 1}
-	// The reference's worked example.
-	require.Equal(t, "ws-695136eeae1cb9b6af4a8226", p.Namespace())
-	tests := []struct {
-		name, logical, physical, back string
-		err                           string
-	}{
-		{name: "plain", logical: "s1", physical: "ws-695136eeae1cb9b6af4a8226-g1-s1", back: "s1"},
-		{name: "runs collapse", logical: " my session//1 ", physical: "ws-695136eeae1cb9b6af4a8226-g1-my-session-1", back: "my-session-1"},
-		{name: "dashes trimmed", logical: "--a--", physical: "ws-695136eeae1cb9b6af4a8226-g1-a", back: "a"},
-		{name: "long host id", logical: "lb-box-" + strings.Repeat("ab", 32), physical: "ws-695136eeae1cb9b6af4a8226-g1-lb-box-" + strings.Repeat("ab", 32), back: "lb-box-" + strings.Repeat("ab", 32)},
-		{name: "empty", logical: "  ", err: "Box session_id must not be empty"},
-		{name: "no valid character", logical: "///", err: "Box session_id must contain a valid character"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := p.PhysicalID(tc.logical)
-			if tc.err != "" {
-				require.ErrorIs(t, err, boxerr.ErrValidation)
-				assert.EqualError(t, err, tc.err)
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, tc.physical, got)
-			assert.True(t, p.Owns(got))
-			assert.Equal(t, tc.back, p.LogicalID(got))
-		})
-	}
-	other := Placement{Instance: "instance-a", Workspace: "workspace-a", Generation: 2}
-	assert.False(t, other.Owns("ws-695136eeae1cb9b6af4a8226-g1-s1"), "another generation owns none of them")
-	assert.Equal(t, "ws-695136eeae1cb9b6af4a8226-g1-s1", other.LogicalID("ws-695136eeae1cb9b6af4a8226-g1-s1"))
-	assert.False(t, p.Owns(p.Prefix()), "the bare prefix is no session")
-}
-
 func TestLogicalResult(t *testing.T) {
-	p := Placement{Instance: "i", Workspace: "w", Generation: 7}
+	p := tenant.Placement{Instance: "i", Workspace: "w", Generation: 7}
 	phys, err := p.PhysicalID("s1")
 	require.NoError(t, err)
 	foreign := "ws-000000000000000000000000-g7-s1"
 	in := `{"session_id":"` + phys + `","stdout":"<b>&","managed_processes":{"default":{"session_id":"` + phys + `","n":12345678901234567890}},` +
 		`"list":[{"session_id":"` + foreign + `"}],"backend_session_id":"` + phys + `"}`
-	out, err := p.logicalResult(json.RawMessage(in))
+	out, err := logicalResult(p, json.RawMessage(in))
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"session_id":"s1","stdout":"<b>&","managed_processes":{"default":{"session_id":"s1","n":12345678901234567890}},`+
 		`"list":[{"session_id":"`+foreign+`"}],"backend_session_id":"`+phys+`"}`, string(out))
@@ -66,10 +32,12 @@ func TestLogicalResult(t *testing.T) {
 
 func TestFence(t *testing.T) {
 	f := NewFence(func() int { return 2 })
-	a := func(gen int64) Placement { return Placement{Instance: "i", Workspace: "a", Generation: gen} }
+	a := func(gen int64) tenant.Placement {
+		return tenant.Placement{Instance: "i", Workspace: "a", Generation: gen}
+	}
 	steps := []struct {
 		name     string
-		p        Placement
+		p        tenant.Placement
 		advanced bool
 		err      string
 	}{
@@ -77,8 +45,8 @@ func TestFence(t *testing.T) {
 		{name: "same generation", p: a(2)},
 		{name: "lower is stale", p: a(1), err: "Stale Box placement generation"},
 		{name: "higher advances", p: a(5), advanced: true},
-		{name: "another workspace", p: Placement{Instance: "i", Workspace: "b", Generation: 1}, advanced: true},
-		{name: "capacity", p: Placement{Instance: "i", Workspace: "c", Generation: 1}, err: "Box generation fence capacity reached; refusing an unbounded Workspace allocation"},
+		{name: "another workspace", p: tenant.Placement{Instance: "i", Workspace: "b", Generation: 1}, advanced: true},
+		{name: "capacity", p: tenant.Placement{Instance: "i", Workspace: "c", Generation: 1}, err: "Box generation fence capacity reached; refusing an unbounded Workspace allocation"},
 	}
 	for _, s := range steps {
 		advanced, err := f.Observe(s.p)
@@ -209,4 +177,24 @@ func TestFitLangBotMountRoots(t *testing.T) {
 			assert.Equal(t, tc.want, []string(next.Local.AllowedMountRoots))
 		})
 	}
+}
+
+func TestRequestPlacement(t *testing.T) {
+	trust := NewTrust("", true)
+	tn := NewTenancy(New(nil, nil, Server{}), trust, TenancyOptions{})
+	r, err := http.NewRequest("GET", "/", nil)
+	require.NoError(t, err)
+	r.Header.Set(HeaderInstanceID, "i")
+	r.Header.Set(HeaderWorkspaceID, "w")
+	r.Header.Set(HeaderPlacementGeneration, "2")
+	_, ok := tn.RequestPlacement(r)
+	assert.False(t, ok, "no instance is trusted yet: the default namespace")
+	assert.True(t, trust.Matches("j"), "and the headers did not pin theirs")
+	r.Header.Set(HeaderInstanceID, "j")
+	p, ok := tn.RequestPlacement(r)
+	require.True(t, ok)
+	assert.Equal(t, tenant.Placement{Instance: "j", Workspace: "w", Generation: 2}, p)
+	r.Header.Del(HeaderWorkspaceID)
+	_, ok = tn.RequestPlacement(r)
+	assert.False(t, ok, "incomplete headers: the default namespace")
 }

@@ -26,15 +26,20 @@ import (
 // any size moves with boxrt's memory flat; the box_fs_* RPC methods carry
 // base64 in one JSON message and stop at runtime.MaxRPCFileBytes. Paths
 // are sandbox paths, percent-encoded, so any byte of a file name travels.
-// The caller (serve) puts the control token check in front.
+// The caller (serve) puts the control token check in front. As on the
+// relay, a request with the LangBot headers names a session of that
+// placement by its physical id; one without them is the default
+// namespace.
 type Files struct {
-	rt  *runtime.Runtime
-	log zerolog.Logger
+	rt    *runtime.Runtime
+	log   zerolog.Logger
+	scope Scope
 }
 
-// NewFiles returns the files handler for rt.
-func NewFiles(rt *runtime.Runtime, log zerolog.Logger) *Files {
-	return &Files{rt: rt, log: log}
+// NewFiles returns the files handler for rt; scope may be nil (no
+// Workspaces).
+func NewFiles(rt *runtime.Runtime, log zerolog.Logger, scope Scope) *Files {
+	return &Files{rt: rt, log: log, scope: scope}
 }
 
 // Response headers of a download.
@@ -48,7 +53,12 @@ const (
 const copyBufferBytes = 256 << 10
 
 func (f *Files) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	sessionID := r.PathValue("session_id")
+	ctx, sessionID, ok := scoped(f.scope, r, r.PathValue("session_id"))
+	if !ok {
+		writeFileError(w, boxerr.SessionNotFound(r.PathValue("session_id")))
+		return
+	}
+	r = r.WithContext(ctx)
 	q := r.URL.Query()
 	p := q.Get("path")
 	if p == "" {

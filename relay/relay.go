@@ -56,6 +56,7 @@ type Handler struct {
 	rt         *runtime.Runtime
 	operator   *rpc.Authenticator
 	authorizer func(r *http.Request, sessionID, processID string) bool
+	scope      Scope
 	// maxFrame, when set, is the largest stdout line sent: a longer one
 	// closes the relay (1009) instead of reaching a peer that cannot read
 	// it.
@@ -97,6 +98,10 @@ func WithOperator(a *rpc.Authenticator) Option { return func(h *Handler) { h.ope
 func WithAuthorizer(a func(r *http.Request, sessionID, processID string) bool) Option {
 	return func(h *Handler) { h.authorizer = a }
 }
+
+// WithScope resolves the session a request names within the placement
+// its headers name (see Scope).
+func WithScope(s Scope) Option { return func(h *Handler) { h.scope = s } }
 
 // WithMaxFrame closes the relay on a stdout line of n bytes or more: the
 // LangBot host's WebSocket client refuses messages of 1 MiB and more.
@@ -218,11 +223,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer h.serving.Done()
-	if !h.authorized(r, sessionID, processID) {
+	ctx, logical, inScope := scoped(h.scope, r, sessionID)
+	if !inScope || !h.authorized(ctx, r, sessionID, logical, processID) {
 		rpc.WriteUnauthorized(w, r)
 		return
 	}
-	if err := h.rt.CheckAttach(sessionID, processID); err != nil {
+	if err := h.rt.CheckAttach(ctx, logical, processID); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -232,7 +238,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rpc.WriteHTTPError(w, http.StatusUpgradeRequired, "UpgradeRequired", "this route only serves WebSocket upgrades")
 		return
 	}
-	att, proc, err := h.rt.Attach(sessionID, processID)
+	att, proc, err := h.rt.Attach(ctx, logical, processID)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -261,14 +267,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // operator may attach) or the relay token of exactly this session's
 // process. An unknown session or process is unauthorized too, so a
 // client without a valid credential learns nothing about what exists.
-func (h *Handler) authorized(r *http.Request, sessionID, processID string) bool {
+// sessionID is the path's, logical the id ctx's namespace knows it by.
+func (h *Handler) authorized(ctx context.Context, r *http.Request, sessionID, logical, processID string) bool {
 	if h.operator != nil && h.operator.Check(r) {
 		return true
 	}
 	if h.authorizer != nil && h.authorizer(r, sessionID, processID) {
 		return true
 	}
-	info, err := h.rt.Process(sessionID, processID)
+	info, err := h.rt.Process(ctx, logical, processID)
 	return err == nil && rpc.TokenMatches(rpc.OfferedTokens(r), []byte(info.RelayToken))
 }
 

@@ -234,7 +234,7 @@ func send(t *testing.T, c *websocket.Conn, s string) error {
 func (e *env) pending(sid, pid string, n int) {
 	e.t.Helper()
 	require.Eventually(e.t, func() bool {
-		info, err := e.rt.Process(sid, pid)
+		info, err := e.rt.Process(context.Background(), sid, pid)
 		return err == nil && info.PendingLines == n
 	}, 10*time.Second, 5*time.Millisecond)
 }
@@ -276,7 +276,7 @@ func TestRelayScenarios(t *testing.T) {
 		{"replay bound by lines drops the oldest and counts them", `{"limits":{"relay_replay_lines":2}}`, func(t *testing.T, e *env, p *fakeProc, tok string) {
 			p.print(t, "1\n2\n3\n4\n5\n")
 			require.Eventually(t, func() bool {
-				info, _ := e.rt.Process("s", "p")
+				info, _ := e.rt.Process(context.Background(), "s", "p")
 				return info.PendingLines == 2
 			}, 10*time.Second, 5*time.Millisecond)
 			time.Sleep(50 * time.Millisecond) // let the pump finish the burst

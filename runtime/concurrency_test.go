@@ -227,7 +227,7 @@ func TestRecreateDoesNotHoldUpDelete(t *testing.T) {
 				require.NoError(t, err)
 				// The recreate made its session before the delete, which
 				// waited for the id lock, deleted it.
-				_, err := rt.GetSession("r")
+				_, err := rt.GetSession(context.Background(), "r")
 				require.ErrorIs(t, err, boxerr.ErrSessionNotFound)
 			} else {
 				require.ErrorIs(t, err, tc.recreateErr)

@@ -103,6 +103,10 @@ func (r *Runtime) exec(ctx context.Context, spec Spec, opts ExecOptions) (ExecRe
 	if spec.Cmd == "" {
 		return ExecResult{}, boxerr.Validation("cmd", "cmd must not be empty")
 	}
+	var err error
+	if spec.SessionID, err = r.resolve(ctx, spec.SessionID); err != nil {
+		return ExecResult{}, err
+	}
 	for attempt := 0; ; attempt++ {
 		s, created, err := r.acquire(ctx, spec, true)
 		if err != nil {

@@ -277,9 +277,22 @@ func (t *execTable) get(id string, now time.Time) (*liveExec, error) {
 	if x, ok := t.byID[id]; ok {
 		return x, nil
 	}
-	return nil, boxerr.Validation("exec_id", "no exec %q: unknown, or finished and no longer kept "+
+	return nil, t.errNoExecLocked(id)
+}
+
+// errNoExecLocked answers an unknown exec id (and one of another
+// namespace: the same words, so nothing tells a tenant it exists).
+func (t *execTable) errNoExecLocked(id string) error {
+	return boxerr.Validation("exec_id", "no exec %q: unknown, or finished and no longer kept "+
 		"(limits.finished_exec_retention_sec %v, max_finished_execs %d, max_finished_exec_bytes %d)",
 		id, t.keep.retention, t.keep.count, t.keep.bytes).With("exec_id", id).With("reason", "not_found")
+}
+
+// errNoExec is errNoExecLocked for a caller that does not hold t.mu.
+func (t *execTable) errNoExec(id string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.errNoExecLocked(id)
 }
 
 // running returns the running execs that match.
@@ -336,6 +349,10 @@ func (r *Runtime) stopSessionExecs(s *session) {
 func (r *Runtime) StartExec(ctx context.Context, spec Spec, opts ExecOptions) (ExecInfo, error) {
 	if spec.Cmd == "" {
 		return ExecInfo{}, boxerr.Validation("cmd", "cmd must not be empty")
+	}
+	var err error
+	if spec.SessionID, err = r.resolve(ctx, spec.SessionID); err != nil {
+		return ExecInfo{}, err
 	}
 	s, created, err := r.acquire(ctx, spec, true)
 	if err != nil {
@@ -404,7 +421,7 @@ func (r *Runtime) releaseExec(s *session) {
 // timeout (> 0) passes first, the result so far is returned with status
 // running.
 func (r *Runtime) WaitExec(ctx context.Context, id string, timeout time.Duration) (ExecResult, error) {
-	x, err := r.execs.get(id, r.clock.Now())
+	x, err := r.liveExecIn(ctx, id)
 	if err != nil {
 		return ExecResult{}, err
 	}
@@ -441,7 +458,7 @@ func (r *Runtime) WaitExec(ctx context.Context, id string, timeout time.Duration
 // every process of the tree first, and whatever is still there after
 // ExecKillGrace is killed. Killing an exec that already ended is no error.
 func (r *Runtime) KillExec(ctx context.Context, id string, sig syscall.Signal) (ExecInfo, error) {
-	x, err := r.execs.get(id, r.clock.Now())
+	x, err := r.liveExecIn(ctx, id)
 	if err != nil {
 		return ExecInfo{}, err
 	}
@@ -476,8 +493,8 @@ func (r *Runtime) KillExec(ctx context.Context, id string, sig syscall.Signal) (
 // WriteStdin writes data to a live exec's stdin, then closes it when eof.
 // It returns once the command's side took the data (a command that does
 // not read its stdin makes it wait, as a full pipe would).
-func (r *Runtime) WriteStdin(id string, data []byte, eof bool) error {
-	x, err := r.execs.get(id, r.clock.Now())
+func (r *Runtime) WriteStdin(ctx context.Context, id string, data []byte, eof bool) error {
+	x, err := r.liveExecIn(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -506,7 +523,7 @@ func (r *Runtime) WriteStdin(id string, data []byte, eof bool) error {
 
 // ResizeExec changes the terminal size of a live exec started with a PTY.
 func (r *Runtime) ResizeExec(ctx context.Context, id string, size backends.TTYSize) error {
-	x, err := r.execs.get(id, r.clock.Now())
+	x, err := r.liveExecIn(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -526,7 +543,11 @@ func (r *Runtime) ResizeExec(ctx context.Context, id string, size backends.TTYSi
 
 // ListExecs lists a session's live execs, running and recently finished,
 // oldest first.
-func (r *Runtime) ListExecs(sessionID string) []ExecInfo {
+func (r *Runtime) ListExecs(ctx context.Context, sessionID string) ([]ExecInfo, error) {
+	sessionID, err := r.resolve(ctx, sessionID)
+	if err != nil {
+		return nil, err
+	}
 	r.execs.mu.Lock()
 	r.execs.pruneLocked(r.clock.Now())
 	var xs []*liveExec
@@ -541,7 +562,7 @@ func (r *Runtime) ListExecs(sessionID string) []ExecInfo {
 	for _, x := range xs {
 		out = append(out, x.info())
 	}
-	return out
+	return out, nil
 }
 
 // Attached is AttachExec's answer.
@@ -553,8 +574,8 @@ type Attached struct {
 // AttachExec sends a live exec's output to sink from fromSeq: first what
 // the replay buffer still holds, then the rest as it comes, until the exec
 // ends or sink fails. What was dropped before fromSeq is reported.
-func (r *Runtime) AttachExec(id string, fromSeq int64, sink ChunkSink) (Attached, error) {
-	x, err := r.execs.get(id, r.clock.Now())
+func (r *Runtime) AttachExec(ctx context.Context, id string, fromSeq int64, sink ChunkSink) (Attached, error) {
+	x, err := r.liveExecIn(ctx, id)
 	if err != nil {
 		return Attached{}, err
 	}

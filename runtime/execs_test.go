@@ -249,8 +249,8 @@ func TestBackgroundExecStdinAndDelete(t *testing.T) {
 	var sink collectSink
 	x, err := rt.StartExec(ctx, s, ExecOptions{Stdin: true, Sink: sink.sink})
 	require.NoError(t, err)
-	require.NoError(t, rt.WriteStdin(x.ExecID, []byte("hello\n"), true))
-	err = rt.WriteStdin(x.ExecID, []byte("more"), false)
+	require.NoError(t, rt.WriteStdin(context.Background(), x.ExecID, []byte("hello\n"), true))
+	err = rt.WriteStdin(context.Background(), x.ExecID, []byte("more"), false)
 	assert.True(t, errors.Is(err, boxerr.ErrValidation), "stdin is closed: %v", err)
 	res, err := rt.WaitExec(ctx, x.ExecID, 0)
 	require.NoError(t, err)
@@ -267,7 +267,7 @@ func TestBackgroundExecStdinAndDelete(t *testing.T) {
 
 	y, err := rt.StartExec(ctx, s, ExecOptions{})
 	require.NoError(t, err)
-	err = rt.WriteStdin(y.ExecID, []byte("x"), false)
+	err = rt.WriteStdin(context.Background(), y.ExecID, []byte("x"), false)
 	assert.True(t, errors.Is(err, boxerr.ErrValidation), "started without stdin: %v", err)
 	require.NoError(t, rt.DeleteSession(ctx, "stdin"))
 	_, err = rt.WaitExec(ctx, y.ExecID, 0)
@@ -290,7 +290,9 @@ func TestBackgroundExecLimit(t *testing.T) {
 	require.True(t, errors.As(err, &be), "%v", err)
 	assert.True(t, errors.Is(err, boxerr.ErrCapacityExceeded))
 	assert.Equal(t, "max_background_execs", be.Details["limit"])
-	assert.Len(t, rt.ListExecs("many"), MaxBackgroundExecs)
+	execs, err := rt.ListExecs(context.Background(), "many")
+	require.NoError(t, err)
+	assert.Len(t, execs, MaxBackgroundExecs)
 }
 
 // TestForegroundCancel: a cancelled box_exec answers status canceled with
@@ -317,7 +319,7 @@ func TestForegroundCancel(t *testing.T) {
 	got := sink.got()
 	require.NotEmpty(t, got)
 	assert.True(t, got[len(got)-1].EOF, "every chunk is out before the result")
-	assert.Len(t, rt.ListSessions(), 1)
+	assert.Len(t, rt.ListSessions(context.Background()), 1)
 }
 
 // TestBackgroundExecLimitConcurrent: concurrent starts never overshoot the

@@ -41,6 +41,10 @@ const MaxListEntries = 10000
 // reaper spares it) until release is called; the backend must serve the
 // file API.
 func (r *Runtime) fileSession(ctx context.Context, sessionID string) (FileSystem, backends.Session, func(), error) {
+	sessionID, err := r.resolve(ctx, sessionID)
+	if err != nil {
+		return nil, backends.Session{}, nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, ok := r.sessions[sessionID]
@@ -55,7 +59,7 @@ func (r *Runtime) fileSession(ctx context.Context, sessionID string) (FileSystem
 	// session is marked busy below, nothing suspends it under the call.
 	for s.info.State == backends.StateSuspended {
 		r.mu.Unlock()
-		_, err := r.ResumeSession(ctx, sessionID)
+		_, err := r.resumeSession(ctx, sessionID)
 		r.mu.Lock()
 		if err != nil {
 			return nil, backends.Session{}, nil, err

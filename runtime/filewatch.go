@@ -7,6 +7,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
 // File watches poll: each Poll lists the directory through the session's
@@ -41,13 +42,19 @@ type FileWatch struct {
 	depth     int
 	last      map[string]backends.FileInfo
 	notify    *dirNotify // nil: every poll lists
+	// scope is the namespace the watch was made in: its polls run on the
+	// connection's context, which carries none.
+	scope func(context.Context) context.Context
 }
 
 // WatchFiles takes the first listing of dir (which must list completely:
 // a directory with more than MaxListEntries entries down to depth is
 // refused) and returns the watch.
 func (r *Runtime) WatchFiles(ctx context.Context, sessionID, dir string, depth int) (*FileWatch, error) {
-	w := &FileWatch{r: r, sessionID: sessionID, path: dir, depth: depth}
+	w := &FileWatch{r: r, sessionID: sessionID, path: dir, depth: depth, scope: func(c context.Context) context.Context { return c }}
+	if p, ok := tenant.FromContext(ctx); ok {
+		w.scope = func(c context.Context) context.Context { return tenant.WithPlacement(c, p) }
+	}
 	p, err := backends.CheckSandboxPath("path", dir)
 	if err != nil {
 		return nil, err
@@ -76,7 +83,7 @@ func (w *FileWatch) Close() {
 }
 
 func (w *FileWatch) list(ctx context.Context) (map[string]backends.FileInfo, error) {
-	entries, cut, err := w.r.FileList(ctx, w.sessionID, w.path, w.depth)
+	entries, cut, err := w.r.FileList(w.scope(ctx), w.sessionID, w.path, w.depth)
 	if err != nil {
 		return nil, err
 	}

@@ -179,6 +179,10 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 	if err := NormalizeProcessSpec(&spec); err != nil {
 		return ProcessInfo{}, err
 	}
+	sessionID, err := r.resolve(ctx, sessionID)
+	if err != nil {
+		return ProcessInfo{}, err
+	}
 	r.purgeExitRecords()
 	for {
 		r.mu.Lock()
@@ -191,7 +195,7 @@ func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backe
 		suspended := s.info.State == backends.StateSuspended
 		r.mu.Unlock()
 		if suspended {
-			if _, err := r.ResumeSession(ctx, sessionID); err != nil {
+			if _, err := r.resumeSession(ctx, sessionID); err != nil {
 				return ProcessInfo{}, err
 			}
 		}
@@ -320,7 +324,7 @@ func (r *Runtime) watch(p *managedProcess, drained *sync.WaitGroup) {
 	r.mu.Lock()
 	r.counters.ProcessesExited++
 	r.mu.Unlock()
-	r.Touch(p.sessionID)
+	r.touch(p.sessionID)
 	r.log.Info().Str("session_id", p.sessionID).Str("process_id", p.spec.ProcessID).Int("exit_code", code).
 		AnErr("wait_error", err).Msg("managed process exited")
 	r.purgeExitRecords()
@@ -360,19 +364,24 @@ func (r *Runtime) terminate(ctx context.Context, p *managedProcess) {
 }
 
 // Process returns a managed process's info.
-func (r *Runtime) Process(sessionID, processID string) (ProcessInfo, error) {
-	p, err := r.lookupProcess(sessionID, processID)
+func (r *Runtime) Process(ctx context.Context, sessionID, processID string) (ProcessInfo, error) {
+	p, err := r.lookupProcess(ctx, sessionID, processID)
 	if err != nil {
 		return ProcessInfo{}, err
 	}
 	return p.info(), nil
 }
 
-func (r *Runtime) lookupProcess(sessionID, processID string) (*managedProcess, error) {
+// lookupProcess finds a process of a session of ctx's namespace.
+func (r *Runtime) lookupProcess(ctx context.Context, sessionID, processID string) (*managedProcess, error) {
 	if processID == "" {
 		processID = DefaultProcessID
 	}
 	if err := checkProcessID("process_id", processID); err != nil {
+		return nil, err
+	}
+	sessionID, err := r.resolve(ctx, sessionID)
+	if err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -396,6 +405,10 @@ func (r *Runtime) StopProcess(ctx context.Context, sessionID, processID string) 
 	if err := checkProcessID("process_id", processID); err != nil {
 		return err
 	}
+	sessionID, err := r.resolve(ctx, sessionID)
+	if err != nil {
+		return err
+	}
 	r.mu.Lock()
 	s, ok := r.sessions[sessionID]
 	r.mu.Unlock()
@@ -409,7 +422,7 @@ func (r *Runtime) StopProcess(ctx context.Context, sessionID, processID string) 
 		return boxerr.ProcessNotFound(sessionID, processID)
 	}
 	r.terminate(context.WithoutCancel(ctx), p)
-	r.Touch(sessionID)
+	r.touch(sessionID)
 	r.log.Info().Str("session_id", sessionID).Str("process_id", processID).Msg("managed process stopped")
 	return nil
 }
@@ -418,13 +431,13 @@ func (r *Runtime) StopProcess(ctx context.Context, sessionID, processID string) 
 // process over: BoxSessionNotFoundError, BoxManagedProcessNotFoundError, or
 // BoxManagedProcessConflictError when the process has exited and has
 // nothing left to deliver.
-func (r *Runtime) CheckAttach(sessionID, processID string) error {
-	_, err := r.attachable(sessionID, processID)
+func (r *Runtime) CheckAttach(ctx context.Context, sessionID, processID string) error {
+	_, err := r.attachable(ctx, sessionID, processID)
 	return err
 }
 
-func (r *Runtime) attachable(sessionID, processID string) (*managedProcess, error) {
-	p, err := r.lookupProcess(sessionID, processID)
+func (r *Runtime) attachable(ctx context.Context, sessionID, processID string) (*managedProcess, error) {
+	p, err := r.lookupProcess(ctx, sessionID, processID)
 	if err != nil {
 		return nil, err
 	}
@@ -437,12 +450,12 @@ func (r *Runtime) attachable(sessionID, processID string) (*managedProcess, erro
 
 // Attach attaches a relay to a managed process's stdout, taking over from
 // the current attacher.
-func (r *Runtime) Attach(sessionID, processID string) (*Attachment, *ProcessHandle, error) {
-	p, err := r.attachable(sessionID, processID)
+func (r *Runtime) Attach(ctx context.Context, sessionID, processID string) (*Attachment, *ProcessHandle, error) {
+	p, err := r.attachable(ctx, sessionID, processID)
 	if err != nil {
 		return nil, nil, err
 	}
-	r.Touch(sessionID)
+	r.touch(p.sessionID)
 	return p.stdout.attach(), &ProcessHandle{p: p}, nil
 }
 

@@ -144,8 +144,9 @@ func (r *Runtime) idleAction(b backends.Backend, s *session) string {
 	return IdleDestroy
 }
 
-// Touch marks a session as used now (relay traffic counts as activity).
-func (r *Runtime) Touch(sessionID string) {
+// touch marks a session (a physical id) as used now (relay traffic counts
+// as activity).
+func (r *Runtime) touch(sessionID string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s, ok := r.sessions[sessionID]; ok {
@@ -157,7 +158,7 @@ func (r *Runtime) Touch(sessionID string) {
 // last use; the TTL is counted in seconds anyway.
 const touchEvery = time.Second
 
-// throttledTouch returns a Touch for sessionID that does the work at most
+// throttledTouch returns a touch for sessionID that does the work at most
 // once per touchEvery.
 func (r *Runtime) throttledTouch(sessionID string) func() {
 	var last atomic.Int64
@@ -167,6 +168,6 @@ func (r *Runtime) throttledTouch(sessionID string) func() {
 		if now-prev < int64(touchEvery) || !last.CompareAndSwap(prev, now) {
 			return
 		}
-		r.Touch(sessionID)
+		r.touch(sessionID)
 	}
 }

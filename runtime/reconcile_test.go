@@ -54,7 +54,7 @@ func TestReconcileMarksGoneSandboxesLost(t *testing.T) {
 			fake.mu.Unlock()
 			rt.Reconcile(ctx)
 			states := map[string]string{}
-			for _, s := range rt.ListSessions() {
+			for _, s := range rt.ListSessions(ctx) {
 				states[s.SessionID] = s.State
 			}
 			assert.Equal(t, map[string]string{"a": backends.StateLost, "b": ""}, states)
@@ -67,7 +67,7 @@ func TestReconcileMarksGoneSandboxesLost(t *testing.T) {
 			res, err := rt.Exec(ctx, run)
 			require.NoError(t, err)
 			assert.True(t, res.SessionCreated, "a lost session is made again by its next use")
-			d, err := rt.GetSession("a")
+			d, err := rt.GetSession(ctx, "a")
 			require.NoError(t, err)
 			assert.NotEqual(t, a.BackendSessionID, d.BackendSessionID)
 			assert.Empty(t, d.State)

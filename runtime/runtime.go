@@ -666,7 +666,7 @@ func (r *Runtime) destroyWhere(ctx context.Context, match func(*session) bool, r
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := r.DeleteSession(ctx, id); err != nil && !errors.Is(err, boxerr.ErrSessionNotFound) {
+			if err := r.deleteSession(ctx, id); err != nil && !errors.Is(err, boxerr.ErrSessionNotFound) {
 				errCh <- err
 			}
 		}()

@@ -184,7 +184,7 @@ func TestReaper(t *testing.T) {
 	clock.Advance(2 * time.Second)
 	assert.Equal(t, 1, rt.Reap(ctx), "only the idle session goes")
 	ids := map[string]bool{}
-	for _, s := range rt.ListSessions() {
+	for _, s := range rt.ListSessions(context.Background()) {
 		ids[s.SessionID] = true
 	}
 	assert.Equal(t, map[string]bool{"persistent": true, "busy": true, "process": true}, ids)
@@ -246,7 +246,7 @@ func TestExecResult(t *testing.T) {
 	assert.True(t, res.StdoutTruncated)
 	assert.Equal(t, int64(5000), res.StdoutBytes)
 	assert.Equal(t, "Command timed out after 30 seconds.", res.Stderr)
-	assert.Len(t, rt.ListSessions(), 1, "a timeout keeps the session")
+	assert.Len(t, rt.ListSessions(context.Background()), 1, "a timeout keeps the session")
 
 	s.Cmd = ""
 	_, err = rt.Exec(ctx, s)
@@ -261,12 +261,12 @@ func TestDeleteStopsProcesses(t *testing.T) {
 	require.NoError(t, err)
 	_, err = rt.StartProcess(ctx, "d", backends.ProcessSpec{Command: "cat", Env: map[string]string{"SECRET": "x"}})
 	require.NoError(t, err)
-	info, err := rt.Process("d", "")
+	info, err := rt.Process(context.Background(), "d", "")
 	require.NoError(t, err)
 	assert.Equal(t, ProcessRunning, info.Status)
 	assert.Equal(t, []string{"SECRET"}, info.EnvKeys)
 	require.NoError(t, rt.DeleteSession(ctx, "d"))
-	_, err = rt.Process("d", "")
+	_, err = rt.Process(context.Background(), "d", "")
 	require.ErrorIs(t, err, boxerr.ErrSessionNotFound)
 	require.ErrorIs(t, rt.DeleteSession(ctx, "d"), boxerr.ErrSessionNotFound)
 }
@@ -333,7 +333,7 @@ func TestSkillMounts(t *testing.T) {
 		require.NoError(t, run(rt, "", SkillMount{Name: "beta", Mode: backends.MountRW}))
 		require.Len(t, fb.specs, 2)
 		assert.Equal(t, []backends.MountSpec{alpha, betaRW}, fb.specs[1].ExtraMounts, "recreated with the union")
-		info, err := rt.GetSession("sk")
+		info, err := rt.GetSession(context.Background(), "sk")
 		require.NoError(t, err)
 		assert.Empty(t, info.ExtraMounts, "skill mounts are not the caller's extra mounts")
 	})
@@ -373,7 +373,7 @@ func TestAdoptStopsDuplicateSandboxes(t *testing.T) {
 	rt, _ := newTestRuntime(t, fb, "")
 	_, err := rt.currentBackend(context.Background())
 	require.NoError(t, err)
-	sessions := rt.ListSessions()
+	sessions := rt.ListSessions(context.Background())
 	require.Len(t, sessions, 1)
 	assert.Equal(t, "box-old", sessions[0].BackendSessionID)
 	fb.mu.Lock()

@@ -41,7 +41,7 @@ func TestProcessIDsRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := rt.StartProcess(ctx, "p", backends.ProcessSpec{ProcessID: tc.id, Command: "cat"})
 			requireField(t, err, "spec.process_id")
-			_, err = rt.Process("p", tc.id)
+			_, err = rt.Process(context.Background(), "p", tc.id)
 			requireField(t, err, "process_id")
 			requireField(t, rt.StopProcess(ctx, "p", tc.id), "process_id")
 		})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
 // session is one entry of the table. info is guarded by Runtime.mu. execMu
@@ -151,6 +152,10 @@ func withField(v any, name string, value any) ([]byte, error) {
 // CreateSession is EnsureSession that also says whether it created the
 // session.
 func (r *Runtime) CreateSession(ctx context.Context, spec Spec) (CreatedSession, error) {
+	var err error
+	if spec.SessionID, err = r.resolve(ctx, spec.SessionID); err != nil {
+		return CreatedSession{}, err
+	}
 	s, created, err := r.acquire(ctx, spec, false)
 	if err != nil {
 		return CreatedSession{}, err
@@ -160,7 +165,7 @@ func (r *Runtime) CreateSession(ctx context.Context, spec Spec) (CreatedSession,
 	return CreatedSession{SessionInfo: SessionInfo{s.info}, SessionCreated: created}, nil
 }
 
-// acquire is EnsureSession; with forExec the session is marked as running
+// acquire is EnsureSession for a resolved spec.SessionID; with forExec the session is marked as running
 // an exec before the per-id lock is released, so the reaper cannot take it.
 // created reports that this call made the session's sandbox.
 func (r *Runtime) acquire(ctx context.Context, spec Spec, forExec bool) (_ *session, created bool, _ error) {
@@ -364,11 +369,15 @@ func (d SessionDetails) MarshalJSON() ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// GetSession returns one session.
-func (r *Runtime) GetSession(id string) (SessionDetails, error) {
+// GetSession returns one session of ctx's namespace.
+func (r *Runtime) GetSession(ctx context.Context, id string) (SessionDetails, error) {
+	physical, err := r.resolve(ctx, id)
+	if err != nil {
+		return SessionDetails{}, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s, ok := r.sessions[id]
+	s, ok := r.sessions[physical]
 	if !ok {
 		return SessionDetails{}, boxerr.SessionNotFound(id)
 	}
@@ -385,13 +394,21 @@ func (r *Runtime) GetSession(id string) (SessionDetails, error) {
 	return d, nil
 }
 
-// ListSessions returns every session, oldest first.
-func (r *Runtime) ListSessions() []SessionInfo {
+// ListSessions returns the sessions of ctx's namespace, oldest first.
+func (r *Runtime) ListSessions(ctx context.Context) []SessionInfo {
+	return r.sessionsWhere(func(id string) bool { return tenant.Visible(ctx, id) })
+}
+
+// sessionsWhere returns the sessions whose physical id matches, oldest
+// first.
+func (r *Runtime) sessionsWhere(match func(id string) bool) []SessionInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]SessionInfo, 0, len(r.sessions))
-	for _, s := range r.sessions {
-		out = append(out, SessionInfo{s.info})
+	for id, s := range r.sessions {
+		if match(id) {
+			out = append(out, SessionInfo{s.info})
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out
@@ -427,6 +444,15 @@ func (r *Runtime) lockSession(id string) (s *session, unlock func(), err error) 
 // a delete never waits for a long command to finish on its own, not even
 // when a recreate of the session (which holds the id lock) waits for it.
 func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
+	physical, err := r.resolve(ctx, id)
+	if err != nil {
+		return err
+	}
+	return r.deleteSession(ctx, physical)
+}
+
+// deleteSession is DeleteSession of a physical id.
+func (r *Runtime) deleteSession(ctx context.Context, id string) error {
 	r.mu.Lock()
 	if s, ok := r.sessions[id]; ok {
 		r.interruptLocked(s)

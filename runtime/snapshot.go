@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/runtime/boxerr"
 	"github.com/boxrt/boxrt/runtime/snapshots"
+	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
 // snapshotStores caches the snapshot store per configured location, so a
@@ -149,6 +151,9 @@ func (r *Runtime) SnapshotSession(ctx context.Context, id, mode string) (snapsho
 	if err != nil {
 		return snapshots.Manifest{}, err
 	}
+	if id, err = r.resolve(ctx, id); err != nil {
+		return snapshots.Manifest{}, err
+	}
 	// The id lock keeps suspend, resume and destruction out while the
 	// files are read; execs already running go on.
 	s, unlock, err := r.lockSession(id)
@@ -178,13 +183,18 @@ func (r *Runtime) SnapshotSession(ctx context.Context, id, mode string) (snapsho
 	return m, nil
 }
 
-// ListSnapshots returns every stored snapshot, oldest first.
+// ListSnapshots returns the snapshots of ctx's Workspace (every one in
+// the default namespace but the Workspaces'), oldest first.
 func (r *Runtime) ListSnapshots(ctx context.Context) ([]snapshots.Manifest, error) {
 	store, err := r.snapshotStore()
 	if err != nil {
 		return nil, err
 	}
-	return store.List(ctx)
+	all, err := store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(m snapshots.Manifest) bool { return !tenant.VisibleWorkspace(ctx, m.SessionID) }), nil
 }
 
 // GetSnapshot returns one snapshot's manifest.
@@ -193,7 +203,7 @@ func (r *Runtime) GetSnapshot(ctx context.Context, id string) (snapshots.Manifes
 	if err != nil {
 		return snapshots.Manifest{}, err
 	}
-	return store.Get(ctx, strings.TrimSpace(id))
+	return snapshotIn(ctx, store, strings.TrimSpace(id))
 }
 
 // DeleteSnapshot removes a snapshot.
@@ -202,7 +212,11 @@ func (r *Runtime) DeleteSnapshot(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	return store.Delete(ctx, strings.TrimSpace(id))
+	id = strings.TrimSpace(id)
+	if _, err := snapshotIn(ctx, store, id); err != nil {
+		return err
+	}
+	return store.Delete(ctx, id)
 }
 
 // fromSnapshot turns a spec naming from_snapshot into the snapshot's
@@ -220,7 +234,7 @@ func (r *Runtime) fromSnapshot(ctx context.Context, b backends.Backend, spec Spe
 	if err != nil {
 		return spec, err
 	}
-	m, err := store.Get(ctx, spec.FromSnapshot)
+	m, err := snapshotIn(ctx, store, spec.FromSnapshot)
 	if err != nil {
 		return spec, err
 	}
@@ -269,6 +283,13 @@ func snapshotError(id string, err error) error {
 // directory, bound by both, unless durable.snapshot_host_paths makes the
 // fork copy it into a workspace of its own.
 func (r *Runtime) ForkSession(ctx context.Context, id, newID string) (SessionInfo, error) {
+	id, err := r.resolve(ctx, id)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	if newID, err = tenant.Resolve(ctx, "new_session_id", newID); err != nil {
+		return SessionInfo{}, err
+	}
 	b, err := r.currentBackend(ctx)
 	if err != nil {
 		return SessionInfo{}, err

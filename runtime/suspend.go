@@ -92,6 +92,10 @@ func suspender(b backends.Backend) (backends.Suspender, error) {
 // and the specs of its running managed processes; the next call that needs
 // it resumes it. A session with a command running is refused.
 func (r *Runtime) SuspendSession(ctx context.Context, id string) (SessionInfo, error) {
+	id, err := r.resolve(ctx, id)
+	if err != nil {
+		return SessionInfo{}, err
+	}
 	b, err := r.currentBackend(ctx)
 	if err != nil {
 		return SessionInfo{}, err
@@ -171,6 +175,15 @@ func (r *Runtime) suspendLocked(ctx context.Context, b backends.Backend, s *sess
 // ResumeSession resumes a suspended session (a running one is returned as
 // it is).
 func (r *Runtime) ResumeSession(ctx context.Context, id string) (SessionInfo, error) {
+	physical, err := r.resolve(ctx, id)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	return r.resumeSession(ctx, physical)
+}
+
+// resumeSession is ResumeSession of a physical id.
+func (r *Runtime) resumeSession(ctx context.Context, id string) (SessionInfo, error) {
 	b, err := r.currentBackend(ctx)
 	if err != nil {
 		return SessionInfo{}, err
@@ -192,10 +205,14 @@ func (r *Runtime) ResumeSession(ctx context.Context, id string) (SessionInfo, er
 // Acquire resumes session id when it is suspended and marks it used; other
 // runtime parts (file access) call it before touching a session's files.
 func (r *Runtime) Acquire(ctx context.Context, id string) error {
-	if _, err := r.ResumeSession(ctx, id); err != nil {
+	id, err := r.resolve(ctx, id)
+	if err != nil {
 		return err
 	}
-	r.Touch(id)
+	if _, err := r.resumeSession(ctx, id); err != nil {
+		return err
+	}
+	r.touch(id)
 	return nil
 }
 

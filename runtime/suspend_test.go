@@ -89,7 +89,7 @@ func TestIdlePolicy(t *testing.T) {
 			clock.Advance(61 * time.Second)
 			rt.Reap(ctx)
 			state := func(id string) string {
-				d, err := rt.GetSession(id)
+				d, err := rt.GetSession(context.Background(), id)
 				if err != nil {
 					return ""
 				}
@@ -113,7 +113,7 @@ func TestSuspendRefusedBySuspendChecker(t *testing.T) {
 	require.ErrorIs(t, err, boxerr.ErrBox)
 	assert.Contains(t, err.Error(), "cannot suspend session n")
 	assert.Equal(t, int32(0), sf.suspends.Load(), "the backend was not asked")
-	d, err := rt.GetSession("n")
+	d, err := rt.GetSession(context.Background(), "n")
 	require.NoError(t, err)
 	assert.NotEqual(t, backends.StateSuspended, d.State)
 }
@@ -150,7 +150,7 @@ func TestConcurrentResumeResumesOnce(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, int32(1), sf.resumes.Load(), "resumed once")
 	assert.Equal(t, 1, sf.started, "no recreation")
-	d, err := rt.GetSession("s")
+	d, err := rt.GetSession(context.Background(), "s")
 	require.NoError(t, err)
 	assert.Equal(t, backends.StateRunning, d.State)
 }
@@ -165,13 +165,13 @@ func TestResumeRestartsProcesses(t *testing.T) {
 
 	_, err = rt.SuspendSession(ctx, "s")
 	require.NoError(t, err)
-	d, err := rt.GetSession("s")
+	d, err := rt.GetSession(context.Background(), "s")
 	require.NoError(t, err)
 	assert.Empty(t, d.ManagedProcesses, "a suspended session runs nothing")
 
 	_, err = rt.ResumeSession(ctx, "s")
 	require.NoError(t, err)
-	p, err := rt.Process("s", "")
+	p, err := rt.Process(context.Background(), "s", "")
 	require.NoError(t, err)
 	assert.Equal(t, ProcessRunning, p.Status)
 	assert.True(t, p.Resumed, "the process is flagged: its earlier output is gone")
@@ -182,7 +182,7 @@ func TestResumeRestartsProcesses(t *testing.T) {
 	p, err = rt.StartProcess(ctx, "s", backends.ProcessSpec{ProcessID: "other", Command: "cat"})
 	require.NoError(t, err)
 	assert.False(t, p.Resumed)
-	d, err = rt.GetSession("s")
+	d, err = rt.GetSession(context.Background(), "s")
 	require.NoError(t, err)
 	assert.Equal(t, backends.StateRunning, d.State)
 	assert.Len(t, d.ManagedProcesses, 2)

@@ -243,13 +243,23 @@ func (p *Proc) NextLine(timeout time.Duration) []byte {
 // Call sends a request over stdio and waits for its response.
 func (p *Proc) Call(method string, params any, timeout time.Duration) Response {
 	p.t.Helper()
+	return p.CallMeta(nil, method, params, timeout)
+}
+
+// CallMeta is Call with a tenant context in "meta" (none when nil).
+func (p *Proc) CallMeta(meta any, method string, params any, timeout time.Duration) Response {
+	p.t.Helper()
 	p.mu.Lock()
 	p.nextID++
 	id := fmt.Sprintf("%d", p.nextID)
 	ch := make(chan Response, 1)
 	p.waiters[id] = ch
 	p.mu.Unlock()
-	req, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": p.nextIDValue(id), "method": method, "params": params})
+	msg := map[string]any{"jsonrpc": "2.0", "id": p.nextIDValue(id), "method": method, "params": params}
+	if meta != nil {
+		msg["meta"] = meta
+	}
+	req, err := json.Marshal(msg)
 	require.NoError(p.t, err)
 	p.Send(append(req, '\n'))
 	select {

@@ -567,7 +567,8 @@ func TestLangBotHostBackend(t *testing.T) {
 
 // TestJSONRPCMetaTenancy: JSON-RPC requests carry the same tenant context
 // in "meta", and get the same namespacing and fence; requests without it
-// stay single-tenant.
+// run in the default namespace, which neither lists nor names a
+// Workspace's session.
 func TestJSONRPCMetaTenancy(t *testing.T) {
 	p := Start(t, Options{Stdio: true, Config: `{"backend":"bwrap"}`})
 	call := func(id, method, params string, gen int) Response {
@@ -591,7 +592,10 @@ func TestJSONRPCMetaTenancy(t *testing.T) {
 	assert.Contains(t, string(r.Result), `"session_id":"s1"`)
 	r = call("b", "box_get_sessions", `{}`, 0)
 	require.Nil(t, r.Error)
-	assert.Contains(t, string(r.Result), `"session_id":"ws-695136eeae1cb9b6af4a8226-g1-s1"`, "without meta the runtime's own ids show")
+	assert.JSONEq(t, `{"sessions":[]}`, string(r.Result), "without meta: the default namespace, which lists no Workspace's session")
+	r = call("b2", "box_get_session", `{"session_id":"ws-695136eeae1cb9b6af4a8226-g1-s1"}`, 0)
+	require.NotNil(t, r.Error, "the default namespace cannot name a Workspace's session")
+	assert.Equal(t, "BoxValidationError", r.Error.Type())
 	r = call("c", "box_get_sessions", `{}`, 2)
 	require.Nil(t, r.Error)
 	assert.JSONEq(t, `{"sessions":[]}`, string(r.Result))

@@ -13,15 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/boxrt/boxrt/actions"
 )
-
-// catalogue is every method boxrt serves: the dispatcher's and the
-// tenancy layer's (built without a runtime: only the names are read).
-func catalogue() []string {
-	return actions.NewTenancy(actions.New(nil, nil, actions.Server{}), nil, actions.TenancyOptions{}).Methods()
-}
 
 // documented lists the methods of docs/protocol.md's method table.
 func documented(t *testing.T) []string {

@@ -337,7 +337,7 @@ func (l *Local) Get(_ context.Context, id string) (Manifest, error) {
 	}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Manifest{}, boxerr.Validation("snapshot_id", "snapshot %s does not exist", id).With("snapshot_id", id)
+		return Manifest{}, ErrNotExist(id)
 	}
 	if err != nil {
 		return Manifest{}, boxerr.Failure("reading snapshot %s: %v", id, err).Wrap(err)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"time"
+
+	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // Modes of a snapshot.
@@ -43,6 +45,12 @@ type Manifest struct {
 	// store's key). Only the store sets and reads it; it is empty in every
 	// manifest a Store returns.
 	Seal string `json:"seal,omitempty"`
+}
+
+// ErrNotExist is the answer for an unknown snapshot id (and for one the
+// caller's namespace does not hold, so as not to tell it exists).
+func ErrNotExist(id string) error {
+	return boxerr.Validation("snapshot_id", "snapshot %s does not exist", id).With("snapshot_id", id)
 }
 
 // Store keeps snapshots. Implementations are safe for concurrent use.

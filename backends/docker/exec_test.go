@@ -427,14 +427,11 @@ func bridgeGateway(t *testing.T, cli *client.Client) string {
 	return prefix.Masked().Addr().Next().String()
 }
 
-// TestExecNetwork listens on the host and connects from a session: refused
-// (no route at all) with network off, answered with network on.
-func TestExecNetwork(t *testing.T) {
-	t.Parallel()
-	b := newBackend(t)
-	cli := rawClient(t)
-	gateway := bridgeGateway(t, cli)
-
+// helloListener serves "hello from host" on every host address (the
+// sessions reach it through their bridge) until the test ends; it returns
+// the port.
+func helloListener(t *testing.T) int {
+	t.Helper()
 	ln, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
 		t.Fatal(err)
@@ -453,7 +450,18 @@ func TestExecNetwork(t *testing.T) {
 		}
 	}()
 	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
-	port := ln.Addr().(*net.TCPAddr).Port
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestExecNetwork listens on the host and connects from a session: refused
+// (no route at all) with network off, answered with network on.
+func TestExecNetwork(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	cli := rawClient(t)
+	gateway := bridgeGateway(t, cli)
+
+	port := helloListener(t)
 	cmd := fmt.Sprintf("nc -w 3 %s %d </dev/null", gateway, port)
 
 	off := startSession(t, b)
@@ -548,22 +556,7 @@ func TestSessionsIsolatedOnNetwork(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
-	ln, err := net.Listen("tcp", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write([]byte("hello from host\n"))
-			_ = c.Close()
-		}
-	}()
-	t.Cleanup(func() { _ = ln.Close() })
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	port := strconv.Itoa(helloListener(t))
 
 	reach := func(addr, port string) result {
 		return run(t, b, other, fmt.Sprintf("nc -w 3 %s %s </dev/null", addr, port), 30*time.Second)

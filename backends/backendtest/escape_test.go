@@ -37,6 +37,7 @@ func TestEscapeCasesPassOnDenied(t *testing.T) {
 		"mount":                                  {out: "mount tmpfs=denied (operation not permitted)\nmount proc=denied (operation not permitted)\n"},
 		"unshare":                                {out: "unshare user=denied (x)\nunshare mount=denied (x)\nunshare net=denied (x)\n"},
 		"raw sockets":                            {out: "socket inet raw=denied (x)\nsocket packet=denied (x)\n"},
+		"vsock socket":                           {out: "socket vsock=denied (address family not supported by protocol)\n"},
 		"reach a host listener with network off": {out: "connect 127.0.0.1:9=denied (network is unreachable)\n"},
 		"fork bomb under the pids limit":         {out: "started=29\nfork=denied (resource temporarily unavailable)\n"},
 		"memory hog under the memory limit":      {out: "memhog=start\n", status: backends.ExitStatus{ExitCode: 137}},

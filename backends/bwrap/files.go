@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -95,30 +96,81 @@ func (b *Backend) view(info backends.Session) (*fileView, error) {
 	return v, nil
 }
 
-// asSandbox runs fn on a fresh OS thread acting as the sandbox user for
-// file access (boxrt's own identity when it is not root).
+// asSandbox runs fn on a locked OS thread acting as the sandbox user for
+// file access (boxrt's own identity when it is not root), then gives the
+// thread its ids back and returns it to the pool.
+//
+// The thread must not end with the goroutine: it is any thread of the
+// pool, and every bwrap, slirp4netns or helper that thread once forked
+// holds Pdeathsig tied to it, so its end would SIGKILL those children —
+// other sessions' sandboxes and their commands. A thread whose ids cannot
+// be restored is parked for good instead, never reused and never ended.
 func (b *Backend) asSandbox(fn func() error) error {
 	if b.id.cred == nil {
 		return fn()
 	}
 	done := make(chan error, 1)
 	go func() {
-		// Never unlocked: the thread dies with this goroutine, so its
-		// changed ids never serve other goroutines.
 		runtime.LockOSThread()
-		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
-			done <- fmt.Errorf("setgroups: %w", e)
-			return
+		restore, err := b.becomeSandboxUser()
+		if err == nil {
+			err = fn()
 		}
-		unix.Setfsgid(b.id.gid)
-		unix.Setfsuid(b.id.uid)
-		if got, _ := unix.SetfsuidRetUid(-1); got != b.id.uid {
-			done <- fmt.Errorf("setfsuid %d did not take (fsuid %d)", b.id.uid, got)
-			return
+		if rerr := restore(); rerr != nil {
+			done <- errors.Join(err, rerr)
+			select {} // parked: its ids are not boxrt's
 		}
-		done <- fn()
+		runtime.UnlockOSThread()
+		done <- err
 	}()
 	return <-done
+}
+
+// becomeSandboxUser switches this (locked) thread's supplementary groups
+// and file-system ids to the sandbox user's, and returns what switches
+// them back. Raw syscalls: Go's wrappers would change every thread.
+func (b *Backend) becomeSandboxUser() (restore func() error, err error) {
+	groups, err := unix.Getgroups()
+	if err != nil {
+		return func() error { return nil }, fmt.Errorf("getgroups: %w", err)
+	}
+	uid, gid := unix.Geteuid(), unix.Getegid()
+	restore = func() error {
+		if err := setThreadGroups(groups); err != nil {
+			return err
+		}
+		unix.Setfsgid(gid)
+		unix.Setfsuid(uid)
+		if got, _ := unix.SetfsuidRetUid(-1); got != uid {
+			return fmt.Errorf("setfsuid back to %d did not take (fsuid %d)", uid, got)
+		}
+		return nil
+	}
+	if err := setThreadGroups(nil); err != nil {
+		return restore, err
+	}
+	unix.Setfsgid(b.id.gid)
+	unix.Setfsuid(b.id.uid)
+	if got, _ := unix.SetfsuidRetUid(-1); got != b.id.uid {
+		return restore, fmt.Errorf("setfsuid %d did not take (fsuid %d)", b.id.uid, got)
+	}
+	return restore, nil
+}
+
+// setThreadGroups sets the calling thread's supplementary groups only.
+func setThreadGroups(groups []int) error {
+	gids := make([]uint32, len(groups))
+	for i, g := range groups {
+		gids[i] = uint32(g)
+	}
+	var p unsafe.Pointer
+	if len(gids) > 0 {
+		p = unsafe.Pointer(&gids[0])
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(gids)), uintptr(p), 0); e != 0 {
+		return fmt.Errorf("setgroups: %w", e)
+	}
+	return nil
 }
 
 // withView opens the session's view and runs fn on it as the sandbox

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -120,5 +121,38 @@ func TestFilesRWMountOwner(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(rw, "w"))
 	if err != nil || int(fi.Sys().(*syscall.Stat_t).Uid) != want {
 		t.Fatalf("host file of an rw mount: %v, owner %v want %d", err, fi, want)
+	}
+}
+
+// TestFileAPIKeepsOtherSandboxesAlive: the file API's sandbox-user
+// threads come from Go's pool, and a bwrap forked from a thread carries
+// Pdeathsig tied to that thread; a file call that ended its thread killed
+// whatever the thread had forked (a command of any session died with
+// 137). A process started right before file calls must survive them.
+func TestFileAPIKeepsOtherSandboxesAlive(t *testing.T) {
+	b := newBackend(t)
+	info := newSession(t, b, nil)
+	for i := range 8 {
+		p, err := b.StartProcess(context.Background(), info, backends.ProcessSpec{ProcessID: "cat" + strconv.Itoa(i), Command: "cat"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range 5 {
+			if err := apiWrite(b, info, "/workspace/f"+strconv.Itoa(j), []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		line := "alive " + strconv.Itoa(i) + "\n"
+		if _, err := io.WriteString(p.Stdin(), line); err != nil {
+			t.Fatalf("process %d: stdin: %v", i, err)
+		}
+		buf := make([]byte, len(line))
+		if _, err := io.ReadFull(p.Stdout(), buf); err != nil || string(buf) != line {
+			t.Fatalf("process %d died under the file API: read %q, %v", i, buf, err)
+		}
+		_ = p.Stdin().Close()
+		if code, err := waitWithin(t, p, 5*time.Second); err != nil || code != 0 {
+			t.Fatalf("process %d: exit %d, %v (want 0 after its stdin closed)", i, code, err)
+		}
 	}
 }

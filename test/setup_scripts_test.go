@@ -15,21 +15,24 @@ import (
 // TestDockerDaemonConfig: scripts/docker-daemon-config merges boxrt's keys
 // into daemon.json without losing the operator's, rewrites nothing when
 // nothing changes, and says what dockerd must do: reload (SIGHUP) for
-// runtimes, restart for experimental. A broken file is refused, untouched.
+// runtimes, restart for experimental. runsc always gets --oci-seccomp. A broken file is refused, untouched.
 func TestDockerDaemonConfig(t *testing.T) {
+	// gVisor applies a container's seccomp profile only with this flag.
+	seccomp := []any{"--oci-seccomp"}
 	tests := []struct {
 		name, before string
 		args         []string
 		action       string
 		runtimeArgs  []any
 	}{
-		{"no file", "", nil, "restart", nil},
-		{"experimental already on", `{"experimental":true}`, nil, "reload", nil},
-		{"up to date", `{"experimental":true,"runtimes":{"runsc":{"path":"/usr/bin/runsc"}}}`, nil, "none", nil},
+		{"no file", "", nil, "restart", seccomp},
+		{"experimental already on", `{"experimental":true}`, nil, "reload", seccomp},
+		{"up to date", `{"experimental":true,"runtimes":{"runsc":{"path":"/usr/bin/runsc","runtimeArgs":["--oci-seccomp"]}}}`, nil, "none", seccomp},
+		{"seccomp flag added", `{"experimental":true,"runtimes":{"runsc":{"path":"/usr/bin/runsc"}}}`, nil, "reload", seccomp},
 		{"keeps other keys and args", `{"log-level":"warn","experimental":true,"runtimes":{"x":{"path":"/x"},"runsc":{"path":"/usr/bin/runsc","runtimeArgs":["--debug"]}}}`,
-			[]string{"--runsc-network-host"}, "reload", []any{"--debug", "--network=host"}},
-		{"network arg dropped again", `{"experimental":true,"runtimes":{"runsc":{"path":"/usr/bin/runsc","runtimeArgs":["--network=host"]}}}`,
-			nil, "reload", nil},
+			[]string{"--runsc-network-host"}, "reload", []any{"--debug", "--oci-seccomp", "--network=host"}},
+		{"network arg dropped again", `{"experimental":true,"runtimes":{"runsc":{"path":"/usr/bin/runsc","runtimeArgs":["--oci-seccomp","--network=host"]}}}`,
+			nil, "reload", seccomp},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -47,11 +50,7 @@ func TestDockerDaemonConfig(t *testing.T) {
 			assert.Equal(t, true, got["experimental"])
 			runsc := got["runtimes"].(map[string]any)["runsc"].(map[string]any)
 			assert.Equal(t, "/usr/bin/runsc", runsc["path"])
-			if tc.runtimeArgs == nil {
-				assert.NotContains(t, runsc, "runtimeArgs", "%s", raw)
-			} else {
-				assert.Equal(t, tc.runtimeArgs, runsc["runtimeArgs"], "%s", raw)
-			}
+			assert.Equal(t, tc.runtimeArgs, runsc["runtimeArgs"], "%s", raw)
 			if strings.Contains(tc.before, "log-level") {
 				assert.Equal(t, "warn", got["log-level"])
 				assert.Contains(t, got["runtimes"], "x")

@@ -416,12 +416,7 @@ func runServe(c *cli.Context) error {
 		return rt.Config()
 	})
 	defer skillStore.Close()
-	rtOpts := []runtime.Option{runtime.WithLogger(log.With().Str("component", "runtime").Logger()),
-		runtime.WithExecObserver(metrics.exec), runtime.WithSkillResolver(skills.ContextResolver{Base: skillStore})}
-	if private {
-		rtOpts = append(rtOpts, runtime.WithSessionsEndingAtClose())
-	}
-	rt, err = runtime.New(cfg, newBackend, stateDir, rtOpts...)
+	rt, err = runtime.New(cfg, newBackend, stateDir, runtimeOptions(log, metrics.exec, skillStore, private)...)
 	if err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}
@@ -617,4 +612,16 @@ func callIDs(params json.RawMessage) callIdentifiers {
 		ids.ProcessID = ids.Spec.ProcessID
 	}
 	return ids
+}
+
+// runtimeOptions are the runtime's options in serve: its log, the exec
+// metrics, skills from the store (per Workspace scope), and with a
+// private state directory sessions that all end with the process.
+func runtimeOptions(log zerolog.Logger, observe func(runtime.ExecEvent), store *skills.Store, private bool) []runtime.Option {
+	opts := []runtime.Option{runtime.WithLogger(log.With().Str("component", "runtime").Logger()),
+		runtime.WithExecObserver(observe), runtime.WithSkillResolver(skills.ContextResolver{Base: store})}
+	if private {
+		opts = append(opts, runtime.WithSessionsEndingAtClose())
+	}
+	return opts
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestDependencyDirection pins the import graph DESIGN.md draws:
+// TestDependencyDirection pins the import graph docs/architecture.md draws:
 // main → actions → runtime → backends, with rpc, relay, reconnect and the
 // error package at the edges, and internal/ leaves (clip, keyed, fdsafe,
 // statelock, atomicfile) any of them may use. Each package lists the boxrt
@@ -18,26 +18,26 @@ func TestDependencyDirection(t *testing.T) {
 	const module = "github.com/boxrt/boxrt"
 	allowed := map[string][]string{
 		".":                           {"*"},
-		"actions":                     {"rpc", "runtime", "runtime/skills", "runtime/snapshots", "runtime/boxerr", "runtime/tenant", "backends", "internal/clip"},
-		"runtime":                     {"backends", "runtime/skills", "runtime/snapshots", "runtime/boxerr", "runtime/tenant", "internal/clip", "internal/keyed", "internal/atomicfile"},
-		"runtime/skills":              {"runtime/boxerr", "internal/keyed"},
-		"runtime/snapshots":           {"runtime/boxerr"},
-		"runtime/boxerr":              {},
-		"runtime/tenant":              {"runtime/boxerr"},
-		"backends":                    {"runtime/boxerr"},
-		"backends/bwrap":              {"backends", "backends/internal/sandboxsh", "runtime/boxerr", "internal/atomicfile"},
-		"backends/docker":             {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "runtime/boxerr", "internal/atomicfile"},
-		"backends/kube":               {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "runtime/boxerr"},
+		"actions":                     {"rpc", "runtime", "runtime/skills", "runtime/snapshots", "internal/boxerr", "runtime/tenant", "backends", "internal/clip"},
+		"runtime":                     {"backends", "runtime/skills", "runtime/snapshots", "internal/boxerr", "runtime/tenant", "internal/clip", "internal/keyed", "internal/atomicfile"},
+		"runtime/skills":              {"internal/boxerr", "internal/keyed"},
+		"runtime/snapshots":           {"internal/boxerr"},
+		"internal/boxerr":             {},
+		"runtime/tenant":              {"internal/boxerr"},
+		"backends":                    {"internal/boxerr"},
+		"backends/bwrap":              {"backends", "backends/internal/sandboxsh", "internal/boxerr", "internal/atomicfile"},
+		"backends/docker":             {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "internal/boxerr", "internal/atomicfile"},
+		"backends/kube":               {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "internal/boxerr"},
 		"backends/internal/sandboxsh": {},
 		"backends/internal/execproc":  {"backends"},
-		"backends/backendtest":        {"backends", "runtime", "runtime/boxerr"},
-		"backends/host":               {"backends", "runtime/boxerr"},
-		"backends/internal/sandboxfs": {"backends", "runtime/boxerr"},
-		"relay":                       {"rpc", "runtime", "runtime/boxerr", "runtime/tenant", "backends"},
-		"rpc":                         {"runtime/boxerr"},
-		"reconnect":                   {"runtime/boxerr"},
+		"backends/backendtest":        {"backends", "runtime", "internal/boxerr"},
+		"backends/host":               {"backends", "internal/boxerr"},
+		"backends/internal/sandboxfs": {"backends", "internal/boxerr"},
+		"relay":                       {"rpc", "runtime", "internal/boxerr", "runtime/tenant", "backends"},
+		"rpc":                         {"internal/boxerr"},
+		"reconnect":                   {"internal/boxerr"},
 		"test":                        {"*"},
-		"test/bench":                  {"reconnect", "runtime/boxerr", "internal/clip", "backends", "backends/bwrap", "backends/docker", "test/bench/echopeer"},
+		"test/bench":                  {"reconnect", "internal/boxerr", "internal/clip", "backends", "backends/bwrap", "backends/docker", "test/bench/echopeer"},
 		"test/bench/echopeer":         {},
 		"test/bench/linkedecho":       {"*"},
 		"internal/clip":               {},

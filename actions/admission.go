@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/rpc"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 	"github.com/boxrt/boxrt/runtime/skills"
 	"github.com/boxrt/boxrt/runtime/tenant"
 )

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/runtime"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // DecodeParams decodes a JSON-RPC params object into v strictly: params must

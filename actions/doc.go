@@ -6,7 +6,7 @@
 // BoxValidationErrors naming the field), used for every method's params,
 // for session specs and, handed to runtime.Config.Merge, for configuration
 // patches. It also owns the mapping from typed Go
-// errors to the wire form using runtime/boxerr's table (errors.go).
+// errors to the wire form using internal/boxerr's table (errors.go).
 //
 // Tenancy (tenancy*.go, fence.go, admission.go) wraps the Dispatcher as
 // LangBot's Box runtime does: action scopes, the trusted instance, session

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/rpc"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // EncodeError maps a Go error to its wire form using boxerr's table. Typed

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/runtime"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // OutputNotification is the method of the notifications that carry an

@@ -3,7 +3,7 @@ package actions
 import (
 	"context"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/runtime/skills"
 )
 

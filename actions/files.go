@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/runtime"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // The file methods (box_fs_*): a session's files by sandbox path. Data

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
@@ -201,7 +201,7 @@ func (d *Dispatcher) runWatch(ctx context.Context, id, scope, sessionID string, 
 			// unwatch sent after the last notification finds no watch.
 			d.watches.remove(id, scope)
 			_ = rpc.Notify(ctx, "box_fs_event", fsEvent{WatchID: id, SessionID: sessionID, Events: []runtime.FileEvent{},
-				Ended: &fsEnded{Type: runtime.ErrorType(err), Message: err.Error()}})
+				Ended: &fsEnded{Type: boxerr.TypeOf(err), Message: err.Error()}})
 			return
 		}
 		failures = 0

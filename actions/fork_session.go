@@ -4,8 +4,8 @@ import (
 	"context"
 	"strings"
 
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/runtime"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 type forkParams struct {

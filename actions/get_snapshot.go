@@ -4,7 +4,7 @@ import (
 	"context"
 	"strings"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/runtime/snapshots"
 )
 

@@ -3,8 +3,8 @@ package actions
 import (
 	"encoding/json"
 
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/rpc"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // requiredKeys are the data keys the reference's server reads with

@@ -3,7 +3,7 @@ package actions
 import (
 	"context"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 type createSkillParams struct {

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/runtime"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 	"github.com/boxrt/boxrt/runtime/skills"
 )
 

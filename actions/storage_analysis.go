@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/runtime"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 	"github.com/boxrt/boxrt/runtime/skills"
 	"github.com/boxrt/boxrt/runtime/tenant"
 )

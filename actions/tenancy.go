@@ -11,9 +11,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 	"github.com/boxrt/boxrt/runtime/skills"
 	"github.com/boxrt/boxrt/runtime/tenant"
 )

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/runtime/tenant"
 )
 

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/rpc"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 	"github.com/boxrt/boxrt/runtime/tenant"
 )
 

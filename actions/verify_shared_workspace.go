@@ -9,7 +9,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // probeName is the only basename LangBot writes as its shared-workspace

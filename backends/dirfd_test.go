@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // A directory swapped for a symlink after the allow-list check must not

@@ -8,7 +8,7 @@
 // allow-list checks both backends apply. The wire-facing session model
 // (Spec, SessionInfo, ExecResult) is runtime's. It is a leaf of the
 // dependency graph: runtime and every backend subpackage import it, it
-// imports only runtime/boxerr.
+// imports only internal/boxerr.
 //
 // ExecRequest's live fields (Stdin, TTY, Resize, Signals) are part of the
 // Exec contract, not an option: the runtime sets them for streamed and

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"golang.org/x/sys/unix"
 )
 

@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // NetworkMode says whether a sandbox may reach the network.

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"syscall"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // StateDirError is the typed error of a write to the state directory that

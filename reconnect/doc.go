@@ -2,7 +2,7 @@
 // spawns `boxrt serve --stdio` (Spawn) or dials a runtime's /rpc/ws (Dial),
 // speaks JSON-RPC 2.0 to it, and keeps the link alive.
 //
-// What it does for the host, per DESIGN.md "Heartbeat and reconnect":
+// What it does for the host:
 //
 //   - Heartbeat: __ping every 20 s with a 15 s timeout; 3 unanswered pings
 //     in a row declare the link dead (WithHeartbeat). A child that exits or

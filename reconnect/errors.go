@@ -8,12 +8,13 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
-// Sentinels for errors.Is: the rows of boxrt's one wire error table
-// (runtime/boxerr, a leaf package, so a host importing this client pulls in
-// nothing else of boxrt). Each matches an *Error carrying its code.
+// Sentinels for errors.Is: every row of boxrt's one wire error table
+// (internal/boxerr, a leaf package, so a host importing this client pulls in
+// nothing else of boxrt; TestSentinelsCoverTheTable holds the two equal).
+// Each matches an *Error carrying its code.
 var (
 	ErrBox                = boxerr.ErrBox
 	ErrValidation         = boxerr.ErrValidation
@@ -26,7 +27,9 @@ var (
 	ErrCapacityExceeded   = boxerr.ErrCapacityExceeded
 	ErrAdmission          = boxerr.ErrAdmission
 	ErrReadiness          = boxerr.ErrReadiness
+	ErrPermission         = boxerr.ErrPermission
 	ErrFileNotFound       = boxerr.ErrFileNotFound
+	ErrSnapshotCorrupted  = boxerr.ErrSnapshotCorrupted
 	ErrParse              = boxerr.ErrParse
 	ErrInvalidRequest     = boxerr.ErrInvalidRequest
 	ErrMethodNotFound     = boxerr.ErrMethodNotFound
@@ -124,7 +127,8 @@ func localError(k *boxerr.Kind, retryable bool, cause error, format string, args
 }
 
 // unavailable is the error for a call that could not be answered because
-// the link was down or went down: retryable, as DESIGN.md requires.
+// the link was down or went down: retryable, so a host may send it again
+// once the link is back.
 func unavailable(cause error, format string, args ...any) *Error {
 	return localError(ErrRuntimeUnavailable, true, cause, format, args...)
 }

@@ -5,11 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"strings"
 	"testing"
 
 	"github.com/sourcegraph/jsonrpc2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 func wire(code int64, msg, data string) *jsonrpc2.Error {
@@ -96,4 +102,75 @@ func TestIsPermanent(t *testing.T) {
 	assert.False(t, isPermanent(fromWire(wire(-32002, "BoxRuntimeUnavailableError: busy", ""))))
 	assert.False(t, isPermanent(unavailable(errors.New("eof"), "lost")), "a lost link is worth retrying")
 	assert.False(t, isPermanent(context.DeadlineExceeded))
+}
+
+// TestSentinelsCoverTheTable holds this package's sentinels to boxrt's wire
+// error table: a kind added to internal/boxerr without a sentinel here (or
+// a sentinel naming another kind) fails, so a host can match every error
+// the server can send.
+func TestSentinelsCoverTheTable(t *testing.T) {
+	kinds := declaredErrVars(t, "../internal/boxerr/kind.go", func(e ast.Expr) string {
+		if u, ok := e.(*ast.UnaryExpr); ok {
+			if _, ok := u.X.(*ast.CompositeLit); ok {
+				return "kind"
+			}
+		}
+		return ""
+	})
+	sentinels := declaredErrVars(t, "errors.go", func(e ast.Expr) string {
+		if sel, ok := e.(*ast.SelectorExpr); ok {
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == "boxerr" {
+				return sel.Sel.Name
+			}
+		}
+		return ""
+	})
+	for name := range kinds {
+		if got, ok := sentinels[name]; !ok {
+			t.Errorf("boxerr.%s has no reconnect.%s sentinel", name, name)
+		} else if got != name {
+			t.Errorf("reconnect.%s = boxerr.%s, want boxerr.%s", name, got, name)
+		}
+	}
+	for name := range sentinels {
+		if _, ok := kinds[name]; !ok {
+			t.Errorf("reconnect.%s names no kind of the table", name)
+		}
+	}
+	for _, k := range boxerr.Kinds {
+		err := fromWire(wire(k.Code, k.Type+": x", ""))
+		if !errors.Is(err, k) || err.Type != k.Type || err.Retryable != k.Retryable {
+			t.Errorf("code %d decodes to %+v, want kind %s", k.Code, err, k.Type)
+		}
+	}
+	if len(kinds) != len(boxerr.Kinds) {
+		t.Errorf("kind.go declares %d kinds, boxerr.Kinds lists %d", len(kinds), len(boxerr.Kinds))
+	}
+}
+
+// declaredErrVars parses file and returns its package-level Err* variables
+// whose value pick accepts, mapped to what pick says of the value.
+func declaredErrVars(t *testing.T, file string, pick func(ast.Expr) string) map[string]string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, decl := range f.Decls {
+		gd, ok := decl.(*ast.GenDecl)
+		if !ok || gd.Tok != token.VAR {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				if !strings.HasPrefix(name.Name, "Err") || i >= len(vs.Values) {
+					continue
+				}
+				if v := pick(vs.Values[i]); v != "" {
+					out[name.Name] = v
+				}
+			}
+		}
+	}
+	return out
 }

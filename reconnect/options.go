@@ -12,8 +12,8 @@ import (
 	"time"
 )
 
-// Defaults, from DESIGN.md "Heartbeat and reconnect" (which keeps the
-// LangBot host's numbers).
+// Defaults: the LangBot host's own heartbeat and reconnect numbers, so a
+// host ported from it behaves the same (see the package doc).
 const (
 	DefaultHeartbeatInterval = 20 * time.Second
 	DefaultHeartbeatTimeout  = 15 * time.Second
@@ -25,7 +25,7 @@ const (
 	DefaultStopTimeout       = 5 * time.Second
 
 	// MaxMessageBytes is the largest JSON-RPC message either side sends
-	// (DESIGN.md "Wire protocol"); a larger incoming message is a protocol
+	// (docs/protocol.md, "Transports"); a larger incoming message is a protocol
 	// violation and ends the link.
 	MaxMessageBytes = 16 << 20
 )

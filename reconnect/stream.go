@@ -122,7 +122,7 @@ func (c *lineConn) Close() error {
 }
 
 // wsConn frames messages as WebSocket text messages (one JSON-RPC message
-// per frame, DESIGN.md); it is this package's adapter over coder/websocket.
+// per frame, as docs/protocol.md says); it is this package's adapter over coder/websocket.
 type wsConn struct{ c *websocket.Conn }
 
 func (w *wsConn) ReadFrame() ([]byte, error) {

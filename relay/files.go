@@ -2,7 +2,6 @@ package relay
 
 import (
 	"encoding/json"
-	"errors"
 	"io"
 	"io/fs"
 	"net/http"
@@ -12,9 +11,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // Files serves a session's files over plain HTTP, next to the relay:
@@ -55,14 +54,14 @@ const copyBufferBytes = 256 << 10
 func (f *Files) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, sessionID, ok := scoped(f.scope, r, r.PathValue("session_id"))
 	if !ok {
-		writeFileError(w, boxerr.SessionNotFound(r.PathValue("session_id")))
+		writeError(w, boxerr.SessionNotFound(r.PathValue("session_id")))
 		return
 	}
 	r = r.WithContext(ctx)
 	q := r.URL.Query()
 	p := q.Get("path")
 	if p == "" {
-		writeFileError(w, boxerr.Validation("path", "the path query parameter is required"))
+		writeError(w, boxerr.Validation("path", "the path query parameter is required"))
 		return
 	}
 	switch r.Method {
@@ -92,17 +91,17 @@ func intParam(r *http.Request, name string, def int64, base int) (int64, error) 
 func (f *Files) get(w http.ResponseWriter, r *http.Request, sessionID, p string) {
 	offset, err := intParam(r, "offset", 0, 10)
 	if err != nil {
-		writeFileError(w, err)
+		writeError(w, err)
 		return
 	}
 	length, err := intParam(r, "length", -1, 10)
 	if err != nil {
-		writeFileError(w, err)
+		writeError(w, err)
 		return
 	}
 	rc, fi, err := f.rt.FileRead(r.Context(), sessionID, p, offset, length)
 	if err != nil {
-		writeFileError(w, err)
+		writeError(w, err)
 		return
 	}
 	defer rc.Close()
@@ -141,7 +140,7 @@ func (f *Files) put(w http.ResponseWriter, r *http.Request, sessionID, p string)
 		err = boxerr.Validation("mode", "mode must be octal permission bits up to 0777, got %q", r.URL.Query().Get("mode"))
 	}
 	if err != nil {
-		writeFileError(w, err)
+		writeError(w, err)
 		return
 	}
 	opts := backends.WriteOptions{Mode: fs.FileMode(mode)}
@@ -150,13 +149,13 @@ func (f *Files) put(w http.ResponseWriter, r *http.Request, sessionID, p string)
 	case "1", "true":
 		opts.Append = true
 	default:
-		writeFileError(w, boxerr.Validation("append", "append must be 1/true or 0/false, got %q", v))
+		writeError(w, boxerr.Validation("append", "append must be 1/true or 0/false, got %q", v))
 		return
 	}
 	start := time.Now()
 	n, err := f.rt.FileWrite(r.Context(), sessionID, p, r.Body, opts)
 	if err != nil {
-		writeFileError(w, err)
+		writeError(w, err)
 		return
 	}
 	f.log.Debug().Str("session_id", sessionID).Int64("bytes", n).Dur("took", time.Since(start)).Msg("file upload")
@@ -164,19 +163,3 @@ func (f *Files) put(w http.ResponseWriter, r *http.Request, sessionID, p string)
 	_ = json.NewEncoder(w).Encode(putResult{Path: p, BytesWritten: n})
 }
 
-func writeFileError(w http.ResponseWriter, err error) {
-	status := http.StatusInternalServerError
-	switch {
-	case errors.Is(err, boxerr.ErrFileNotFound), errors.Is(err, boxerr.ErrSessionNotFound):
-		status = http.StatusNotFound
-	case errors.Is(err, boxerr.ErrValidation):
-		status = http.StatusBadRequest
-		var be *boxerr.Error
-		if errors.As(err, &be) && be.Details["reason"] == "read_only" {
-			status = http.StatusForbidden
-		}
-	case errors.Is(err, boxerr.ErrRuntimeUnavailable), errors.Is(err, boxerr.ErrBackendUnavailable):
-		status = http.StatusServiceUnavailable
-	}
-	rpc.WriteHTTPError(w, status, runtime.ErrorType(err), err.Error())
-}

@@ -16,9 +16,9 @@ import (
 	"github.com/coder/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // Close codes the relay uses besides the standard ones.
@@ -196,20 +196,10 @@ func (h *Handler) untrack(b *bridge) {
 	delete(h.bridges, b)
 }
 
+// writeError answers a failed HTTP request (relay or files endpoint) with
+// the one status mapping and the JSON error body every route shares.
 func writeError(w http.ResponseWriter, err error) {
-	rpc.WriteHTTPError(w, httpStatus(err), runtime.ErrorType(err), err.Error())
-}
-
-func httpStatus(err error) int {
-	switch {
-	case errors.Is(err, boxerr.ErrSessionNotFound), errors.Is(err, boxerr.ErrProcessNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, boxerr.ErrProcessConflict):
-		return http.StatusConflict
-	case errors.Is(err, boxerr.ErrRuntimeUnavailable):
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
+	rpc.WriteHTTPError(w, boxerr.HTTPStatus(err), boxerr.TypeOf(err), err.Error())
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // Error is a wire error before encoding. Message is the bare text; the wire

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // fullSnapshotUnavailable is the answer to a snapshot in mode full. Saving

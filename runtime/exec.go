@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/internal/clip"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // Execution statuses on the wire.
@@ -71,7 +71,7 @@ func (r *Runtime) observeExec(spec Spec, res ExecResult, err error, d time.Durat
 		Truncated: res.StdoutTruncated || res.StderrTruncated}
 	log := r.log.Info()
 	if err != nil {
-		ev.ErrType = ErrorType(err)
+		ev.ErrType = boxerr.TypeOf(err)
 		log = r.log.Warn().Str("error_type", ev.ErrType).Str("error", clip.String(err.Error(), 300))
 	} else if res.ExitCode != nil {
 		log = log.Int("exit_code", *res.ExitCode)
@@ -88,15 +88,6 @@ func (r *Runtime) observeExec(spec Spec, res ExecResult, err error, d time.Durat
 	if r.execObserver != nil {
 		r.execObserver(ev)
 	}
-}
-
-// ErrorType is the wire type name of err ("BoxError" for untyped errors).
-func ErrorType(err error) string {
-	var be *boxerr.Error
-	if errors.As(err, &be) {
-		return be.Type()
-	}
-	return boxerr.ErrBox.Error()
 }
 
 func (r *Runtime) exec(ctx context.Context, spec Spec, opts ExecOptions) (ExecResult, error) {

@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // FileSystem is the file API a backend may serve: a session's files as

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/internal/clip"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // DefaultProcessID is the process id a spec without one gets.

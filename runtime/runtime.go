@@ -18,8 +18,8 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/atomicfile"
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/internal/keyed"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // Factory builds a backend by name from the current configuration.

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // SkillResolver maps a skill name to its package directory on this host.

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/runtime/snapshots"
 	"github.com/boxrt/boxrt/runtime/tenant"
 )

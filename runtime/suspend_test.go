@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // suspendFake is a fakeBackend that can suspend; Resume is slow so that

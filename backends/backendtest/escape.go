@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // ProbeDir is where the escape probe is bound (read-only) in a sandbox.

@@ -8,7 +8,7 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // veof is the terminal's end-of-file character (^D in the default line

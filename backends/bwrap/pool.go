@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 var _ backends.Pooler = (*Backend)(nil)

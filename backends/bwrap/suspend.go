@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 var _ backends.Suspender = (*Backend)(nil)

@@ -12,7 +12,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 var _ backends.Archiver = (*Backend)(nil)

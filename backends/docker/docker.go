@@ -17,7 +17,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // Name is the backend's wire name.

@@ -10,7 +10,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // runtimeFor is the engine runtime a session of this sandbox runs under:

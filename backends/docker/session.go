@@ -21,7 +21,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // Labels on every container and workspace volume boxrt creates.

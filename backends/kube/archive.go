@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 var _ backends.Archiver = (*Backend)(nil)

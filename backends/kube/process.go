@@ -12,7 +12,7 @@ import (
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/internal/execproc"
 	"github.com/boxrt/boxrt/backends/internal/sandboxsh"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // StartProcess implements backends.Backend: a managed process is an exec

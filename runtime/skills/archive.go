@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"unicode"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // ZipSource is where an archive comes from: exactly one of an upload key

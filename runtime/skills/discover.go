@@ -9,7 +9,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // discoveryEntryLimit is MaxDiscoveryEntries; a variable only so tests can

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // fileFixture is a skill "demo" with a few files, an outside directory and

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // TenantsDir is the directory under the store root that holds the

@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/internal/keyed"
-	"github.com/boxrt/boxrt/runtime/boxerr"
 )
 
 // Discovery bounds (reference §9.3).

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 func TestCreateGetList(t *testing.T) {

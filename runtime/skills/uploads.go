@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // File transfer rules (reference §1.7).

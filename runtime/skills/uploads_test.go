@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // send uploads data as the reference sender does: 16 KiB chunks, in order.

@@ -13,7 +13,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // zipPiece is how much is decompressed at a time; limits are re-checked

@@ -23,7 +23,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // LimitName is the configuration key of the store bound, named by

@@ -6,7 +6,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // Modes of a snapshot.

@@ -6,6 +6,6 @@
 // default namespace (single-tenant callers), which can never name a
 // Workspace's physical id.
 //
-// It is a leaf: it imports runtime/boxerr and nothing else of boxrt, so the
+// It is a leaf: it imports internal/boxerr and nothing else of boxrt, so the
 // runtime, the relay and the actions can all use it.
 package tenant

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // TestScriptError: the script's "<param>|<kind>: <detail>" lines map to

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/boxrt/boxrt/runtime/boxerr"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // The wire table in docs/protocol.md and the one in code must be the same

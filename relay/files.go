@@ -162,4 +162,3 @@ func (f *Files) put(w http.ResponseWriter, r *http.Request, sessionID, p string)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(putResult{Path: p, BytesWritten: n})
 }
-

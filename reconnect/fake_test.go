@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -324,7 +325,11 @@ const fakeChildEnv = "RECONNECT_FAKE_CHILD"
 func runFakeChild() {
 	if msg := os.Getenv("FAKE_CHILD_EXIT"); msg != "" {
 		fmt.Fprintln(os.Stderr, msg)
-		os.Exit(2)
+		status, err := strconv.Atoi(os.Getenv("FAKE_CHILD_EXIT_STATUS"))
+		if err != nil {
+			status = 2
+		}
+		os.Exit(status)
 	}
 	if os.Getenv("FAKE_CHILD_BANNER") != "" {
 		fmt.Println("fake runtime starting (not JSON)")

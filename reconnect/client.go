@@ -94,9 +94,10 @@ func Spawn(ctx context.Context, opts ...Option) (*Client, error) {
 // Dial connects to a runtime's WebSocket endpoint. runtimeURL may use ws,
 // wss, http (→ ws) or https (→ wss); a missing scheme means ws and a
 // missing path means /rpc/ws, so "http://127.0.0.1:5410" works. The token
-// (WithToken) travels only in the Authorization header; URLs carrying
-// credentials are refused. Dial returns once the first link is up, like
-// Spawn; a refused token (HTTP 401/403) fails at once.
+// (WithToken, else the one DiscoverToken finds) travels only in the
+// Authorization header; URLs carrying credentials are refused. Dial returns
+// once the first link is up, like Spawn; a refused or missing token (HTTP
+// 401/403) fails at once.
 func Dial(ctx context.Context, runtimeURL string, opts ...Option) (*Client, error) {
 	u, err := normalizeURL(runtimeURL)
 	if err != nil {
@@ -104,6 +105,15 @@ func Dial(ctx context.Context, runtimeURL string, opts ...Option) (*Client, erro
 	}
 	o := buildOptions(opts)
 	o.httpBase = httpBase(u)
+	if o.tokenSet {
+		o.noToken = "WithToken gave an empty one"
+	} else {
+		tok, looked, err := discoverToken(u, o.stateDir)
+		if err != nil {
+			return nil, err
+		}
+		o.token, o.noToken = tok, "none found in "+looked
+	}
 	var own *http.Client
 	if o.connector == nil {
 		hc := o.httpClient

@@ -205,6 +205,17 @@ func (ch *child) stop(graceful bool, timeout time.Duration) {
 	<-ch.stderrDone
 }
 
+// exitedAtStart reports whether the child exited with status 1 or 2, as
+// boxrt does when it cannot start: 2 for a configuration it refuses, its
+// port in use or its state directory held by another runtime, 1 for a flag
+// it does not know. Starting the same command again fails the same way,
+// whereas a wrapper's own status (ssh's 255) or a death by signal may not
+// recur.
+func (ch *child) exitedAtStart() bool {
+	var ee *exec.ExitError
+	return errors.As(ch.err, &ee) && (ee.ExitCode() == 1 || ee.ExitCode() == 2)
+}
+
 // exitDescription says how the child ended, and during what; with the
 // end of its stderr when asked (for connect failures, where the log
 // explains the exit).

@@ -59,10 +59,14 @@ type Status struct {
 // Spawn starts a runtime child process (WithCommand, default
 // "boxrt serve --stdio") and talks JSON-RPC over its stdin/stdout; its
 // stderr goes to WithStderr (default os.Stderr). The child keeps its state
-// in a private temporary directory unless told otherwise (WithStateDir). It returns once the first
-// link is up and the OnConnect hook succeeded. Transient failures are
-// retried with backoff until ctx ends; a command that cannot be started
-// at all, or a non-retryable error from the hook, fails at once. ctx only
+// in a private temporary directory unless told otherwise (WithStateDir).
+// It returns once the first link is up and the OnConnect hook succeeded.
+// Transient failures are retried with backoff until ctx ends; a command
+// that cannot be started at all, a child that exits with status 1 or 2
+// before it answers (boxrt's start-up errors: an unknown flag, a refused
+// configuration, its port in use, its state directory held by another
+// runtime; the error ends with the child's stderr), or a non-retryable
+// error from the hook fails at once. ctx only
 // bounds this first connection, not the Client's life. Failures are a
 // BoxRuntimeUnavailableError (*Error) wrapping the cause; Retryable says
 // whether trying again later can help.
@@ -90,9 +94,10 @@ func Spawn(ctx context.Context, opts ...Option) (*Client, error) {
 // Dial connects to a runtime's WebSocket endpoint. runtimeURL may use ws,
 // wss, http (→ ws) or https (→ wss); a missing scheme means ws and a
 // missing path means /rpc/ws, so "http://127.0.0.1:5410" works. The token
-// (WithToken) travels only in the Authorization header; URLs carrying
-// credentials are refused. Dial returns once the first link is up, like
-// Spawn; a refused token (HTTP 401/403) fails at once.
+// (WithToken, else the one DiscoverToken finds) travels only in the
+// Authorization header; URLs carrying credentials are refused. Dial returns
+// once the first link is up, like Spawn; a refused or missing token (HTTP
+// 401/403) fails at once.
 func Dial(ctx context.Context, runtimeURL string, opts ...Option) (*Client, error) {
 	u, err := normalizeURL(runtimeURL)
 	if err != nil {
@@ -100,6 +105,15 @@ func Dial(ctx context.Context, runtimeURL string, opts ...Option) (*Client, erro
 	}
 	o := buildOptions(opts)
 	o.httpBase = httpBase(u)
+	if o.tokenSet {
+		o.noToken = "WithToken gave an empty one"
+	} else {
+		tok, looked, err := discoverToken(u, o.stateDir)
+		if err != nil {
+			return nil, err
+		}
+		o.token, o.noToken = tok, "none found in "+looked
+	}
 	var own *http.Client
 	if o.connector == nil {
 		hc := o.httpClient
@@ -304,12 +318,17 @@ func (c *Client) connect() (*link, error) {
 	}
 	notify := c.notified
 	l.onNotify.Store(&notify)
+	answered := false
 	fail := func(step string, err error) (*link, error) {
 		if l.child != nil && l.child.waitExit(100*time.Millisecond) {
 			// The child died during the handshake; its exit status and
 			// the end of its stderr say why, better than "link lost".
 			l.shutdown(err, false, c.o.stopTimeout)
-			return nil, errors.New(l.child.exitDescription(step, true))
+			exit := errors.New(l.child.exitDescription(step, true))
+			if !answered && l.child.exitedAtStart() {
+				return nil, permanent(exit)
+			}
+			return nil, exit
 		}
 		l.shutdown(fmt.Errorf("%s failed: %w", step, err), false, c.o.stopTimeout)
 		return nil, fmt.Errorf("%s: %s: %w", l.desc, step, err)
@@ -317,6 +336,7 @@ func (c *Client) connect() (*link, error) {
 	if err := l.call(ctx, "__ping", struct{}{}, nil); err != nil {
 		return fail("handshake __ping", err)
 	}
+	answered = true
 	if c.o.onConnect != nil {
 		if err := c.o.onConnect(ctx, l); err != nil {
 			return fail("OnConnect hook", err)

@@ -332,19 +332,40 @@ func TestSpawnNotFoundFailsFast(t *testing.T) {
 	assert.False(t, e.Retryable)
 }
 
+// A child that exits with status 1 or 2 before answering (boxrt's
+// start-up errors) fails Spawn at once, with its last words; another exit
+// (a wrapper's own status) is retried until the context ends.
 func TestSpawnChildExitsAtStart(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	_, err := Spawn(ctx, append(fakeChildCommand("FAKE_CHILD_EXIT=boxrt: --listen: address already in use"),
-		WithBackoff(20*time.Millisecond, 50*time.Millisecond))...)
-	require.Error(t, err)
-	assert.ErrorIs(t, err, ErrRuntimeUnavailable)
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	var e *Error
-	require.ErrorAs(t, err, &e)
-	assert.True(t, e.Retryable)
-	assert.ErrorContains(t, err, "exit status 2")
-	assert.ErrorContains(t, err, "address already in use", "the child's last words are in the error")
+	for _, status := range []string{"1", "2"} {
+		t.Run("status "+status, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err := Spawn(ctx, fakeChildCommand("FAKE_CHILD_EXIT=boxrt: --listen: address already in use", "FAKE_CHILD_EXIT_STATUS="+status)...)
+			require.Error(t, err)
+			assert.Less(t, time.Since(start), 10*time.Second, "not retried until the context ends")
+			assert.ErrorIs(t, err, ErrRuntimeUnavailable)
+			assert.NotErrorIs(t, err, context.DeadlineExceeded)
+			var e *Error
+			require.ErrorAs(t, err, &e)
+			assert.False(t, e.Retryable)
+			assert.ErrorContains(t, err, "exit status "+status)
+			assert.ErrorContains(t, err, "address already in use", "the child's last words are in the error")
+		})
+	}
+	t.Run("status 255", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		_, err := Spawn(ctx, append(fakeChildCommand("FAKE_CHILD_EXIT=ssh: connect to host box: Connection refused", "FAKE_CHILD_EXIT_STATUS=255"),
+			WithBackoff(20*time.Millisecond, 50*time.Millisecond))...)
+		require.Error(t, err)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		var e *Error
+		require.ErrorAs(t, err, &e)
+		assert.True(t, e.Retryable)
+		assert.ErrorContains(t, err, "exit status 255")
+		assert.ErrorContains(t, err, "Connection refused")
+	})
 }
 
 func TestOnConnectNonRetryableFailsFast(t *testing.T) {

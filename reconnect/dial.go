@@ -89,6 +89,9 @@ func dialLink(ctx context.Context, wsURL string, hc *http.Client, o *options) (*
 				body = strings.TrimSpace(string(b))
 			}
 			if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+				if o.token == "" {
+					return nil, permanent(fmt.Errorf("%s wants a control token (HTTP %d) and none was sent: %s; use WithToken", wsURL, resp.StatusCode, o.noToken))
+				}
 				return nil, permanent(fmt.Errorf("%s refused the control token (HTTP %d): %s", wsURL, resp.StatusCode, body))
 			}
 			return nil, fmt.Errorf("WebSocket handshake with %s: HTTP %d: %s", wsURL, resp.StatusCode, body)

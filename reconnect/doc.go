@@ -25,7 +25,22 @@
 //     sessions of a boxrt serving on this machine's default directory.
 //   - Errors: boxrt's wire errors come back as *Error, matched with
 //     errors.Is against ErrSessionNotFound, ErrValidation, … and unpacked
-//     with errors.As.
+//     with errors.As. A child that cannot start (exit status 1 or 2 before
+//     its first answer: an unknown flag, its port in use, its state
+//     directory held by another runtime) fails Spawn at once with its
+//     stderr's last lines, instead of being respawned until ctx ends.
+//   - Typed calls: Exec; CreateSession, GetSession, ListSessions,
+//     DeleteSession; the live execs StartExec, WaitExec, KillExec,
+//     WriteStdin, ListExecs; the managed processes StartProcess,
+//     GetProcess, StopProcess; and the file helpers (ReadFile, Upload, …).
+//     Their types (ExecSpec, ExecResult, ExecInfo, SessionInfo,
+//     ProcessSpec, ProcessInfo) mirror docs/protocol.md's wire objects;
+//     Call and CallStream reach every other method.
+//   - Token: Dial without WithToken finds the control token as
+//     `boxrt call` does (DiscoverToken): $BOXRT_CONTROL_TOKEN,
+//     $LANGBOT_BOX_CONTROL_TOKEN, or for a loopback URL the token a local
+//     `boxrt serve` generated in its state directory's control-token
+//     (WithStateDir, default DefaultStateDir()).
 //   - Streams: CallStream makes a call that streams an exec's output
 //     (box_exec or box_exec_start with "stream": true, box_exec_attach) and
 //     hands each box_exec_output chunk to a callback of that call, in order,

@@ -13,7 +13,7 @@ import (
 )
 
 // TestRealDialExample runs ExampleDial's and ExampleError's steps against
-// the real binary (`boxrt serve --listen`, its generated token) and
+// the real binary (`boxrt serve --listen`, its generated token found in its state directory) and
 // asserts what the examples show: a command's output, and a wire error
 // that matches its sentinel with the code, type and retryability boxrt
 // really sends.
@@ -21,13 +21,15 @@ func TestRealDialExample(t *testing.T) {
 	needRealBinary(t)
 	stderr := &syncBuffer{}
 	logTail(t, stderr)
-	addr, token := startServe(t, t.TempDir(), stderr)
+	noTokenEnv(t)
+	state := t.TempDir()
+	addr, _ := startServe(t, state, stderr)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	inits := 0
 	c, err := Dial(ctx, "http://"+addr,
-		WithToken(token),
+		WithStateDir(state), // the examples' runtime uses the default one
 		WithHeartbeat(20*time.Second, 15*time.Second, 3),
 		WithBackoff(3*time.Second, time.Minute),
 		WithOnConnect(func(ctx context.Context, c Caller) error {
@@ -40,19 +42,15 @@ func TestRealDialExample(t *testing.T) {
 	require.Equal(t, 1, inits, "OnConnect runs once per connect")
 	requireBackend(t, c)
 
-	var res struct {
-		ExitCode int    `json:"exit_code"`
-		Stdout   string `json:"stdout"`
-	}
-	require.NoError(t, c.Call(ctx, "box_exec", map[string]any{"session_id": "s1", "cmd": "echo hi"}, &res))
-	assert.Equal(t, 0, res.ExitCode)
+	res, err := c.Exec(ctx, ExecSpec{SessionID: "s1", Cmd: "echo hi"})
+	require.NoError(t, err)
+	require.NotNil(t, res.ExitCode)
+	assert.Equal(t, 0, *res.ExitCode)
 	assert.Equal(t, "hi\n", res.Stdout)
 	// Before c.Close (deferred above): the session goes with the client.
-	defer func() {
-		assert.NoError(t, c.Call(ctx, "box_delete_session", map[string]any{"session_id": "s1"}, nil))
-	}()
+	defer func() { assert.NoError(t, c.DeleteSession(ctx, "s1")) }()
 
-	err = c.Call(ctx, "box_get_session", map[string]any{"session_id": "gone"}, nil)
+	_, err = c.GetSession(ctx, "gone")
 	require.ErrorIs(t, err, ErrSessionNotFound)
 	assert.NotErrorIs(t, err, ErrRuntimeUnavailable)
 	var e *Error

@@ -57,13 +57,15 @@ func ExampleSpawn() {
 }
 
 // Dialing a runtime that runs as its own service (boxrt serve --listen).
-// The token travels only in the Authorization header. (TestRealDialExample
-// runs these steps against the real binary and asserts what they print.)
+// Without WithToken the token comes from $BOXRT_CONTROL_TOKEN or, for this
+// loopback URL, the one the local boxrt generated in its state directory
+// (DiscoverToken); it travels only in the Authorization header.
+// (TestRealDialExample runs these steps against the real binary and
+// asserts what they print.)
 func ExampleDial() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := reconnect.Dial(ctx, "http://127.0.0.1:5410", // → ws://127.0.0.1:5410/rpc/ws
-		reconnect.WithToken(os.Getenv("BOXRT_CONTROL_TOKEN")),
 		reconnect.WithHeartbeat(20*time.Second, 15*time.Second, 3),
 		reconnect.WithBackoff(3*time.Second, time.Minute),
 		reconnect.WithOnConnect(func(ctx context.Context, c reconnect.Caller) error {
@@ -75,14 +77,11 @@ func ExampleDial() {
 	}
 	defer c.Close()
 
-	var res struct {
-		ExitCode int    `json:"exit_code"`
-		Stdout   string `json:"stdout"`
-	}
-	if err := c.Call(ctx, "box_exec", map[string]any{"session_id": "s1", "cmd": "echo hi"}, &res); err != nil {
+	res, err := c.Exec(ctx, reconnect.ExecSpec{SessionID: "s1", Cmd: "echo hi"})
+	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("exit %d: %s", res.ExitCode, res.Stdout) // exit 0: hi
+	fmt.Printf("exit %d: %s", *res.ExitCode, res.Stdout) // exit 0: hi
 }
 
 // boxrt's wire errors come back as *reconnect.Error and match the
@@ -91,13 +90,13 @@ func ExampleDial() {
 func ExampleError() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := reconnect.Dial(ctx, "http://127.0.0.1:5410", reconnect.WithToken(os.Getenv("BOXRT_CONTROL_TOKEN")))
+	c, err := reconnect.Dial(ctx, "http://127.0.0.1:5410")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer c.Close()
 
-	err = c.Call(ctx, "box_get_session", map[string]any{"session_id": "gone"}, nil)
+	_, err = c.GetSession(ctx, "gone")
 	switch {
 	case errors.Is(err, reconnect.ErrSessionNotFound):
 		fmt.Println("no such session; create it")

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,10 @@ type fakeServer struct {
 	// gate, when set, holds box_init answers until it is closed.
 	gate chan struct{}
 	seen chan string // every arriving method, if set (non-blocking send)
+	// canned answers the methods it names with the raw result given,
+	// keeping their params in params (the typed calls' tests).
+	canned map[string]json.RawMessage
+	params map[string]json.RawMessage
 
 	wg sync.WaitGroup // connection goroutines
 }
@@ -146,8 +151,24 @@ func (f *fakeServer) dispatch(ctx context.Context, req wireReq) (result any, wer
 		_ = json.Unmarshal(req.Params, &p)
 		os.Exit(p.Code)
 	}
+	if result, ok := f.answerCanned(req); ok {
+		return result, nil, true
+	}
 	data, _ := json.Marshal(map[string]any{"type": "MethodNotFound", "retryable": false, "method": req.Method})
 	return nil, &wireErr{Code: ErrMethodNotFound.Code, Message: fmt.Sprintf("MethodNotFound: method %q not found", req.Method), Data: data}, true
+}
+
+func (f *fakeServer) answerCanned(req wireReq) (json.RawMessage, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	result, ok := f.canned[req.Method]
+	if ok {
+		if f.params == nil {
+			f.params = map[string]json.RawMessage{}
+		}
+		f.params[req.Method] = req.Params
+	}
+	return result, ok
 }
 
 func orNull(b json.RawMessage) json.RawMessage {
@@ -324,7 +345,11 @@ const fakeChildEnv = "RECONNECT_FAKE_CHILD"
 func runFakeChild() {
 	if msg := os.Getenv("FAKE_CHILD_EXIT"); msg != "" {
 		fmt.Fprintln(os.Stderr, msg)
-		os.Exit(2)
+		status, err := strconv.Atoi(os.Getenv("FAKE_CHILD_EXIT_STATUS"))
+		if err != nil {
+			status = 2
+		}
+		os.Exit(status)
 	}
 	if os.Getenv("FAKE_CHILD_BANNER") != "" {
 		fmt.Println("fake runtime starting (not JSON)")

@@ -396,3 +396,38 @@ func TestRealNoLeakAfterClose(t *testing.T) {
 	assert.True(t, errors.Is(spawned.Call(ctx, "__ping", nil, nil), ErrClosed))
 	assert.False(t, strings.Contains(stderr.String(), "panic"))
 }
+
+// A runtime that cannot start ends Spawn at once, not after retrying
+// until the context does: an unknown flag, and a state directory another
+// runtime holds.
+func TestRealSpawnStartErrorFailsFast(t *testing.T) {
+	needRealBinary(t)
+	stderr := &syncBuffer{}
+	logTail(t, stderr)
+	held := t.TempDir()
+	startServe(t, held, stderr)
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		want string
+	}{
+		{"unknown flag", []Option{WithCommand(realBin, "serve", "--stdio", "--no-such-flag")}, "flag provided but not defined: -no-such-flag"},
+		{"state directory held", []Option{WithCommand(realBin, "serve", "--stdio", "--listen", ""), WithStateDir(held)}, "is in use by"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			start := time.Now()
+			_, err := Spawn(ctx, append(tc.opts, WithEnv(realEnv()), WithStderr(stderr))...)
+			took := time.Since(start)
+			t.Logf("Spawn failed after %v: %v", took, err)
+			require.Error(t, err)
+			assert.Less(t, took, 10*time.Second)
+			var e *Error
+			require.ErrorAs(t, err, &e)
+			assert.False(t, e.Retryable)
+			assert.NotErrorIs(t, err, context.DeadlineExceeded)
+			assert.ErrorContains(t, err, tc.want, "the child's stderr tail")
+		})
+	}
+}

@@ -82,8 +82,11 @@ type options struct {
 	cleanup func()
 
 	// dial mode
-	httpBase   string // the dialed runtime as http(s)://host:port (files)
-	token      string
+	httpBase string // the dialed runtime as http(s)://host:port (files)
+	token    string
+	tokenSet bool // WithToken was given: no discovery
+	// noToken says why no token was sent, for a runtime that wants one.
+	noToken    string
 	httpClient *http.Client
 	header     http.Header
 
@@ -158,6 +161,10 @@ func WithEnv(env []string) Option {
 // persistent one, ends when a child exits. A private runtime never adopts,
 // or destroys, the sessions of a boxrt serving on this machine's default
 // state directory. A --state-dir on the command line wins over both.
+//
+// For Dial to a loopback URL without WithToken it is the directory whose
+// control-token file is read (default DefaultStateDir(); see
+// DiscoverToken), as `boxrt call --state-dir` does.
 func WithStateDir(dir string) Option { return func(o *options) { o.stateDir = dir } }
 
 // WithDir sets the child's working directory (default: this process's).
@@ -182,8 +189,11 @@ func WithStopTimeout(d time.Duration) Option { return func(o *options) { o.stopT
 
 // WithToken sets the control token for Dial. It is sent only as
 // "Authorization: Bearer <token>" on the WebSocket handshake, never in the
-// URL.
-func WithToken(token string) Option { return func(o *options) { o.token = token } }
+// URL. Without it Dial finds one as DiscoverToken does; WithToken("")
+// sends none.
+func WithToken(token string) Option {
+	return func(o *options) { o.token, o.tokenSet = token, true }
+}
 
 // WithHTTPClient sets the HTTP client for the WebSocket handshake (TLS
 // settings for wss, proxies). Its transport must support HTTP/1.1 upgrades.

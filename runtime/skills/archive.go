@@ -260,6 +260,39 @@ func (s *Store) InstallZip(ctx context.Context, src ZipSource, opts ZipOptions) 
 	}
 	defer st.remove()
 
+	selected, err := selectCandidates(st.cands, opts)
+	if err != nil {
+		return nil, err
+	}
+	keys, names, err := distinctTargets(root, selected)
+	if err != nil {
+		return nil, err
+	}
+	unlock := s.locks.Lock(keys...)
+	defer unlock()
+	if err := s.checkFree(ctx, root, selected, names); err != nil {
+		return nil, err
+	}
+
+	staging, err := os.MkdirTemp(root, stagingPrefix)
+	if err != nil {
+		return nil, boxerr.Failure("create staging dir: %v", err).Wrap(err)
+	}
+	defer os.RemoveAll(staging)
+	stagingLock, err := lockDir(staging)
+	if err != nil {
+		return nil, boxerr.Failure("lock staging dir: %v", err).Wrap(err)
+	}
+	defer stagingLock.Close()
+	if err := stageCopies(ctx, staging, selected); err != nil {
+		return nil, err
+	}
+	return placeStaged(root, staging, selected)
+}
+
+// selectCandidates picks the archive's skills to install: those named by
+// source_paths (and the legacy source_path), or the only one there is.
+func selectCandidates(cands []candidate, opts ZipOptions) ([]candidate, error) {
 	var requested []string
 	seen := map[string]bool{}
 	add := func(p string) {
@@ -275,84 +308,90 @@ func (s *Store) InstallZip(ctx context.Context, src ZipSource, opts ZipOptions) 
 	if strings.TrimSpace(opts.SourcePath) != "" {
 		add(opts.SourcePath)
 	}
-	available := make([]string, len(st.cands))
+	available := make([]string, len(cands))
 	bySource := map[string]candidate{}
-	for i, c := range st.cands {
+	for i, c := range cands {
 		available[i] = describe(c.skill.SourcePath)
 		bySource[c.skill.SourcePath] = c
 	}
-	var selected []candidate
 	switch {
-	case len(requested) == 0 && len(st.cands) == 1:
-		selected = st.cands
+	case len(requested) == 0 && len(cands) == 1:
+		return cands, nil
 	case len(requested) == 0:
 		return nil, boxerr.Validation("source_paths", "Multiple skills found. Please choose one or more source_paths: %s", strings.Join(available, ", "))
-	default:
-		for _, p := range requested {
-			c, ok := bySource[p]
-			if !ok {
-				return nil, boxerr.Validation("source_paths", "Invalid source_path %q. Available: %s", describe(p), strings.Join(available, ", "))
-			}
-			selected = append(selected, c)
-		}
 	}
+	var selected []candidate
+	for _, p := range requested {
+		c, ok := bySource[p]
+		if !ok {
+			return nil, boxerr.Validation("source_paths", "Invalid source_path %q. Available: %s", describe(p), strings.Join(available, ", "))
+		}
+		selected = append(selected, c)
+	}
+	return selected, nil
+}
 
-	var keys []string
+// distinctTargets refuses a selection whose skills share a directory or a
+// name, and returns the lock keys of the selection and its names.
+func distinctTargets(root string, selected []candidate) (keys []string, names map[string]bool, err error) {
 	targets := map[string]bool{}
-	names := map[string]bool{}
+	names = map[string]bool{}
 	for _, c := range selected {
 		if targets[c.target] {
-			return nil, boxerr.Validation("source_paths", "Two selected skills would install to the same directory: %s", filepath.Join(root, c.target))
+			return nil, nil, boxerr.Validation("source_paths", "Two selected skills would install to the same directory: %s", filepath.Join(root, c.target))
 		}
 		if names[c.skill.Name] {
-			return nil, boxerr.Validation("source_paths", "Two selected skills have the same name: %q", c.skill.Name)
+			return nil, nil, boxerr.Validation("source_paths", "Two selected skills have the same name: %q", c.skill.Name)
 		}
 		targets[c.target], names[c.skill.Name] = true, true
 		keys = append(keys, nameKey(c.skill.Name), pkgKey(c.target))
 	}
-	unlock := s.locks.Lock(keys...)
-	defer unlock()
+	return keys, names, nil
+}
 
+// checkFree refuses names the store already has and target directories
+// that exist; the caller holds the selection's locks.
+func (s *Store) checkFree(ctx context.Context, root string, selected []candidate, names map[string]bool) error {
 	existing, err := s.list(ctx, root)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, sk := range existing {
 		if names[sk.Name] {
-			return nil, boxerr.Validation("source_paths", "Skill with name %q already exists", sk.Name)
+			return boxerr.Validation("source_paths", "Skill with name %q already exists", sk.Name)
 		}
 	}
 	for _, c := range selected {
 		if _, err := os.Lstat(filepath.Join(root, c.target)); err == nil {
-			return nil, boxerr.Validation("source_paths", "Skill directory already exists: %s", filepath.Join(root, c.target))
+			return boxerr.Validation("source_paths", "Skill directory already exists: %s", filepath.Join(root, c.target))
 		}
 	}
+	return nil
+}
 
-	staging, err := os.MkdirTemp(root, stagingPrefix)
-	if err != nil {
-		return nil, boxerr.Failure("create staging dir: %v", err).Wrap(err)
-	}
-	defer os.RemoveAll(staging)
-	stagingLock, err := lockDir(staging)
-	if err != nil {
-		return nil, boxerr.Failure("lock staging dir: %v", err).Wrap(err)
-	}
-	defer stagingLock.Close()
+// stageCopies copies each selected package into staging and checks that
+// the copy holds exactly that one, loadable, skill.
+func stageCopies(ctx context.Context, staging string, selected []candidate) error {
 	for _, c := range selected {
 		dst := filepath.Join(staging, c.target)
 		if err := copyTree(ctx, c.dir, dst); err != nil {
-			return nil, err
+			return err
 		}
 		if dirs, err := discover(ctx, dst, ScanDepth, ""); err != nil {
-			return nil, err
+			return err
 		} else if len(dirs) != 1 {
-			return nil, zipError("Skill at %s does not hold exactly one skill", describe(c.skill.SourcePath))
+			return zipError("Skill at %s does not hold exactly one skill", describe(c.skill.SourcePath))
 		}
 		if _, err := loadSkill(dst); err != nil {
-			return nil, zipError("Skill at %s cannot be installed: %v", describe(c.skill.SourcePath), err).Wrap(err)
+			return zipError("Skill at %s cannot be installed: %v", describe(c.skill.SourcePath), err).Wrap(err)
 		}
 	}
+	return nil
+}
 
+// placeStaged moves the staged packages into the root and loads them;
+// on any failure it removes every package it placed.
+func placeStaged(root, staging string, selected []candidate) ([]Skill, error) {
 	// Claim each target with an exclusive mkdir, then rename the staged
 	// package over the empty claim (rename replaces an empty directory
 	// atomically). A directory that appeared meanwhile fails the claim.

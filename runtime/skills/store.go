@@ -353,98 +353,30 @@ func (s *Store) Create(ctx context.Context, in Input) (Skill, error) {
 		return Skill{}, boxerr.Validation("name", "Skill with name %q already exists", name)
 	}
 
-	var pkgDir, entry string
-	var defaults map[string]string
-	var defaultInstructions string
 	adopt := in.PackageRoot != nil && strings.TrimSpace(*in.PackageRoot) != ""
+	pkgDir := filepath.Join(root, name)
 	if adopt {
-		p, err := resolveHostPath(root, *in.PackageRoot, "package_root", "package_root")
-		if err != nil {
+		if pkgDir, err = s.adoptable(root, name, *in.PackageRoot); err != nil {
 			return Skill{}, err
 		}
-		if p == root {
-			return Skill{}, boxerr.Validation("package_root", "package_root must be a directory under the skill root, not the root itself")
-		}
-		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
-			return Skill{}, boxerr.Validation("package_root", "Directory does not exist: %s", *in.PackageRoot)
-		}
-		if !hasEntry(p) {
-			return Skill{}, boxerr.Validation("package_root", "No SKILL.md found in %s", p)
-		}
-		if !discoverable(root, p, s.scopesDir(root)) {
-			return Skill{}, boxerr.Validation("package_root", "package_root %s would not be listed: it is inside another skill, in a reserved directory, or deeper than %d levels", p, ListDepth)
-		}
-		// Adopting a package that already is a listed skill under another
-		// name would be a rename in disguise.
-		if cur, err := loadSkill(p); err == nil && cur.Name != name {
-			return Skill{}, boxerr.Validation("package_root", "%s already holds skill %q; renaming skills is not supported", p, cur.Name)
-		}
-		pkgDir = p
-	} else {
-		pkgDir = filepath.Join(root, name)
 	}
 	unlockPkg := s.locks.Lock(pkgKey(relToRoot(root, pkgDir)))
 	defer unlockPkg()
 
+	entry := EntryFile
+	var defaults map[string]string
+	var defaultInstructions string
 	created := false
 	if adopt {
-		pkg, err := os.OpenRoot(pkgDir)
-		if err != nil {
-			return Skill{}, boxerr.Validation("package_root", "Directory does not exist: %s", pkgDir).Wrap(err)
-		}
-		entry = findEntry(pkg)
-		if entry == "" {
-			pkg.Close()
-			return Skill{}, boxerr.Validation("package_root", "No SKILL.md found in %s", pkgDir)
-		}
-		text, err := readText(pkg, entry, filepath.Join(pkgDir, entry), "package_root")
-		pkg.Close()
-		if err != nil {
-			return Skill{}, err
-		}
-		defaults, defaultInstructions = ParseSkillMD(text)
+		entry, defaults, defaultInstructions, err = readAdopted(pkgDir)
 	} else {
-		if hasEntry(pkgDir) {
-			return Skill{}, boxerr.Validation("name", "Skill directory already exists: %s", pkgDir)
-		}
-		// A SKILL.md written above nested packages would hide them all
-		// (discovery does not descend into a skill).
-		if nested, err := discover(ctx, pkgDir, ListDepth, ""); err == nil && len(nested) > 0 {
-			return Skill{}, boxerr.Validation("name", "Skill directory already exists and holds other skills: %s", pkgDir)
-		}
-		rootFS, err := os.OpenRoot(root)
-		if err != nil {
-			return Skill{}, boxerr.Failure("open skill root: %v", err).Wrap(err)
-		}
-		err = rootFS.Mkdir(name, 0o755)
-		created = err == nil
-		if err != nil && !errors.Is(err, fs.ErrExist) {
-			rootFS.Close()
-			return Skill{}, boxerr.Failure("create %s: %v", pkgDir, err).Wrap(err)
-		}
-		// A pre-existing <root>/<name> must be a real directory: writing
-		// through a planted symlink would leave the root.
-		fi, err := rootFS.Lstat(name)
-		rootFS.Close()
-		if err != nil || !fi.IsDir() {
-			return Skill{}, boxerr.Validation("name", "Skill directory %s exists and is not a directory", pkgDir)
-		}
-		entry = EntryFile
+		created, err = makePackageDir(ctx, root, name, pkgDir)
+	}
+	if err != nil {
+		return Skill{}, err
 	}
 
-	// A given value wins unless it is blank while the adopted package has
-	// one (the reference's rule), so a form with empty fields does not
-	// wipe an imported description.
-	pick := func(given *string, imported string) string {
-		if given != nil && (strings.TrimSpace(*given) != "" || imported == "") {
-			return *given
-		}
-		return imported
-	}
-	display := strings.TrimSpace(pick(in.DisplayName, defaults["display_name"]))
-	desc := strings.TrimSpace(pick(in.Description, defaults["description"]))
-	instructions := pick(in.Instructions, defaultInstructions)
-	text, err := FormatSkillMD(name, display, desc, instructions)
+	text, err := entryText(name, in, defaults, defaultInstructions)
 	if err == nil {
 		err = s.writeEntry(pkgDir, entry, text)
 	}
@@ -459,6 +391,98 @@ func (s *Store) Create(ctx context.Context, in Input) (Skill, error) {
 		_ = os.RemoveAll(pkgDir)
 	}
 	return Skill{}, err
+}
+
+// adoptable resolves package_root to a package Create may adopt as skill
+// name: a directory under the root, with an entry file, that listing
+// would find and that is not already another skill.
+func (s *Store) adoptable(root, name, packageRoot string) (string, error) {
+	p, err := resolveHostPath(root, packageRoot, "package_root", "package_root")
+	if err != nil {
+		return "", err
+	}
+	if p == root {
+		return "", boxerr.Validation("package_root", "package_root must be a directory under the skill root, not the root itself")
+	}
+	if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+		return "", boxerr.Validation("package_root", "Directory does not exist: %s", packageRoot)
+	}
+	if !hasEntry(p) {
+		return "", boxerr.Validation("package_root", "No SKILL.md found in %s", p)
+	}
+	if !discoverable(root, p, s.scopesDir(root)) {
+		return "", boxerr.Validation("package_root", "package_root %s would not be listed: it is inside another skill, in a reserved directory, or deeper than %d levels", p, ListDepth)
+	}
+	// Adopting a package that already is a listed skill under another
+	// name would be a rename in disguise.
+	if cur, err := loadSkill(p); err == nil && cur.Name != name {
+		return "", boxerr.Validation("package_root", "%s already holds skill %q; renaming skills is not supported", p, cur.Name)
+	}
+	return p, nil
+}
+
+// readAdopted reads an adopted package's entry file: its name and the
+// values it gives, the defaults for blank fields.
+func readAdopted(pkgDir string) (entry string, defaults map[string]string, instructions string, err error) {
+	pkg, err := os.OpenRoot(pkgDir)
+	if err != nil {
+		return "", nil, "", boxerr.Validation("package_root", "Directory does not exist: %s", pkgDir).Wrap(err)
+	}
+	defer pkg.Close()
+	entry = findEntry(pkg)
+	if entry == "" {
+		return "", nil, "", boxerr.Validation("package_root", "No SKILL.md found in %s", pkgDir)
+	}
+	text, err := readText(pkg, entry, filepath.Join(pkgDir, entry), "package_root")
+	if err != nil {
+		return "", nil, "", err
+	}
+	defaults, instructions = ParseSkillMD(text)
+	return entry, defaults, instructions, nil
+}
+
+// makePackageDir makes <root>/<name> for a new skill, or accepts an
+// existing directory there that holds no skill; created says it made it.
+func makePackageDir(ctx context.Context, root, name, pkgDir string) (created bool, err error) {
+	if hasEntry(pkgDir) {
+		return false, boxerr.Validation("name", "Skill directory already exists: %s", pkgDir)
+	}
+	// A SKILL.md written above nested packages would hide them all
+	// (discovery does not descend into a skill).
+	if nested, err := discover(ctx, pkgDir, ListDepth, ""); err == nil && len(nested) > 0 {
+		return false, boxerr.Validation("name", "Skill directory already exists and holds other skills: %s", pkgDir)
+	}
+	rootFS, err := os.OpenRoot(root)
+	if err != nil {
+		return false, boxerr.Failure("open skill root: %v", err).Wrap(err)
+	}
+	defer rootFS.Close()
+	err = rootFS.Mkdir(name, 0o755)
+	created = err == nil
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		return false, boxerr.Failure("create %s: %v", pkgDir, err).Wrap(err)
+	}
+	// A pre-existing <root>/<name> must be a real directory: writing
+	// through a planted symlink would leave the root.
+	if fi, err := rootFS.Lstat(name); err != nil || !fi.IsDir() {
+		return created, boxerr.Validation("name", "Skill directory %s exists and is not a directory", pkgDir)
+	}
+	return created, nil
+}
+
+// entryText is a new skill's entry file. A given value wins unless it is
+// blank while the adopted package has one (the reference's rule), so a
+// form with empty fields does not wipe an imported description.
+func entryText(name string, in Input, defaults map[string]string, defaultInstructions string) (string, error) {
+	pick := func(given *string, imported string) string {
+		if given != nil && (strings.TrimSpace(*given) != "" || imported == "") {
+			return *given
+		}
+		return imported
+	}
+	display := strings.TrimSpace(pick(in.DisplayName, defaults["display_name"]))
+	desc := strings.TrimSpace(pick(in.Description, defaults["description"]))
+	return FormatSkillMD(name, display, desc, pick(in.Instructions, defaultInstructions))
 }
 
 // writeEntry checks the size limit and writes an entry file atomically.

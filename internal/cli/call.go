@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/boxrt/boxrt/internal/controltoken"
 	"github.com/boxrt/boxrt/reconnect"
 )
 
@@ -260,7 +261,7 @@ func clientToken(tokenFile, stateDir, runtimeURL string, usage func(string, ...a
 		}
 	}
 	if runtimeURL != "" && loopbackURL(runtimeURL) {
-		tok, err := readTokenFile(filepath.Join(stateDir, controlTokenFileName), false)
+		tok, err := controltoken.ReadFile(filepath.Join(stateDir, controltoken.FileName), false)
 		switch {
 		case err == nil:
 			return tok, nil

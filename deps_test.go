@@ -8,16 +8,21 @@ import (
 )
 
 // TestDependencyDirection pins the import graph docs/architecture.md draws:
-// main → actions → runtime → backends, with rpc, relay, reconnect and the
-// error package at the edges, and internal/ leaves (clip, keyed, fdsafe,
-// statelock, atomicfile) any of them may use. Each package lists the boxrt
+// main → internal/cli → internal/server → actions → runtime → backends,
+// with rpc, relay, reconnect and the error package at the edges, and
+// internal/ leaves (clip, keyed, fdsafe, statelock, atomicfile, logsink,
+// controltoken) any of them may use. Each package lists the boxrt
 // packages it may import; a package missing from the table fails, so a new
-// one is placed
-// deliberately.
+// one is placed deliberately.
 func TestDependencyDirection(t *testing.T) {
 	const module = "github.com/boxrt/boxrt"
 	allowed := map[string][]string{
-		".":                           {"*"},
+		".":                           {"internal/cli", "internal/fdsafe"},
+		"internal/cli":                {"actions", "backends", "backends/kube", "internal/backendfactory", "internal/controltoken", "internal/logsink", "internal/server", "reconnect", "runtime"},
+		"internal/server":             {"actions", "internal/backendfactory", "internal/clip", "internal/controltoken", "internal/statelock", "relay", "rpc", "runtime", "runtime/skills"},
+		"internal/backendfactory":     {"backends", "backends/bwrap", "backends/docker", "backends/host", "backends/kube", "runtime"},
+		"internal/controltoken":       {"internal/atomicfile"},
+		"internal/logsink":            {},
 		"actions":                     {"rpc", "runtime", "runtime/skills", "runtime/snapshots", "internal/boxerr", "runtime/tenant", "backends", "internal/clip"},
 		"runtime":                     {"backends", "runtime/skills", "runtime/snapshots", "internal/boxerr", "runtime/tenant", "internal/clip", "internal/keyed", "internal/atomicfile"},
 		"runtime/skills":              {"internal/boxerr", "internal/keyed"},

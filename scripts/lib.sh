@@ -43,7 +43,7 @@ SANDBOX_IMAGE=boxrt-sandbox:latest
 IMAGE_LABEL=boxrt.built-by=boxrt-scripts
 
 # default_state_dir prints the state directory boxrt uses when --state-dir
-# is not given; it mirrors defaultStateDir in serve.go.
+# is not given; it mirrors defaultStateDir in internal/cli/flags.go.
 default_state_dir() {
 	if [[ -n ${BOXRT_STATE_DIR:-} ]]; then
 		echo "$BOXRT_STATE_DIR"

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/kube"
+	"github.com/boxrt/boxrt/internal/backendfactory"
 	"github.com/boxrt/boxrt/runtime"
 	"github.com/docker/docker/client"
 	"github.com/urfave/cli/v2"
@@ -69,7 +70,7 @@ func runDoctor(c *cli.Context) error {
 	// seconds each on a busy machine).
 	ctx, cancel := context.WithTimeout(c.Context, 4*time.Minute)
 	defer cancel()
-	rep := doctorReport{Version: buildVersion()}
+	rep := doctorReport{Version: c.App.Version}
 	add := func(ch check) { rep.Checks = append(rep.Checks, ch) }
 
 	stateDir := c.String("state-dir")
@@ -191,7 +192,7 @@ func doctorDocker(ctx context.Context, cfg runtime.Config) []check {
 		return append(out, check{Status: "fail", What: fmt.Sprintf("bad DOCKER_HOST %q: %v", host, err), Fix: "fix DOCKER_HOST"})
 	}
 	defer cli.Close()
-	b, err := newBackend("docker", cfg, "doctor", os.TempDir())
+	b, err := backendfactory.New("docker", cfg, "doctor", os.TempDir())
 	if err == nil {
 		err = b.Probe(ctx)
 		runtime.CloseBackend(b)
@@ -272,7 +273,7 @@ func doctorBwrap(ctx context.Context, cfg runtime.Config, stateDir string) []che
 		return []check{{Status: "fail", What: err.Error()}}
 	}
 	defer os.RemoveAll(dir)
-	b, err := newBackend("bwrap", cfg, "doctor", filepath.Join(dir, "state"))
+	b, err := backendfactory.New("bwrap", cfg, "doctor", filepath.Join(dir, "state"))
 	if err == nil {
 		err = b.Probe(ctx)
 		defer runtime.CloseBackend(b)
@@ -307,7 +308,7 @@ func missingLimits(d backends.Description) []string {
 // configured namespace (SelfSubjectAccessReview), and returns the minimal
 // Role for that namespace.
 func doctorKube(ctx context.Context, cfg runtime.Config) ([]check, string) {
-	kb, err := kube.New(kubeConfig(cfg.Kube, "doctor"))
+	kb, err := kube.New(backendfactory.KubeConfig(cfg.Kube, "doctor"))
 	if err != nil {
 		return []check{{Status: "fail", What: err.Error(), Fix: "fix the kube section of the configuration"}}, ""
 	}

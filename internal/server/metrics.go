@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"net/http"
@@ -62,7 +62,7 @@ func newMetrics() *metrics {
 	return m
 }
 
-// logDrops exports the log lines lost to a stuck stderr (see logSink).
+// logDrops exports the log lines lost to a stuck stderr (see logsink.Sink).
 func (m *metrics) logDrops(dropped func() uint64) {
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "boxrt_log_dropped_lines_total",

@@ -1,4 +1,4 @@
-package main
+package logsink
 
 import (
 	"bufio"
@@ -66,7 +66,7 @@ func parseLines(t *testing.T, out string) []logLine {
 // line once the writer drains.
 func TestLogSinkNeverBlocksAndCountsDrops(t *testing.T) {
 	w := newGatedWriter()
-	sink, logger := newLogSink(w, "json", zerolog.InfoLevel)
+	sink, logger := New(w, "json", zerolog.InfoLevel)
 	const total = 5 * logRingLines
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -119,7 +119,7 @@ func TestLogSinkCloseFlushes(t *testing.T) {
 	var buf bytes.Buffer
 	w := &gatedWriter{open: make(chan struct{})}
 	close(w.open)
-	sink, logger := newLogSink(w, "json", zerolog.InfoLevel)
+	sink, logger := New(w, "json", zerolog.InfoLevel)
 	for i := range 500 {
 		logger.Info().Int("n", i).Msg("line")
 	}
@@ -140,7 +140,7 @@ func TestLogSinkCloseFlushes(t *testing.T) {
 func TestLogSinkWritesEachLineAsItComes(t *testing.T) {
 	w := &gatedWriter{open: make(chan struct{})}
 	close(w.open)
-	sink, logger := newLogSink(w, "json", zerolog.InfoLevel)
+	sink, logger := New(w, "json", zerolog.InfoLevel)
 	defer sink.Close(10 * time.Second)
 	for i := range 3 {
 		logger.Info().Int("n", i).Msg("line")
@@ -153,7 +153,7 @@ func TestLogSinkWritesEachLineAsItComes(t *testing.T) {
 func TestLogSinkCloseGivesUpOnAStuckWriter(t *testing.T) {
 	w := newGatedWriter()
 	defer close(w.open)
-	sink, logger := newLogSink(w, "console", zerolog.InfoLevel)
+	sink, logger := New(w, "console", zerolog.InfoLevel)
 	logger.Info().Msg("stuck")
 	start := time.Now()
 	assert.False(t, sink.Close(200*time.Millisecond))
@@ -164,8 +164,8 @@ func TestLogSinkCloseGivesUpOnAStuckWriter(t *testing.T) {
 // through the sink too, so it cannot block on stderr either.
 func TestLogSinkCapturesStdlog(t *testing.T) {
 	w := newGatedWriter()
-	sink, logger := newLogSink(w, "json", zerolog.InfoLevel)
-	sink.captureStdlog(logger)
+	sink, logger := New(w, "json", zerolog.InfoLevel)
+	sink.CaptureStdlog(logger)
 	start := time.Now()
 	for i := range 2000 {
 		log.Printf("http: something %d", i)
@@ -195,5 +195,5 @@ func TestLogSinkCapturesStdlog(t *testing.T) {
 	assert.Positive(t, got)
 	assert.Equal(t, 1, klogLines, "klog (client-go) goes through the sink too")
 	assert.Equal(t, log.Writer() != nil, true)
-	assert.NotEqual(t, fmt.Sprintf("%T", log.Writer()), "main.stdlogWriter", "Close restores the standard logger")
+	assert.NotEqual(t, fmt.Sprintf("%T", log.Writer()), "logsink.stdlogWriter", "Close restores the standard logger")
 }

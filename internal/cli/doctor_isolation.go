@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/backendfactory"
 	"github.com/boxrt/boxrt/runtime"
 )
 
@@ -34,7 +35,7 @@ func doctorIsolation(ctx context.Context, cfg runtime.Config, usable []string) [
 	}
 	defer os.RemoveAll(dir)
 	measure := func(name, rt string, c runtime.Config) {
-		b, err := newBackend(name, c, "doctor-isolation", filepath.Join(dir, name+"-"+rt))
+		b, err := backendfactory.New(name, c, "doctor-isolation", filepath.Join(dir, name+"-"+rt))
 		if err != nil {
 			out = append(out, isolationEntry{Backend: name, Runtime: rt, IsolationReport: backends.IsolationReport{Error: err.Error()}})
 			return

@@ -1,27 +1,13 @@
-package main
+package cli
 
 import (
-	"fmt"
 	"net"
-	"os"
 	"strconv"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/boxrt/boxrt/actions"
-	"github.com/boxrt/boxrt/rpc"
+	"github.com/boxrt/boxrt/internal/server"
 )
-
-// Protocols a connection may speak (--protocol).
-const (
-	protocolJSONRPC = "jsonrpc"
-	protocolLangBot = "langbot"
-)
-
-// langbotMaxRelayFrame: the LangBot host's relay client (websockets with
-// its default max_size) refuses messages of 1 MiB and more.
-const langbotMaxRelayFrame = 1 << 20
 
 // boxCommand is the reference's launcher, `lbp box [-s] [--host H]
 // [--ws-control-port N]`, as a drop-in for the unchanged LangBot host: it
@@ -57,7 +43,7 @@ these flags; docs/operations.md shows how to point LangBot at it.`,
 		Action: func(c *cli.Context) error {
 			stdio := c.Bool("stdio-control")
 			listen := net.JoinHostPort(c.String("host"), strconv.Itoa(c.Int("ws-control-port")))
-			for name, value := range map[string]string{"stdio": strconv.FormatBool(stdio), "listen": listen, "protocol": protocolLangBot} {
+			for name, value := range map[string]string{"stdio": strconv.FormatBool(stdio), "listen": listen, "protocol": string(server.LangBot)} {
 				if err := c.Set(name, value); err != nil {
 					return err
 				}
@@ -67,6 +53,8 @@ these flags; docs/operations.md shows how to point LangBot at it.`,
 	}
 }
 
+// hidden returns f left out of box's help: box sets it from its own
+// flags.
 func hidden(f cli.Flag) cli.Flag {
 	switch t := f.(type) {
 	case *cli.BoolFlag:
@@ -79,32 +67,4 @@ func hidden(f cli.Flag) cli.Flag {
 		return &c
 	}
 	return f
-}
-
-// trustedInstance reads LANGBOT_BOX_TRUSTED_INSTANCE_UUID: required for
-// the LangBot protocol on stdio (nothing else names the host's instance
-// there), optional otherwise (the first /rpc/ws connection pins it).
-func trustedInstance(protocol string, stdio bool) (*actions.Trust, error) {
-	id := strings.TrimSpace(os.Getenv("LANGBOT_BOX_TRUSTED_INSTANCE_UUID"))
-	langbot := protocol == protocolLangBot
-	switch {
-	case id == "" && langbot && stdio:
-		return nil, &exitError{code: 2, msg: "LANGBOT_BOX_TRUSTED_INSTANCE_UUID is required with -s (the LangBot host sets it when it spawns the runtime)"}
-	case id != "" && !actions.InstanceIDPattern.MatchString(id):
-		return nil, &exitError{code: 2, msg: fmt.Sprintf("LANGBOT_BOX_TRUSTED_INSTANCE_UUID %q must match %s", id, actions.InstanceIDPattern)}
-	}
-	// JSON-RPC clients have no control header naming the instance: their
-	// first tenant context pins it.
-	return actions.NewTrust(id, !langbot), nil
-}
-
-// codecFor returns the envelope of --protocol.
-func codecFor(protocol string, stdio bool) (func() rpc.Codec, error) {
-	switch protocol {
-	case protocolJSONRPC:
-		return func() rpc.Codec { return rpc.JSONRPC{} }, nil
-	case protocolLangBot:
-		return func() rpc.Codec { return rpc.NewLangBot(stdio) }, nil
-	}
-	return nil, &exitError{code: 2, msg: fmt.Sprintf("--protocol %q: use jsonrpc or langbot", protocol)}
 }

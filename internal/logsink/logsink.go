@@ -1,4 +1,4 @@
-package main
+package logsink
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ const (
 	stdlogQueue = 256
 )
 
-// logSink is where boxrt's logs go: stderr (or any writer) behind a
+// Sink is where boxrt's logs go: stderr (or any writer) behind a
 // bounded ring, so that logging never blocks request handling. A host that
 // pipes stderr and never reads it fills the pipe; before the ring, the
 // next log write blocked whichever goroutine was answering a request, and
@@ -37,7 +37,7 @@ const (
 // The ring's writer goroutine sleeps until a line arrives: an idle boxrt
 // does not wake up to look for log lines (zerolog's diode writer, used
 // before, polled every 10 ms, which was most of an idle boxrt's CPU).
-type logSink struct {
+type Sink struct {
 	w       io.Writer
 	direct  zerolog.Logger // the drop report, written straight to w
 	mu      sync.Mutex
@@ -57,10 +57,10 @@ type logSink struct {
 	closed        chan struct{}
 }
 
-// newLogSink returns a sink writing to w in the given format ("json" or
+// New returns a sink writing to w in the given format ("json" or
 // "console", checked by the caller) and a logger at lvl on top of it.
-func newLogSink(w io.Writer, format string, lvl zerolog.Level) (*logSink, zerolog.Logger) {
-	s := &logSink{w: w, wake: make(chan struct{}, 1), stop: make(chan struct{}), closed: make(chan struct{})}
+func New(w io.Writer, format string, lvl zerolog.Level) (*Sink, zerolog.Logger) {
+	s := &Sink{w: w, wake: make(chan struct{}, 1), stop: make(chan struct{}), closed: make(chan struct{})}
 	s.direct = zerolog.New(formatted(w, format)).Level(lvl).With().Timestamp().Logger()
 	go s.drain()
 	// zerolog (and its console writer) writes one event per Write call.
@@ -75,7 +75,7 @@ func formatted(w io.Writer, format string) io.Writer {
 }
 
 // ringWriter hands each Write (one log line) to the sink's ring.
-type ringWriter struct{ s *logSink }
+type ringWriter struct{ s *Sink }
 
 func (r ringWriter) Write(p []byte) (int, error) {
 	r.s.push(bytes.Clone(p)) // zerolog reuses p once Write returns
@@ -84,7 +84,7 @@ func (r ringWriter) Write(p []byte) (int, error) {
 
 // push queues a line, dropping the oldest one when the ring is full, and
 // wakes the writer goroutine. It never waits for stderr.
-func (s *logSink) push(line []byte) {
+func (s *Sink) push(line []byte) {
 	s.mu.Lock()
 	if s.n == len(s.ring) {
 		s.ring[s.head] = nil
@@ -102,7 +102,7 @@ func (s *logSink) push(line []byte) {
 }
 
 // pop takes the oldest line; ok is false when none waits.
-func (s *logSink) pop() (line []byte, ok bool) {
+func (s *Sink) pop() (line []byte, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.n == 0 {
@@ -119,7 +119,7 @@ func (s *logSink) pop() (line []byte, ok bool) {
 // one line beyond the ring waits in a blocked write; after each write that
 // returns it reports drops it has not reported yet (the moment stderr is
 // known to drain again). On stop it writes out what waits and returns.
-func (s *logSink) drain() {
+func (s *Sink) drain() {
 	var reported uint64
 	for {
 		select {
@@ -133,7 +133,7 @@ func (s *logSink) drain() {
 	}
 }
 
-func (s *logSink) writeWaiting(reported *uint64) {
+func (s *Sink) writeWaiting(reported *uint64) {
 	for line, ok := s.pop(); ok; line, ok = s.pop() {
 		_, _ = s.w.Write(line)
 		if d := s.dropped.Load(); d > *reported {
@@ -146,14 +146,14 @@ func (s *logSink) writeWaiting(reported *uint64) {
 
 // Dropped is how many log lines were lost so far: pushed out of the full
 // ring, or refused by the full queue of the standard logger.
-func (s *logSink) Dropped() uint64 {
+func (s *Sink) Dropped() uint64 {
 	return s.dropped.Load() + s.stdlogDropped.Load()
 }
 
-// captureStdlog sends the standard library's log package to logger
+// CaptureStdlog sends the standard library's log package to logger
 // through a bounded queue: its default output is a synchronous write to
 // stderr, which a stuck reader would block like any other.
-func (s *logSink) captureStdlog(logger zerolog.Logger) {
+func (s *Sink) CaptureStdlog(logger zerolog.Logger) {
 	s.stdlog = make(chan string, stdlogQueue)
 	s.stdlogStop = make(chan struct{})
 	s.stdlogDone = make(chan struct{})
@@ -186,7 +186,7 @@ func (s *logSink) captureStdlog(logger zerolog.Logger) {
 	}()
 }
 
-type stdlogWriter struct{ s *logSink }
+type stdlogWriter struct{ s *Sink }
 
 func (w stdlogWriter) Write(p []byte) (int, error) {
 	select {
@@ -201,7 +201,7 @@ func (w stdlogWriter) Write(p []byte) (int, error) {
 // goroutine, so the last lines of a normal shutdown are not lost. When the
 // writer does not drain (a host that never reads stderr) it gives up after
 // timeout and reports false: shutdown is never held hostage by the log.
-func (s *logSink) Close(timeout time.Duration) bool {
+func (s *Sink) Close(timeout time.Duration) bool {
 	s.closeOnce.Do(func() {
 		if s.stdlogStop != nil {
 			log.SetOutput(s.stdlogPrev)

@@ -1,4 +1,4 @@
-package main
+package backendfactory
 
 import (
 	"fmt"
@@ -15,9 +15,9 @@ import (
 	"github.com/boxrt/boxrt/runtime"
 )
 
-// newBackend is the runtime's backend factory: the only place that knows
-// the concrete backends.
-func newBackend(name string, cfg runtime.Config, instanceID, stateDir string) (backends.Backend, error) {
+// New makes the backend called name: the runtime's factory, and the
+// doctor's.
+func New(name string, cfg runtime.Config, instanceID, stateDir string) (backends.Backend, error) {
 	switch name {
 	case "docker":
 		return docker.New(docker.Config{
@@ -35,17 +35,17 @@ func newBackend(name string, cfg runtime.Config, instanceID, stateDir string) (b
 	case "bwrap":
 		return bwrap.New(bwrap.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir)})
 	case "kube":
-		return kube.New(kubeConfig(cfg.Kube, instanceID))
+		return kube.New(KubeConfig(cfg.Kube, instanceID))
 	case host.Name:
 		return host.New(host.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir)})
 	}
 	return nil, fmt.Errorf("unknown backend %q", name)
 }
 
-// kubeConfig maps the kube config section onto the backend's Config; the
+// KubeConfig maps the kube config section onto the backend's Config; the
 // section's instance, when set, replaces this installation's instance id so
 // replicas can share sessions.
-func kubeConfig(k runtime.Kube, instanceID string) kube.Config {
+func KubeConfig(k runtime.Kube, instanceID string) kube.Config {
 	if k.Instance != "" {
 		instanceID = k.Instance
 	}

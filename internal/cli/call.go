@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/boxrt/boxrt/internal/controltoken"
 	"github.com/boxrt/boxrt/reconnect"
 )
 
@@ -110,16 +111,64 @@ func usageErr(format string, args ...any) error {
 	return &exitError{code: 2, msg: "call: " + fmt.Sprintf(format, args...) + " (see boxrt call --help)"}
 }
 
-// parseCallArgs reads the arguments and the flags, including flags that
-// follow them ("boxrt call __ping --url …"): urfave/cli stops parsing flags
-// at the first argument, so the rest is parsed again here with the same
-// flag definitions.
+// parseCallArgs reads the request, where to send it and how, checking
+// each in the order the usage errors are reported.
 func parseCallArgs(c *cli.Context, stdin io.Reader) (*callArgs, error) {
+	flags, pos, err := parseCallFlags(c)
+	if err != nil {
+		return nil, err
+	}
+	a := &callArgs{url: flags.str("url"), verbose: flags.boolean("verbose")}
+	if a.timeout, err = flags.duration("timeout"); err != nil {
+		return nil, usageErr("--timeout: %v", err)
+	}
+	if a.timeout <= 0 {
+		return nil, usageErr("--timeout must be positive")
+	}
+	if a.method, a.params, err = callRequest(pos, stdin); err != nil {
+		return nil, err
+	}
+	a.streamFormat = flags.str("stream-format")
+	if a.streamFormat != "raw" && a.streamFormat != "jsonl" {
+		return nil, usageErr("--stream-format must be raw or jsonl, got %q", a.streamFormat)
+	}
+	a.stream = streams(a.method, a.params)
+	if a.spawnCmd, err = spawnCommand(flags); err != nil {
+		return nil, err
+	}
+	switch {
+	case a.spawnCmd != nil && a.url != "":
+		return nil, usageErr("use either --url or --spawn, not both")
+	case a.spawnCmd == nil && a.url == "":
+		return nil, usageErr("say where the runtime is: --url URL, or --spawn")
+	}
+	if flags.isSet("state-dir") {
+		a.stateDir = flags.str("state-dir")
+	}
+	if a.token, err = clientToken(flags.str("token-file"), flags.str("state-dir"), a.url, usageErr); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// callFlags are call's flags wherever they were given: urfave/cli stops
+// parsing flags at the first argument ("boxrt call __ping --url …"), so
+// the rest is parsed again with the same flag definitions, and a flag
+// found there wins.
+type callFlags struct {
+	c    *cli.Context
+	set  *flag.FlagSet
+	late map[string]bool
+}
+
+// parseCallFlags parses the flags that follow the arguments and returns
+// the arguments.
+func parseCallFlags(c *cli.Context) (callFlags, []string, error) {
 	set := flag.NewFlagSet("call", flag.ContinueOnError)
 	set.SetOutput(io.Discard)
 	for _, f := range c.Command.Flags {
 		if err := f.Apply(set); err != nil {
-			return nil, err
+			return callFlags{}, nil, err
 		}
 	}
 	// urfave/cli adds its help flag to the command's flags; define it if
@@ -134,7 +183,7 @@ func parseCallArgs(c *cli.Context, stdin io.Reader) (*callArgs, error) {
 	rest := c.Args().Slice()
 	for len(rest) > 0 {
 		if err := set.Parse(rest); err != nil {
-			return nil, usageErr("%v", err)
+			return callFlags{}, nil, usageErr("%v", err)
 		}
 		if set.NArg() == 0 {
 			break
@@ -143,70 +192,71 @@ func parseCallArgs(c *cli.Context, stdin io.Reader) (*callArgs, error) {
 		rest = set.Args()[1:]
 	}
 	if set.Lookup("help").Value.String() == "true" {
-		return nil, errShowHelp
+		return callFlags{}, nil, errShowHelp
 	}
 	late := map[string]bool{}
 	set.Visit(func(f *flag.Flag) { late[f.Name] = true })
-	str := func(name string) string {
-		if late[name] {
-			return set.Lookup(name).Value.String()
-		}
-		return c.String(name)
-	}
-	boolean := func(name string) bool {
-		if late[name] {
-			return set.Lookup(name).Value.String() == "true"
-		}
-		return c.Bool(name)
-	}
+	return callFlags{c: c, set: set, late: late}, pos, nil
+}
 
-	a := &callArgs{url: str("url"), verbose: boolean("verbose"), timeout: c.Duration("timeout")}
-	if late["timeout"] {
-		d, err := time.ParseDuration(set.Lookup("timeout").Value.String())
-		if err != nil {
-			return nil, usageErr("--timeout: %v", err)
-		}
-		a.timeout = d
+func (f callFlags) str(name string) string {
+	if f.late[name] {
+		return f.set.Lookup(name).Value.String()
 	}
-	if a.timeout <= 0 {
-		return nil, usageErr("--timeout must be positive")
+	return f.c.String(name)
+}
+
+func (f callFlags) boolean(name string) bool {
+	if f.late[name] {
+		return f.set.Lookup(name).Value.String() == "true"
 	}
+	return f.c.Bool(name)
+}
+
+func (f callFlags) duration(name string) (time.Duration, error) {
+	if f.late[name] {
+		return time.ParseDuration(f.set.Lookup(name).Value.String())
+	}
+	return f.c.Duration(name), nil
+}
+
+func (f callFlags) isSet(name string) bool {
+	return f.late[name] || f.c.IsSet(name)
+}
+
+// callRequest reads METHOD and PARAMS_JSON ("-": from stdin; default {}).
+func callRequest(pos []string, stdin io.Reader) (string, json.RawMessage, error) {
 	switch len(pos) {
 	case 0:
-		return nil, usageErr("missing METHOD")
-	case 1, 2:
+		return "", nil, usageErr("missing METHOD")
+	case 1:
+		return pos[0], json.RawMessage("{}"), nil
+	case 2:
 	default:
-		return nil, usageErr("too many arguments: %q (quote PARAMS_JSON as one argument)", pos[2:])
+		return "", nil, usageErr("too many arguments: %q (quote PARAMS_JSON as one argument)", pos[2:])
 	}
-	a.method = pos[0]
-	a.params = json.RawMessage("{}")
-	if len(pos) == 2 {
-		raw := []byte(pos[1])
-		if pos[1] == "-" {
-			b, err := io.ReadAll(io.LimitReader(stdin, reconnect.MaxMessageBytes+1))
-			if err != nil {
-				return nil, usageErr("reading PARAMS_JSON from stdin: %v", err)
-			}
-			raw = b
+	raw := []byte(pos[1])
+	if pos[1] == "-" {
+		b, err := io.ReadAll(io.LimitReader(stdin, reconnect.MaxMessageBytes+1))
+		if err != nil {
+			return "", nil, usageErr("reading PARAMS_JSON from stdin: %v", err)
 		}
-		raw = bytes.TrimSpace(raw)
-		if !json.Valid(raw) {
-			return nil, usageErr("PARAMS_JSON is not valid JSON: %.80q", raw)
-		}
-		if len(raw) == 0 || (raw[0] != '{' && raw[0] != '[') {
-			return nil, usageErr("PARAMS_JSON must be a JSON object or array (JSON-RPC params), got %.40s", raw)
-		}
-		a.params = raw
+		raw = b
 	}
+	raw = bytes.TrimSpace(raw)
+	if !json.Valid(raw) {
+		return "", nil, usageErr("PARAMS_JSON is not valid JSON: %.80q", raw)
+	}
+	if len(raw) == 0 || (raw[0] != '{' && raw[0] != '[') {
+		return "", nil, usageErr("PARAMS_JSON must be a JSON object or array (JSON-RPC params), got %.40s", raw)
+	}
+	return pos[0], raw, nil
+}
 
-	a.streamFormat = str("stream-format")
-	if a.streamFormat != "raw" && a.streamFormat != "jsonl" {
-		return nil, usageErr("--stream-format must be raw or jsonl, got %q", a.streamFormat)
-	}
-	a.stream = streams(a.method, a.params)
-
-	spawn := boolean("spawn")
-	if sc := str("spawn-cmd"); sc != "" {
+// spawnCommand is the command line --spawn-cmd or --spawn runs; nil to
+// dial.
+func spawnCommand(flags callFlags) ([]string, error) {
+	if sc := flags.str("spawn-cmd"); sc != "" {
 		words, err := splitCommandLine(sc)
 		if err != nil {
 			return nil, usageErr("--spawn-cmd: %v", err)
@@ -214,29 +264,16 @@ func parseCallArgs(c *cli.Context, stdin io.Reader) (*callArgs, error) {
 		if len(words) == 0 {
 			return nil, usageErr("--spawn-cmd is empty")
 		}
-		a.spawnCmd = words
-	} else if spawn {
-		self, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("cannot find this executable to spawn: %w", err)
-		}
-		a.spawnCmd = []string{self, "serve", "--stdio", "--listen", ""}
+		return words, nil
 	}
-	switch {
-	case a.spawnCmd != nil && a.url != "":
-		return nil, usageErr("use either --url or --spawn, not both")
-	case a.spawnCmd == nil && a.url == "":
-		return nil, usageErr("say where the runtime is: --url URL, or --spawn")
+	if !flags.boolean("spawn") {
+		return nil, nil
 	}
-	if late["state-dir"] || c.IsSet("state-dir") {
-		a.stateDir = str("state-dir")
-	}
-	token, err := clientToken(str("token-file"), str("state-dir"), a.url, usageErr)
+	self, err := os.Executable()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cannot find this executable to spawn: %w", err)
 	}
-	a.token = token
-	return a, nil
+	return []string{self, "serve", "--stdio", "--listen", ""}, nil
 }
 
 // clientToken finds the control token a client command sends: --token-file,
@@ -260,7 +297,7 @@ func clientToken(tokenFile, stateDir, runtimeURL string, usage func(string, ...a
 		}
 	}
 	if runtimeURL != "" && loopbackURL(runtimeURL) {
-		tok, err := readTokenFile(filepath.Join(stateDir, controlTokenFileName), false)
+		tok, err := controltoken.ReadFile(filepath.Join(stateDir, controltoken.FileName), false)
 		switch {
 		case err == nil:
 			return tok, nil

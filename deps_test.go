@@ -40,7 +40,7 @@ func TestDependencyDirection(t *testing.T) {
 		"backends/internal/sandboxfs": {"backends", "internal/boxerr"},
 		"relay":                       {"rpc", "runtime", "internal/boxerr", "runtime/tenant", "backends"},
 		"rpc":                         {"internal/boxerr"},
-		"reconnect":                   {"internal/boxerr"},
+		"reconnect":                   {"internal/boxerr", "internal/controltoken", "internal/atomicfile"},
 		"test":                        {"*"},
 		"test/bench":                  {"reconnect", "internal/boxerr", "internal/clip", "backends", "backends/bwrap", "backends/docker", "test/bench/echopeer"},
 		"test/bench/echopeer":         {},

@@ -110,7 +110,7 @@ func Dial(ctx context.Context, runtimeURL string, opts ...Option) (*Client, erro
 	} else {
 		tok, looked, err := discoverToken(u, o.stateDir)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w (use WithToken or BOXRT_CONTROL_TOKEN)", err)
 		}
 		o.token, o.noToken = tok, "none found in "+looked
 	}

@@ -9,19 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/boxrt/boxrt/internal/controltoken"
 )
 
 // tokenEnvs are the variables a control token is taken from, in order: the
 // same ones `boxrt serve` and `boxrt call` read.
 var tokenEnvs = []string{"BOXRT_CONTROL_TOKEN", "LANGBOT_BOX_CONTROL_TOKEN"}
-
-// controlTokenFile is where, in its state directory, a listening boxrt
-// without a configured token keeps the one it generated.
-const controlTokenFile = "control-token"
-
-// minTokenLen is the shortest control token boxrt accepts.
-const minTokenLen = 32
 
 // DefaultStateDir is the state directory `boxrt serve` uses when not told
 // otherwise: $BOXRT_STATE_DIR, else /var/lib/boxrt for root, else
@@ -49,10 +43,14 @@ func DefaultStateDir() string {
 // $LANGBOT_BOX_CONTROL_TOKEN, else, when runtimeURL names this machine by a
 // loopback name (where a runtime sharing the state directory may listen),
 // the token that runtime generated in stateDir/control-token; stateDir ""
-// means DefaultStateDir(). Finding none is not an error: it returns "". A
-// token file that exists but cannot be read, or holds no valid token, is.
-// Dial uses it unless WithToken is given.
+// means DefaultStateDir(). runtimeURL "" (a runtime yet to be spawned)
+// consults the environment only. Finding none is not an error: it returns
+// "". A token file that exists but cannot be read, or holds no valid
+// token, is. Dial uses it unless WithToken is given.
 func DiscoverToken(runtimeURL, stateDir string) (string, error) {
+	if strings.TrimSpace(runtimeURL) == "" {
+		return envToken(), nil
+	}
 	u, err := normalizeURL(runtimeURL)
 	if err != nil {
 		return "", err
@@ -66,45 +64,35 @@ func DiscoverToken(runtimeURL, stateDir string) (string, error) {
 // found.
 func discoverToken(wsURL, stateDir string) (tok, looked string, err error) {
 	looked = "$" + strings.Join(tokenEnvs, ", $")
-	for _, env := range tokenEnvs {
-		if tok := strings.TrimSpace(os.Getenv(env)); tok != "" {
-			return tok, looked, nil
-		}
+	if tok := envToken(); tok != "" {
+		return tok, looked, nil
 	}
 	if !loopbackURL(wsURL) {
-		return "", looked + " (a state directory's " + controlTokenFile + " is read only for a loopback runtime URL)", nil
+		return "", looked + " (a state directory's " + controltoken.FileName + " is read only for a loopback runtime URL)", nil
 	}
 	if stateDir == "" {
 		stateDir = DefaultStateDir()
 	}
-	path := filepath.Join(stateDir, controlTokenFile)
+	path := filepath.Join(stateDir, controltoken.FileName)
 	looked += ", " + path
-	tok, err = readTokenFile(path)
+	tok, err = controltoken.ReadFile(path, false)
 	switch {
 	case err == nil:
 		return tok, looked, nil
 	case errors.Is(err, fs.ErrNotExist):
 		return "", looked, nil
 	}
-	return "", looked, fmt.Errorf("reconnect: reading the generated control token: %w (use WithToken or BOXRT_CONTROL_TOKEN)", err)
+	return "", looked, fmt.Errorf("reconnect: reading the generated control token: %w", err)
 }
 
-// readTokenFile reads a generated token, held to the rules boxrt serve
-// holds a configured one to, so a damaged file is reported here rather
-// than as a refusal by the runtime.
-func readTokenFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
+// envToken is the control token the environment names, or "".
+func envToken() string {
+	for _, env := range tokenEnvs {
+		if tok := strings.TrimSpace(os.Getenv(env)); tok != "" {
+			return tok
+		}
 	}
-	tok := strings.TrimSpace(string(b))
-	if strings.ContainsAny(tok, " \t\r\n") {
-		return "", fmt.Errorf("%s: the control token must not contain whitespace", path)
-	}
-	if n := utf8.RuneCountInString(tok); n < minTokenLen {
-		return "", fmt.Errorf("%s: the control token is %d characters long; it must be at least %d", path, n, minTokenLen)
-	}
-	return tok, nil
+	return ""
 }
 
 // loopbackURL reports whether a normalised runtime URL names this machine

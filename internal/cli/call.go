@@ -9,11 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
-	"net"
-	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -21,7 +17,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/boxrt/boxrt/internal/controltoken"
 	"github.com/boxrt/boxrt/reconnect"
 )
 
@@ -77,7 +72,7 @@ running.
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "url", Usage: "runtime URL to dial, e.g. ws://127.0.0.1:5410"},
 			&cli.StringFlag{Name: "token-file", Usage: "read the control token from this file (default: $BOXRT_CONTROL_TOKEN, else for a loopback --url STATE_DIR/control-token)"},
-			&cli.StringFlag{Name: "state-dir", Value: defaultStateDir(), Usage: "state directory of the local runtime whose generated control token to use; with --spawn, the spawned runtime's (default: a private temporary one)"},
+			&cli.StringFlag{Name: "state-dir", Value: reconnect.DefaultStateDir(), Usage: "state directory of the local runtime whose generated control token to use; with --spawn, the spawned runtime's (default: a private temporary one)"},
 			&cli.BoolFlag{Name: "spawn", Usage: "spawn a runtime for this call: this executable with serve --stdio --listen ''"},
 			&cli.StringFlag{Name: "spawn-cmd", Usage: "command line to spawn instead (implies --spawn); quotes work as in a shell"},
 			&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "give up on the call after this long (reaching the runtime: at most 10s of it)"},
@@ -291,31 +286,11 @@ func clientToken(tokenFile, stateDir, runtimeURL string, usage func(string, ...a
 		}
 		return tok, nil
 	}
-	for _, env := range []string{"BOXRT_CONTROL_TOKEN", "LANGBOT_BOX_CONTROL_TOKEN"} {
-		if tok := strings.TrimSpace(os.Getenv(env)); tok != "" {
-			return tok, nil
-		}
-	}
-	if runtimeURL != "" && loopbackURL(runtimeURL) {
-		tok, err := controltoken.ReadFile(filepath.Join(stateDir, controltoken.FileName), false)
-		switch {
-		case err == nil:
-			return tok, nil
-		case !errors.Is(err, fs.ErrNotExist):
-			return "", usage("reading the generated control token: %v (pass --token-file or BOXRT_CONTROL_TOKEN)", err)
-		}
-	}
-	return "", nil
-}
-
-// loopbackURL reports whether raw names this machine by a loopback name,
-// where a runtime sharing our state directory may be listening.
-func loopbackURL(raw string) bool {
-	u, err := url.Parse(raw)
+	tok, err := reconnect.DiscoverToken(runtimeURL, stateDir)
 	if err != nil {
-		return false
+		return "", usage("%v (pass --token-file or BOXRT_CONTROL_TOKEN)", err)
 	}
-	return isLoopback(net.JoinHostPort(u.Hostname(), "0"))
+	return tok, nil
 }
 
 // errShowHelp: --help came after the arguments, where urfave/cli does not

@@ -41,7 +41,7 @@ Examples:
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "url", Value: "http://127.0.0.1:5410", Usage: "runtime URL (http, https, ws or wss)"},
 			&cli.StringFlag{Name: "token-file", Usage: "read the control token from this file (default: $BOXRT_CONTROL_TOKEN, else for a loopback --url STATE_DIR/control-token)"},
-			&cli.StringFlag{Name: "state-dir", Value: defaultStateDir(), Usage: "state directory of the local runtime whose generated control token to use"},
+			&cli.StringFlag{Name: "state-dir", Value: reconnect.DefaultStateDir(), Usage: "state directory of the local runtime whose generated control token to use"},
 			&cli.StringFlag{Name: "mode", Usage: "octal mode of an uploaded file (default: keep an existing file's, else 0644)"},
 			&cli.BoolFlag{Name: "progress", Value: isTerminal(os.Stderr), Usage: "show progress on stderr"},
 		},

@@ -15,6 +15,7 @@ import (
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/kube"
 	"github.com/boxrt/boxrt/internal/backendfactory"
+	"github.com/boxrt/boxrt/reconnect"
 	"github.com/boxrt/boxrt/runtime"
 	"github.com/docker/docker/client"
 	"github.com/urfave/cli/v2"
@@ -34,7 +35,7 @@ shared or not, seccomp, user namespace, capabilities, read-only root,
 network, cgroup limits. Exit status 0 when at least one backend works, 1 otherwise.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "configuration file (JSON or YAML), as for serve"},
-			&cli.StringFlag{Name: "state-dir", Value: defaultStateDir(), Usage: "state directory, as for serve"},
+			&cli.StringFlag{Name: "state-dir", Value: reconnect.DefaultStateDir(), Usage: "state directory, as for serve"},
 			&cli.BoolFlag{Name: "json", Usage: "print the checks as JSON"},
 		},
 		Action: runDoctor,

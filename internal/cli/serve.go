@@ -17,6 +17,7 @@ import (
 	"github.com/boxrt/boxrt/internal/controltoken"
 	"github.com/boxrt/boxrt/internal/logsink"
 	"github.com/boxrt/boxrt/internal/server"
+	"github.com/boxrt/boxrt/reconnect"
 )
 
 func serveCommand() *cli.Command {
@@ -52,7 +53,7 @@ then box_init at run time), for example:
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:5410", Usage: "HTTP listen address for /rpc/ws, the relay and health; port 0 picks a free port; '' turns the listener off"},
 			&cli.StringFlag{Name: "token-file", Usage: "read the control token from this file (instead of BOXRT_CONTROL_TOKEN)"},
 			&cli.StringFlag{Name: "config", Usage: "configuration file (JSON or YAML)"},
-			&cli.StringFlag{Name: "state-dir", Value: defaultStateDir(), Usage: "where boxrt keeps its instance id and bwrap sessions; one runtime per directory (it is locked while boxrt runs)"},
+			&cli.StringFlag{Name: "state-dir", Value: reconnect.DefaultStateDir(), Usage: "where boxrt keeps its instance id and bwrap sessions; one runtime per directory (it is locked while boxrt runs)"},
 			&cli.StringFlag{Name: "private-state-dir", EnvVars: []string{"BOXRT_PRIVATE_STATE_DIR"}, Usage: "a state directory private to this run, which the spawner removes afterwards: every session ends when boxrt exits, persistent and suspended ones too (boxrt call --spawn and reconnect.Spawn set it; --state-dir wins over it)"},
 			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "log format on stderr: json or console"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn, error"},

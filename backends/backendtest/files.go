@@ -115,19 +115,47 @@ func wantField(t *testing.T, err error, field string) {
 	}
 }
 
-func (f files) roundTrip(t *testing.T) {
-	ctx := context.Background()
-	binary := make([]byte, 256*3)
-	for i := range binary {
-		binary[i] = byte(i)
+// roundTripBinary holds every byte value, three times: the file that
+// the round trip writes first and its later steps read.
+var roundTripBinary = func() []byte {
+	b := make([]byte, 256*3)
+	for i := range b {
+		b[i] = byte(i)
 	}
-	const oddName = "/workspace/n\xffame\nx.txt"
+	return b
+}()
+
+// roundTripOddName is a file name with a newline and a non-UTF-8 byte.
+const roundTripOddName = "/workspace/n\xffame\nx.txt"
+
+// roundTrip writes files everywhere the session has a mount, then works on
+// them step by step: each step reads what the earlier ones left.
+func (f files) roundTrip(t *testing.T) {
+	f.writeAndReadBack(t)
+	for _, step := range []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"offset and length", f.offsetAndLength},
+		{"append and mode", f.appendAndMode},
+		{"list depth", f.listDepth},
+		{"mkdir rename remove", f.mkdirRenameRemove},
+		{"a broken upload leaves the old file", f.brokenUpload},
+		{"typed refusals", f.typedRefusals},
+	} {
+		t.Run(step.name, step.run)
+	}
+}
+
+// writeAndReadBack writes a file into every kind of mount and reads it
+// back, through the file API and inside the sandbox.
+func (f files) writeAndReadBack(t *testing.T) {
 	cases := []struct {
 		name, path string
 		data       []byte
 	}{
-		{"binary with parents", "/workspace/deep/er/a.bin", binary},
-		{"non-UTF-8 name with a newline", oddName, []byte("latin1")},
+		{"binary with parents", "/workspace/deep/er/a.bin", roundTripBinary},
+		{"non-UTF-8 name with a newline", roundTripOddName, []byte("latin1")},
 		{"empty file", "/workspace/empty", nil},
 		{"tmp", "/tmp/t.txt", []byte("in tmp")},
 		{"rw extra mount", "/data/x/e.txt", []byte("extra")},
@@ -160,147 +188,164 @@ func (f files) roundTrip(t *testing.T) {
 			}
 		})
 	}
-	t.Run("offset and length", func(t *testing.T) {
-		for _, rc := range []struct {
-			off, n int64
-			want   []byte
-		}{{0, 10, binary[:10]}, {250, 10, binary[250:260]}, {760, -1, binary[760:]}, {760, 100, binary[760:]}, {1000, 5, nil}} {
-			got, err := f.read("/workspace/deep/er/a.bin", rc.off, rc.n)
-			if err != nil || !bytes.Equal(got, rc.want) {
-				t.Fatalf("read(%d, %d) = %v, %v", rc.off, rc.n, got, err)
-			}
+}
+
+// offsetAndLength reads ranges of the binary file.
+func (f files) offsetAndLength(t *testing.T) {
+	for _, rc := range []struct {
+		off, n int64
+		want   []byte
+	}{{0, 10, roundTripBinary[:10]}, {250, 10, roundTripBinary[250:260]}, {760, -1, roundTripBinary[760:]}, {760, 100, roundTripBinary[760:]}, {1000, 5, nil}} {
+		got, err := f.read("/workspace/deep/er/a.bin", rc.off, rc.n)
+		if err != nil || !bytes.Equal(got, rc.want) {
+			t.Fatalf("read(%d, %d) = %v, %v", rc.off, rc.n, got, err)
 		}
-	})
-	t.Run("append and mode", func(t *testing.T) {
-		p := "/workspace/log.txt"
-		for _, part := range []string{"one\n", "two\n"} {
-			if err := f.write(t, p, []byte(part), backends.WriteOptions{Append: true, Mode: 0o600}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		got, _ := f.read(p, 0, -1)
-		fi, err := f.fs.StatFile(ctx, f.info, p)
-		if string(got) != "one\ntwo\n" || err != nil || fi.Mode != 0o600 || fi.Type != backends.FileTypeFile || fi.Size != 8 {
-			t.Fatalf("appended %q, stat %+v %v", got, fi, err)
-		}
-		// A replace keeps the mode unless given one.
-		if err := f.write(t, p, []byte("x"), backends.WriteOptions{}); err != nil {
+	}
+}
+
+// appendAndMode appends, sets and keeps modes.
+func (f files) appendAndMode(t *testing.T) {
+	ctx := context.Background()
+	p := "/workspace/log.txt"
+	for _, part := range []string{"one\n", "two\n"} {
+		if err := f.write(t, p, []byte(part), backends.WriteOptions{Append: true, Mode: 0o600}); err != nil {
 			t.Fatal(err)
 		}
-		if fi, _ := f.fs.StatFile(ctx, f.info, p); fi.Mode != 0o600 {
-			t.Fatalf("mode after replace %o", fi.Mode)
-		}
-		if err := f.write(t, "/workspace/run.sh", []byte("#!/bin/sh\necho ran\n"), backends.WriteOptions{Mode: 0o755}); err != nil {
+	}
+	got, _ := f.read(p, 0, -1)
+	fi, err := f.fs.StatFile(ctx, f.info, p)
+	if string(got) != "one\ntwo\n" || err != nil || fi.Mode != 0o600 || fi.Type != backends.FileTypeFile || fi.Size != 8 {
+		t.Fatalf("appended %q, stat %+v %v", got, fi, err)
+	}
+	// A replace keeps the mode unless given one.
+	if err := f.write(t, p, []byte("x"), backends.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := f.fs.StatFile(ctx, f.info, p); fi.Mode != 0o600 {
+		t.Fatalf("mode after replace %o", fi.Mode)
+	}
+	if err := f.write(t, "/workspace/run.sh", []byte("#!/bin/sh\necho ran\n"), backends.WriteOptions{Mode: 0o755}); err != nil {
+		t.Fatal(err)
+	}
+	if out := f.run(t, "/workspace/run.sh", nil); out != "ran\n" {
+		t.Fatalf("script written with mode 0755 printed %q", out)
+	}
+}
+
+// listDepth lists the written tree to each depth.
+func (f files) listDepth(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		dir   string
+		depth int
+		want  []string
+	}{
+		{"/workspace", 1, []string{"/workspace/deep"}},
+		{"/workspace/deep/..", 2, []string{"/workspace/deep", "/workspace/deep/er"}},
+		{"/workspace", 3, []string{"/workspace/deep", "/workspace/deep/er", "/workspace/deep/er/a.bin"}},
+	} {
+		entries, err := f.fs.ListFiles(ctx, f.info, tc.dir, tc.depth, 100)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if out := f.run(t, "/workspace/run.sh", nil); out != "ran\n" {
-			t.Fatalf("script written with mode 0755 printed %q", out)
-		}
-	})
-	t.Run("list depth", func(t *testing.T) {
-		for _, tc := range []struct {
-			dir   string
-			depth int
-			want  []string
-		}{
-			{"/workspace", 1, []string{"/workspace/deep"}},
-			{"/workspace/deep/..", 2, []string{"/workspace/deep", "/workspace/deep/er"}},
-			{"/workspace", 3, []string{"/workspace/deep", "/workspace/deep/er", "/workspace/deep/er/a.bin"}},
-		} {
-			entries, err := f.fs.ListFiles(ctx, f.info, tc.dir, tc.depth, 100)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, e := range entries {
-				if strings.HasPrefix(e.Path, "/workspace/deep") {
-					got = append(got, e.Path)
-				}
-			}
-			sort.Strings(got)
-			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
-				t.Fatalf("%s depth %d: %v, want %v", tc.dir, tc.depth, got, tc.want)
-			}
-		}
-		entries, err := f.fs.ListFiles(ctx, f.info, "/workspace/deep/er", 1, 100)
-		if err != nil || len(entries) != 1 || entries[0].Name != "a.bin" || entries[0].Size != int64(len(binary)) ||
-			entries[0].Type != backends.FileTypeFile || entries[0].MTime.IsZero() {
-			t.Fatalf("entries %+v, %v", entries, err)
-		}
-		entries, err = f.fs.ListFiles(ctx, f.info, "/workspace", 1, 100)
-		var names []string
+		var got []string
 		for _, e := range entries {
-			names = append(names, e.Name)
+			if strings.HasPrefix(e.Path, "/workspace/deep") {
+				got = append(got, e.Path)
+			}
 		}
-		if err != nil || !strings.Contains(strings.Join(names, "/"), filepath.Base(oddName)) {
-			t.Fatalf("a name with a newline and a non-UTF-8 byte is missing from %q (%v)", names, err)
+		sort.Strings(got)
+		if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Fatalf("%s depth %d: %v, want %v", tc.dir, tc.depth, got, tc.want)
 		}
-	})
-	t.Run("mkdir rename remove", func(t *testing.T) {
-		if err := f.fs.MakeDir(ctx, f.info, "/workspace/m/n/o"); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.fs.MakeDir(ctx, f.info, "/workspace/m/n/o"); err != nil {
-			t.Fatalf("mkdir of an existing directory: %v", err)
-		}
-		if err := f.write(t, "/workspace/m/n/o/f", []byte("f"), backends.WriteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.fs.RenameFile(ctx, f.info, "/workspace/m/n", "/workspace/m/renamed"); err != nil {
-			t.Fatal(err)
-		}
-		if got, err := f.read("/workspace/m/renamed/o/f", 0, -1); err != nil || string(got) != "f" {
-			t.Fatalf("after rename: %q %v", got, err)
-		}
-		wantField(t, f.fs.RemoveFile(ctx, f.info, "/workspace/m", false), "path")
-		if err := f.fs.RemoveFile(ctx, f.info, "/workspace/m", true); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.fs.StatFile(ctx, f.info, "/workspace/m"); !errors.Is(err, boxerr.ErrFileNotFound) {
-			t.Fatalf("stat after remove: %v", err)
-		}
-		if out := f.run(t, "ls -a /workspace/", nil); strings.Contains(out, "boxrt-upload") || strings.Contains(out, "\nm\n") {
-			t.Fatalf("workspace after remove: %q", out)
-		}
-	})
-	t.Run("a broken upload leaves the old file", func(t *testing.T) {
-		p := "/workspace/keep.txt"
-		if err := f.write(t, p, []byte("old"), backends.WriteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		broken := io.MultiReader(bytes.NewReader(make([]byte, 100000)), iotest.ErrReader(errors.New("client went away")))
-		if _, err := f.fs.WriteFile(ctx, f.info, p, broken, backends.WriteOptions{}); err == nil {
-			t.Fatal("a write whose source failed succeeded")
-		}
-		if got, err := f.read(p, 0, -1); err != nil || string(got) != "old" {
-			t.Fatalf("after a broken upload: %q %v", got, err)
-		}
-		if out := f.run(t, "ls -a /workspace", nil); strings.Contains(out, "boxrt-upload") {
-			t.Fatalf("a temporary file was left: %q", out)
-		}
-	})
-	t.Run("typed refusals", func(t *testing.T) {
-		for _, tc := range []struct {
-			name string
-			err  func() error
-			kind *boxerr.Kind
-		}{
-			{"read missing", func() error { _, err := f.read("/workspace/nope", 0, -1); return err }, boxerr.ErrFileNotFound},
-			{"stat missing", func() error { _, err := f.fs.StatFile(ctx, f.info, "/workspace/a/b/c"); return err }, boxerr.ErrFileNotFound},
-			{"remove mount point", func() error { return f.fs.RemoveFile(ctx, f.info, "/workspace", true) }, boxerr.ErrValidation},
-			{"rename across mounts", func() error { return f.fs.RenameFile(ctx, f.info, "/workspace/log.txt", "/tmp/log.txt") }, boxerr.ErrValidation},
-			{"read a directory", func() error { _, err := f.read("/workspace/deep", 0, -1); return err }, boxerr.ErrValidation},
-			{"write over a directory", func() error { return f.write(t, "/workspace/deep", []byte("x"), backends.WriteOptions{}) }, boxerr.ErrValidation},
-			{"system view /etc", func() error { return f.write(t, "/etc/evil", []byte("x"), backends.WriteOptions{}) }, boxerr.ErrValidation},
-			{"system view /usr/bin", func() error { return f.write(t, "/usr/bin/evil", []byte("x"), backends.WriteOptions{}) }, boxerr.ErrValidation},
-		} {
-			t.Run(tc.name, func(t *testing.T) {
-				if err := tc.err(); !errors.Is(err, tc.kind) {
-					t.Errorf("want %s, got %v", tc.kind.Type, err)
-				}
-			})
-		}
-	})
+	}
+	entries, err := f.fs.ListFiles(ctx, f.info, "/workspace/deep/er", 1, 100)
+	if err != nil || len(entries) != 1 || entries[0].Name != "a.bin" || entries[0].Size != int64(len(roundTripBinary)) ||
+		entries[0].Type != backends.FileTypeFile || entries[0].MTime.IsZero() {
+		t.Fatalf("entries %+v, %v", entries, err)
+	}
+	entries, err = f.fs.ListFiles(ctx, f.info, "/workspace", 1, 100)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name)
+	}
+	if err != nil || !strings.Contains(strings.Join(names, "/"), filepath.Base(roundTripOddName)) {
+		t.Fatalf("a name with a newline and a non-UTF-8 byte is missing from %q (%v)", names, err)
+	}
+}
+
+// mkdirRenameRemove makes, renames and removes a tree.
+func (f files) mkdirRenameRemove(t *testing.T) {
+	ctx := context.Background()
+	if err := f.fs.MakeDir(ctx, f.info, "/workspace/m/n/o"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.fs.MakeDir(ctx, f.info, "/workspace/m/n/o"); err != nil {
+		t.Fatalf("mkdir of an existing directory: %v", err)
+	}
+	if err := f.write(t, "/workspace/m/n/o/f", []byte("f"), backends.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.fs.RenameFile(ctx, f.info, "/workspace/m/n", "/workspace/m/renamed"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.read("/workspace/m/renamed/o/f", 0, -1); err != nil || string(got) != "f" {
+		t.Fatalf("after rename: %q %v", got, err)
+	}
+	wantField(t, f.fs.RemoveFile(ctx, f.info, "/workspace/m", false), "path")
+	if err := f.fs.RemoveFile(ctx, f.info, "/workspace/m", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.fs.StatFile(ctx, f.info, "/workspace/m"); !errors.Is(err, boxerr.ErrFileNotFound) {
+		t.Fatalf("stat after remove: %v", err)
+	}
+	if out := f.run(t, "ls -a /workspace/", nil); strings.Contains(out, "boxrt-upload") || strings.Contains(out, "\nm\n") {
+		t.Fatalf("workspace after remove: %q", out)
+	}
+}
+
+// brokenUpload checks that a write whose source fails leaves the old file.
+func (f files) brokenUpload(t *testing.T) {
+	ctx := context.Background()
+	p := "/workspace/keep.txt"
+	if err := f.write(t, p, []byte("old"), backends.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	broken := io.MultiReader(bytes.NewReader(make([]byte, 100000)), iotest.ErrReader(errors.New("client went away")))
+	if _, err := f.fs.WriteFile(ctx, f.info, p, broken, backends.WriteOptions{}); err == nil {
+		t.Fatal("a write whose source failed succeeded")
+	}
+	if got, err := f.read(p, 0, -1); err != nil || string(got) != "old" {
+		t.Fatalf("after a broken upload: %q %v", got, err)
+	}
+	if out := f.run(t, "ls -a /workspace", nil); strings.Contains(out, "boxrt-upload") {
+		t.Fatalf("a temporary file was left: %q", out)
+	}
+}
+
+// typedRefusals checks the typed errors of calls the file API refuses.
+func (f files) typedRefusals(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		err  func() error
+		kind *boxerr.Kind
+	}{
+		{"read missing", func() error { _, err := f.read("/workspace/nope", 0, -1); return err }, boxerr.ErrFileNotFound},
+		{"stat missing", func() error { _, err := f.fs.StatFile(ctx, f.info, "/workspace/a/b/c"); return err }, boxerr.ErrFileNotFound},
+		{"remove mount point", func() error { return f.fs.RemoveFile(ctx, f.info, "/workspace", true) }, boxerr.ErrValidation},
+		{"rename across mounts", func() error { return f.fs.RenameFile(ctx, f.info, "/workspace/log.txt", "/tmp/log.txt") }, boxerr.ErrValidation},
+		{"read a directory", func() error { _, err := f.read("/workspace/deep", 0, -1); return err }, boxerr.ErrValidation},
+		{"write over a directory", func() error { return f.write(t, "/workspace/deep", []byte("x"), backends.WriteOptions{}) }, boxerr.ErrValidation},
+		{"system view /etc", func() error { return f.write(t, "/etc/evil", []byte("x"), backends.WriteOptions{}) }, boxerr.ErrValidation},
+		{"system view /usr/bin", func() error { return f.write(t, "/usr/bin/evil", []byte("x"), backends.WriteOptions{}) }, boxerr.ErrValidation},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.err(); !errors.Is(err, tc.kind) {
+				t.Errorf("want %s, got %v", tc.kind.Type, err)
+			}
+		})
+	}
 }
 
 // symlinkEscapes plants links inside the sandbox, as sandboxed code

@@ -57,6 +57,13 @@ type LiveResult struct {
 func LiveExec(t *testing.T, env Env, own ...LiveCase) {
 	t.Helper()
 	info := Start(t, env.Backend, env.Spec("live"))
+	for _, tc := range append(liveCases(env), own...) {
+		t.Run(tc.Name, func(t *testing.T) { runLive(t, env.Backend, info, tc) })
+	}
+}
+
+// liveCases are the live exec scenarios every backend must pass.
+func liveCases(env Env) []LiveCase {
 	left := func(n int) (string, func(t *testing.T, r LiveResult)) {
 		marker := Marker(n)
 		// "started" only once the child runs as the marked sleep: a check
@@ -72,7 +79,7 @@ func LiveExec(t *testing.T, env Env, own ...LiveCase) {
 	}
 	withStdinCmd, withStdinCheck := left(41)
 	signalledCmd, signalledCheck := left(42)
-	cases := []LiveCase{
+	return []LiveCase{
 		{
 			Name:  "stdin round trip",
 			Cmd:   "cat; echo end",
@@ -131,35 +138,36 @@ func LiveExec(t *testing.T, env Env, own ...LiveCase) {
 			},
 		},
 	}
-	for _, tc := range append(cases, own...) {
-		t.Run(tc.Name, func(t *testing.T) {
-			inR, inW := io.Pipe()
-			resize, sig := make(chan backends.Resize), make(chan syscall.Signal)
-			var out SyncBuffer
-			req := backends.ExecRequest{Cmd: tc.Cmd, Resize: resize, Signals: sig, Stdout: &out, Timeout: 60 * time.Second}
-			if tc.Timeout > 0 {
-				req.Timeout = tc.Timeout
-			}
-			if tc.Stdin {
-				req.Stdin = inR
-			}
-			if tc.TTY {
-				req.TTY = &backends.TTYSize{Rows: 30, Cols: 100}
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan LiveResult, 1)
-			go func() {
-				st, err := env.Backend.Exec(ctx, info, req)
-				done <- LiveResult{Session: info, Stdout: out.String(), Status: st, Err: err}
-			}()
-			tc.Drive(t, Live{In: inW, Out: &out, Resize: resize, Signals: sig})
-			if tc.Cancel {
-				cancel()
-			}
-			tc.Check(t, <-done)
-		})
+}
+
+// runLive runs tc's command in info's session, drives it and checks how it
+// ended.
+func runLive(t *testing.T, b backends.Backend, info backends.Session, tc LiveCase) {
+	inR, inW := io.Pipe()
+	resize, sig := make(chan backends.Resize), make(chan syscall.Signal)
+	var out SyncBuffer
+	req := backends.ExecRequest{Cmd: tc.Cmd, Resize: resize, Signals: sig, Stdout: &out, Timeout: 60 * time.Second}
+	if tc.Timeout > 0 {
+		req.Timeout = tc.Timeout
 	}
+	if tc.Stdin {
+		req.Stdin = inR
+	}
+	if tc.TTY {
+		req.TTY = &backends.TTYSize{Rows: 30, Cols: 100}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan LiveResult, 1)
+	go func() {
+		st, err := b.Exec(ctx, info, req)
+		done <- LiveResult{Session: info, Stdout: out.String(), Status: st, Err: err}
+	}()
+	tc.Drive(t, Live{In: inW, Out: &out, Resize: resize, Signals: sig})
+	if tc.Cancel {
+		cancel()
+	}
+	tc.Check(t, <-done)
 }
 
 // WaitFor waits until out contains s.

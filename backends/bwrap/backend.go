@@ -68,7 +68,7 @@ type Backend struct {
 	// adopted from an earlier boxrt process (whose leaves may linger).
 	token string
 	seq   atomic.Uint64
-	// subreaper: boxrt adopts orphaned bwrap inits and reaps them (run.go).
+	// subreaper: boxrt adopts orphaned bwrap inits and reaps them (reap.go).
 	subreaper bool
 
 	mu       sync.Mutex

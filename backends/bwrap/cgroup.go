@@ -389,7 +389,7 @@ type cgroup struct {
 }
 
 // create makes <base>/boxrt/<instance>/<leaf> in every hierarchy and applies
-// the limits. The caller places the process (see placement in run.go).
+// the limits. The caller places the process (see Backend.start in launch.go).
 func (m *cgroupManager) create(instance, leaf string, lim limits) (*cgroup, error) {
 	if m.version == cgroupNone {
 		return nil, nil

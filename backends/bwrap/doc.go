@@ -56,7 +56,7 @@
 // shell joins and execs bwrap on kernels without it); on v1 bwrap is
 // forked by a thread moved into the cgroup for that (cgroup.enterThread).
 // boxrt is a child subreaper and reaps each sandbox's namespace init
-// itself, which outlives bwrap by a few milliseconds (run.go).
+// itself, which outlives bwrap by a few milliseconds (reap.go).
 //
 // Default-size disks come from a pool kept ready in the background
 // (diskpool.go): copies of a template formatted once, mounted detached.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -69,15 +70,59 @@ func (b *Backend) exec(ctx context.Context, info backends.Session, req backends.
 		return backends.ExitStatus{}, err
 	}
 	workdir, pidFile := execproc.Paths(info, req.Workdir, "exec")
-	// A command that reads its stdin (or has a terminal) owns the exec's
-	// stdin, so the in-container watcher that kills on a line from boxrt
-	// cannot be used: those execs are killed through a helper exec and
-	// their pid file (see interactiveScript). An exec that may be
-	// signalled keeps the watcher, in live mode (see execScript).
+	opts, mode := execOptions(req, workdir, pidFile)
+	execID, hj, err := b.startExec(ctx, info, req, opts, workdir, pidFile, mode)
+	if err != nil {
+		return backends.ExitStatus{}, err
+	}
+	s := newStream(&hj, opts.Tty, execproc.OrDiscard(req.Stdout), execproc.OrDiscard(req.Stderr))
+	defer s.close()
+	if req.TTY != nil {
+		// Engines before API 1.42 ignore ConsoleSize at creation: size the
+		// terminal now, as the docker CLI does after starting an exec.
+		_ = b.cli.ContainerExecResize(ctx, execID, container.ResizeOptions{Height: uint(req.TTY.Rows), Width: uint(req.TTY.Cols)})
+	}
+	if req.Stdin != nil {
+		feed := feedStdin(&hj, req.Stdin, opts.Tty)
+		defer feed()
+	}
+	exited, stopWatch := b.exitWatch(ctx, info)
+	defer stopWatch()
 	interactive := req.Stdin != nil || req.TTY != nil
-	script, mode := execScript, ""
+	status, ended, err := execproc.Await(ctx, req, execproc.Running{
+		Ended: s.done,
+		Resize: func(size backends.TTYSize) error {
+			return b.resize(ctx, info, execID, pidFile, size)
+		},
+		Signal: func(sig syscall.Signal) {
+			if name, ok := signalNames[sig]; ok {
+				_ = b.signalSession(ctx, info.BackendSessionID, "", pidFile, name, false)
+			}
+		},
+		Kill:        func() { b.killExec(ctx, info, execID, pidFile, s, !interactive, true) },
+		SandboxDied: exited,
+		SandboxDiedResult: func() (backends.ExitStatus, error) {
+			return b.sandboxDied(ctx, info)
+		},
+	})
+	if !ended {
+		return status, err
+	}
+	return b.execResult(ctx, info, execID, pidFile, s, interactive)
+}
+
+// execOptions is the Engine exec of req's command, in workdir with its pid
+// file at pidFile, and the mode its wrapper script runs in.
+//
+// A command that reads its stdin (or has a terminal) owns the exec's
+// stdin, so the in-container watcher that kills on a line from boxrt
+// cannot be used: those execs are killed through a helper exec and their
+// pid file (see interactiveScript). An exec that may be signalled keeps
+// the watcher, in live mode (see execScript).
+func execOptions(req backends.ExecRequest, workdir, pidFile string) (_ container.ExecOptions, mode string) {
+	script := execScript
 	switch {
-	case interactive:
+	case req.Stdin != nil || req.TTY != nil:
 		script = interactiveScript
 	case req.Signals != nil:
 		mode = "live"
@@ -97,71 +142,30 @@ func (b *Backend) exec(ctx context.Context, info backends.Session, req backends.
 		opts.Tty = true
 		opts.ConsoleSize = &[2]uint{uint(req.TTY.Rows), uint(req.TTY.Cols)}
 	}
-	var execID string
-	var hj types.HijackedResponse
+	return opts, mode
+}
+
+// startExec starts the exec opts describes: the session's prestarted one
+// when it fits, else a new one.
+func (b *Backend) startExec(ctx context.Context, info backends.Session, req backends.ExecRequest, opts container.ExecOptions, workdir, pidFile, mode string) (string, types.HijackedResponse, error) {
 	if p, ok := b.usePrestarted(ctx, info.BackendSessionID, req, workdir, req.Cmd, pidFile, mode); ok {
-		execID, hj = p.id, p.hj
-	} else {
-		created, err := b.cli.ContainerExecCreate(ctx, info.BackendSessionID, opts)
-		if err != nil {
-			return backends.ExitStatus{}, b.execError(ctx, info, "creating exec in "+info.BackendSessionID, err)
-		}
-		// Attach is the start: the engine runs the exec when the hijacked
-		// stream is set up, so there is no separate ContainerExecStart.
-		execID = created.ID
-		hj, err = b.cli.ContainerExecAttach(ctx, execID, container.ExecAttachOptions{Tty: opts.Tty, ConsoleSize: opts.ConsoleSize})
-		if err != nil {
-			return backends.ExitStatus{}, b.execError(ctx, info, "starting exec in "+info.BackendSessionID, err)
-		}
+		return p.id, p.hj, nil
 	}
-	s := newStream(&hj, opts.Tty, execproc.OrDiscard(req.Stdout), execproc.OrDiscard(req.Stderr))
-	defer s.close()
-	if req.TTY != nil {
-		// Engines before API 1.42 ignore ConsoleSize at creation: size the
-		// terminal now, as the docker CLI does after starting an exec.
-		_ = b.cli.ContainerExecResize(ctx, execID, container.ResizeOptions{Height: uint(req.TTY.Rows), Width: uint(req.TTY.Cols)})
+	created, err := b.cli.ContainerExecCreate(ctx, info.BackendSessionID, opts)
+	if err != nil {
+		return "", types.HijackedResponse{}, b.execError(ctx, info, "creating exec in "+info.BackendSessionID, err)
 	}
-	if req.Stdin != nil {
-		feed := feedStdin(&hj, req.Stdin, opts.Tty)
-		defer feed()
+	// Attach is the start: the engine runs the exec when the hijacked
+	// stream is set up, so there is no separate ContainerExecStart.
+	hj, err := b.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{Tty: opts.Tty, ConsoleSize: opts.ConsoleSize})
+	if err != nil {
+		return "", types.HijackedResponse{}, b.execError(ctx, info, "starting exec in "+info.BackendSessionID, err)
 	}
-	exited, stopWatch := b.exitWatch(ctx, info)
-	defer stopWatch()
+	return created.ID, hj, nil
+}
 
-	var expired <-chan time.Time
-	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout)
-		defer t.Stop()
-		expired = t.C
-	}
-
-	var cancelled error
-	for waiting := true; waiting; {
-		select {
-		case <-s.done:
-			waiting = false
-		case <-expired:
-			waiting = false
-		case <-ctx.Done():
-			cancelled = ctx.Err()
-			waiting = false
-		case rs := <-req.Resize:
-			rs.Done <- b.resize(ctx, info, execID, pidFile, rs.Size)
-		case <-exited:
-			return b.sandboxDied(ctx, info)
-		case sig := <-req.Signals:
-			if name, ok := signalNames[sig]; ok {
-				// Nobody left to signal is the command ending, not a failure.
-				_ = b.signalSession(ctx, info.BackendSessionID, "", pidFile, name, false)
-			}
-		}
-	}
-	if !isDone(s.done) {
-		// Timed out or cancelled while still running (a command that ended
-		// at the same instant counts as completed).
-		b.killExec(ctx, info, execID, pidFile, s, !interactive, true)
-		return backends.ExitStatus{TimedOut: true}, cancelled
-	}
+// execResult reads the outcome of an exec whose output stream has ended.
+func (b *Backend) execResult(ctx context.Context, info backends.Session, execID, pidFile string, s *stream, interactive bool) (backends.ExitStatus, error) {
 	if s.err != nil {
 		// Either the caller's writer failed or the engine connection broke;
 		// in both cases nobody would see the rest, so stop it.
@@ -512,13 +516,4 @@ func (t *trackingWriter) Write(p []byte) (int, error) {
 		t.err = err
 	}
 	return n, err
-}
-
-func isDone(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }

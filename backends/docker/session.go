@@ -104,54 +104,11 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		// own ENTRYPOINT from swallowing the keep-alive loop.
 		Entrypoint: []string{"sh", "-c", keepAlive},
 	}
-	secOpts, err := b.securityOpts(ctx)
+	hc, err := b.hostConfig(ctx, spec, mounts)
 	if err != nil {
 		b.removeSession(ctx, name)
 		return backends.Session{}, err
 	}
-	init := true
-	rt := b.runtimeFor(spec.Sandbox)
-	pids := b.PidsCgroupLimit(spec.Sandbox)
-	hc := &container.HostConfig{
-		Runtime:        rt,
-		Init:           &init,
-		CapDrop:        []string{"ALL"},
-		SecurityOpt:    secOpts,
-		ReadonlyRootfs: spec.ReadOnlyRootfs,
-		Mounts:         mounts,
-		Resources: container.Resources{
-			Memory:     int64(spec.MemoryMB) << 20,
-			MemorySwap: int64(spec.MemoryMB) << 20, // equal to Memory: no swap
-			PidsLimit:  &pids,
-		},
-	}
-	if spec.PidsLimit <= 0 {
-		hc.PidsLimit = nil
-	}
-	if spec.MemoryMB <= 0 {
-		hc.Memory, hc.MemorySwap = 0, 0
-	}
-	if b.cpuLimit && spec.CPUs > 0 {
-		if err := b.checkCPUs(ctx, spec.CPUs); err != nil {
-			b.removeSession(ctx, name)
-			return backends.Session{}, err
-		}
-		hc.NanoCPUs = int64(spec.CPUs * 1e9)
-	}
-	if spec.Network != backends.NetworkOn {
-		hc.NetworkMode = "none"
-	} else if mode, err := b.networkMode(ctx); err != nil {
-		b.removeSession(ctx, name)
-		return backends.Session{}, err
-	} else {
-		hc.NetworkMode = container.NetworkMode(mode)
-	}
-	if spec.ReadOnlyRootfs {
-		// The rootfs is read-only; /tmp is where tools (and boxrt's own pid
-		// files) expect to write.
-		hc.Tmpfs = map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", b.tmpSizeMB)}
-	}
-
 	if err := recheckBinds(info); err != nil {
 		b.removeSession(ctx, name)
 		return backends.Session{}, err
@@ -177,6 +134,56 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		return backends.Session{}, b.apiError("starting container for session "+spec.SessionID, err)
 	}
 	return info, nil
+}
+
+// hostConfig is the engine's side of the session's container: runtime,
+// init, dropped capabilities, security options, limits, network and mounts.
+func (b *Backend) hostConfig(ctx context.Context, spec backends.SandboxSpec, mounts []mount.Mount) (*container.HostConfig, error) {
+	secOpts, err := b.securityOpts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	init := true
+	rt := b.runtimeFor(spec.Sandbox)
+	pids := b.PidsCgroupLimit(spec.Sandbox)
+	hc := &container.HostConfig{
+		Runtime:        rt,
+		Init:           &init,
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    secOpts,
+		ReadonlyRootfs: spec.ReadOnlyRootfs,
+		Mounts:         mounts,
+		Resources: container.Resources{
+			Memory:     int64(spec.MemoryMB) << 20,
+			MemorySwap: int64(spec.MemoryMB) << 20, // equal to Memory: no swap
+			PidsLimit:  &pids,
+		},
+	}
+	if spec.PidsLimit <= 0 {
+		hc.PidsLimit = nil
+	}
+	if spec.MemoryMB <= 0 {
+		hc.Memory, hc.MemorySwap = 0, 0
+	}
+	if b.cpuLimit && spec.CPUs > 0 {
+		if err := b.checkCPUs(ctx, spec.CPUs); err != nil {
+			return nil, err
+		}
+		hc.NanoCPUs = int64(spec.CPUs * 1e9)
+	}
+	if spec.Network != backends.NetworkOn {
+		hc.NetworkMode = "none"
+	} else if mode, err := b.networkMode(ctx); err != nil {
+		return nil, err
+	} else {
+		hc.NetworkMode = container.NetworkMode(mode)
+	}
+	if spec.ReadOnlyRootfs {
+		// The rootfs is read-only; /tmp is where tools (and boxrt's own pid
+		// files) expect to write.
+		hc.Tmpfs = map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", b.tmpSizeMB)}
+	}
+	return hc, nil
 }
 
 // recheckBinds re-verifies every host path the session binds (see

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -109,24 +110,13 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	if err := ctx.Err(); err != nil {
 		return backends.ExitStatus{}, err
 	}
+	pod := info.BackendSessionID
 	workdir, pidFile := execproc.Paths(info, req.Workdir, "exec")
-	interactive := req.Stdin != nil || req.TTY != nil
-	script, mode := sandboxsh.ExecScript, ""
-	switch {
-	case req.TTY != nil:
-		script, mode = sandboxsh.InteractiveScript, "tty"
-	case interactive:
-		script = sandboxsh.InteractiveScript
-	case req.Signals != nil:
-		mode = "live"
-	}
-	cmd := append([]string{"sh", "-c", envPrelude + script, "boxrt-exec"}, envArgs(req.Env)...)
-	cmd = append(cmd, workdir, req.Cmd, pidFile, mode)
-	ex, err := b.executor(info.BackendSessionID, cmd, req.TTY != nil)
+	ex, err := b.executor(pod, execCommand(req, workdir, pidFile), req.TTY != nil)
 	if err != nil {
-		return backends.ExitStatus{}, b.apiError("preparing exec in Pod "+info.BackendSessionID, err)
+		return backends.ExitStatus{}, b.apiError("preparing exec in Pod "+pod, err)
 	}
-	defer b.touch(ctx, info.BackendSessionID)
+	defer b.touch(ctx, pod)
 
 	stdout := &errWriter{w: execproc.OrDiscard(req.Stdout)}
 	stderr := &errWriter{w: execproc.OrDiscard(req.Stderr)}
@@ -135,11 +125,63 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer scancel()
 	ended := make(chan struct{})
-	opts := remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr}
-	// Without a stdin of its own, the watcher in ExecScript reads this
-	// pipe: it stays open while the command runs; a line (or its close,
-	// or the stream breaking) kills.
-	var watcher *io.PipeWriter
+	opts, watcher, sizes := streamOptions(req, stdout, stderr, ended)
+	if watcher != nil {
+		defer watcher.Close()
+	}
+	if req.Stdin != nil {
+		// Ends a Read still pending in the stream's stdin copier, which
+		// the stream does not wait for.
+		defer req.Stdin.Close()
+	}
+	var streamErr error // valid once ended is closed
+	go func() {
+		streamErr = ex.StreamWithContext(sctx, opts)
+		close(ended)
+	}()
+
+	interactive := req.Stdin != nil || req.TTY != nil
+	status, finished, err := execproc.Await(ctx, req, execproc.Running{
+		Ended: ended,
+		Resize: func(size backends.TTYSize) error {
+			return b.resize(ctx, pod, pidFile, sizes, size)
+		},
+		Signal: func(sig syscall.Signal) {
+			if name, ok := sandboxsh.SignalNames[sig]; ok {
+				_ = b.signal(ctx, pod, pidFile, name, false)
+			}
+		},
+		Kill: func() { b.killExec(ctx, pod, pidFile, watcher, ended, scancel) },
+	})
+	if !finished {
+		return status, err
+	}
+	return b.execResult(ctx, info, pidFile, streamErr, firstErr(stdout.err(), stderr.err()), interactive)
+}
+
+// execCommand is the argv of req's command, run in workdir under its
+// wrapper script with its pid file at pidFile.
+func execCommand(req backends.ExecRequest, workdir, pidFile string) []string {
+	script, mode := sandboxsh.ExecScript, ""
+	switch {
+	case req.TTY != nil:
+		script, mode = sandboxsh.InteractiveScript, "tty"
+	case req.Stdin != nil:
+		script = sandboxsh.InteractiveScript
+	case req.Signals != nil:
+		mode = "live"
+	}
+	cmd := append([]string{"sh", "-c", envPrelude + script, "boxrt-exec"}, envArgs(req.Env)...)
+	return append(cmd, workdir, req.Cmd, pidFile, mode)
+}
+
+// streamOptions wires req's stdin and terminal, and the output writers,
+// into the exec stream; ended is closed once the stream has ended. watcher
+// is the stdin of the wrapper's watcher when the command has no stdin of
+// its own (else nil); sizes is the terminal's size queue (nil without a
+// terminal).
+func streamOptions(req backends.ExecRequest, stdout, stderr io.Writer, ended <-chan struct{}) (opts remotecommand.StreamOptions, watcher *io.PipeWriter, sizes *sizeQueue) {
+	opts = remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr}
 	switch {
 	case req.TTY != nil:
 		opts.Stderr = nil
@@ -148,79 +190,45 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		if req.Stdin != nil {
 			opts.Stdin = &ttyStdin{r: req.Stdin, ended: ended}
 		}
+		sizes = &sizeQueue{first: &remotecommand.TerminalSize{Height: req.TTY.Rows, Width: req.TTY.Cols},
+			next: make(chan *remotecommand.TerminalSize), ended: ended}
+		opts.TerminalSizeQueue = sizes
 	case req.Stdin != nil:
 		// Its EOF closes the command's stdin (the v5 protocol's close).
 		opts.Stdin = req.Stdin
 	default:
+		// The watcher in ExecScript reads this pipe: it stays open while
+		// the command runs; a line (or its close, or the stream breaking)
+		// kills.
 		var stdinR io.Reader
 		stdinR, watcher = io.Pipe()
-		defer watcher.Close()
 		opts.Stdin = stdinR
 	}
-	var sizes *sizeQueue
-	if req.TTY != nil {
-		sizes = &sizeQueue{first: &remotecommand.TerminalSize{Height: req.TTY.Rows, Width: req.TTY.Cols},
-			next: make(chan *remotecommand.TerminalSize), ended: ended}
-		opts.TerminalSizeQueue = sizes
-	}
-	if req.Stdin != nil {
-		// Ends a Read still pending in the stream's stdin copier, which
-		// the stream does not wait for.
-		defer req.Stdin.Close()
-	}
-	done := make(chan error, 1)
-	go func() {
-		err := ex.StreamWithContext(sctx, opts)
-		close(ended)
-		done <- err
-	}()
+	return opts, watcher, sizes
+}
 
-	var expired <-chan time.Time
-	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout)
-		defer t.Stop()
-		expired = t.C
-	}
-	var cancelled error
-	for {
-		select {
-		case err := <-done:
-			code, serr := exitCode(err)
-			if serr == nil {
-				if interactive {
-					// What the command left behind (a child that ignored a
-					// signal, a background job) goes with it, as on docker.
-					_ = b.signal(ctx, info.BackendSessionID, pidFile, "KILL", true)
-				}
-				return backends.ExitStatus{ExitCode: code}, nil
-			}
-			werr := firstErr(stdout.err(), stderr.err())
-			if werr != nil || interactive {
-				// A failing writer: nobody would see the rest. A broken
-				// stream: a watcher has seen it end and killed, but an
-				// interactive exec has none.
-				_ = b.signal(ctx, info.BackendSessionID, pidFile, "KILL", true)
-			}
-			if werr != nil {
-				return backends.ExitStatus{}, boxerr.Failure("writing command output: %v", werr).Wrap(werr)
-			}
-			return backends.ExitStatus{}, b.execError(ctx, info, "running command", serr)
-		case <-expired:
-		case <-ctx.Done():
-			cancelled = ctx.Err()
-		case rs := <-req.Resize:
-			rs.Done <- b.resize(ctx, info.BackendSessionID, pidFile, sizes, rs.Size)
-			continue
-		case sig := <-req.Signals:
-			if name, ok := sandboxsh.SignalNames[sig]; ok {
-				// Nobody left to signal is the command ending, not a failure.
-				_ = b.signal(ctx, info.BackendSessionID, pidFile, name, false)
-			}
-			continue
+// execResult is the result of an exec whose stream has ended with
+// streamErr; writeErr is the first error of the caller's output writers.
+func (b *Backend) execResult(ctx context.Context, info backends.Session, pidFile string, streamErr, writeErr error, interactive bool) (backends.ExitStatus, error) {
+	code, serr := exitCode(streamErr)
+	if serr == nil {
+		if interactive {
+			// What the command left behind (a child that ignored a signal,
+			// a background job) goes with it, as on docker.
+			_ = b.signal(ctx, info.BackendSessionID, pidFile, "KILL", true)
 		}
-		b.killExec(ctx, info.BackendSessionID, pidFile, watcher, done, scancel)
-		return backends.ExitStatus{TimedOut: true}, cancelled
+		return backends.ExitStatus{ExitCode: code}, nil
 	}
+	if writeErr != nil || interactive {
+		// A failing writer: nobody would see the rest. A broken stream: a
+		// watcher has seen it end and killed, but an interactive exec has
+		// none.
+		_ = b.signal(ctx, info.BackendSessionID, pidFile, "KILL", true)
+	}
+	if writeErr != nil {
+		return backends.ExitStatus{}, boxerr.Failure("writing command output: %v", writeErr).Wrap(writeErr)
+	}
+	return backends.ExitStatus{}, b.execError(ctx, info, "running command", serr)
 }
 
 // resize hands a new size to the stream's size queue, then waits (a helper
@@ -305,28 +313,28 @@ func (t *ttyStdin) Read(p []byte) (int, error) {
 // An interactive exec has no watcher (its stdin is the command's): only
 // the second step applies, and it also sweeps what a TERM-proof child kept
 // running.
-func (b *Backend) killExec(ctx context.Context, pod, pidFile string, watcher *io.PipeWriter, done <-chan error, cancel context.CancelFunc) {
+func (b *Backend) killExec(ctx context.Context, pod, pidFile string, watcher *io.PipeWriter, ended <-chan struct{}, cancel context.CancelFunc) {
 	t := time.NewTimer(killGrace)
 	defer t.Stop()
-	ended := false
+	streamEnded := false
 	if watcher != nil {
 		go func() { _, _ = watcher.Write(killRequest) }()
 		select {
-		case <-done:
-			ended = true
+		case <-ended:
+			streamEnded = true
 		case <-t.C:
 		}
 		t.Reset(killGrace)
 	}
 	_ = b.signal(ctx, pod, pidFile, "KILL", true)
-	if ended {
+	if streamEnded {
 		return
 	}
 	select {
-	case <-done:
+	case <-ended:
 	case <-t.C:
 		cancel()
-		<-done
+		<-ended
 	}
 }
 

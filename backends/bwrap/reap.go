@@ -1,0 +1,114 @@
+package bwrap
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/boxrt/boxrt/internal/boxerr"
+)
+
+// wait reaps bwrap, then clears an own cgroup, then unregisters the run.
+// Once bwrap is gone its pid namespace is too: its init died through
+// --die-with-parent (or with the command), and a pid namespace dies with
+// its init. The cgroup kill in remove is the second line of defence.
+//
+// The limit counters of a shared (session) cgroup are read as the change
+// since the start: an OOM kill or refused fork of another exec of the
+// session running at the same time is counted too.
+//
+// Init outlives bwrap briefly: tearing down the namespaces (the mount
+// namespace's dozens of mounts above all) takes a few milliseconds more.
+// An own cgroup is removed only after init is reaped; with the session's
+// cgroup the run is done before that, as a bare bwrap's caller is, and the
+// reaping follows at once.
+func (r *run) wait() {
+	err := r.cmd.Wait()
+	r.state = r.cmd.ProcessState
+	r.waitErr = err
+	r.mu.Lock()
+	oomBefore, pidsBefore := r.oomBefore, r.pidsBefore
+	r.mu.Unlock()
+	r.oomKills = r.cg.oomKills() - oomBefore
+	r.pidsHits = r.cg.pidsLimitHits() - pidsBefore
+	if r.own {
+		reapInit(r.init)
+		r.cg.remove()
+	}
+	r.b.unregister(r)
+	close(r.done)
+	if !r.own {
+		reapInit(r.init)
+	}
+}
+
+// bwrap's outer process exits as soon as its namespace init reports the
+// command's status, before init itself is gone; init, orphaned, is then
+// reaped by whoever adopts it — on cgroup v1 still counted against the
+// session's pids limit until then, which on a busy host (or one whose pid 1
+// reaps lazily) lasts long enough for a quick series of execs to exhaust
+// the limit. So boxrt is a child subreaper (New): orphaned inits come to it,
+// and each run reaps its own through a pidfd. bwrap reports init's pid on
+// --info-fd.
+
+// withInfoFd adds --info-fd to bwrap's options when boxrt is a subreaper,
+// returning the pipe bwrap writes the info to.
+func (b *Backend) withInfoFd(args []string, fds *fdList) (_ []string, r, w *os.File, err error) {
+	if !b.subreaper {
+		return args, nil, nil, nil
+	}
+	if r, w, err = os.Pipe(); err != nil {
+		return nil, nil, nil, boxerr.Failure("bwrap: pipe: %v", err).Wrap(err)
+	}
+	return append(args, "--info-fd", fds.add(w, false)), r, w, nil
+}
+
+// initPidfd reads bwrap's info (until bwrap closes it, right after cloning
+// init) and returns a pidfd of init, or -1. The pid is trusted only while
+// it is a child of bwrap (not yet reaped by us, so its pid is not
+// recycled) or already an orphan of ours, which only reapInit reaps.
+func initPidfd(info *os.File, bwrapPid int) int {
+	_ = info.SetReadDeadline(time.Now().Add(10 * time.Second))
+	data, err := io.ReadAll(info)
+	if err != nil {
+		return -1
+	}
+	var v struct {
+		ChildPid int `json:"child-pid"`
+	}
+	if json.Unmarshal(data, &v) != nil || v.ChildPid <= 0 {
+		return -1
+	}
+	fd, err := unix.PidfdOpen(v.ChildPid, 0)
+	if err != nil {
+		return -1
+	}
+	if pp := ppidOf(v.ChildPid); pp != bwrapPid && pp != os.Getpid() {
+		unix.Close(fd)
+		return -1
+	}
+	return fd
+}
+
+// reapInit waits for the init behind pidfd (once bwrap is reaped it is
+// dying: --die-with-parent) and reaps it, then closes the pidfd. Not our
+// child (we are no subreaper after all): it only waits for the exit.
+func reapInit(pidfd int) {
+	if pidfd < 0 {
+		return
+	}
+	for {
+		err := unix.Waitid(unix.P_PIDFD, pidfd, nil, unix.WEXITED, nil)
+		if err != unix.EINTR {
+			if err != nil {
+				awaitExit([]int{pidfd}, 10*time.Second)
+				return
+			}
+			break
+		}
+	}
+	unix.Close(pidfd)
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 
 	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
 // handler is one method as the dispatcher calls it: raw params in, the
@@ -30,7 +31,9 @@ type none struct{}
 
 // method adapts a typed method to the wire: decode the params into P
 // strictly (unknown fields and wrong types are BoxValidationErrors naming
-// the field), validate them, call fn, encode its result once.
+// the field), validate them, call fn, and encode its result once — with
+// the caller's session ids read back as logical ids when it runs in a
+// tenant's placement.
 func method[P, R any](fn func(context.Context, P) (R, error)) handler {
 	return func(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
 		var p P
@@ -40,6 +43,9 @@ func method[P, R any](fn func(context.Context, P) (R, error)) handler {
 		r, err := fn(ctx, p)
 		if err != nil {
 			return nil, err
+		}
+		if pl, ok := tenant.FromContext(ctx); ok {
+			r = logicalResult(pl, r)
 		}
 		return encodeResult(r)
 	}

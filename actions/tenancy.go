@@ -285,7 +285,7 @@ func (t *Tenancy) tenant(ctx context.Context, req *rpc.Request, p tenant.Placeme
 		_ = json.Unmarshal(req.Params, &ref)
 		return encodeResult(deleted{Deleted: ref.SessionID})
 	}
-	return logicalResult(p, res)
+	return res, nil
 }
 
 // observe passes p through the fence and retires the sessions of the

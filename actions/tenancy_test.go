@@ -20,14 +20,44 @@ func TestLogicalResult(t *testing.T) {
 	phys, err := p.PhysicalID("s1")
 	require.NoError(t, err)
 	foreign := "ws-000000000000000000000000-g7-s1"
-	in := `{"session_id":"` + phys + `","stdout":"<b>&","managed_processes":{"default":{"session_id":"` + phys + `","n":12345678901234567890}},` +
-		`"list":[{"session_id":"` + foreign + `"}],"backend_session_id":"` + phys + `"}`
-	out, err := logicalResult(p, json.RawMessage(in))
-	require.NoError(t, err)
-	assert.JSONEq(t, `{"session_id":"s1","stdout":"<b>&","managed_processes":{"default":{"session_id":"s1","n":12345678901234567890}},`+
-		`"list":[{"session_id":"`+foreign+`"}],"backend_session_id":"`+phys+`"}`, string(out))
-	assert.Contains(t, string(out), "<b>&", "no HTML escaping")
-	assert.Contains(t, string(out), "12345678901234567890", "numbers keep their digits")
+	type proc struct {
+		SessionID string `json:"session_id"`
+		N         uint64 `json:"n"`
+	}
+	type result struct {
+		SessionID string           `json:"session_id"`
+		Stdout    string           `json:"stdout"`
+		Procs     map[string]*proc `json:"managed_processes"`
+		List      []proc           `json:"list"`
+		Backend   string           `json:"backend_session_id"`
+		Decoded   any              `json:"decoded"`
+		Bytes     []byte           `json:"bytes"`
+	}
+	shared := &proc{SessionID: phys, N: 12345678901234567890}
+	in := result{
+		SessionID: phys, Stdout: "<b>&", Procs: map[string]*proc{"default": shared},
+		List: []proc{{SessionID: foreign}, {SessionID: phys}}, Backend: phys,
+		Decoded: map[string]any{"session_id": phys, "nested": []any{map[string]any{"session_id": phys}}},
+		Bytes:   []byte("raw"),
+	}
+	out := logicalResult(p, in)
+	assert.Equal(t, "s1", out.SessionID)
+	assert.Equal(t, "s1", out.Procs["default"].SessionID)
+	assert.Equal(t, uint64(12345678901234567890), out.Procs["default"].N)
+	assert.Equal(t, []proc{{SessionID: foreign}, {SessionID: "s1"}}, out.List, "another Workspace's id is left alone")
+	assert.Equal(t, phys, out.Backend, "only session_id members are session ids")
+	assert.Equal(t, map[string]any{"session_id": "s1", "nested": []any{map[string]any{"session_id": "s1"}}}, out.Decoded)
+	assert.Equal(t, "<b>&", out.Stdout)
+	assert.Equal(t, phys, shared.SessionID, "the runtime's own record is not changed")
+	assert.Equal(t, phys, in.List[1].SessionID, "the input is not changed")
+	assert.Equal(t, phys, in.Decoded.(map[string]any)["session_id"], "the input's maps are not changed")
+}
+
+func TestLogicalResultLeavesPlainTypesAlone(t *testing.T) {
+	p := tenant.Placement{Instance: "i", Workspace: "w", Generation: 1}
+	b := []byte("content")
+	assert.Same(t, &b[0], &logicalResult(p, b)[0], "a byte slice is not copied")
+	assert.Equal(t, 7, logicalResult(p, 7))
 }
 
 func TestFence(t *testing.T) {

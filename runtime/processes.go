@@ -68,7 +68,7 @@ type managedProcess struct {
 	// stdinSlot holds one token while a relay writes to stdin.
 	stdinSlot chan struct{}
 	// touch marks the session used; relay traffic calls it per line, so it
-	// is throttled rather than taking the runtime lock every time.
+	// is throttled rather than taking the session table's lock every time.
 	touch func()
 	// resumed: started again by a session resume; the output it gave
 	// before the suspension is gone.

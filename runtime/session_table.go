@@ -179,7 +179,7 @@ func (t *sessionTable) list(match func(id string) bool) []SessionInfo {
 	return out
 }
 
-// ids returns the physical ids of the sessions that match.
+// idsWhere returns the physical ids of the sessions that match.
 func (t *sessionTable) idsWhere(match func(*session) bool) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -4,5 +4,5 @@ import "context"
 
 // deleteSnapshot removes a stored snapshot.
 func (d *Dispatcher) deleteSnapshot(ctx context.Context, p snapshotRef) (deleted, error) {
-	return deleted{Deleted: p.SnapshotID}, d.rt.DeleteSnapshot(ctx, p.SnapshotID)
+	return deleted{Deleted: p.SnapshotID}, d.rt.Snapshots().Delete(ctx, p.SnapshotID)
 }

@@ -77,7 +77,7 @@ func (d *Dispatcher) exec(ctx context.Context, p execParams) (runtime.ExecResult
 	if p.opts.Stream {
 		opts.Sink = outputSink(ctx)
 	}
-	return d.rt.ExecWith(ctx, p.spec, opts)
+	return d.rt.Execs().ExecWith(ctx, p.spec, opts)
 }
 
 // startParams is box_exec_start's: box_exec's plus stdin.
@@ -110,7 +110,7 @@ func (d *Dispatcher) startExec(ctx context.Context, p startParams) (runtime.Exec
 	if p.opts.Stream {
 		opts.Sink = outputSink(ctx)
 	}
-	return d.rt.StartExec(ctx, p.spec, opts)
+	return d.rt.Execs().Start(ctx, p.spec, opts)
 }
 
 // execRef names a live exec.
@@ -161,7 +161,7 @@ type written struct {
 }
 
 func (d *Dispatcher) writeStdin(ctx context.Context, p writeStdinParams) (written, error) {
-	if err := d.rt.WriteStdin(ctx, p.ExecID, p.bytes, p.EOF); err != nil {
+	if err := d.rt.Execs().WriteStdin(ctx, p.ExecID, p.bytes, p.EOF); err != nil {
 		return written{}, err
 	}
 	return written{Written: len(p.bytes), EOF: p.EOF}, nil
@@ -185,7 +185,7 @@ func (p *waitParams) validate() error {
 // waitExec waits for an exec's result; with timeout_sec it answers status
 // running and the output so far when the time is up first.
 func (d *Dispatcher) waitExec(ctx context.Context, p waitParams) (runtime.ExecResult, error) {
-	return d.rt.WaitExec(ctx, p.ExecID, time.Duration(p.TimeoutSec*float64(time.Second)))
+	return d.rt.Execs().Wait(ctx, p.ExecID, time.Duration(p.TimeoutSec*float64(time.Second)))
 }
 
 type killParams struct {
@@ -217,7 +217,7 @@ func (p *killParams) validate() error {
 }
 
 func (d *Dispatcher) killExec(ctx context.Context, p killParams) (runtime.ExecInfo, error) {
-	return d.rt.KillExec(ctx, p.ExecID, p.sig)
+	return d.rt.Execs().Kill(ctx, p.ExecID, p.sig)
 }
 
 type execList struct {
@@ -225,7 +225,7 @@ type execList struct {
 }
 
 func (d *Dispatcher) listExecs(ctx context.Context, p sessionRef) (execList, error) {
-	execs, err := d.rt.ListExecs(ctx, p.SessionID)
+	execs, err := d.rt.Execs().List(ctx, p.SessionID)
 	return execList{Execs: execs}, err
 }
 
@@ -237,7 +237,7 @@ type attachParams struct {
 // attachExec streams an exec's output to this connection: the replay
 // buffer from from_seq first, then live.
 func (d *Dispatcher) attachExec(ctx context.Context, p attachParams) (runtime.Attached, error) {
-	return d.rt.AttachExec(ctx, p.ExecID, p.FromSeq, outputSink(ctx))
+	return d.rt.Execs().Attach(ctx, p.ExecID, p.FromSeq, outputSink(ctx))
 }
 
 type resizeParams struct {
@@ -253,5 +253,5 @@ func (p *resizeParams) validate() error {
 }
 
 func (d *Dispatcher) resizeExec(ctx context.Context, p resizeParams) (struct{}, error) {
-	return struct{}{}, d.rt.ResizeExec(ctx, p.ExecID, p.TTYSize)
+	return struct{}{}, d.rt.Execs().Resize(ctx, p.ExecID, p.TTYSize)
 }

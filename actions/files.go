@@ -82,7 +82,7 @@ func (d *Dispatcher) fsRead(ctx context.Context, p fsReadParams) (fsReadResult, 
 	if p.Length != nil {
 		length = *p.Length
 	}
-	rc, fi, err := d.rt.FileRead(ctx, p.SessionID, p.Path, p.Offset, length)
+	rc, fi, err := d.rt.Files().Read(ctx, p.SessionID, p.Path, p.Offset, length)
 	if err != nil {
 		return fsReadResult{}, err
 	}
@@ -135,7 +135,7 @@ func (d *Dispatcher) fsWrite(ctx context.Context, p fsWriteParams) (fsWriteResul
 		}
 		opts.Mode = fs.FileMode(*p.Mode)
 	}
-	n, err := d.rt.FileWrite(ctx, p.SessionID, p.Path, strings.NewReader(string(data)), opts)
+	n, err := d.rt.Files().Write(ctx, p.SessionID, p.Path, strings.NewReader(string(data)), opts)
 	return fsWriteResult{Path: p.Path, BytesWritten: n}, err
 }
 
@@ -154,7 +154,7 @@ type fsListResult struct {
 // fsList: box_fs_list {"session_id", "path", "depth"=1} → {"entries":
 // [{name, path, type, size, mode, mtime}], "truncated"}.
 func (d *Dispatcher) fsList(ctx context.Context, p fsListParams) (fsListResult, error) {
-	entries, cut, err := d.rt.FileList(ctx, p.SessionID, p.Path, p.Depth)
+	entries, cut, err := d.rt.Files().List(ctx, p.SessionID, p.Path, p.Depth)
 	if entries == nil {
 		entries = []backends.FileInfo{}
 	}
@@ -167,7 +167,7 @@ func (d *Dispatcher) fsList(ctx context.Context, p fsListParams) (fsListResult, 
 // fsStat: box_fs_stat {"session_id", "path"} → {name, path, type, size,
 // mode, mtime} of the path itself (a symlink is reported as one).
 func (d *Dispatcher) fsStat(ctx context.Context, p fsPathParams) (backends.FileInfo, error) {
-	fi, err := d.rt.FileStat(ctx, p.SessionID, p.Path)
+	fi, err := d.rt.Files().Stat(ctx, p.SessionID, p.Path)
 	return fi.Encoded(), err
 }
 
@@ -178,13 +178,13 @@ type fsRemoveParams struct {
 
 // fsRemove: box_fs_remove {"session_id", "path", "recursive"=false} → {}.
 func (d *Dispatcher) fsRemove(ctx context.Context, p fsRemoveParams) (struct{}, error) {
-	return struct{}{}, d.rt.FileRemove(ctx, p.SessionID, p.Path, p.Recursive)
+	return struct{}{}, d.rt.Files().Remove(ctx, p.SessionID, p.Path, p.Recursive)
 }
 
 // fsMkdir: box_fs_mkdir {"session_id", "path"} → {} (parents included;
 // an existing directory is fine).
 func (d *Dispatcher) fsMkdir(ctx context.Context, p fsPathParams) (struct{}, error) {
-	return struct{}{}, d.rt.FileMkdir(ctx, p.SessionID, p.Path)
+	return struct{}{}, d.rt.Files().Mkdir(ctx, p.SessionID, p.Path)
 }
 
 type fsRenameParams struct {
@@ -207,5 +207,5 @@ func (p *fsRenameParams) validate() error {
 
 // fsRename: box_fs_rename {"session_id", "from", "to"} → {}.
 func (d *Dispatcher) fsRename(ctx context.Context, p fsRenameParams) (struct{}, error) {
-	return struct{}{}, d.rt.FileRename(ctx, p.SessionID, p.From, p.To)
+	return struct{}{}, d.rt.Files().Rename(ctx, p.SessionID, p.From, p.To)
 }

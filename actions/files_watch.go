@@ -152,7 +152,7 @@ type fsEnded struct {
 // fsWatch: box_fs_watch {"session_id", "path", "depth"=1,
 // "interval_ms"=1000} → {"watch_id"}; then box_fs_event notifications.
 func (d *Dispatcher) fsWatch(ctx context.Context, p fsWatchParams) (fsWatchResult, error) {
-	w, err := d.rt.WatchFiles(ctx, p.SessionID, p.Path, p.Depth)
+	w, err := d.rt.Files().Watch(ctx, p.SessionID, p.Path, p.Depth)
 	if err != nil {
 		return fsWatchResult{}, err
 	}

@@ -29,5 +29,5 @@ func (p *forkParams) validate() error {
 
 // forkSession copies a running or suspended session into a new one.
 func (d *Dispatcher) forkSession(ctx context.Context, p forkParams) (runtime.SessionInfo, error) {
-	return d.rt.ForkSession(ctx, p.SessionID, p.NewSessionID)
+	return d.rt.Snapshots().Fork(ctx, p.SessionID, p.NewSessionID)
 }

@@ -22,5 +22,5 @@ func (p *snapshotRef) validate() error {
 
 // getSnapshot returns one snapshot's manifest.
 func (d *Dispatcher) getSnapshot(ctx context.Context, p snapshotRef) (snapshots.Manifest, error) {
-	return d.rt.GetSnapshot(ctx, p.SnapshotID)
+	return d.rt.Snapshots().Get(ctx, p.SnapshotID)
 }

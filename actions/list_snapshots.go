@@ -12,6 +12,6 @@ type snapshotList struct {
 
 // listSnapshots lists the stored snapshots, oldest first.
 func (d *Dispatcher) listSnapshots(ctx context.Context, _ none) (snapshotList, error) {
-	list, err := d.rt.ListSnapshots(ctx)
+	list, err := d.rt.Snapshots().List(ctx)
 	return snapshotList{Snapshots: list}, err
 }

@@ -27,7 +27,7 @@ func (p *startProcessParams) validate() error {
 
 // startProcess starts (or replaces) a managed process in a session.
 func (d *Dispatcher) startProcess(ctx context.Context, p startProcessParams) (runtime.ProcessInfo, error) {
-	return d.rt.StartProcess(ctx, p.SessionID, *p.Spec)
+	return d.rt.Processes().Start(ctx, p.SessionID, *p.Spec)
 }
 
 type processRef struct {
@@ -45,7 +45,7 @@ func (p *processRef) validate() error {
 
 // getProcess reports a managed process; env values are never returned.
 func (d *Dispatcher) getProcess(ctx context.Context, p processRef) (runtime.ProcessInfo, error) {
-	return d.rt.Process(ctx, p.SessionID, p.ProcessID)
+	return d.rt.Processes().Get(ctx, p.SessionID, p.ProcessID)
 }
 
 type stopped struct {
@@ -55,7 +55,7 @@ type stopped struct {
 // stopProcess terminates a managed process (stdin close, SIGTERM, 5 s,
 // SIGKILL, whole tree) and forgets it.
 func (d *Dispatcher) stopProcess(ctx context.Context, p processRef) (stopped, error) {
-	if err := d.rt.StopProcess(ctx, p.SessionID, p.ProcessID); err != nil {
+	if err := d.rt.Processes().Stop(ctx, p.SessionID, p.ProcessID); err != nil {
 		return stopped{}, err
 	}
 	if p.ProcessID == "" {

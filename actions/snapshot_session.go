@@ -13,5 +13,5 @@ type snapshotParams struct {
 
 // snapshotSession stores a session's files as a snapshot.
 func (d *Dispatcher) snapshotSession(ctx context.Context, p snapshotParams) (snapshots.Manifest, error) {
-	return d.rt.SnapshotSession(ctx, p.SessionID, p.Mode)
+	return d.rt.Snapshots().Take(ctx, p.SessionID, p.Mode)
 }

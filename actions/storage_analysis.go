@@ -129,7 +129,7 @@ func (t *Tenancy) probeSession(ctx context.Context, s runtime.SessionInfo) ([3]p
 	if err := spec.Normalize(); err != nil {
 		return out, err
 	}
-	res, err := t.rt.Exec(ctx, spec)
+	res, err := t.rt.Execs().Exec(ctx, spec)
 	if err != nil {
 		return out, err
 	}

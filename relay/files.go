@@ -99,7 +99,7 @@ func (f *Files) get(w http.ResponseWriter, r *http.Request, sessionID, p string)
 		writeError(w, err)
 		return
 	}
-	rc, fi, err := f.rt.FileRead(r.Context(), sessionID, p, offset, length)
+	rc, fi, err := f.rt.Files().Read(r.Context(), sessionID, p, offset, length)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -153,7 +153,7 @@ func (f *Files) put(w http.ResponseWriter, r *http.Request, sessionID, p string)
 		return
 	}
 	start := time.Now()
-	n, err := f.rt.FileWrite(r.Context(), sessionID, p, r.Body, opts)
+	n, err := f.rt.Files().Write(r.Context(), sessionID, p, r.Body, opts)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -218,7 +218,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rpc.WriteUnauthorized(w, r)
 		return
 	}
-	if err := h.rt.CheckAttach(ctx, logical, processID); err != nil {
+	if err := h.rt.Processes().CheckAttach(ctx, logical, processID); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -228,7 +228,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rpc.WriteHTTPError(w, http.StatusUpgradeRequired, "UpgradeRequired", "this route only serves WebSocket upgrades")
 		return
 	}
-	att, proc, err := h.rt.Attach(ctx, logical, processID)
+	att, proc, err := h.rt.Processes().Attach(ctx, logical, processID)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -265,7 +265,7 @@ func (h *Handler) authorized(ctx context.Context, r *http.Request, sessionID, lo
 	if h.authorizer != nil && h.authorizer(r, sessionID, processID) {
 		return true
 	}
-	info, err := h.rt.Process(ctx, logical, processID)
+	info, err := h.rt.Processes().Get(ctx, logical, processID)
 	return err == nil && rpc.TokenMatches(rpc.OfferedTokens(r), []byte(info.RelayToken))
 }
 

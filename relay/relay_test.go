@@ -181,7 +181,7 @@ func (e *env) start(sid, pid string) (*fakeProc, string) {
 	ctx := context.Background()
 	_, err := e.rt.EnsureSession(ctx, runtime.Spec{SandboxSpec: backends.SandboxSpec{SessionID: sid}})
 	require.NoError(e.t, err)
-	info, err := e.rt.StartProcess(ctx, sid, backends.ProcessSpec{ProcessID: pid, Command: "fake"})
+	info, err := e.rt.Processes().Start(ctx, sid, backends.ProcessSpec{ProcessID: pid, Command: "fake"})
 	require.NoError(e.t, err)
 	return <-e.fb.started, info.RelayToken
 }
@@ -234,7 +234,7 @@ func send(t *testing.T, c *websocket.Conn, s string) error {
 func (e *env) pending(sid, pid string, n int) {
 	e.t.Helper()
 	require.Eventually(e.t, func() bool {
-		info, err := e.rt.Process(context.Background(), sid, pid)
+		info, err := e.rt.Processes().Get(context.Background(), sid, pid)
 		return err == nil && info.PendingLines == n
 	}, 10*time.Second, 5*time.Millisecond)
 }
@@ -276,7 +276,7 @@ func TestRelayScenarios(t *testing.T) {
 		{"replay bound by lines drops the oldest and counts them", `{"limits":{"relay_replay_lines":2}}`, func(t *testing.T, e *env, p *fakeProc, tok string) {
 			p.print(t, "1\n2\n3\n4\n5\n")
 			require.Eventually(t, func() bool {
-				info, _ := e.rt.Process(context.Background(), "s", "p")
+				info, _ := e.rt.Processes().Get(context.Background(), "s", "p")
 				return info.PendingLines == 2
 			}, 10*time.Second, 5*time.Millisecond)
 			time.Sleep(50 * time.Millisecond) // let the pump finish the burst

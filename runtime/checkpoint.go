@@ -13,7 +13,7 @@ import (
 // this kernel and names the reason when it cannot. Where CRIU works,
 // boxrt still does not checkpoint (docs/operations.md, "Durable
 // sessions"), and says so.
-func (r *Runtime) fullSnapshotUnavailable(ctx context.Context) error {
+func fullSnapshotUnavailable(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := backends.CRIUCheck(cctx); err != nil {

@@ -81,10 +81,10 @@ func TestDeleteInterruptsExec(t *testing.T) {
 	}{
 		{"delete", func(t *testing.T, rt *Runtime) error { return rt.DeleteSession(context.Background(), "long") }, true},
 		{"process start and stop", func(t *testing.T, rt *Runtime) error {
-			if _, err := rt.StartProcess(context.Background(), "long", backends.ProcessSpec{Command: "mcp"}); err != nil {
+			if _, err := rt.Processes().Start(context.Background(), "long", backends.ProcessSpec{Command: "mcp"}); err != nil {
 				return err
 			}
-			return rt.StopProcess(context.Background(), "long", "")
+			return rt.Processes().Stop(context.Background(), "long", "")
 		}, false},
 	}
 	for _, tc := range tests {
@@ -97,7 +97,7 @@ func TestDeleteInterruptsExec(t *testing.T) {
 			s.Cmd = "sleep 300"
 			s.TimeoutSec = 300
 			execErr := make(chan error, 1)
-			go func() { _, err := rt.Exec(context.Background(), s); execErr <- err }()
+			go func() { _, err := rt.Execs().Exec(context.Background(), s); execErr <- err }()
 			require.Eventually(t, func() bool {
 				fb.mu.Lock()
 				defer fb.mu.Unlock()
@@ -186,7 +186,7 @@ func TestRecreateDoesNotHoldUpDelete(t *testing.T) {
 				err error
 			}
 			execDone := make(chan result, 1)
-			go func() { res, err := rt.Exec(context.Background(), long); execDone <- result{res, err} }()
+			go func() { res, err := rt.Execs().Exec(context.Background(), long); execDone <- result{res, err} }()
 			require.Eventually(t, func() bool {
 				fb.mu.Lock()
 				defer fb.mu.Unlock()
@@ -199,10 +199,8 @@ func TestRecreateDoesNotHoldUpDelete(t *testing.T) {
 			go func() { _, err := rt.EnsureSession(context.Background(), remount); recreateErr <- err }()
 			// The recreate now waits for the exec, holding the id lock.
 			require.Eventually(t, func() bool {
-				rt.mu.Lock()
-				defer rt.mu.Unlock()
-				s := rt.sessions["r"]
-				return s != nil && s.deleting
+				s := rt.sessions.get("r")
+				return s != nil && rt.sessions.isDeleting(s)
 			}, 10*time.Second, time.Millisecond)
 
 			opErr := make(chan error, 1)
@@ -258,7 +256,7 @@ func TestCloseWaitsForCreations(t *testing.T) {
 			}, boxerr.ErrRuntimeUnavailable, nil},
 		{"managed process start", func(fb *fakeBackend, hook func()) { fb.beforeProcess = hook },
 			func(rt *Runtime) error {
-				_, err := rt.StartProcess(context.Background(), "c", backends.ProcessSpec{Command: "mcp"})
+				_, err := rt.Processes().Start(context.Background(), "c", backends.ProcessSpec{Command: "mcp"})
 				return err
 			}, nil, []string{"box-1"}},
 	}
@@ -334,18 +332,18 @@ func TestProcessCapacityAcrossSessions(t *testing.T) {
 	}
 	first := make(chan error, 1)
 	go func() {
-		_, err := rt.StartProcess(ctx, "a", backends.ProcessSpec{Command: "mcp"})
+		_, err := rt.Processes().Start(ctx, "a", backends.ProcessSpec{Command: "mcp"})
 		first <- err
 	}()
 	waitFor(t, entered, 10*time.Second, "first start reached the backend")
-	_, err := rt.StartProcess(ctx, "b", backends.ProcessSpec{Command: "mcp"})
+	_, err := rt.Processes().Start(ctx, "b", backends.ProcessSpec{Command: "mcp"})
 	close(release)
 	require.NoError(t, waitFor(t, first, 10*time.Second, "first start"))
 	require.ErrorIs(t, err, boxerr.ErrCapacityExceeded, "a second start while the first was under way")
 	assert.Equal(t, 1, rt.Status().ManagedProcesses)
 	// The reservation is released with the start: a stop makes room.
-	require.NoError(t, rt.StopProcess(ctx, "a", ""))
-	_, err = rt.StartProcess(ctx, "b", backends.ProcessSpec{Command: "mcp"})
+	require.NoError(t, rt.Processes().Stop(ctx, "a", ""))
+	_, err = rt.Processes().Start(ctx, "b", backends.ProcessSpec{Command: "mcp"})
 	require.NoError(t, err)
 }
 

@@ -3,7 +3,11 @@
 // (get-or-create, compatibility, liveness, capacity), exec with bounded
 // head/tail output capture, live execs (execs.go: streamed output through a
 // bounded replay log, background execs with stdin, terminals, kill and
-// re-attach by exec id), managed processes, and the TTL reaper. It owns
+// re-attach by exec id), managed processes, and the TTL reaper. Each part
+// owns its state and its lock (settings.go, backend.go, session_table.go,
+// Execs, Processes, Files, Snapshots, pool.go, counters.go); Runtime
+// composes them and coordinates what spans them: a session's creation,
+// suspension, resumption and destruction, reaping and shutdown. It owns
 // the wire-facing session model too (model.go): Spec with its defaults and
 // validation, SessionInfo as the host sees it, ExecResult, and
 // compatibilityFields, the one list of the fields a reused session must

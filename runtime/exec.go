@@ -50,23 +50,24 @@ type ExecEvent struct {
 // Exec runs spec.Cmd in the session spec.SessionID (created or reused as
 // EnsureSession does). A timeout kills the command's process tree and keeps
 // the session; its files and state survive.
-func (r *Runtime) Exec(ctx context.Context, spec Spec) (ExecResult, error) {
-	return r.ExecWith(ctx, spec, ExecOptions{})
+func (e *Execs) Exec(ctx context.Context, spec Spec) (ExecResult, error) {
+	return e.ExecWith(ctx, spec, ExecOptions{})
 }
 
 // ExecWith is Exec with live options: streamed output, a terminal, stdin.
-// Such an exec has an id (in its chunks) by which KillExec and friends
+// Such an exec has an id (in its chunks) by which Execs.Kill and friends
 // reach it while it runs. Cancelling ctx kills the command's tree and
 // answers with status canceled.
-func (r *Runtime) ExecWith(ctx context.Context, spec Spec, opts ExecOptions) (ExecResult, error) {
+func (e *Execs) ExecWith(ctx context.Context, spec Spec, opts ExecOptions) (ExecResult, error) {
 	start := time.Now()
-	res, err := r.exec(ctx, spec, opts)
-	r.observeExec(spec, res, err, time.Since(start))
+	res, err := e.exec(ctx, spec, opts)
+	e.observe(spec, res, err, time.Since(start))
 	return res, err
 }
 
-// observeExec logs a finished exec and reports it to the exec observer.
-func (r *Runtime) observeExec(spec Spec, res ExecResult, err error, d time.Duration) {
+// observe logs a finished exec and reports it to the exec observer.
+func (e *Execs) observe(spec Spec, res ExecResult, err error, d time.Duration) {
+	r := e.r
 	ev := ExecEvent{SessionID: spec.SessionID, Backend: res.BackendName, Duration: d, Status: res.Status,
 		Truncated: res.StdoutTruncated || res.StderrTruncated}
 	log := r.log.Info()
@@ -90,12 +91,13 @@ func (r *Runtime) observeExec(spec Spec, res ExecResult, err error, d time.Durat
 	}
 }
 
-func (r *Runtime) exec(ctx context.Context, spec Spec, opts ExecOptions) (ExecResult, error) {
+func (e *Execs) exec(ctx context.Context, spec Spec, opts ExecOptions) (ExecResult, error) {
 	if spec.Cmd == "" {
 		return ExecResult{}, boxerr.Validation("cmd", "cmd must not be empty")
 	}
+	r := e.r
 	var err error
-	if spec.SessionID, err = r.resolve(ctx, spec.SessionID); err != nil {
+	if spec.SessionID, err = resolve(ctx, spec.SessionID); err != nil {
 		return ExecResult{}, err
 	}
 	for attempt := 0; ; attempt++ {
@@ -103,12 +105,12 @@ func (r *Runtime) exec(ctx context.Context, spec Spec, opts ExecOptions) (ExecRe
 		if err != nil {
 			return ExecResult{}, err
 		}
-		res, gone, err := r.execIn(ctx, s, spec, opts)
+		res, gone, err := e.execIn(ctx, s, spec, opts)
 		res.SessionCreated = created
 		if !gone || attempt > 0 {
 			return res, err
 		}
-		if r.restartStopped(ctx, spec.SessionID, s) {
+		if e.restartStopped(ctx, spec.SessionID, s) {
 			continue
 		}
 		// Reuse does not probe liveness before an exec (it costs an engine
@@ -118,63 +120,58 @@ func (r *Runtime) exec(ctx context.Context, spec Spec, opts ExecOptions) (ExecRe
 		if derr := r.destroy(ctx, s, "sandbox is gone", false); derr != nil {
 			return res, err
 		}
-		r.mu.Lock()
-		r.counters.TotalRecreated++
-		r.mu.Unlock()
+		r.counters.recreated.Add(1)
 	}
 }
 
 // execIn runs spec.Cmd in s. gone reports a failure whose cause is that
 // the sandbox no longer exists.
-func (r *Runtime) execIn(ctx context.Context, s *session, spec Spec, opts ExecOptions) (_ ExecResult, gone bool, _ error) {
-	defer r.releaseExec(s)
+func (e *Execs) execIn(ctx context.Context, s *session, spec Spec, opts ExecOptions) (_ ExecResult, gone bool, _ error) {
+	r := e.r
+	defer r.sessions.releaseExec(s)
 
 	s.execMu.Lock()
 	defer s.execMu.Unlock()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	r.mu.Lock()
-	deleting, shutting, info, b := s.deleting || s.interrupted, r.shuttingDown, s.sandboxInfo(), r.backend
-	r.counters.TotalExecs++
-	s.cancelExec = cancel
+	// Registered before the gate is passed: a Close that shuts it next
+	// finds cancel (Execs.stopAll).
+	info, deleting := r.sessions.startBoxExec(s, cancel)
+	defer r.sessions.endBoxExec(s)
+	shutting := !r.life.enter(&e.boxExecs)
 	if !shutting {
-		r.boxExecs.Add(1)
-		defer r.boxExecs.Done()
+		defer e.boxExecs.Done()
 	}
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		s.cancelExec = nil
-		r.mu.Unlock()
-	}()
+	b := r.backends.current()
+	r.counters.execs.Add(1)
 	if deleting || b == nil {
 		return ExecResult{}, false, boxerr.SessionNotFound(spec.SessionID).With("reason", "being deleted")
 	}
 	if shutting {
-		// Close stops the execs registered before it began (stopAllExecs);
+		// Close stops the execs registered before it began (Execs.stopAll);
 		// one that got here later must not start.
 		return ExecResult{}, false, errShuttingDown()
 	}
 	if !opts.live() {
-		return r.runExec(ctx, spec, b, info, nil)
+		return e.run(ctx, spec, b, info, nil)
 	}
-	x, xctx := newLiveExec(ctx, s, spec, opts, false, r.outputLimit(spec), r.clock.Now())
-	r.execs.add(x)
+	x, xctx := newLiveExec(ctx, s, spec, opts, false, e.outputLimit(spec), r.clock.Now())
+	e.table.add(x)
 	var followed <-chan struct{}
 	if opts.Sink != nil {
 		_, followed = x.follow(0, opts.Sink)
 	}
-	res, gone, err := r.runExec(xctx, spec, b, info, x)
+	res, gone, err := e.run(xctx, spec, b, info, x)
 	if followed != nil {
 		<-followed // every chunk is out before the result
 	}
-	r.finishExec(x, res, err)
+	e.finish(x, res, err)
 	return res, gone, err
 }
 
-// runExec runs one command through the backend: with x, a live exec's
+// run runs one command through the backend: with x, a live exec's
 // streams and controls, else plain head+tail buffers (outputLimit).
-func (r *Runtime) runExec(ctx context.Context, spec Spec, b backends.Backend, info backends.Session, x *liveExec) (_ ExecResult, gone bool, _ error) {
+func (e *Execs) run(ctx context.Context, spec Spec, b backends.Backend, info backends.Session, x *liveExec) (_ ExecResult, gone bool, _ error) {
 	req := backends.ExecRequest{
 		Cmd:     spec.Cmd,
 		Workdir: spec.Workdir,
@@ -186,7 +183,7 @@ func (r *Runtime) runExec(ctx context.Context, spec Spec, b backends.Backend, in
 		x.wire(&req)
 		stdout, stderr = x.stdout, x.stderr
 	} else {
-		limit := r.outputLimit(spec)
+		limit := e.outputLimit(spec)
 		stdout, stderr = &lockedHeadTail{h: newHeadTail(limit)}, &lockedHeadTail{h: newHeadTail(limit)}
 		req.Stdout, req.Stderr = stdout, stderr
 	}
@@ -218,10 +215,8 @@ func (r *Runtime) runExec(ctx context.Context, spec Spec, b backends.Backend, in
 	}
 	res.Stdout, res.StdoutTruncated, res.StdoutBytes = stdout.snapshot()
 	res.Stderr, res.StderrTruncated, res.StderrBytes = stderr.snapshot()
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if res.StdoutTruncated || res.StderrTruncated {
-		r.counters.TotalTruncated++
+		e.r.counters.truncated.Add(1)
 	}
 	switch {
 	case canceled:
@@ -231,7 +226,7 @@ func (r *Runtime) runExec(ctx context.Context, spec Spec, b backends.Backend, in
 		if res.Stderr == "" {
 			res.Stderr = "Command timed out after " + strconv.Itoa(spec.TimeoutSec) + " seconds."
 		}
-		r.counters.TotalTimeouts++
+		e.r.counters.timeouts.Add(1)
 	default:
 		code := status.ExitCode
 		res.ExitCode = &code
@@ -240,9 +235,9 @@ func (r *Runtime) runExec(ctx context.Context, spec Spec, b backends.Backend, in
 }
 
 // outputLimit is what an exec keeps of each stream.
-func (r *Runtime) outputLimit(spec Spec) int {
+func (e *Execs) outputLimit(spec Spec) int {
 	if spec.MaxOutputBytes > 0 {
 		return spec.MaxOutputBytes
 	}
-	return r.Config().Limits.MaxOutputBytes
+	return e.r.Config().Limits.MaxOutputBytes
 }

@@ -295,6 +295,20 @@ func (t *execTable) errNoExec(id string) error {
 	return t.errNoExecLocked(id)
 }
 
+// ofSession returns the execs of a session, running and kept.
+func (t *execTable) ofSession(sessionID string, now time.Time) []*liveExec {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pruneLocked(now)
+	var xs []*liveExec
+	for _, x := range t.byID {
+		if x.sessionID == sessionID {
+			xs = append(xs, x)
+		}
+	}
+	return xs
+}
+
 // running returns the running execs that match.
 func (t *execTable) running(match func(*liveExec) bool) []*liveExec {
 	t.mu.Lock()
@@ -308,10 +322,25 @@ func (t *execTable) running(match func(*liveExec) bool) []*liveExec {
 	return out
 }
 
-// stopExecs cancels the running execs that match with cause and waits
-// for them to end.
-func (r *Runtime) stopExecs(match func(*liveExec) bool, cause error) {
-	xs := r.execs.running(match)
+// Execs is the exec service: box_exec, and the live execs a host reaches
+// by id (streamed, in the background, with stdin or a terminal). It owns
+// the table of live execs and the count of box_execs under way.
+type Execs struct {
+	r     *Runtime
+	table execTable
+	// boxExecs counts the execs that hold a session's exec lock
+	// (box_exec), for Close to wait for.
+	boxExecs sync.WaitGroup
+}
+
+func newExecs(r *Runtime, keep finishedLimits) *Execs {
+	return &Execs{r: r, table: execTable{keep: keep}}
+}
+
+// stop cancels the running execs that match with cause and waits for
+// them to end.
+func (e *Execs) stop(match func(*liveExec) bool, cause error) {
+	xs := e.table.running(match)
 	for _, x := range xs {
 		x.cancel(cause)
 	}
@@ -320,56 +349,50 @@ func (r *Runtime) stopExecs(match func(*liveExec) bool, cause error) {
 	}
 }
 
-// stopAllExecs stops every exec, box_exec ones included, and waits for
-// them to end (at exit). Execs that begin later are refused, as
-// shuttingDown is set.
-func (r *Runtime) stopAllExecs() {
-	r.mu.Lock()
-	for _, s := range r.sessions {
-		if s.cancelExec != nil {
-			s.cancelExec(errCanceled)
-		}
-	}
-	r.mu.Unlock()
-	r.stopExecs(func(*liveExec) bool { return true }, errCanceled)
-	r.boxExecs.Wait()
+// stopAll stops every exec, box_exec ones included, and waits for them to
+// end (at exit). Execs that begin later are refused, as the runtime is
+// shutting down.
+func (e *Execs) stopAll() {
+	e.r.sessions.cancelBoxExecs(errCanceled)
+	e.stop(func(*liveExec) bool { return true }, errCanceled)
+	e.boxExecs.Wait()
 }
 
-// stopSessionExecs kills the live execs of s, whose sandbox is going.
-func (r *Runtime) stopSessionExecs(s *session) {
-	r.stopExecs(func(x *liveExec) bool { return x.s == s }, errDeleted)
+// stopSession kills the live execs of s, whose sandbox is going.
+func (e *Execs) stopSession(s *session) {
+	e.stop(func(x *liveExec) bool { return x.s == s }, errDeleted)
 }
 
-// StartExec starts spec.Cmd in the background in its session (created or
+// Start starts spec.Cmd in the background in its session (created or
 // reused as for Exec) and returns at once. The command's life is its own:
 // it outlives the request and the connection, until it ends, times out,
-// is killed (KillExec) or its session goes. Background execs do not take
+// is killed (Kill) or its session goes. Background execs do not take
 // the session's exec lock, so they run next to each other and next to
 // box_exec; box_exec calls stay serialised among themselves.
-func (r *Runtime) StartExec(ctx context.Context, spec Spec, opts ExecOptions) (ExecInfo, error) {
+func (e *Execs) Start(ctx context.Context, spec Spec, opts ExecOptions) (ExecInfo, error) {
 	if spec.Cmd == "" {
 		return ExecInfo{}, boxerr.Validation("cmd", "cmd must not be empty")
 	}
+	r := e.r
 	var err error
-	if spec.SessionID, err = r.resolve(ctx, spec.SessionID); err != nil {
+	if spec.SessionID, err = resolve(ctx, spec.SessionID); err != nil {
 		return ExecInfo{}, err
 	}
 	s, created, err := r.acquire(ctx, spec, true)
 	if err != nil {
 		return ExecInfo{}, err
 	}
-	x, xctx := newLiveExec(context.WithoutCancel(ctx), s, spec, opts, true, r.outputLimit(spec), r.clock.Now())
+	x, xctx := newLiveExec(context.WithoutCancel(ctx), s, spec, opts, true, e.outputLimit(spec), r.clock.Now())
 	x.sessionCreated = created
-	if n, ok := r.execs.addBackground(x, MaxBackgroundExecs); !ok {
+	if n, ok := e.table.addBackground(x, MaxBackgroundExecs); !ok {
 		x.cancel(nil)
-		r.releaseExec(s)
+		r.sessions.releaseExec(s)
 		return ExecInfo{}, boxerr.CapacityExceeded("max_background_execs", MaxBackgroundExecs,
 			"session %s already runs %d background execs (max_background_execs)", spec.SessionID, n)
 	}
-	r.mu.Lock()
-	deleting, shutting, info, b := s.deleting || s.interrupted, r.shuttingDown, s.sandboxInfo(), r.backend
-	r.counters.TotalExecs++
-	r.mu.Unlock()
+	info, deleting := r.sessions.execTarget(s)
+	shutting, b := r.life.shuttingDown(), r.backends.current()
+	r.counters.execs.Add(1)
 	if deleting || shutting || b == nil {
 		// Deletion or Close began before the exec was registered: it will
 		// not see it, so the exec ends here.
@@ -379,8 +402,8 @@ func (r *Runtime) StartExec(ctx context.Context, spec Spec, opts ExecOptions) (E
 		}
 		x.cancel(errDeleted)
 		x.endOutput()
-		r.releaseExec(s)
-		r.finishExec(x, ExecResult{}, err)
+		r.sessions.releaseExec(s)
+		e.finish(x, ExecResult{}, err)
 		return ExecInfo{}, err
 	}
 	if opts.Sink != nil {
@@ -388,40 +411,32 @@ func (r *Runtime) StartExec(ctx context.Context, spec Spec, opts ExecOptions) (E
 	}
 	go func() {
 		start := time.Now()
-		res, _, err := r.runExec(xctx, spec, b, info, x)
+		res, _, err := e.run(xctx, spec, b, info, x)
 		x.cancel(nil)
 		// The session is released before waiters learn of the end, so one
 		// that acts on it (the reaper, a suspend) finds it idle.
-		r.releaseExec(s)
-		r.finishExec(x, res, err)
-		r.observeExec(spec, res, err, time.Since(start))
+		r.sessions.releaseExec(s)
+		e.finish(x, res, err)
+		e.observe(spec, res, err, time.Since(start))
 	}()
 	return x.info(), nil
 }
 
-// finishExec records x's result and hands x to the table before closing
+// finish records x's result and hands x to the table before closing
 // done, so that a waiter woken by done finds the bookkeeping complete (a
 // finished background exec is kept, and pruned after the retention).
-func (r *Runtime) finishExec(x *liveExec, res ExecResult, err error) {
-	now := r.clock.Now()
+func (e *Execs) finish(x *liveExec, res ExecResult, err error) {
+	now := e.r.clock.Now()
 	x.result, x.err, x.ended = res, err, now
-	r.execs.ended(x, now)
+	e.table.ended(x, now)
 	close(x.done)
 }
 
-// releaseExec undoes acquire's exec mark.
-func (r *Runtime) releaseExec(s *session) {
-	r.mu.Lock()
-	s.activeExecs--
-	s.info.LastUsedAt = r.clock.Now()
-	r.mu.Unlock()
-}
-
-// WaitExec waits for a live exec to end and returns its result. When
+// Wait waits for a live exec to end and returns its result. When
 // timeout (> 0) passes first, the result so far is returned with status
 // running.
-func (r *Runtime) WaitExec(ctx context.Context, id string, timeout time.Duration) (ExecResult, error) {
-	x, err := r.liveExecIn(ctx, id)
+func (e *Execs) Wait(ctx context.Context, id string, timeout time.Duration) (ExecResult, error) {
+	x, err := e.liveExecIn(ctx, id)
 	if err != nil {
 		return ExecResult{}, err
 	}
@@ -445,20 +460,18 @@ func (r *Runtime) WaitExec(ctx context.Context, id string, timeout time.Duration
 	res := ExecResult{SessionID: x.sessionID, Status: StatusRunning, DurationMS: time.Since(x.t0).Milliseconds()}
 	res.Stdout, res.StdoutTruncated, res.StdoutBytes = x.stdout.snapshot()
 	res.Stderr, res.StderrTruncated, res.StderrBytes = x.stderr.snapshot()
-	r.mu.Lock()
-	if r.backend != nil {
-		res.BackendName = r.backend.Name()
+	if b := e.r.backends.current(); b != nil {
+		res.BackendName = b.Name()
 	}
-	r.mu.Unlock()
 	return res, nil
 }
 
-// KillExec stops a live exec's whole process tree and waits for its end.
+// Kill stops a live exec's whole process tree and waits for its end.
 // SIGKILL (sig 0 means it too) kills at once; another signal goes to
 // every process of the tree first, and whatever is still there after
 // ExecKillGrace is killed. Killing an exec that already ended is no error.
-func (r *Runtime) KillExec(ctx context.Context, id string, sig syscall.Signal) (ExecInfo, error) {
-	x, err := r.liveExecIn(ctx, id)
+func (e *Execs) Kill(ctx context.Context, id string, sig syscall.Signal) (ExecInfo, error) {
+	x, err := e.liveExecIn(ctx, id)
 	if err != nil {
 		return ExecInfo{}, err
 	}
@@ -493,8 +506,8 @@ func (r *Runtime) KillExec(ctx context.Context, id string, sig syscall.Signal) (
 // WriteStdin writes data to a live exec's stdin, then closes it when eof.
 // It returns once the command's side took the data (a command that does
 // not read its stdin makes it wait, as a full pipe would).
-func (r *Runtime) WriteStdin(ctx context.Context, id string, data []byte, eof bool) error {
-	x, err := r.liveExecIn(ctx, id)
+func (e *Execs) WriteStdin(ctx context.Context, id string, data []byte, eof bool) error {
+	x, err := e.liveExecIn(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -521,9 +534,9 @@ func (r *Runtime) WriteStdin(ctx context.Context, id string, data []byte, eof bo
 	return nil
 }
 
-// ResizeExec changes the terminal size of a live exec started with a PTY.
-func (r *Runtime) ResizeExec(ctx context.Context, id string, size backends.TTYSize) error {
-	x, err := r.liveExecIn(ctx, id)
+// Resize changes the terminal size of a live exec started with a PTY.
+func (e *Execs) Resize(ctx context.Context, id string, size backends.TTYSize) error {
+	x, err := e.liveExecIn(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -541,22 +554,14 @@ func (r *Runtime) ResizeExec(ctx context.Context, id string, size backends.TTYSi
 	}
 }
 
-// ListExecs lists a session's live execs, running and recently finished,
+// List lists a session's live execs, running and recently finished,
 // oldest first.
-func (r *Runtime) ListExecs(ctx context.Context, sessionID string) ([]ExecInfo, error) {
-	sessionID, err := r.resolve(ctx, sessionID)
+func (e *Execs) List(ctx context.Context, sessionID string) ([]ExecInfo, error) {
+	sessionID, err := resolve(ctx, sessionID)
 	if err != nil {
 		return nil, err
 	}
-	r.execs.mu.Lock()
-	r.execs.pruneLocked(r.clock.Now())
-	var xs []*liveExec
-	for _, x := range r.execs.byID {
-		if x.sessionID == sessionID {
-			xs = append(xs, x)
-		}
-	}
-	r.execs.mu.Unlock()
+	xs := e.table.ofSession(sessionID, e.r.clock.Now())
 	slices.SortFunc(xs, func(a, b *liveExec) int { return a.started.Compare(b.started) })
 	out := make([]ExecInfo, 0, len(xs))
 	for _, x := range xs {
@@ -565,17 +570,17 @@ func (r *Runtime) ListExecs(ctx context.Context, sessionID string) ([]ExecInfo, 
 	return out, nil
 }
 
-// Attached is AttachExec's answer.
+// Attached is Attach's answer.
 type Attached struct {
 	ExecInfo
 	Replay
 }
 
-// AttachExec sends a live exec's output to sink from fromSeq: first what
+// Attach sends a live exec's output to sink from fromSeq: first what
 // the replay buffer still holds, then the rest as it comes, until the exec
 // ends or sink fails. What was dropped before fromSeq is reported.
-func (r *Runtime) AttachExec(ctx context.Context, id string, fromSeq int64, sink ChunkSink) (Attached, error) {
-	x, err := r.liveExecIn(ctx, id)
+func (e *Execs) Attach(ctx context.Context, id string, fromSeq int64, sink ChunkSink) (Attached, error) {
+	x, err := e.liveExecIn(ctx, id)
 	if err != nil {
 		return Attached{}, err
 	}

@@ -195,14 +195,14 @@ func TestBackgroundExecLifecycle(t *testing.T) {
 
 	s := spec("bg")
 	s.Cmd = "serve"
-	info, err := rt.StartExec(ctx, s, ExecOptions{})
+	info, err := rt.Execs().Start(ctx, s, ExecOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, StatusRunning, info.Status)
 
 	clock.Advance(10 * time.Minute)
 	assert.Equal(t, 0, rt.Reap(ctx), "a session with a running background exec is not reaped")
 
-	res, err := rt.WaitExec(ctx, info.ExecID, 10*time.Millisecond)
+	res, err := rt.Execs().Wait(ctx, info.ExecID, 10*time.Millisecond)
 	require.NoError(t, err)
 	assert.Equal(t, StatusRunning, res.Status)
 	assert.Equal(t, "started\n", res.Stdout)
@@ -217,24 +217,24 @@ func TestBackgroundExecLifecycle(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			x, err := rt.StartExec(ctx, s, ExecOptions{})
+			x, err := rt.Execs().Start(ctx, s, ExecOptions{})
 			require.NoError(t, err)
-			killed, err := rt.KillExec(ctx, x.ExecID, tc.sig)
+			killed, err := rt.Execs().Kill(ctx, x.ExecID, tc.sig)
 			require.NoError(t, err)
 			assert.Equal(t, tc.status, killed.Status)
-			res, err := rt.WaitExec(ctx, x.ExecID, 0)
+			res, err := rt.Execs().Wait(ctx, x.ExecID, 0)
 			require.NoError(t, err)
 			assert.Equal(t, tc.status, res.Status)
 		})
 	}
 
-	_, err = rt.KillExec(ctx, info.ExecID, 0)
+	_, err = rt.Execs().Kill(ctx, info.ExecID, 0)
 	require.NoError(t, err)
 	clock.Advance(2 * time.Minute)
 	assert.Equal(t, 1, rt.Reap(ctx), "once the exec ended the session is idle")
 
 	clock.Advance(10*time.Minute + time.Second)
-	_, err = rt.WaitExec(ctx, info.ExecID, 0)
+	_, err = rt.Execs().Wait(ctx, info.ExecID, 0)
 	assert.True(t, errors.Is(err, boxerr.ErrValidation), "a finished exec is forgotten after the retention: %v", err)
 }
 
@@ -247,12 +247,12 @@ func TestBackgroundExecStdinAndDelete(t *testing.T) {
 	s.Cmd = "cat"
 
 	var sink collectSink
-	x, err := rt.StartExec(ctx, s, ExecOptions{Stdin: true, Sink: sink.sink})
+	x, err := rt.Execs().Start(ctx, s, ExecOptions{Stdin: true, Sink: sink.sink})
 	require.NoError(t, err)
-	require.NoError(t, rt.WriteStdin(context.Background(), x.ExecID, []byte("hello\n"), true))
-	err = rt.WriteStdin(context.Background(), x.ExecID, []byte("more"), false)
+	require.NoError(t, rt.Execs().WriteStdin(context.Background(), x.ExecID, []byte("hello\n"), true))
+	err = rt.Execs().WriteStdin(context.Background(), x.ExecID, []byte("more"), false)
 	assert.True(t, errors.Is(err, boxerr.ErrValidation), "stdin is closed: %v", err)
-	res, err := rt.WaitExec(ctx, x.ExecID, 0)
+	res, err := rt.Execs().Wait(ctx, x.ExecID, 0)
 	require.NoError(t, err)
 	assert.Equal(t, "started\nhello\n", res.Stdout)
 	require.Eventually(t, func() bool {
@@ -265,12 +265,12 @@ func TestBackgroundExecStdinAndDelete(t *testing.T) {
 	}
 	assert.Equal(t, "started\nhello\n", streamed)
 
-	y, err := rt.StartExec(ctx, s, ExecOptions{})
+	y, err := rt.Execs().Start(ctx, s, ExecOptions{})
 	require.NoError(t, err)
-	err = rt.WriteStdin(context.Background(), y.ExecID, []byte("x"), false)
+	err = rt.Execs().WriteStdin(context.Background(), y.ExecID, []byte("x"), false)
 	assert.True(t, errors.Is(err, boxerr.ErrValidation), "started without stdin: %v", err)
 	require.NoError(t, rt.DeleteSession(ctx, "stdin"))
-	_, err = rt.WaitExec(ctx, y.ExecID, 0)
+	_, err = rt.Execs().Wait(ctx, y.ExecID, 0)
 	assert.True(t, errors.Is(err, boxerr.ErrSessionNotFound), "deletion kills the session's execs: %v", err)
 }
 
@@ -282,15 +282,15 @@ func TestBackgroundExecLimit(t *testing.T) {
 	s := spec("many")
 	s.Cmd = "serve"
 	for i := 0; i < MaxBackgroundExecs; i++ {
-		_, err := rt.StartExec(ctx, s, ExecOptions{})
+		_, err := rt.Execs().Start(ctx, s, ExecOptions{})
 		require.NoError(t, err)
 	}
-	_, err := rt.StartExec(ctx, s, ExecOptions{})
+	_, err := rt.Execs().Start(ctx, s, ExecOptions{})
 	var be *boxerr.Error
 	require.True(t, errors.As(err, &be), "%v", err)
 	assert.True(t, errors.Is(err, boxerr.ErrCapacityExceeded))
 	assert.Equal(t, "max_background_execs", be.Details["limit"])
-	execs, err := rt.ListExecs(context.Background(), "many")
+	execs, err := rt.Execs().List(context.Background(), "many")
 	require.NoError(t, err)
 	assert.Len(t, execs, MaxBackgroundExecs)
 }
@@ -311,7 +311,7 @@ func TestForegroundCancel(t *testing.T) {
 		}
 		cancel()
 	}()
-	res, err := rt.ExecWith(ctx, s, ExecOptions{Sink: sink.sink})
+	res, err := rt.Execs().ExecWith(ctx, s, ExecOptions{Sink: sink.sink})
 	require.NoError(t, err)
 	assert.Equal(t, StatusCanceled, res.Status)
 	assert.Nil(t, res.ExitCode)
@@ -340,7 +340,7 @@ func TestBackgroundExecLimitConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := rt.StartExec(ctx, s, ExecOptions{})
+			_, err := rt.Execs().Start(ctx, s, ExecOptions{})
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {

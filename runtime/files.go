@@ -37,63 +37,59 @@ type FileSystem interface {
 // MaxListEntries bounds one box_fs_list result.
 const MaxListEntries = 10000
 
-// fileSession finds the session for a file call and marks it busy (the
-// reaper spares it) until release is called; the backend must serve the
+// Files is the file API of the sessions. It holds no state of its own:
+// a call finds its session in the table and keeps it busy (the reaper and
+// suspend spare it) while the backend serves the call.
+type Files struct{ r *Runtime }
+
+// session finds the session for a file call, resumed if it was suspended,
+// and marks it busy until release is called; the backend must serve the
 // file API.
-func (r *Runtime) fileSession(ctx context.Context, sessionID string) (FileSystem, backends.Session, func(), error) {
-	sessionID, err := r.resolve(ctx, sessionID)
+func (f *Files) session(ctx context.Context, sessionID string) (FileSystem, backends.Session, func(), error) {
+	r := f.r
+	sessionID, err := resolve(ctx, sessionID)
 	if err != nil {
 		return nil, backends.Session{}, nil, err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s, ok := r.sessions[sessionID]
-	if !ok {
+	s := r.sessions.get(sessionID)
+	if s == nil {
 		return nil, backends.Session{}, nil, boxerr.SessionNotFound(sessionID)
 	}
-	if s.deleting || r.backend == nil {
+	b := r.backends.current()
+	if b == nil {
 		return nil, backends.Session{}, nil, boxerr.SessionNotFound(sessionID).With("reason", "being deleted")
 	}
+	fsys, ok := b.(FileSystem)
+	if !ok {
+		return nil, backends.Session{}, nil, boxerr.Failure("the %s backend has no file API", b.Name())
+	}
 	// A suspended session's files are not reachable (docker: its container
-	// is stopped; bwrap: its disk is unmounted): resume it first. Once the
-	// session is marked busy below, nothing suspends it under the call.
-	for s.info.State == backends.StateSuspended {
-		r.mu.Unlock()
-		_, err := r.resumeSession(ctx, sessionID)
-		r.mu.Lock()
+	// is stopped; bwrap: its disk is unmounted): it is resumed first. Once
+	// it is marked busy, nothing suspends it under the call.
+	for {
+		info, suspended, err := r.sessions.markBusy(s)
 		if err != nil {
 			return nil, backends.Session{}, nil, err
 		}
-		if s.deleting {
-			return nil, backends.Session{}, nil, boxerr.SessionNotFound(sessionID).With("reason", "being deleted")
+		if !suspended {
+			var once sync.Once
+			release := func() { once.Do(func() { r.sessions.releaseExec(s) }) }
+			return fsys, info, release, nil
+		}
+		if _, err := r.resumeSession(ctx, sessionID); err != nil {
+			return nil, backends.Session{}, nil, err
 		}
 	}
-	fsys, ok := r.backend.(FileSystem)
-	if !ok {
-		return nil, backends.Session{}, nil, boxerr.Failure("the %s backend has no file API", r.backend.Name())
-	}
-	s.activeExecs++
-	s.info.LastUsedAt = r.clock.Now()
-	var once sync.Once
-	release := func() {
-		once.Do(func() {
-			r.mu.Lock()
-			s.activeExecs--
-			s.info.LastUsedAt = r.clock.Now()
-			r.mu.Unlock()
-		})
-	}
-	return fsys, s.sandboxInfo(), release, nil
 }
 
 // withFiles runs fn on the session's file API with path checked.
-func withFiles[T any](ctx context.Context, r *Runtime, sessionID, path string, fn func(FileSystem, backends.Session, string) (T, error)) (T, error) {
+func withFiles[T any](ctx context.Context, f *Files, sessionID, path string, fn func(FileSystem, backends.Session, string) (T, error)) (T, error) {
 	var zero T
 	p, err := backends.CheckSandboxPath("path", path)
 	if err != nil {
 		return zero, err
 	}
-	fsys, info, release, err := r.fileSession(ctx, sessionID)
+	fsys, info, release, err := f.session(ctx, sessionID)
 	if err != nil {
 		return zero, err
 	}
@@ -101,20 +97,20 @@ func withFiles[T any](ctx context.Context, r *Runtime, sessionID, path string, f
 	return fn(fsys, info, p)
 }
 
-// FileStat describes one path (a symlink itself, not its target).
-func (r *Runtime) FileStat(ctx context.Context, sessionID, path string) (backends.FileInfo, error) {
-	return withFiles(ctx, r, sessionID, path, func(fsys FileSystem, info backends.Session, p string) (backends.FileInfo, error) {
+// Stat describes one path (a symlink itself, not its target).
+func (f *Files) Stat(ctx context.Context, sessionID, path string) (backends.FileInfo, error) {
+	return withFiles(ctx, f, sessionID, path, func(fsys FileSystem, info backends.Session, p string) (backends.FileInfo, error) {
 		return fsys.StatFile(ctx, info, p)
 	})
 }
 
-// FileList lists a directory down to depth levels (1..MaxListDepth) and
+// List lists a directory down to depth levels (1..MaxListDepth) and
 // reports whether the listing was cut at MaxListEntries.
-func (r *Runtime) FileList(ctx context.Context, sessionID, path string, depth int) ([]backends.FileInfo, bool, error) {
+func (f *Files) List(ctx context.Context, sessionID, path string, depth int) ([]backends.FileInfo, bool, error) {
 	if depth < 1 || depth > backends.MaxListDepth {
 		return nil, false, boxerr.Validation("depth", "depth must be between 1 and %d, got %d", backends.MaxListDepth, depth)
 	}
-	entries, err := withFiles(ctx, r, sessionID, path, func(fsys FileSystem, info backends.Session, p string) ([]backends.FileInfo, error) {
+	entries, err := withFiles(ctx, f, sessionID, path, func(fsys FileSystem, info backends.Session, p string) ([]backends.FileInfo, error) {
 		return fsys.ListFiles(ctx, info, p, depth, MaxListEntries+1)
 	})
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
@@ -124,9 +120,9 @@ func (r *Runtime) FileList(ctx context.Context, sessionID, path string, depth in
 	return entries, false, err
 }
 
-// FileRead opens a file for streaming; the session stays busy until the
+// Read opens a file for streaming; the session stays busy until the
 // reader is closed.
-func (r *Runtime) FileRead(ctx context.Context, sessionID, path string, offset, length int64) (io.ReadCloser, backends.FileInfo, error) {
+func (f *Files) Read(ctx context.Context, sessionID, path string, offset, length int64) (io.ReadCloser, backends.FileInfo, error) {
 	if offset < 0 {
 		return nil, backends.FileInfo{}, boxerr.Validation("offset", "offset must not be negative, got %d", offset)
 	}
@@ -134,7 +130,7 @@ func (r *Runtime) FileRead(ctx context.Context, sessionID, path string, offset, 
 	if err != nil {
 		return nil, backends.FileInfo{}, err
 	}
-	fsys, info, release, err := r.fileSession(ctx, sessionID)
+	fsys, info, release, err := f.session(ctx, sessionID)
 	if err != nil {
 		return nil, backends.FileInfo{}, err
 	}
@@ -156,35 +152,35 @@ func (rr *releasingReader) Close() error {
 	return rr.ReadCloser.Close()
 }
 
-// FileWrite stores what src yields at path and returns the byte count.
-func (r *Runtime) FileWrite(ctx context.Context, sessionID, path string, src io.Reader, opts backends.WriteOptions) (int64, error) {
+// Write stores what src yields at path and returns the byte count.
+func (f *Files) Write(ctx context.Context, sessionID, path string, src io.Reader, opts backends.WriteOptions) (int64, error) {
 	if opts.Mode&^0o777 != 0 {
 		return 0, boxerr.Validation("mode", "mode must be permission bits (at most 0o777, i.e. 511), got %#o", uint32(opts.Mode))
 	}
-	return withFiles(ctx, r, sessionID, path, func(fsys FileSystem, info backends.Session, p string) (int64, error) {
+	return withFiles(ctx, f, sessionID, path, func(fsys FileSystem, info backends.Session, p string) (int64, error) {
 		return fsys.WriteFile(ctx, info, p, src, opts)
 	})
 }
 
-// FileRemove removes a file or an empty directory; with recursive, a
+// Remove removes a file or an empty directory; with recursive, a
 // directory and everything below it.
-func (r *Runtime) FileRemove(ctx context.Context, sessionID, path string, recursive bool) error {
-	_, err := withFiles(ctx, r, sessionID, path, func(fsys FileSystem, info backends.Session, p string) (struct{}, error) {
+func (f *Files) Remove(ctx context.Context, sessionID, path string, recursive bool) error {
+	_, err := withFiles(ctx, f, sessionID, path, func(fsys FileSystem, info backends.Session, p string) (struct{}, error) {
 		return struct{}{}, fsys.RemoveFile(ctx, info, p, recursive)
 	})
 	return err
 }
 
-// FileMkdir creates a directory and its missing parents.
-func (r *Runtime) FileMkdir(ctx context.Context, sessionID, path string) error {
-	_, err := withFiles(ctx, r, sessionID, path, func(fsys FileSystem, info backends.Session, p string) (struct{}, error) {
+// Mkdir creates a directory and its missing parents.
+func (f *Files) Mkdir(ctx context.Context, sessionID, path string) error {
+	_, err := withFiles(ctx, f, sessionID, path, func(fsys FileSystem, info backends.Session, p string) (struct{}, error) {
 		return struct{}{}, fsys.MakeDir(ctx, info, p)
 	})
 	return err
 }
 
-// FileRename renames from to to (both in the session).
-func (r *Runtime) FileRename(ctx context.Context, sessionID, from, to string) error {
+// Rename renames from to to (both in the session).
+func (f *Files) Rename(ctx context.Context, sessionID, from, to string) error {
 	dst, err := backends.CheckSandboxPath("to", to)
 	if err != nil {
 		return err
@@ -193,7 +189,7 @@ func (r *Runtime) FileRename(ctx context.Context, sessionID, from, to string) er
 	if err != nil {
 		return err
 	}
-	_, err = withFiles(ctx, r, sessionID, src, func(fsys FileSystem, info backends.Session, p string) (struct{}, error) {
+	_, err = withFiles(ctx, f, sessionID, src, func(fsys FileSystem, info backends.Session, p string) (struct{}, error) {
 		return struct{}{}, fsys.RenameFile(ctx, info, p, dst)
 	})
 	return err

@@ -70,13 +70,13 @@ func TestFilesNeedASessionAndABackendWithAFileAPI(t *testing.T) {
 		{"NUL in the path", plain, "s", "/workspace/\x00", boxerr.ErrValidation},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := tc.rt.FileStat(ctx, tc.id, tc.path)
+			_, err := tc.rt.Files().Stat(ctx, tc.id, tc.path)
 			assert.True(t, errors.Is(err, tc.kind), "want %s, got %v", tc.kind.Type, err)
 		})
 	}
-	_, _, err = plain.FileList(ctx, "s", "/workspace", 0)
+	_, _, err = plain.Files().List(ctx, "s", "/workspace", 0)
 	assert.True(t, errors.Is(err, boxerr.ErrValidation))
-	_, err = plain.FileWrite(ctx, "s", "/workspace/a", strings.NewReader(""), backends.WriteOptions{Mode: 0o4755})
+	_, err = plain.Files().Write(ctx, "s", "/workspace/a", strings.NewReader(""), backends.WriteOptions{Mode: 0o4755})
 	assert.True(t, errors.Is(err, boxerr.ErrValidation))
 }
 
@@ -86,10 +86,10 @@ func TestFilesPathsCleanedListSortedAndCut(t *testing.T) {
 	rt, _ := newTestRuntime(t, ff, "")
 	_, err := rt.EnsureSession(ctx, spec("s"))
 	require.NoError(t, err)
-	_, err = rt.FileStat(ctx, "s", "/workspace/./a/../b//c")
+	_, err = rt.Files().Stat(ctx, "s", "/workspace/./a/../b//c")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"/workspace/b/c"}, ff.paths)
-	entries, cut, err := rt.FileList(ctx, "s", "/workspace", 3)
+	entries, cut, err := rt.Files().List(ctx, "s", "/workspace", 3)
 	require.NoError(t, err)
 	assert.True(t, cut)
 	assert.Len(t, entries, MaxListEntries)
@@ -113,14 +113,12 @@ func TestFileReadKeepsTheSessionFromTheReaper(t *testing.T) {
 	require.NoError(t, err)
 	opened := make(chan io.ReadCloser)
 	go func() {
-		rc, _, err := rt.FileRead(ctx, "s", "/workspace/a", 0, -1)
+		rc, _, err := rt.Files().Read(ctx, "s", "/workspace/a", 0, -1)
 		assert.NoError(t, err)
 		opened <- rc
 	}()
 	require.Eventually(t, func() bool {
-		rt.mu.Lock()
-		defer rt.mu.Unlock()
-		return rt.sessions["s"].activeExecs == 1
+		return rt.sessions.busy(rt.sessions.get("s"))
 	}, 5*time.Second, time.Millisecond)
 	clock.Advance(2 * time.Minute)
 	assert.Equal(t, 0, rt.Reap(ctx), "a session in a file call is not reaped")
@@ -139,6 +137,6 @@ func TestWatchRefusesATreeItCannotListWhole(t *testing.T) {
 	rt, _ := newTestRuntime(t, ff, "")
 	_, err := rt.EnsureSession(ctx, spec("s"))
 	require.NoError(t, err)
-	_, err = rt.WatchFiles(ctx, "s", "/workspace", 2)
+	_, err = rt.Files().Watch(ctx, "s", "/workspace", 2)
 	assert.True(t, errors.Is(err, boxerr.ErrValidation), "%v", err)
 }

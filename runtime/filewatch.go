@@ -36,7 +36,7 @@ type FileEvent struct {
 // FileWatch is a directory being watched. It is not safe for concurrent
 // use: one poller owns it.
 type FileWatch struct {
-	r         *Runtime
+	files     *Files
 	sessionID string
 	path      string
 	depth     int
@@ -47,11 +47,11 @@ type FileWatch struct {
 	scope func(context.Context) context.Context
 }
 
-// WatchFiles takes the first listing of dir (which must list completely:
+// Watch takes the first listing of dir (which must list completely:
 // a directory with more than MaxListEntries entries down to depth is
 // refused) and returns the watch.
-func (r *Runtime) WatchFiles(ctx context.Context, sessionID, dir string, depth int) (*FileWatch, error) {
-	w := &FileWatch{r: r, sessionID: sessionID, path: dir, depth: depth, scope: func(c context.Context) context.Context { return c }}
+func (f *Files) Watch(ctx context.Context, sessionID, dir string, depth int) (*FileWatch, error) {
+	w := &FileWatch{files: f, sessionID: sessionID, path: dir, depth: depth, scope: func(c context.Context) context.Context { return c }}
 	if p, ok := tenant.FromContext(ctx); ok {
 		w.scope = func(c context.Context) context.Context { return tenant.WithPlacement(c, p) }
 	}
@@ -59,7 +59,7 @@ func (r *Runtime) WatchFiles(ctx context.Context, sessionID, dir string, depth i
 	if err != nil {
 		return nil, err
 	}
-	fsys, info, release, err := r.fileSession(ctx, sessionID)
+	fsys, info, release, err := f.session(ctx, sessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func (w *FileWatch) Close() {
 }
 
 func (w *FileWatch) list(ctx context.Context) (map[string]backends.FileInfo, error) {
-	entries, cut, err := w.r.FileList(w.scope(ctx), w.sessionID, w.path, w.depth)
+	entries, cut, err := w.files.List(w.scope(ctx), w.sessionID, w.path, w.depth)
 	if err != nil {
 		return nil, err
 	}
@@ -106,14 +106,14 @@ func (w *FileWatch) list(ctx context.Context) (map[string]backends.FileInfo, err
 func (w *FileWatch) Entries() int { return len(w.last) }
 
 // Poll lists the directory again and returns what changed since the last
-// poll, sorted by path. Its errors are FileList's: a session or directory
+// poll, sorted by path. Its errors are Files.List's: a session or directory
 // that is gone ends the watch (BoxSessionNotFoundError,
 // BoxFileNotFoundError).
 func (w *FileWatch) Poll(ctx context.Context) ([]FileEvent, error) {
 	if w.notify != nil && w.notify.quiet(time.Now()) {
 		// Nothing changed on the host side; the session must still be
 		// there (a host_path outlives it).
-		_, _, release, err := w.r.fileSession(ctx, w.sessionID)
+		_, _, release, err := w.files.session(ctx, w.sessionID)
 		if err != nil {
 			return nil, err
 		}

@@ -48,9 +48,9 @@ func runBackground(t *testing.T, rt *Runtime, n int) []string {
 	s.Cmd = "loud"
 	ids := make([]string, 0, n)
 	for i := 0; i < n; i++ {
-		info, err := rt.StartExec(ctx, s, ExecOptions{})
+		info, err := rt.Execs().Start(ctx, s, ExecOptions{})
 		require.NoError(t, err)
-		_, err = rt.WaitExec(ctx, info.ExecID, 0)
+		_, err = rt.Execs().Wait(ctx, info.ExecID, 0)
 		require.NoError(t, err)
 		ids = append(ids, info.ExecID)
 	}
@@ -74,7 +74,7 @@ func TestFinishedExecsMemoryBounded(t *testing.T) {
 	const budget = 64 << 20
 	assert.Less(t, grown, int64(budget+8<<20), "finished execs keep more than limits.max_finished_exec_bytes")
 
-	res, err := rt.WaitExec(context.Background(), ids[len(ids)-1], 0)
+	res, err := rt.Execs().Wait(context.Background(), ids[len(ids)-1], 0)
 	require.NoError(t, err)
 	assert.True(t, res.StdoutTruncated)
 	assert.Equal(t, int64(2<<20), res.StdoutBytes)
@@ -95,9 +95,9 @@ func TestFinishedExecsLimits(t *testing.T) {
 	for _, id := range ids[1:] {
 		assert.False(t, forgotten(rt, id), "exec %s is kept", id)
 	}
-	rt.execs.mu.Lock()
-	kept := rt.execs.finishedBytes
-	rt.execs.mu.Unlock()
+	rt.execs.table.mu.Lock()
+	kept := rt.execs.table.finishedBytes
+	rt.execs.table.mu.Unlock()
 	perExec := int64(256<<10+128<<10) + FinishedExecReplayBytes
 	assert.LessOrEqual(t, kept, 4*perExec, "what 4 finished execs keep")
 	assert.Greater(t, kept, int64(0))
@@ -124,7 +124,7 @@ func TestFinishedExecsLimits(t *testing.T) {
 
 // forgotten tells whether box_exec_wait no longer knows exec id.
 func forgotten(rt *Runtime, id string) bool {
-	_, err := rt.WaitExec(context.Background(), id, 0)
+	_, err := rt.Execs().Wait(context.Background(), id, 0)
 	var be *boxerr.Error
 	return errors.As(err, &be) && errors.Is(err, boxerr.ErrValidation) && be.Details["reason"] == "not_found"
 }

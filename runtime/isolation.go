@@ -29,26 +29,26 @@ type isolationState struct {
 
 // isolationLocked returns the cached reports of b and whether they are
 // still being measured, starting a measurement when there is none and
-// start is set. r.mu is held.
-func (r *Runtime) isolationLocked(b backends.Backend, start bool) ([]backends.IsolationReport, bool) {
-	if r.iso.backend == b {
-		return r.iso.reports, r.iso.running
+// start is set. s.mu is held.
+func (s *backendSelector) isolationLocked(b backends.Backend, start bool) ([]backends.IsolationReport, bool) {
+	if s.iso.backend == b {
+		return s.iso.reports, s.iso.running
 	}
 	p, ok := b.(IsolationProber)
-	if !start || !ok || r.bgCtx == nil || r.shuttingDown {
+	if !start || !ok || s.bgCtx == nil || !s.life.enter(s.bg) {
 		return nil, false
 	}
-	r.iso = isolationState{backend: b, running: true}
-	r.bg.Add(1)
+	s.iso = isolationState{backend: b, running: true}
+	bgCtx := s.bgCtx
 	go func() {
-		defer r.bg.Done()
-		ctx, cancel := context.WithTimeout(r.bgCtx, isolationTimeout)
+		defer s.bg.Done()
+		ctx, cancel := context.WithTimeout(bgCtx, isolationTimeout)
 		reports := p.MeasureIsolation(ctx)
 		cancel()
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.iso.backend == b {
-			r.iso.reports, r.iso.running = reports, false
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.iso.backend == b {
+			s.iso.reports, s.iso.running = reports, false
 		}
 	}()
 	return nil, true

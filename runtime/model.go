@@ -59,7 +59,28 @@ func DefaultSpec() Spec {
 }
 
 // Normalize trims, fills remaining defaults and validates the spec in place.
+// Errors come in a fixed order (fields, env, extra mounts, skills): a host
+// fixing one field at a time meets them the same way on every call.
 func (s *Spec) Normalize() error {
+	s.fillDefaults()
+	if err := s.checkFields(); err != nil {
+		return err
+	}
+	if err := s.checkEnv(); err != nil {
+		return err
+	}
+	if s.HostPath != "" && s.HostPathMode != backends.MountNone &&
+		s.Workdir != s.MountPath && !strings.HasPrefix(s.Workdir, strings.TrimSuffix(s.MountPath, "/")+"/") {
+		return boxerr.Validation("workdir", "workdir must stay under mount_path when host_path is provided")
+	}
+	if err := s.normalizeExtraMounts(); err != nil {
+		return err
+	}
+	return s.normalizeSkills()
+}
+
+// fillDefaults trims the string fields and fills the defaults.
+func (s *Spec) fillDefaults() {
 	s.Cmd = strings.TrimSpace(s.Cmd)
 	s.SessionID = strings.TrimSpace(s.SessionID)
 	s.Workdir = strings.TrimSpace(s.Workdir)
@@ -81,6 +102,10 @@ func (s *Spec) Normalize() error {
 	if s.Workdir == "" {
 		s.Workdir = s.MountPath
 	}
+}
+
+// checkFields validates the scalar fields, cleaning mount_path.
+func (s *Spec) checkFields() error {
 	// Checked here, reported in the order of the switch below.
 	mountPath, mountPathErr := backends.CheckMountPath("mount_path", s.MountPath)
 	if mountPathErr == nil {
@@ -105,6 +130,13 @@ func (s *Spec) Normalize() error {
 		return boxerr.Validation("workdir", "workdir must be absolute, got %q", s.Workdir)
 	case s.HostPath != "" && !strings.HasPrefix(s.HostPath, "/"):
 		return boxerr.Validation("host_path", "host_path must be absolute, got %q", s.HostPath)
+	}
+	return s.checkLimits()
+}
+
+// checkLimits validates the resource fields.
+func (s *Spec) checkLimits() error {
+	switch {
 	case !(s.CPUs >= backends.MinCPUs && s.CPUs <= backends.MaxCPUs):
 		return boxerr.Validation("cpus", "cpus must be between %v and %v, got %v", backends.MinCPUs, backends.MaxCPUs, s.CPUs)
 	case s.MemoryMB < backends.MinMemoryMB || s.MemoryMB > backends.MaxMemoryMB:
@@ -118,6 +150,10 @@ func (s *Spec) Normalize() error {
 	case s.MaxOutputBytes != 0 && (s.MaxOutputBytes < MinMaxOutputBytes || s.MaxOutputBytes > MaxMaxOutputBytes):
 		return boxerr.Validation("max_output_bytes", "max_output_bytes must be between %d and %d, got %d", MinMaxOutputBytes, MaxMaxOutputBytes, s.MaxOutputBytes)
 	}
+	return nil
+}
+
+func (s *Spec) checkEnv() error {
 	for k := range s.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return boxerr.Validation("env", "env name %q is invalid", k)
@@ -126,10 +162,10 @@ func (s *Spec) Normalize() error {
 			return boxerr.Validation("env", "env value of %s contains a NUL byte", k)
 		}
 	}
-	if s.HostPath != "" && s.HostPathMode != backends.MountNone &&
-		s.Workdir != s.MountPath && !strings.HasPrefix(s.Workdir, strings.TrimSuffix(s.MountPath, "/")+"/") {
-		return boxerr.Validation("workdir", "workdir must stay under mount_path when host_path is provided")
-	}
+	return nil
+}
+
+func (s *Spec) normalizeExtraMounts() error {
 	for i := range s.ExtraMounts {
 		m := &s.ExtraMounts[i]
 		m.HostPath = strings.TrimSpace(m.HostPath)
@@ -152,6 +188,10 @@ func (s *Spec) Normalize() error {
 			return boxerr.Validation(field+".mount_path", "%s.mount_path must differ from mount_path %s", field, s.MountPath)
 		}
 	}
+	return nil
+}
+
+func (s *Spec) normalizeSkills() error {
 	for i := range s.Skills {
 		sk := &s.Skills[i]
 		sk.Name = strings.TrimSpace(sk.Name)

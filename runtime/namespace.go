@@ -16,18 +16,18 @@ import (
 
 // resolve is the session id the caller of ctx names, as the session
 // table keys it.
-func (r *Runtime) resolve(ctx context.Context, id string) (string, error) {
+func resolve(ctx context.Context, id string) (string, error) {
 	return tenant.Resolve(ctx, "session_id", id)
 }
 
 // liveExecIn finds exec id among the execs of ctx's namespace.
-func (r *Runtime) liveExecIn(ctx context.Context, id string) (*liveExec, error) {
-	x, err := r.execs.get(id, r.clock.Now())
+func (e *Execs) liveExecIn(ctx context.Context, id string) (*liveExec, error) {
+	x, err := e.table.get(id, e.r.clock.Now())
 	if err != nil {
 		return nil, err
 	}
 	if !tenant.Visible(ctx, x.sessionID) {
-		return nil, r.execs.errNoExec(id)
+		return nil, e.table.errNoExec(id)
 	}
 	return x, nil
 }
@@ -55,7 +55,7 @@ func (r *Runtime) Internal() Internal { return Internal{r} }
 
 // Sessions returns every session of every namespace, oldest first.
 func (i Internal) Sessions() []SessionInfo {
-	return i.r.sessionsWhere(func(string) bool { return true })
+	return i.r.sessions.list(func(string) bool { return true })
 }
 
 // DeleteSession deletes the session stored under a physical id.

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
 )
@@ -25,14 +27,32 @@ const poolTick = 50 * time.Millisecond
 // a sandbox start competing for the CPU.
 const refillQuiet = 300 * time.Millisecond
 
-// warmPools holds the ready sandboxes by pool name.
+// warmPools keep sandboxes started ahead of need, by pool name, and hand
+// them to new sessions whose spec fits.
 type warmPools struct {
+	backends *backendSelector
+	settings *settings
+	life     *lifecycle
+	counters *counters
+	log      zerolog.Logger
+	// kicked wakes the pool loop when the configuration changes.
+	kicked chan struct{}
+
 	mu       sync.Mutex
 	ready    map[string][]backends.Session
 	starting map[string]int
 	lastTake map[string]time.Time
 	seq      int
 }
+
+func newWarmPools(r *Runtime) *warmPools {
+	return &warmPools{backends: r.backends, settings: &r.settings, life: &r.life, counters: &r.counters, log: r.log,
+		kicked: make(chan struct{}, 1),
+		ready:  map[string][]backends.Session{}, starting: map[string]int{}, lastTake: map[string]time.Time{}}
+}
+
+// kick has the pools checked against a changed configuration.
+func (p *warmPools) kick() { signal(p.kicked) }
 
 // checkPoolID refuses a host session id in the pool's namespace.
 func checkPoolID(id string) error {
@@ -45,15 +65,15 @@ func checkPoolID(id string) error {
 // poolFor returns the name of a pool whose sandboxes fit spec, or "". Only
 // specs without a host path, extra mounts or skills fit; a restore or fork
 // fills the pooled sandbox like a fresh one.
-func (r *Runtime) poolFor(b backends.Backend, spec Spec) string {
+func (p *warmPools) poolFor(b backends.Backend, spec Spec) string {
 	if hostWorkspace(spec.Sandbox) || len(spec.ExtraMounts) > 0 {
 		return ""
 	}
-	for _, p := range r.Config().Durable.Pools {
-		if p.Size == 0 || (p.Backend != "" && p.Backend != b.Name()) {
+	for _, pc := range p.settings.get().Durable.Pools {
+		if pc.Size == 0 || (pc.Backend != "" && pc.Backend != b.Name()) {
 			continue
 		}
-		sb, err := p.sandbox()
+		sb, err := pc.sandbox()
 		if err != nil {
 			continue
 		}
@@ -62,7 +82,7 @@ func (r *Runtime) poolFor(b backends.Backend, spec Spec) string {
 		}
 		sb.Persistent = spec.Persistent
 		if field, _, _ := compatibility(sb, spec.Sandbox); field == "" {
-			return p.Name
+			return pc.Name
 		}
 	}
 	return ""
@@ -71,23 +91,19 @@ func (r *Runtime) poolFor(b backends.Backend, spec Spec) string {
 // startSandbox starts spec's sandbox, taking a pooled one when a pool fits
 // and has one ready (claimed for spec's session); otherwise, or when the
 // claim fails, it starts one cold.
-func (r *Runtime) startSandbox(ctx context.Context, b backends.Backend, spec Spec, start backends.SandboxSpec) (backends.Session, error) {
+func (p *warmPools) startSandbox(ctx context.Context, b backends.Backend, spec Spec, start backends.SandboxSpec) (backends.Session, error) {
 	if pooler, ok := b.(backends.Pooler); ok && len(start.ExtraMounts) == 0 && canClaim(b, start) {
-		if name := r.poolFor(b, spec); name != "" {
-			if info, ok := r.takePooled(name); ok {
+		if name := p.poolFor(b, spec); name != "" {
+			if info, ok := p.take(name); ok {
 				claimed, err := pooler.Claim(ctx, info, start)
 				if err == nil {
-					r.mu.Lock()
-					r.counters.PoolHits++
-					r.mu.Unlock()
+					p.counters.poolHits.Add(1)
 					return claimed, nil
 				}
-				r.log.Warn().Err(err).Str("pool", name).Msg("cannot claim pooled sandbox; starting one")
+				p.log.Warn().Err(err).Str("pool", name).Msg("cannot claim pooled sandbox; starting one")
 				_ = b.StopSession(context.WithoutCancel(ctx), info)
 			}
-			r.mu.Lock()
-			r.counters.PoolMisses++
-			r.mu.Unlock()
+			p.counters.poolMisses.Add(1)
 		}
 	}
 	return b.StartSession(ctx, start)
@@ -99,8 +115,7 @@ func canClaim(b backends.Backend, start backends.SandboxSpec) bool {
 	return !ok || cc.CanClaim(start)
 }
 
-func (r *Runtime) takePooled(name string) (backends.Session, bool) {
-	p := &r.pools
+func (p *warmPools) take(name string) (backends.Session, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ready := p.ready[name]
@@ -113,50 +128,45 @@ func (r *Runtime) takePooled(name string) (backends.Session, bool) {
 	return info, true
 }
 
-// poolLoop keeps the pools filled until ctx ends. It checks every
+// loop keeps the pools filled until ctx ends. It checks every
 // poolTick while the configuration has a pool, and otherwise sleeps until
 // the configuration changes: a boxrt without pools does not wake up for
 // them.
-func (r *Runtime) poolLoop(ctx context.Context) {
-	defer r.bg.Done()
+func (p *warmPools) loop(ctx context.Context) {
 	t := time.NewTicker(poolTick)
 	defer t.Stop()
 	for {
-		r.fillPools(ctx)
+		p.fill(ctx)
 		tick := t.C
-		if len(r.Config().Durable.Pools) == 0 {
+		if len(p.settings.get().Durable.Pools) == 0 {
 			tick = nil
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick:
-		case <-r.poolKick:
+		case <-p.kicked:
 		}
 	}
 }
 
-// fillPools starts at most one sandbox per pool that is short and whose
+// fill starts at most one sandbox per pool that is short and whose
 // refill interval has passed, and drains pools the configuration no longer
 // has (or shrank).
-func (r *Runtime) fillPools(ctx context.Context) {
-	r.mu.Lock()
-	b := r.backend
-	shutting := r.shuttingDown
-	r.mu.Unlock()
-	if b == nil || shutting {
+func (p *warmPools) fill(ctx context.Context) {
+	b := p.backends.current()
+	if b == nil || p.life.shuttingDown() {
 		return
 	}
 	if _, ok := b.(backends.Pooler); !ok {
 		return
 	}
 	want := map[string]PoolConfig{}
-	for _, pc := range r.Config().Durable.Pools {
+	for _, pc := range p.settings.get().Durable.Pools {
 		if pc.Backend == "" || pc.Backend == b.Name() {
 			want[pc.Name] = pc
 		}
 	}
-	p := &r.pools
 	p.mu.Lock()
 	var extra []backends.Session
 	for name, ready := range p.ready {
@@ -186,7 +196,7 @@ func (r *Runtime) fillPools(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.fillOne(ctx, b, pc, fmt.Sprintf("%s%s-%d", PoolSessionPrefix, pc.Name, seq-i))
+			p.fillOne(ctx, b, pc, fmt.Sprintf("%s%s-%d", PoolSessionPrefix, pc.Name, seq-i))
 		}()
 	}
 	wg.Wait()
@@ -194,8 +204,7 @@ func (r *Runtime) fillPools(ctx context.Context) {
 
 // fillOne starts one sandbox for pool pc; one that comes back after the
 // runtime began shutting down is stopped at once.
-func (r *Runtime) fillOne(ctx context.Context, b backends.Backend, pc PoolConfig, id string) {
-	p := &r.pools
+func (p *warmPools) fillOne(ctx context.Context, b backends.Backend, pc PoolConfig, id string) {
 	defer func() {
 		p.mu.Lock()
 		p.starting[pc.Name]--
@@ -212,7 +221,7 @@ func (r *Runtime) fillOne(ctx context.Context, b backends.Backend, pc PoolConfig
 	info, err := b.StartSession(sctx, backends.SandboxSpec{SessionID: id, Sandbox: sb})
 	cancel()
 	if err != nil {
-		r.log.Warn().Err(err).Str("pool", pc.Name).Msg("cannot start a pooled sandbox")
+		p.log.Warn().Err(err).Str("pool", pc.Name).Msg("cannot start a pooled sandbox")
 		return
 	}
 	// One exec warms what a sandbox's first exec would otherwise pay for
@@ -223,7 +232,7 @@ func (r *Runtime) fillOne(ctx context.Context, b backends.Backend, pc PoolConfig
 		Stdout: io.Discard, Stderr: io.Discard})
 	cancel()
 	if err != nil {
-		r.log.Warn().Err(err).Str("pool", pc.Name).Msg("a pooled sandbox failed its warm-up exec")
+		p.log.Warn().Err(err).Str("pool", pc.Name).Msg("a pooled sandbox failed its warm-up exec")
 		_ = b.StopSession(context.WithoutCancel(ctx), info)
 		return
 	}
@@ -231,16 +240,13 @@ func (r *Runtime) fillOne(ctx context.Context, b backends.Backend, pc PoolConfig
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		if err := ep.PrestartExec(pctx, info); err != nil {
 			// The sandbox still serves, at warm-exec speed.
-			r.log.Warn().Err(err).Str("pool", pc.Name).Msg("cannot prestart a pooled sandbox's first exec")
+			p.log.Warn().Err(err).Str("pool", pc.Name).Msg("cannot prestart a pooled sandbox's first exec")
 		}
 		cancel()
 	}
-	r.mu.Lock()
 	// A box_init may have replaced b meanwhile: its sandboxes are no
 	// longer reachable through the pool.
-	shutting := r.shuttingDown || r.backend != b
-	r.mu.Unlock()
-	if shutting || ctx.Err() != nil {
+	if p.life.shuttingDown() || p.backends.current() != b || ctx.Err() != nil {
 		_ = b.StopSession(context.WithoutCancel(ctx), info)
 		return
 	}
@@ -249,9 +255,9 @@ func (r *Runtime) fillOne(ctx context.Context, b backends.Backend, pc PoolConfig
 	p.mu.Unlock()
 }
 
-// drainPools stops every ready pooled sandbox (at exit).
-func (r *Runtime) drainPools(ctx context.Context, b backends.Backend) {
-	p := &r.pools
+// drain stops every ready pooled sandbox of b (at exit, or when b is
+// replaced).
+func (p *warmPools) drain(ctx context.Context, b backends.Backend) {
 	p.mu.Lock()
 	var all []backends.Session
 	for name, ready := range p.ready {
@@ -282,9 +288,8 @@ type PoolStatus struct {
 	Size  int    `json:"size"`
 }
 
-// poolStatus reports the configured pools.
-func (r *Runtime) poolStatus(cfg Durable) []PoolStatus {
-	p := &r.pools
+// status reports the configured pools.
+func (p *warmPools) status(cfg Durable) []PoolStatus {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]PoolStatus, 0, len(cfg.Pools))

@@ -28,7 +28,7 @@ func TestPoolLoopFollowsConfigChanges(t *testing.T) {
 	rt, _ := newTestRuntime(t, poolingFake{fb}, `{"durable":{"pools":[{"name":"warm","size":1}]}}`)
 	ctx := context.Background()
 	ready := func() int {
-		st := rt.poolStatus(rt.Config().Durable)
+		st := rt.pools.status(rt.Config().Durable)
 		if len(st) == 0 {
 			return -1
 		}

@@ -68,7 +68,7 @@ type managedProcess struct {
 	// stdinSlot holds one token while a relay writes to stdin.
 	stdinSlot chan struct{}
 	// touch marks the session used; relay traffic calls it per line, so it
-	// is throttled rather than taking the runtime lock every time.
+	// is throttled rather than taking the session table's lock every time.
 	touch func()
 	// resumed: started again by a session resume; the output it gave
 	// before the suspension is gone.
@@ -116,15 +116,193 @@ func (p *managedProcess) info() ProcessInfo {
 	return pi
 }
 
-// runningProcesses counts live processes. Runtime.mu is held.
-func (s *session) runningProcesses() int {
+// Processes is the managed-process service. It owns the process table
+// and the budget of unfinished stdout lines all processes share.
+type Processes struct {
+	r     *Runtime
+	table processTable
+	// lineBudget is shared by every managed process's unfinished stdout
+	// line.
+	lineBudget *lineBudget
+}
+
+func newProcesses(r *Runtime) *Processes {
+	return &Processes{r: r, table: processTable{bySession: map[*session]map[string]*managedProcess{}},
+		lineBudget: newLineBudget(func() int { return r.Config().Limits.RelayLineBufferBytes })}
+}
+
+// processTable holds the managed processes of every session, by session
+// and process id, with the starts under way: a start's capacity check and
+// its reservation are one step, so starts on different sessions cannot
+// both pass.
+type processTable struct {
+	mu        sync.Mutex
+	bySession map[*session]map[string]*managedProcess
+	// starting counts the starts between their capacity check and their
+	// entry in the table.
+	starting int
+}
+
+// reserve holds a place under limit for a process about to start; starts
+// in progress count with the running processes (the reference's rule).
+func (t *processTable) reserve(limit int) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.runningLocked()+t.starting >= limit {
+		return boxerr.CapacityExceeded("max_managed_processes", limit, "Box managed process capacity reached (%d)", limit)
+	}
+	t.starting++
+	return nil
+}
+
+func (t *processTable) unreserve() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.starting--
+}
+
+// put turns a reservation into p, running in s.
+func (t *processTable) put(s *session, p *managedProcess) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.bySession[s] == nil {
+		t.bySession[s] = map[string]*managedProcess{}
+	}
+	t.bySession[s][p.spec.ProcessID] = p
+	t.starting--
+}
+
+// take removes process id of s from the table and returns it.
+func (t *processTable) take(s *session, id string) *managedProcess {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.bySession[s][id]
+	t.deleteLocked(s, id)
+	return p
+}
+
+func (t *processTable) deleteLocked(s *session, id string) {
+	delete(t.bySession[s], id)
+	if len(t.bySession[s]) == 0 {
+		delete(t.bySession, s)
+	}
+}
+
+// takeSession removes every process of s (every process, with nil).
+func (t *processTable) takeSession(s *session) []*managedProcess {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*managedProcess
+	for owner, procs := range t.bySession {
+		if s != nil && owner != s {
+			continue
+		}
+		for id, p := range procs {
+			out = append(out, p)
+			t.deleteLocked(owner, id)
+		}
+	}
+	return out
+}
+
+func (t *processTable) get(s *session, id string) (*managedProcess, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p, ok := t.bySession[s][id]
+	return p, ok
+}
+
+// infos describes the processes of s, running and exited.
+func (t *processTable) infos(s *session) map[string]ProcessInfo {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.bySession[s]) == 0 {
+		return nil
+	}
+	out := map[string]ProcessInfo{}
+	for id, p := range t.bySession[s] {
+		out[id] = p.info()
+	}
+	return out
+}
+
+// running counts the running processes of every session.
+func (t *processTable) running() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.runningLocked()
+}
+
+func (t *processTable) runningLocked() int {
 	n := 0
-	for _, p := range s.procs {
+	for s := range t.bySession {
+		n += t.runningInLocked(s)
+	}
+	return n
+}
+
+// runningIn counts the running processes of s.
+func (t *processTable) runningIn(s *session) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.runningInLocked(s)
+}
+
+func (t *processTable) runningInLocked(s *session) int {
+	n := 0
+	for _, p := range t.bySession[s] {
 		if p.running() {
 			n++
 		}
 	}
 	return n
+}
+
+// runningSpecs returns the specs of the running processes of s.
+func (t *processTable) runningSpecs(s *session) []backends.ProcessSpec {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var specs []backends.ProcessSpec
+	for _, p := range t.bySession[s] {
+		if p.running() {
+			specs = append(specs, p.spec)
+		}
+	}
+	return specs
+}
+
+// purge drops exit records older than retention and beyond max, oldest
+// first.
+func (t *processTable) purge(retention time.Duration, max int, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	type rec struct {
+		s  *session
+		id string
+		at time.Time
+	}
+	var kept []rec
+	for s, procs := range t.bySession {
+		for id, p := range procs {
+			p.mu.Lock()
+			exited, at := p.exitCode != nil, p.exitedAt
+			p.mu.Unlock()
+			if !exited {
+				continue
+			}
+			if now.Sub(at) >= retention {
+				t.deleteLocked(s, id)
+				continue
+			}
+			kept = append(kept, rec{s, id, at})
+		}
+	}
+	if excess := len(kept) - max; excess > 0 {
+		sort.Slice(kept, func(i, j int) bool { return kept[i].at.Before(kept[j].at) })
+		for _, k := range kept[:excess] {
+			t.deleteLocked(k.s, k.id)
+		}
+	}
 }
 
 // NormalizeProcessSpec applies the reference defaults and validation.
@@ -172,101 +350,89 @@ func checkProcessID(field, id string) error {
 	return nil
 }
 
-// StartProcess starts a managed process in an existing session, replacing
-// a running one with the same id. The process outlives the request and any
-// connection; only a stop, its session's destruction or boxrt's exit end it.
-func (r *Runtime) StartProcess(ctx context.Context, sessionID string, spec backends.ProcessSpec) (ProcessInfo, error) {
+// Start starts a managed process in an existing session, replacing a
+// running one with the same id. The process outlives the request and any
+// connection; only a stop, its session's destruction or boxrt's exit end
+// it.
+func (ps *Processes) Start(ctx context.Context, sessionID string, spec backends.ProcessSpec) (ProcessInfo, error) {
 	if err := NormalizeProcessSpec(&spec); err != nil {
 		return ProcessInfo{}, err
 	}
-	sessionID, err := r.resolve(ctx, sessionID)
+	r := ps.r
+	sessionID, err := resolve(ctx, sessionID)
 	if err != nil {
 		return ProcessInfo{}, err
 	}
-	r.purgeExitRecords()
+	ps.purgeExitRecords()
 	for {
-		r.mu.Lock()
-		s, err := r.liveSessionLocked(sessionID)
+		s, err := r.sessions.live(sessionID)
 		if err != nil {
-			r.mu.Unlock()
 			return ProcessInfo{}, err
 		}
-		b := r.backend
-		suspended := s.info.State == backends.StateSuspended
-		r.mu.Unlock()
-		if suspended {
+		b := r.backends.current()
+		if r.sessions.info(s).State == backends.StateSuspended {
 			if _, err := r.resumeSession(ctx, sessionID); err != nil {
 				return ProcessInfo{}, err
 			}
 		}
 		s.op.Lock()
-		r.mu.Lock()
-		suspended = s.info.State == backends.StateSuspended
-		r.mu.Unlock()
-		if suspended { // suspended again before the start: resume again
+		if r.sessions.info(s).State == backends.StateSuspended { // suspended again before the start: resume again
 			s.op.Unlock()
 			continue
 		}
-		pi, err := r.startProcessOp(ctx, b, s, spec, false)
+		pi, err := ps.start(ctx, b, s, spec, false)
 		s.op.Unlock()
 		return pi, err
 	}
 }
 
-// startProcessOp starts spec in s, whose op lock the caller holds. resumed
-// marks a process brought back by a resume.
-func (r *Runtime) startProcessOp(ctx context.Context, b backends.Backend, s *session, spec backends.ProcessSpec, resumed bool) (ProcessInfo, error) {
+// start starts spec in s, whose op lock the caller holds. resumed marks a
+// process brought back by a resume.
+func (ps *Processes) start(ctx context.Context, b backends.Backend, s *session, spec backends.ProcessSpec, resumed bool) (ProcessInfo, error) {
+	r := ps.r
 	sessionID := s.info.SessionID
-	if old := r.takeProcess(s, spec.ProcessID); old != nil {
-		r.terminate(ctx, old)
-		r.mu.Lock()
-		r.counters.ProcessesReplaced++
-		r.mu.Unlock()
+	if old := ps.table.take(s, spec.ProcessID); old != nil {
+		ps.terminate(ctx, old)
+		r.counters.processesReplaced.Add(1)
 	}
-	r.mu.Lock()
-	if s.deleting {
-		r.mu.Unlock()
+	if r.sessions.isDeleting(s) {
 		return ProcessInfo{}, boxerr.SessionNotFound(sessionID)
 	}
-	if r.shuttingDown {
-		r.mu.Unlock()
+	if !r.life.enter(&r.inflight) {
 		return ProcessInfo{}, errShuttingDown()
 	}
-	// Starts in progress count with the running processes (the
-	// reference's rule); each start reserves its place here.
-	running := r.procStarting
-	for _, other := range r.sessions {
-		running += other.runningProcesses()
+	defer r.inflight.Done()
+	limits := r.Config().Limits
+	if err := ps.table.reserve(limits.MaxManagedProcesses); err != nil {
+		return ProcessInfo{}, err
 	}
-	limit := r.cfg.Limits.MaxManagedProcesses
-	if running >= limit {
-		r.mu.Unlock()
-		return ProcessInfo{}, boxerr.CapacityExceeded("max_managed_processes", limit, "Box managed process capacity reached (%d)", limit)
+	p, err := ps.launch(ctx, b, s, spec, resumed, limits)
+	if err != nil {
+		ps.table.unreserve()
+		return ProcessInfo{}, err
 	}
-	r.procStarting++
-	r.inflight.Add(1)
-	reserved := true
-	defer func() {
-		if reserved {
-			r.mu.Lock()
-			r.procStarting--
-			r.mu.Unlock()
-		}
-		r.inflight.Done()
-	}()
-	info := s.sandboxInfo()
-	lines, bytes := r.cfg.Limits.RelayReplayLines, r.cfg.Limits.RelayReplayBytes
-	r.mu.Unlock()
+	ps.table.put(s, p) // the reservation is now a running process
+	r.sessions.touch(sessionID)
+	r.counters.processesStarted.Add(1)
+	r.log.Info().Str("session_id", sessionID).Str("process_id", spec.ProcessID).
+		Str("command", clip.String(spec.Command, 200)).Strs("env_keys", p.info().EnvKeys).Msg("managed process started")
+	return p.info(), nil
+}
 
+// launch starts spec's process through b and the goroutines that drain
+// its output and record its exit.
+func (ps *Processes) launch(ctx context.Context, b backends.Backend, s *session, spec backends.ProcessSpec, resumed bool, limits Limits) (*managedProcess, error) {
+	r := ps.r
+	sessionID := s.info.SessionID
 	relayToken, err := newRelayToken()
 	if err != nil {
-		return ProcessInfo{}, err
+		return nil, err
 	}
-	proc, err := b.StartProcess(context.WithoutCancel(ctx), info, spec)
+	proc, err := b.StartProcess(context.WithoutCancel(ctx), r.sessions.sandboxInfo(s), spec)
 	if err != nil {
-		return ProcessInfo{}, err
+		return nil, err
 	}
-	touch := r.throttledTouch(sessionID)
+	touch := r.sessions.throttledTouch(sessionID)
 	onDrop := func(overBudget bool) {
 		r.log.Warn().Str("session_id", sessionID).Str("process_id", spec.ProcessID).Bool("over_budget", overBudget).
 			Msg("stdout line dropped unfinished")
@@ -276,7 +442,7 @@ func (r *Runtime) startProcessOp(ctx context.Context, b backends.Backend, s *ses
 		spec:       spec,
 		proc:       proc,
 		startedAt:  r.clock.Now(),
-		stdout:     newLineHub(lines, bytes, r.lineBudget, touch, onDrop),
+		stdout:     newLineHub(limits.RelayReplayLines, limits.RelayReplayBytes, ps.lineBudget, touch, onDrop),
 		stderr:     newStderrPreview(4000),
 		done:       make(chan struct{}),
 		touch:      touch,
@@ -288,18 +454,8 @@ func (r *Runtime) startProcessOp(ctx context.Context, b backends.Backend, s *ses
 	drained.Add(2)
 	go func() { defer drained.Done(); p.stdout.pump(proc.Stdout()) }()
 	go func() { defer drained.Done(); _, _ = io.Copy(p.stderr, proc.Stderr()) }()
-	go r.watch(p, &drained)
-
-	r.mu.Lock()
-	s.procs[spec.ProcessID] = p
-	r.procStarting-- // the reservation is now a running process
-	reserved = false
-	s.info.LastUsedAt = r.clock.Now()
-	r.counters.ProcessesStarted++
-	r.mu.Unlock()
-	r.log.Info().Str("session_id", sessionID).Str("process_id", spec.ProcessID).
-		Str("command", clip.String(spec.Command, 200)).Strs("env_keys", p.info().EnvKeys).Msg("managed process started")
-	return p.info(), nil
+	go ps.watch(p, &drained)
+	return p, nil
 }
 
 // newRelayToken returns 32 random bytes, base64url: unguessable, and safe
@@ -313,7 +469,8 @@ func newRelayToken() (string, error) {
 }
 
 // watch records the exit of p once its output is drained.
-func (r *Runtime) watch(p *managedProcess, drained *sync.WaitGroup) {
+func (ps *Processes) watch(p *managedProcess, drained *sync.WaitGroup) {
+	r := ps.r
 	code, err := p.proc.Wait()
 	drained.Wait()
 	now := r.clock.Now()
@@ -321,27 +478,16 @@ func (r *Runtime) watch(p *managedProcess, drained *sync.WaitGroup) {
 	p.exitedAt, p.exitCode = now, &code
 	p.mu.Unlock()
 	close(p.done)
-	r.mu.Lock()
-	r.counters.ProcessesExited++
-	r.mu.Unlock()
-	r.touch(p.sessionID)
+	r.counters.processesExited.Add(1)
+	r.sessions.touch(p.sessionID)
 	r.log.Info().Str("session_id", p.sessionID).Str("process_id", p.spec.ProcessID).Int("exit_code", code).
 		AnErr("wait_error", err).Msg("managed process exited")
-	r.purgeExitRecords()
-}
-
-// takeProcess removes a process entry from s and returns it.
-func (r *Runtime) takeProcess(s *session, id string) *managedProcess {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	p := s.procs[id]
-	delete(s.procs, id)
-	return p
+	ps.purgeExitRecords()
 }
 
 // terminate stops p's whole process tree: close stdin, SIGTERM, then
 // SIGKILL after the grace period.
-func (r *Runtime) terminate(ctx context.Context, p *managedProcess) {
+func (ps *Processes) terminate(ctx context.Context, p *managedProcess) {
 	if !p.running() {
 		return
 	}
@@ -359,71 +505,67 @@ func (r *Runtime) terminate(ctx context.Context, p *managedProcess) {
 	select {
 	case <-p.done:
 	case <-time.After(10 * time.Second):
-		r.log.Warn().Str("session_id", p.sessionID).Str("process_id", p.spec.ProcessID).Msg("managed process did not exit after SIGKILL")
+		ps.r.log.Warn().Str("session_id", p.sessionID).Str("process_id", p.spec.ProcessID).Msg("managed process did not exit after SIGKILL")
 	}
 }
 
-// Process returns a managed process's info.
-func (r *Runtime) Process(ctx context.Context, sessionID, processID string) (ProcessInfo, error) {
-	p, err := r.lookupProcess(ctx, sessionID, processID)
+// Get returns a managed process's info.
+func (ps *Processes) Get(ctx context.Context, sessionID, processID string) (ProcessInfo, error) {
+	p, err := ps.lookup(ctx, sessionID, processID)
 	if err != nil {
 		return ProcessInfo{}, err
 	}
 	return p.info(), nil
 }
 
-// lookupProcess finds a process of a session of ctx's namespace.
-func (r *Runtime) lookupProcess(ctx context.Context, sessionID, processID string) (*managedProcess, error) {
+// lookup finds a process of a session of ctx's namespace.
+func (ps *Processes) lookup(ctx context.Context, sessionID, processID string) (*managedProcess, error) {
 	if processID == "" {
 		processID = DefaultProcessID
 	}
 	if err := checkProcessID("process_id", processID); err != nil {
 		return nil, err
 	}
-	sessionID, err := r.resolve(ctx, sessionID)
+	sessionID, err := resolve(ctx, sessionID)
 	if err != nil {
 		return nil, err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s, ok := r.sessions[sessionID]
-	if !ok {
+	s := ps.r.sessions.get(sessionID)
+	if s == nil {
 		return nil, boxerr.SessionNotFound(sessionID)
 	}
-	p, ok := s.procs[processID]
+	p, ok := ps.table.get(s, processID)
 	if !ok {
 		return nil, boxerr.ProcessNotFound(sessionID, processID)
 	}
 	return p, nil
 }
 
-// StopProcess terminates a managed process and forgets it.
-func (r *Runtime) StopProcess(ctx context.Context, sessionID, processID string) error {
+// Stop terminates a managed process and forgets it.
+func (ps *Processes) Stop(ctx context.Context, sessionID, processID string) error {
 	if processID == "" {
 		processID = DefaultProcessID
 	}
 	if err := checkProcessID("process_id", processID); err != nil {
 		return err
 	}
-	sessionID, err := r.resolve(ctx, sessionID)
+	sessionID, err := resolve(ctx, sessionID)
 	if err != nil {
 		return err
 	}
-	r.mu.Lock()
-	s, ok := r.sessions[sessionID]
-	r.mu.Unlock()
-	if !ok {
+	s := ps.r.sessions.get(sessionID)
+	if s == nil {
 		return boxerr.SessionNotFound(sessionID)
 	}
 	s.op.Lock()
 	defer s.op.Unlock()
-	p := r.takeProcess(s, processID)
+	p := ps.table.take(s, processID)
 	if p == nil {
 		return boxerr.ProcessNotFound(sessionID, processID)
 	}
-	r.terminate(context.WithoutCancel(ctx), p)
-	r.touch(sessionID)
-	r.log.Info().Str("session_id", sessionID).Str("process_id", processID).Msg("managed process stopped")
+	ps.terminate(context.WithoutCancel(ctx), p)
+	ps.r.sessions.touch(sessionID)
+	ps.r.log.Info().Str("session_id", sessionID).Str("process_id", processID).Msg("managed process stopped")
 	return nil
 }
 
@@ -431,13 +573,13 @@ func (r *Runtime) StopProcess(ctx context.Context, sessionID, processID string) 
 // process over: BoxSessionNotFoundError, BoxManagedProcessNotFoundError, or
 // BoxManagedProcessConflictError when the process has exited and has
 // nothing left to deliver.
-func (r *Runtime) CheckAttach(ctx context.Context, sessionID, processID string) error {
-	_, err := r.attachable(ctx, sessionID, processID)
+func (ps *Processes) CheckAttach(ctx context.Context, sessionID, processID string) error {
+	_, err := ps.attachable(ctx, sessionID, processID)
 	return err
 }
 
-func (r *Runtime) attachable(ctx context.Context, sessionID, processID string) (*managedProcess, error) {
-	p, err := r.lookupProcess(ctx, sessionID, processID)
+func (ps *Processes) attachable(ctx context.Context, sessionID, processID string) (*managedProcess, error) {
+	p, err := ps.lookup(ctx, sessionID, processID)
 	if err != nil {
 		return nil, err
 	}
@@ -450,12 +592,12 @@ func (r *Runtime) attachable(ctx context.Context, sessionID, processID string) (
 
 // Attach attaches a relay to a managed process's stdout, taking over from
 // the current attacher.
-func (r *Runtime) Attach(ctx context.Context, sessionID, processID string) (*Attachment, *ProcessHandle, error) {
-	p, err := r.attachable(ctx, sessionID, processID)
+func (ps *Processes) Attach(ctx context.Context, sessionID, processID string) (*Attachment, *ProcessHandle, error) {
+	p, err := ps.attachable(ctx, sessionID, processID)
 	if err != nil {
 		return nil, nil, err
 	}
-	r.touch(p.sessionID)
+	ps.r.sessions.touch(p.sessionID)
 	return p.stdout.attach(), &ProcessHandle{p: p}, nil
 }
 
@@ -523,70 +665,30 @@ func (h *ProcessHandle) ExitCode() int {
 	return *h.p.exitCode
 }
 
-// stopSessionProcesses terminates every process of s, in parallel.
-func (r *Runtime) stopSessionProcesses(ctx context.Context, s *session) {
-	r.mu.Lock()
-	procs := make([]*managedProcess, 0, len(s.procs))
-	for id, p := range s.procs {
-		procs = append(procs, p)
-		delete(s.procs, id)
-	}
-	r.mu.Unlock()
+// stopSession terminates every process of s, in parallel.
+func (ps *Processes) stopSession(ctx context.Context, s *session) {
+	ps.terminateAll(ctx, ps.table.takeSession(s))
+}
+
+// stopAll terminates every managed process (at exit).
+func (ps *Processes) stopAll(ctx context.Context) {
+	ps.terminateAll(ctx, ps.table.takeSession(nil))
+}
+
+func (ps *Processes) terminateAll(ctx context.Context, procs []*managedProcess) {
 	var wg sync.WaitGroup
 	for _, p := range procs {
 		wg.Add(1)
-		go func() { defer wg.Done(); r.terminate(ctx, p) }()
+		go func() { defer wg.Done(); ps.terminate(ctx, p) }()
 	}
 	wg.Wait()
 }
 
-// stopAllProcesses terminates every managed process (at exit).
-func (r *Runtime) stopAllProcesses(ctx context.Context) {
-	r.mu.Lock()
-	all := make([]*session, 0, len(r.sessions))
-	for _, s := range r.sessions {
-		all = append(all, s)
-	}
-	r.mu.Unlock()
-	for _, s := range all {
-		r.stopSessionProcesses(ctx, s)
-	}
-}
-
 // purgeExitRecords drops exit records older than the retention and beyond
 // max_completed_processes, oldest first.
-func (r *Runtime) purgeExitRecords() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	retention := time.Duration(r.cfg.Limits.CompletedProcessRetentionSec) * time.Second
-	now := r.clock.Now()
-	type rec struct {
-		s  *session
-		id string
-		at time.Time
-	}
-	var kept []rec
-	for _, s := range r.sessions {
-		for id, p := range s.procs {
-			p.mu.Lock()
-			exited, at := p.exitCode != nil, p.exitedAt
-			p.mu.Unlock()
-			if !exited {
-				continue
-			}
-			if now.Sub(at) >= retention {
-				delete(s.procs, id)
-				continue
-			}
-			kept = append(kept, rec{s, id, at})
-		}
-	}
-	if excess := len(kept) - r.cfg.Limits.MaxCompletedProcesses; excess > 0 {
-		sort.Slice(kept, func(i, j int) bool { return kept[i].at.Before(kept[j].at) })
-		for _, k := range kept[:excess] {
-			delete(k.s.procs, k.id)
-		}
-	}
+func (ps *Processes) purgeExitRecords() {
+	limits := ps.r.Config().Limits
+	ps.table.purge(time.Duration(limits.CompletedProcessRetentionSec)*time.Second, limits.MaxCompletedProcesses, ps.r.clock.Now())
 }
 
 // stderrPreview keeps the last whole lines of stderr within max characters.

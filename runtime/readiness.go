@@ -20,7 +20,7 @@ type ReadinessProber interface {
 // fact false with the reason in Error. name is the backend's ("" when none
 // is selected).
 func (r *Runtime) StrictReadiness(ctx context.Context, workspace string) (name string, rep backends.StrictReadiness) {
-	b, err := r.currentBackend(ctx)
+	b, err := r.backends.ensure(ctx)
 	if err != nil {
 		return "", backends.StrictReadiness{CgroupLimits: []string{}, Error: err.Error()}
 	}

@@ -21,7 +21,6 @@ func reaperInterval(ttl time.Duration) time.Duration {
 }
 
 func (r *Runtime) reaperLoop(ctx context.Context) {
-	defer r.bg.Done()
 	for {
 		interval := reaperInterval(time.Duration(r.Config().Limits.SessionTTLSec) * time.Second)
 		var tick <-chan time.Time
@@ -51,26 +50,18 @@ type sharedBackend interface {
 	LastUsed(ctx context.Context, info backends.Session) (time.Time, error)
 }
 
-// usedElsewhere reports whether b knows of a use of s after cutoff, and
-// records it as the session's last use.
-func (r *Runtime) usedElsewhere(ctx context.Context, s *session, cutoff time.Time) bool {
-	r.mu.Lock()
-	sb, ok := r.backend.(sharedBackend)
-	info := s.info
-	r.mu.Unlock()
+// usedElsewhere returns a use of the session info after cutoff that b
+// knows of.
+func usedElsewhere(ctx context.Context, b backends.Backend, info backends.Session, cutoff time.Time) (time.Time, bool) {
+	sb, ok := b.(sharedBackend)
 	if !ok {
-		return false
+		return time.Time{}, false
 	}
 	last, err := sb.LastUsed(ctx, info)
 	if err != nil || !last.After(cutoff) {
-		return false
+		return time.Time{}, false
 	}
-	r.mu.Lock()
-	if last.After(s.info.LastUsedAt) {
-		s.info.LastUsedAt = last
-	}
-	r.mu.Unlock()
-	return true
+	return last, true
 }
 
 // Reap deals with idle sessions (unused for longer than the TTL, with no
@@ -79,79 +70,66 @@ func (r *Runtime) usedElsewhere(ctx context.Context, s *session, cutoff time.Tim
 // purges expired managed-process exit records. It returns how many
 // sessions it destroyed or suspended.
 func (r *Runtime) Reap(ctx context.Context) int {
-	r.purgeExitRecords()
-	r.mu.Lock()
-	ttl := time.Duration(r.cfg.Limits.SessionTTLSec) * time.Second
+	r.procs.purgeExitRecords()
+	cfg := r.Config()
+	ttl := time.Duration(cfg.Limits.SessionTTLSec) * time.Second
 	if ttl <= 0 {
-		r.mu.Unlock()
 		return 0
 	}
-	b := r.backend
+	b := r.backends.current()
 	cutoff := r.clock.Now().Add(-ttl)
-	idle := func(s *session) bool {
-		return !s.deleting && s.activeExecs == 0 && s.info.State != backends.StateSuspended &&
-			s.runningProcesses() == 0 && s.info.LastUsedAt.Before(cutoff) && r.idleAction(b, s) != ""
+	policy := cfg.Durable.IdlePolicy
+	idle := func(s *session, info backends.Session) bool {
+		return r.procs.table.runningIn(s) == 0 && idleAction(b, info, policy) != ""
 	}
 	var candidates []*session
-	for _, s := range r.sessions {
-		if idle(s) {
+	for _, s := range r.sessions.idle(cutoff) {
+		if idle(s, r.sessions.info(s)) {
 			candidates = append(candidates, s)
 		}
 	}
-	r.mu.Unlock()
-	reaped, suspended := 0, 0
+	done := 0
 	for _, s := range candidates {
-		unlock := r.idLocks.Lock(s.info.SessionID)
-		r.mu.Lock()
-		// Re-check under the id lock: an exec may have picked it up.
-		still := r.sessions[s.info.SessionID] == s && idle(s)
-		action := r.idleAction(b, s)
-		r.mu.Unlock()
-		switch {
-		case !still || r.usedElsewhere(ctx, s, cutoff):
-		case action == IdleSuspend:
-			if err := r.suspendLocked(ctx, b, s, reasonTTL); err == nil {
-				suspended++
-			} else {
-				r.log.Warn().Err(err).Str("session_id", s.info.SessionID).Msg("cannot suspend idle session")
+		r.sessions.underID(s.info.SessionID, func() {
+			// Re-checked under the id lock: an exec may have picked it up.
+			info, still := r.sessions.stillIdle(s, cutoff)
+			if !still || !idle(s, info) {
+				return
 			}
-		default:
-			if err := r.destroy(ctx, s, reasonTTL, false); err == nil {
-				reaped++
+			if last, ok := usedElsewhere(ctx, b, info, cutoff); ok {
+				r.sessions.usedAt(s, last)
+				return
 			}
-		}
-		unlock()
+			if idleAction(b, info, policy) == IdleSuspend {
+				if err := r.suspend(ctx, b, s, reasonTTL); err != nil {
+					r.log.Warn().Err(err).Str("session_id", info.SessionID).Msg("cannot suspend idle session")
+					return
+				}
+			} else if err := r.destroy(ctx, s, reasonTTL, false); err != nil {
+				return
+			}
+			done++
+		})
 	}
-	return reaped + suspended
+	return done
 }
 
-// idleAction is what the reaper does with idle session s under the
-// configured policy: IdleSuspend, IdleDestroy or "" (keep it running).
-// Backends that cannot suspend (or not this session: SuspendChecker) keep
-// persistent sessions running and destroy the others, whatever the policy. Runtime.mu is held.
-func (r *Runtime) idleAction(b backends.Backend, s *session) string {
+// idleAction is what the reaper does with an idle session under policy:
+// IdleSuspend, IdleDestroy or "" (keep it running). Backends that cannot
+// suspend (or not this session: SuspendChecker) keep persistent sessions
+// running and destroy the others, whatever the policy.
+func idleAction(b backends.Backend, info backends.Session, policy string) string {
 	_, canSuspend := b.(backends.Suspender)
 	if sc, ok := b.(backends.SuspendChecker); ok && canSuspend {
-		canSuspend = sc.CanSuspend(s.info)
+		canSuspend = sc.CanSuspend(info)
 	}
-	policy := r.cfg.Durable.IdlePolicy
 	switch {
-	case canSuspend && (policy == IdleSuspend || (policy == IdleAuto && s.info.Persistent)):
+	case canSuspend && (policy == IdleSuspend || (policy == IdleAuto && info.Persistent)):
 		return IdleSuspend
-	case s.info.Persistent:
+	case info.Persistent:
 		return ""
 	}
 	return IdleDestroy
-}
-
-// touch marks a session (a physical id) as used now (relay traffic counts
-// as activity).
-func (r *Runtime) touch(sessionID string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if s, ok := r.sessions[sessionID]; ok {
-		s.info.LastUsedAt = r.clock.Now()
-	}
 }
 
 // touchEvery bounds how often per-line relay traffic refreshes a session's
@@ -160,14 +138,14 @@ const touchEvery = time.Second
 
 // throttledTouch returns a touch for sessionID that does the work at most
 // once per touchEvery.
-func (r *Runtime) throttledTouch(sessionID string) func() {
+func (t *sessionTable) throttledTouch(sessionID string) func() {
 	var last atomic.Int64
 	return func() {
-		now := r.clock.Now().UnixNano()
+		now := t.clock.Now().UnixNano()
 		prev := last.Load()
 		if now-prev < int64(touchEvery) || !last.CompareAndSwap(prev, now) {
 			return
 		}
-		r.touch(sessionID)
+		t.touch(sessionID)
 	}
 }

@@ -19,37 +19,23 @@ const reconcileTimeout = 5 * time.Second
 // all sessions (docker: one container list by label; bwrap: one directory
 // read and a stat per session); otherwise one Alive per running session.
 func (r *Runtime) Reconcile(ctx context.Context) {
-	type entry struct {
-		s         *session
-		info      backends.Session // s.sandboxInfo() when checked
-		backendID string
-		suspended bool
-		sessionID string
-	}
-	r.mu.Lock()
-	b := r.backend
-	var check []entry
-	for id, s := range r.sessions {
-		if !s.deleting && s.info.State != backends.StateLost {
-			check = append(check, entry{s: s, info: s.sandboxInfo(), backendID: s.info.BackendSessionID, suspended: s.info.State == backends.StateSuspended, sessionID: id})
-		}
-	}
-	r.mu.Unlock()
+	b := r.backends.current()
+	check := r.sessions.checkable()
 	if b == nil || len(check) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, reconcileTimeout)
 	defer cancel()
-	exists := func(e entry) bool { return e.suspended || b.Alive(ctx, e.info) }
+	exists := func(e reconcileEntry) bool { return e.suspended || b.Alive(ctx, e.info) }
 	if c, ok := b.(backends.Census); ok {
 		have, err := c.Existing(ctx)
 		if err != nil {
 			r.log.Debug().Err(err).Msg("cannot check sessions against the backend")
 			return
 		}
-		exists = func(e entry) bool { return have[e.backendID] }
+		exists = func(e reconcileEntry) bool { return have[e.backendID] }
 	}
-	var lost []entry
+	var lost []reconcileEntry
 	for _, e := range check {
 		if !exists(e) {
 			lost = append(lost, e)
@@ -58,16 +44,7 @@ func (r *Runtime) Reconcile(ctx context.Context) {
 	if ctx.Err() != nil {
 		return // an Alive cut short says nothing
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, e := range lost {
-		// Only the very sandbox checked: a session recreated, deleted or
-		// suspended meanwhile is another story.
-		if r.sessions[e.sessionID] != e.s || e.s.deleting || e.s.info.BackendSessionID != e.backendID ||
-			(e.s.info.State == backends.StateSuspended) != e.suspended {
-			continue
-		}
-		e.s.info.State = backends.StateLost
+	for _, e := range r.sessions.markLost(lost) {
 		r.log.Warn().Str("session_id", e.sessionID).Str("backend_session_id", e.backendID).
 			Msg("session lost: its sandbox is gone; the next use creates it again")
 	}

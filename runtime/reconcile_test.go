@@ -64,7 +64,7 @@ func TestReconcileMarksGoneSandboxesLost(t *testing.T) {
 
 			run := spec("a")
 			run.Cmd = "true"
-			res, err := rt.Exec(ctx, run)
+			res, err := rt.Execs().Exec(ctx, run)
 			require.NoError(t, err)
 			assert.True(t, res.SessionCreated, "a lost session is made again by its next use")
 			d, err := rt.GetSession(ctx, "a")

@@ -13,15 +13,17 @@ import (
 // restarts. The exec that found it stopped then runs in it, with the
 // session's files, instead of in an empty replacement. It reports whether
 // the sandbox runs again.
-func (r *Runtime) restartStopped(ctx context.Context, id string, s *session) bool {
-	unlock := r.idLocks.Lock(id)
-	defer unlock()
-	r.mu.Lock()
-	b, info := r.backend, s.info
-	gone := s.deleting || s.interrupted || r.sessions[id] != s
-	r.mu.Unlock()
-	rs, ok := b.(backends.Restarter)
-	if !ok || gone || info.State == backends.StateSuspended {
+func (e *Execs) restartStopped(ctx context.Context, id string, s *session) (restarted bool) {
+	e.r.sessions.underID(id, func() { restarted = e.restart(ctx, id, s) })
+	return restarted
+}
+
+// restart is restartStopped under the id lock.
+func (e *Execs) restart(ctx context.Context, id string, s *session) bool {
+	r := e.r
+	info, ok := r.sessions.current(id, s)
+	rs, restarter := r.backends.current().(backends.Restarter)
+	if !restarter || !ok || info.State == backends.StateSuspended {
 		return false
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)

@@ -19,105 +19,52 @@ import (
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/atomicfile"
 	"github.com/boxrt/boxrt/internal/boxerr"
-	"github.com/boxrt/boxrt/internal/keyed"
+	"github.com/boxrt/boxrt/runtime/snapshots"
 )
 
-// Factory builds a backend by name from the current configuration.
-type Factory func(name string, cfg Config, instanceID, stateDir string) (backends.Backend, error)
-
-// BackendOrder is the auto-selection order.
-var BackendOrder = []string{"docker", "bwrap"}
-
-// ExplicitBackends are chosen only when the configuration names them,
-// never by auto-selection: auto never sends sessions to a cluster, and
-// "host" runs commands unsandboxed.
-var ExplicitBackends = []string{"kube", "host"}
-
-// Runtime is the session table and everything around it.
+// Runtime composes the parts that hold boxrt's state, each behind its own
+// lock: the settings, the backend selector, the session table, the exec
+// and process tables (Execs, Processes), the warm pools, the snapshot
+// stores and the counters. What it keeps itself is the coordination of a
+// session's life across them: get-or-create, suspend and resume,
+// destruction, reaping, shutdown. Where two locks are held at once, the
+// backend selector's is taken before the session table's.
 type Runtime struct {
 	log        zerolog.Logger
 	clock      Clock
-	factory    Factory
 	stateDir   string
 	instanceID string
 	startedAt  time.Time
-	probeEvery time.Duration
 
-	mu  sync.Mutex
-	cfg Config
-	// lineBudget is shared by every managed process's unfinished stdout line.
-	lineBudget *lineBudget
-	backend    backends.Backend
-	health     Health
-	sessions   map[string]*session
-	// execs are the live execs (execs.go).
-	execs execTable
-	// selecting is closed when the backend selection under way ends.
-	selecting    chan struct{}
-	creating     int
-	closing      int
-	shuttingDown bool
-	// procStarting counts managed-process starts between their capacity
-	// check and their entry in the table: the check and the reservation
-	// are one step, so starts on different sessions cannot both pass.
-	procStarting int
-	// inflight counts the session creations, resumes and process starts
-	// under way; Close waits for them (Add only under mu while not
-	// shuttingDown, so no Add races Close's Wait).
+	settings  settings
+	backends  *backendSelector
+	sessions  *sessionTable
+	execs     *Execs
+	procs     *Processes
+	files     *Files
+	snapshots *Snapshots
+	pools     *warmPools
+	records   suspendRecords
+	counters  counters
+
+	// life gates the work Close waits for: inflight (session creations,
+	// resumes and process starts under way) and bg (background loops).
+	life     lifecycle
 	inflight sync.WaitGroup
-	// boxExecs counts the execs that hold a session's exec lock (box_exec),
-	// for Close to wait for; added to like inflight.
-	boxExecs sync.WaitGroup
-	counters Counters
-
-	idLocks keyed.Locks
-
-	bg     sync.WaitGroup
-	bgCtx  context.Context // lives until Close; set by Start
-	stopBG context.CancelFunc
-	iso    isolationState
+	bg       sync.WaitGroup
+	stopBG   context.CancelFunc
 	// reaperKick restarts the reaper loop when the TTL changes.
 	reaperKick chan struct{}
-	// poolKick wakes the pool loop when the configuration changes.
-	poolKick chan struct{}
 
+	// Set by options.
+	factory      Factory
+	probeEvery   time.Duration
 	execObserver func(ExecEvent)
 	skills       SkillResolver
-	snaps        snapshotStores
-	pools        warmPools
-
+	snapStore    snapshots.Store
 	// sessionsEndAtClose: the state directory dies with this runtime, so
 	// nothing may outlive it (WithSessionsEndingAtClose).
 	sessionsEndAtClose bool
-}
-
-// Health is the cached outcome of the last backend probe.
-type Health struct {
-	Name      string        `json:"name"`
-	Available bool          `json:"available"`
-	Error     string        `json:"error,omitempty"`
-	CheckedAt time.Time     `json:"checked_at"`
-	Latency   time.Duration `json:"-"`
-}
-
-// Counters are lifetime totals for box_status.
-type Counters struct {
-	TotalCreated        int64 `json:"total_created"`
-	TotalReused         int64 `json:"total_reused"`
-	TotalCleaned        int64 `json:"total_cleaned"`
-	TotalReaped         int64 `json:"total_reaped"`
-	TotalRecreated      int64 `json:"total_recreated"`
-	TotalSuspended      int64 `json:"total_suspended"`
-	TotalResumed        int64 `json:"total_resumed"`
-	PoolHits            int64 `json:"total_pool_hits"`
-	PoolMisses          int64 `json:"total_pool_misses"`
-	TotalExecs          int64 `json:"total_execs"`
-	TotalTimeouts       int64 `json:"total_timeouts"`
-	TotalTruncated      int64 `json:"total_truncated_outputs"`
-	ProcessesStarted    int64 `json:"total_processes_started"`
-	ProcessesExited     int64 `json:"total_processes_exited"`
-	ProcessesReplaced   int64 `json:"total_processes_replaced"`
-	HealthCheckFailures int64 `json:"health_check_failures"`
 }
 
 // Option configures a Runtime.
@@ -156,15 +103,10 @@ func New(cfg Config, factory Factory, stateDir string, opts ...Option) (*Runtime
 		clock:      realClock{},
 		factory:    factory,
 		stateDir:   stateDir,
-		cfg:        cfg,
-		sessions:   map[string]*session{},
+		settings:   settings{cfg: cfg},
 		probeEvery: 30 * time.Second,
 		reaperKick: make(chan struct{}, 1),
-		poolKick:   make(chan struct{}, 1),
-		pools:      warmPools{ready: map[string][]backends.Session{}, starting: map[string]int{}, lastTake: map[string]time.Time{}},
 	}
-	r.lineBudget = newLineBudget(func() int { return r.Config().Limits.RelayLineBufferBytes })
-	r.execs.keep = finishedLimitsOf(cfg.Limits)
 	for _, o := range opts {
 		o(r)
 	}
@@ -174,6 +116,16 @@ func New(cfg Config, factory Factory, stateDir string, opts ...Option) (*Runtime
 		return nil, err
 	}
 	r.instanceID = id
+	r.sessions = newSessionTable(r.clock, &r.counters)
+	r.records = suspendRecords{dir: filepath.Join(stateDir, "suspended"), log: r.log}
+	r.backends = &backendSelector{factory: factory, settings: &r.settings, instanceID: id, stateDir: stateDir,
+		clock: r.clock, log: r.log, counters: &r.counters, life: &r.life, bg: &r.bg, probeEvery: r.probeEvery,
+		inUse: r.sessions.inUse, switched: r.backendSwitched}
+	r.pools = newWarmPools(r)
+	r.execs = newExecs(r, finishedLimitsOf(cfg.Limits))
+	r.procs = newProcesses(r)
+	r.files = &Files{r: r}
+	r.snapshots = &Snapshots{r: r, custom: r.snapStore}
 	return r, nil
 }
 
@@ -207,157 +159,70 @@ func (r *Runtime) InstanceID() string { return r.instanceID }
 // StartedAt is when the runtime was created.
 func (r *Runtime) StartedAt() time.Time { return r.startedAt }
 
+// Execs is the exec service: box_exec and the live execs.
+func (r *Runtime) Execs() *Execs { return r.execs }
+
+// Processes is the managed-process service.
+func (r *Runtime) Processes() *Processes { return r.procs }
+
+// Files is the file API of the sessions.
+func (r *Runtime) Files() *Files { return r.files }
+
+// Snapshots is the snapshot service: snapshots, restores and forks.
+func (r *Runtime) Snapshots() *Snapshots { return r.snapshots }
+
 // Start selects a backend, re-adopts this installation's sandboxes and
-// starts the reaper and the health refresher.
+// starts the reaper, the health refresher and the pool filler.
 func (r *Runtime) Start(ctx context.Context) {
-	r.selectBackend(ctx, false)
-	r.tidySnapshotStore()
+	r.backends.selectBackend(ctx, false)
+	r.snapshots.tidy()
 	bgCtx, cancel := context.WithCancel(context.Background())
-	r.mu.Lock()
-	r.bgCtx = bgCtx
-	r.mu.Unlock()
+	r.backends.runIn(bgCtx)
 	r.stopBG = cancel
-	r.bg.Add(3)
-	go r.reaperLoop(bgCtx)
-	go r.healthLoop(bgCtx)
-	go r.poolLoop(bgCtx)
+	for _, loop := range []func(context.Context){r.reaperLoop, r.backends.healthLoop, r.pools.loop} {
+		r.bg.Add(1)
+		go func() {
+			defer r.bg.Done()
+			loop(bgCtx)
+		}()
+	}
 }
 
 // Config returns a copy of the configuration in force.
-func (r *Runtime) Config() Config {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.cfg
-}
+func (r *Runtime) Config() Config { return r.settings.get() }
 
 // ApplyConfig merges patch into the configuration atomically. When no
 // session exists and the backend section changed, the backend is selected
 // again (the reference does the same).
 // It returns the keys it ignored because boxrt does not know them.
 func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage, decode Decoder) ([]string, error) {
-	r.mu.Lock()
-	next, ignored, err := r.cfg.Merge(patch, decode)
-	if err == nil {
-		_, err = next.mountRoots(r.stateDir)
-	}
+	prev, next, ignored, err := r.settings.apply(patch, decode, r.stateDir)
 	if err != nil {
-		r.mu.Unlock()
 		return nil, err
 	}
 	if len(ignored) > 0 {
 		r.log.Info().Strs("ignored_keys", ignored).Msg("box_init: ignored config keys boxrt does not use")
 	}
-	prev := r.cfg
-	r.cfg = next
-	reselect := len(r.sessions) == 0 && r.creating == 0 &&
-		(prev.Backend != next.Backend || prev.Docker != next.Docker || !reflect.DeepEqual(prev.Kube, next.Kube) || r.backend == nil)
-	ttlChanged := prev.Limits.SessionTTLSec != next.Limits.SessionTTLSec
-	r.mu.Unlock()
-	if ttlChanged {
+	backendChanged := prev.Backend != next.Backend || prev.Docker != next.Docker ||
+		!reflect.DeepEqual(prev.Kube, next.Kube) || r.backends.current() == nil
+	if prev.Limits.SessionTTLSec != next.Limits.SessionTTLSec {
 		signal(r.reaperKick)
 	}
-	signal(r.poolKick)
-	if reselect {
-		r.selectBackend(ctx, true)
+	r.pools.kick()
+	if backendChanged && !r.sessions.inUse() {
+		r.backends.selectBackend(ctx, true)
 	}
 	return ignored, nil
 }
 
-// autoBackend reports whether a backend config value asks for
-// auto-selection ("local" is the reference's name for it).
-func autoBackend(choice string) bool { return choice == "" || choice == "auto" || choice == "local" }
-
-// Candidates returns the backend names to try, in order, for a backend
-// config value.
-func Candidates(choice string) []string {
-	if autoBackend(choice) {
-		return BackendOrder
-	}
-	return []string{choice}
-}
-
-// selectBackend runs one backend selection, or joins the one under way:
-// concurrent first calls must not each probe, build and adopt a backend.
-// With fresh (a configuration change), a selection already under way is
-// waited for and then run again, as it used the previous configuration.
-func (r *Runtime) selectBackend(ctx context.Context, fresh bool) {
-	for {
-		r.mu.Lock()
-		running := r.selecting
-		if running == nil {
-			done := make(chan struct{})
-			r.selecting = done
-			r.mu.Unlock()
-			r.probeAndAdopt(ctx)
-			r.mu.Lock()
-			r.selecting = nil
-			r.mu.Unlock()
-			close(done)
-			return
-		}
-		r.mu.Unlock()
-		select {
-		case <-running:
-		case <-ctx.Done():
-			return
-		}
-		if !fresh {
-			return
-		}
-	}
-}
-
-// probeAndAdopt probes the candidates in order and keeps the first that
-// works; then it re-adopts that backend's sessions.
-func (r *Runtime) probeAndAdopt(ctx context.Context) {
-	cfg := r.Config()
-	var errs []string
-	for _, name := range Candidates(cfg.Backend) {
-		b, err := r.factory(name, cfg, r.instanceID, r.stateDir)
-		if err == nil {
-			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			start := time.Now()
-			err = b.Probe(pctx)
-			cancel()
-			if err == nil {
-				r.mu.Lock()
-				old := r.backend
-				if old != nil && (len(r.sessions) > 0 || r.creating > 0) {
-					// A session was created (or began) on the old backend
-					// since box_init asked for this selection: replacing
-					// the backend would leave that sandbox unreachable.
-					r.mu.Unlock()
-					CloseBackend(b)
-					r.log.Warn().Str("backend", old.Name()).Str("candidate", name).
-						Msg("backend not replaced: sessions were created meanwhile")
-					return
-				}
-				r.backend = b
-				r.health = Health{Name: name, Available: true, CheckedAt: r.clock.Now(), Latency: time.Since(start)}
-				r.mu.Unlock()
-				r.drainPools(ctx, old) // its warm sandboxes are not reachable through b
-				CloseBackend(old)
-				r.log.Info().Str("backend", name).Str("instance_id", r.instanceID).Msg("backend selected")
-				r.adopt(ctx, b)
-				return
-			}
-			CloseBackend(b)
-		}
-		errs = append(errs, fmt.Sprintf("%s: %v", name, err))
-	}
-	r.mu.Lock()
-	r.health = Health{Available: false, Error: strings.Join(errs, "; "), CheckedAt: r.clock.Now()}
-	r.counters.HealthCheckFailures++
-	r.mu.Unlock()
-	r.log.Warn().Strs("tried", Candidates(cfg.Backend)).Str("error", strings.Join(errs, "; ")).Msg("no usable backend")
-}
-
-// CloseBackend releases a backend that holds resources (a client
-// connection); others need nothing.
-func CloseBackend(b backends.Backend) {
-	if c, ok := b.(interface{ Close() error }); ok && b != nil {
-		_ = c.Close()
-	}
+// backendSwitched follows a backend selection: the previous backend's
+// warm sandboxes go (they are not reachable through b), and b's
+// surviving sandboxes of this installation are adopted.
+func (r *Runtime) backendSwitched(ctx context.Context, old, b backends.Backend) {
+	r.pools.drain(ctx, old)
+	CloseBackend(old)
+	r.log.Info().Str("backend", b.Name()).Str("instance_id", r.instanceID).Msg("backend selected")
+	r.adopt(ctx, b)
 }
 
 // adopt puts the backend's surviving sandboxes of this installation back in
@@ -370,14 +235,17 @@ func (r *Runtime) adopt(ctx context.Context, b backends.Backend) {
 		r.log.Warn().Err(err).Int("adopted", len(infos)).Msg("cannot re-adopt some sessions")
 	}
 	roots, rootsErr := r.Config().mountRoots(r.stateDir)
+	stop := func(info backends.Session) {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_ = b.StopSession(sctx, info)
+		cancel()
+	}
 	kept := infos[:0:0]
 	for _, info := range infos {
 		if strings.HasPrefix(info.SessionID, PoolSessionPrefix) {
 			// An unclaimed pooled sandbox of an earlier process: the
 			// pool refills, this one goes.
-			sctx, cancel := context.WithTimeout(ctx, time.Minute)
-			_ = b.StopSession(sctx, info)
-			cancel()
+			stop(info)
 			continue
 		}
 		if err := errors.Join(rootsErr, adoptedPathsAllowed(info, roots)); err != nil {
@@ -385,47 +253,20 @@ func (r *Runtime) adopt(ctx context.Context, b backends.Backend) {
 			// (the allow-list changed, or a path was swapped for a symlink
 			// while boxrt was down): it is not served again.
 			r.log.Warn().Err(err).Str("session_id", info.SessionID).Str("backend_session_id", info.BackendSessionID).Msg("not re-adopting session")
-			sctx, cancel := context.WithTimeout(ctx, time.Minute)
-			_ = b.StopSession(sctx, info)
-			cancel()
+			stop(info)
 			continue
 		}
 		kept = append(kept, info)
 	}
-	now := r.clock.Now()
-	var duplicates []backends.Session
-	r.mu.Lock()
-	defer func() {
-		r.mu.Unlock()
-		// A second sandbox for a served session id (one whose stop failed
-		// before a recreate, say) would otherwise run untracked forever.
-		for _, info := range duplicates {
-			r.log.Warn().Str("session_id", info.SessionID).Str("backend_session_id", info.BackendSessionID).Msg("stopping a duplicate sandbox of a served session")
-			sctx, cancel := context.WithTimeout(ctx, time.Minute)
-			_ = b.StopSession(sctx, info)
-			cancel()
-		}
-	}()
-	for _, info := range kept {
-		if s, exists := r.sessions[info.SessionID]; exists {
-			if s.info.BackendSessionID != info.BackendSessionID {
-				duplicates = append(duplicates, info)
-			}
-			continue
-		}
-		info.LastUsedAt = now
-		if info.CreatedAt.IsZero() {
-			info.CreatedAt = now
-		}
-		var skills []backends.MountSpec
-		info.ExtraMounts, skills = splitSkillMounts(info)
-		s := newSession(info)
-		s.skills = skills
-		if info.State == backends.StateSuspended {
-			s.resumeProcs = r.readSuspendRecord(info)
-		}
-		r.sessions[info.SessionID] = s
+	adopted, duplicates := r.sessions.adopt(kept, r.records.read)
+	for _, info := range adopted {
 		r.log.Info().Str("session_id", info.SessionID).Str("backend_session_id", info.BackendSessionID).Msg("re-adopted session")
+	}
+	// A second sandbox for a served session id (one whose stop failed
+	// before a recreate, say) would otherwise run untracked forever.
+	for _, info := range duplicates {
+		r.log.Warn().Str("session_id", info.SessionID).Str("backend_session_id", info.BackendSessionID).Msg("stopping a duplicate sandbox of a served session")
+		stop(info)
 	}
 }
 
@@ -454,108 +295,14 @@ func adoptedPathsAllowed(info backends.Session, roots []string) error {
 	return nil
 }
 
-// currentBackend returns the selected backend or BoxBackendUnavailableError.
-func (r *Runtime) currentBackend(ctx context.Context) (backends.Backend, error) {
-	r.mu.Lock()
-	b := r.backend
-	r.mu.Unlock()
-	if b != nil {
-		return b, nil
-	}
-	r.selectBackend(ctx, false)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.backend == nil {
-		return nil, boxerr.BackendUnavailable("no usable sandbox backend (%s). Install and start Docker (apt-get install docker.io; dockerd) or install bubblewrap (apt-get install bubblewrap); `boxrt doctor` shows what is missing", r.health.Error)
-	}
-	return r.backend, nil
-}
-
-// BackendInfo is what box_get_backend_info returns. It never touches the
-// engine: it reports the cached probe.
-type BackendInfo struct {
-	Name      *string `json:"name"`
-	Available bool    `json:"available"`
-	backends.Description
-	InstanceID string    `json:"instance_id"`
-	CheckedAt  time.Time `json:"checked_at"`
-	Error      string    `json:"error,omitempty"`
-	ProbeMS    float64   `json:"probe_ms"`
-	// Isolation is measured by probing a real sandbox of each level (see
-	// backends.IsolationReport), in the background after the first
-	// box_get_backend_info (MeasuredBackendInfo); IsolationMeasuring is
-	// true until it is done. Not "isolation": that is Description's
-	// one-line summary.
-	IsolationMeasured  []backends.IsolationReport `json:"isolation_measured"`
-	IsolationMeasuring bool                       `json:"isolation_measuring"`
-}
-
 // BackendInfo reports the selected backend from the health cache, with
 // the isolation measured so far (box_status, box_health).
-func (r *Runtime) BackendInfo() BackendInfo { return r.backendInfo(false) }
+func (r *Runtime) BackendInfo() BackendInfo { return r.backends.info(false) }
 
 // MeasuredBackendInfo is BackendInfo that also starts measuring the
 // backend's isolation when it has not been (box_get_backend_info): a probe
 // starts a real sandbox, which box_health, polled by hosts, should not.
-func (r *Runtime) MeasuredBackendInfo() BackendInfo { return r.backendInfo(true) }
-
-func (r *Runtime) backendInfo(measure bool) BackendInfo {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	info := BackendInfo{Available: r.health.Available, InstanceID: r.instanceID, CheckedAt: r.health.CheckedAt.UTC(),
-		Error: r.health.Error, ProbeMS: float64(r.health.Latency.Microseconds()) / 1000}
-	if r.backend != nil {
-		name := r.backend.Name()
-		info.Name = &name
-		info.Description = r.backend.Describe()
-		if r.health.Available {
-			info.IsolationMeasured, info.IsolationMeasuring = r.isolationLocked(r.backend, measure)
-		}
-	}
-	if info.IsolationMeasured == nil {
-		info.IsolationMeasured = []backends.IsolationReport{}
-	}
-	if info.EnforcedLimits == nil {
-		info.EnforcedLimits = []string{}
-	}
-	if info.IsolationLevels == nil {
-		info.IsolationLevels = []string{}
-	}
-	return info
-}
-
-// healthLoop refreshes the cached probe in the background so no RPC waits
-// on the engine.
-func (r *Runtime) healthLoop(ctx context.Context) {
-	defer r.bg.Done()
-	tick, stop := r.clock.NewTicker(r.probeEvery)
-	defer stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick:
-		}
-		r.mu.Lock()
-		b := r.backend
-		r.mu.Unlock()
-		if b == nil {
-			r.selectBackend(ctx, false)
-			continue
-		}
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		start := time.Now()
-		err := b.Probe(pctx)
-		cancel()
-		r.mu.Lock()
-		r.health = Health{Name: b.Name(), Available: err == nil, CheckedAt: r.clock.Now(), Latency: time.Since(start)}
-		if err != nil {
-			r.health.Error = err.Error()
-			r.counters.HealthCheckFailures++
-		}
-		r.mu.Unlock()
-	}
-}
+func (r *Runtime) MeasuredBackendInfo() BackendInfo { return r.backends.info(true) }
 
 // Status is the box_status result.
 type Status struct {
@@ -572,23 +319,18 @@ type Status struct {
 
 // Status snapshots the runtime.
 func (r *Runtime) Status() Status {
-	backend := r.BackendInfo()
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	cfg := r.Config()
 	st := Status{
-		Backend:        backend,
-		ActiveSessions: len(r.sessions),
-		SessionTTLSec:  r.cfg.Limits.SessionTTLSec,
-		Limits:         r.cfg.Limits,
-		UptimeSec:      r.clock.Now().Sub(r.startedAt).Seconds(),
-		InstanceID:     r.instanceID,
-		Counters:       r.counters,
+		Backend:          r.BackendInfo(),
+		ManagedProcesses: r.procs.table.running(),
+		SessionTTLSec:    cfg.Limits.SessionTTLSec,
+		Limits:           cfg.Limits,
+		UptimeSec:        r.clock.Now().Sub(r.startedAt).Seconds(),
+		InstanceID:       r.instanceID,
 	}
-	if len(r.cfg.Durable.Pools) > 0 {
-		st.Pools = r.poolStatus(r.cfg.Durable)
-	}
-	for _, s := range r.sessions {
-		st.ManagedProcesses += s.runningProcesses()
+	st.ActiveSessions, st.Counters = r.sessions.census()
+	if len(cfg.Durable.Pools) > 0 {
+		st.Pools = r.pools.status(cfg.Durable)
 	}
 	return st
 }
@@ -602,29 +344,26 @@ func (r *Runtime) ShutdownAll(ctx context.Context) error {
 // Close stops background work, stops every exec and managed process and
 // destroys the non-persistent sessions; persistent and suspended ones stay
 // for the next start to re-adopt (unless WithSessionsEndingAtClose). The
-// order matters: nothing new starts once shuttingDown is set; background
+// order matters: nothing new starts once the gate is shut; background
 // work (reaper, pool refills) ends; creations, resumes and process starts
-// under way finish, so what they made is seen (or stopped by them) before the backend closes; execs are
-// stopped so that no destroy waits for a command; then the pools drain,
-// sessions go, and the processes of the kept sessions stop.
+// under way finish, so what they made is seen (or stopped by them) before
+// the backend closes; execs are stopped so that no destroy waits for a
+// command; then the pools drain, sessions go, and the processes of the
+// kept sessions stop.
 func (r *Runtime) Close(ctx context.Context) error {
-	r.mu.Lock()
-	r.shuttingDown = true
-	r.mu.Unlock()
+	r.life.shutDown()
 	if r.stopBG != nil {
 		r.stopBG()
 	}
 	r.bg.Wait()
-	waitErr := r.waitInflight(ctx)
-	r.stopAllExecs()
-	r.mu.Lock()
-	b := r.backend
-	r.mu.Unlock()
-	r.drainPools(ctx, b)
+	waitErr := waitGroup(ctx, &r.inflight, "session creations")
+	r.execs.stopAll()
+	b := r.backends.current()
+	r.pools.drain(ctx, b)
 	err := r.destroyWhere(ctx, func(s *session) bool {
 		return r.sessionsEndAtClose || !s.info.Persistent && s.info.State != backends.StateSuspended
 	}, "exit")
-	r.stopAllProcesses(ctx)
+	r.procs.stopAll(ctx)
 	if waitErr != nil {
 		// A straggling creation stops its sandbox itself when it ends; it
 		// needs the backend open for that.
@@ -635,31 +374,23 @@ func (r *Runtime) Close(ctx context.Context) error {
 	return err
 }
 
-// waitInflight waits for the creations, resumes and process starts under
-// way, or until ctx ends.
-func (r *Runtime) waitInflight(ctx context.Context) error {
+// waitGroup waits for wg, or until ctx ends.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup, what string) error {
 	done := make(chan struct{})
 	go func() {
-		r.inflight.Wait()
+		wg.Wait()
 		close(done)
 	}()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("wait for session creations: %w", context.Cause(ctx))
+		return fmt.Errorf("wait for %s: %w", what, context.Cause(ctx))
 	}
 }
 
 func (r *Runtime) destroyWhere(ctx context.Context, match func(*session) bool, reason string) error {
-	r.mu.Lock()
-	var ids []string
-	for id, s := range r.sessions {
-		if match(s) {
-			ids = append(ids, id)
-		}
-	}
-	r.mu.Unlock()
+	ids := r.sessions.idsWhere(match)
 	var wg sync.WaitGroup
 	errCh := make(chan error, len(ids))
 	for _, id := range ids {

@@ -107,7 +107,7 @@ func TestSessionRecreated(t *testing.T) {
 		fb.mu.Unlock()
 		s := spec("s")
 		s.Cmd = "echo again"
-		res, err := rt.Exec(ctx, s)
+		res, err := rt.Execs().Exec(ctx, s)
 		require.NoError(t, err)
 		assert.Equal(t, "echo again", res.Stdout)
 		assert.Equal(t, 2, fb.started, "one sandbox replaced the dead one")
@@ -158,7 +158,7 @@ func TestReaper(t *testing.T) {
 		_, err := rt.EnsureSession(ctx, s)
 		require.NoError(t, err)
 	}
-	_, err := rt.StartProcess(ctx, "process", backends.ProcessSpec{Command: "cat"})
+	_, err := rt.Processes().Start(ctx, "process", backends.ProcessSpec{Command: "cat"})
 	require.NoError(t, err)
 
 	release := make(chan struct{})
@@ -174,7 +174,7 @@ func TestReaper(t *testing.T) {
 		defer wg.Done()
 		s := spec("busy")
 		s.Cmd = "sleep"
-		_, err := rt.Exec(ctx, s)
+		_, err := rt.Execs().Exec(ctx, s)
 		assert.NoError(t, err)
 	}()
 	<-started
@@ -191,7 +191,7 @@ func TestReaper(t *testing.T) {
 
 	close(release)
 	wg.Wait()
-	require.NoError(t, rt.StopProcess(ctx, "process", ""))
+	require.NoError(t, rt.Processes().Stop(ctx, "process", ""))
 	clock.Advance(61 * time.Second)
 	assert.Equal(t, 2, rt.Reap(ctx), "busy and process sessions go once idle")
 	assert.Equal(t, int64(3), rt.Status().TotalReaped)
@@ -218,7 +218,7 @@ func TestExecSerialisedPerSession(t *testing.T) {
 			defer wg.Done()
 			s := spec([]string{"a", "b"}[i%2])
 			s.Cmd = "x"
-			res, err := rt.Exec(ctx, s)
+			res, err := rt.Execs().Exec(ctx, s)
 			assert.NoError(t, err)
 			assert.Equal(t, 3, *res.ExitCode)
 		}()
@@ -239,7 +239,7 @@ func TestExecResult(t *testing.T) {
 	s := spec("t")
 	s.Cmd = "sleep 60"
 	s.MaxOutputBytes = 1024
-	res, err := rt.Exec(ctx, s)
+	res, err := rt.Execs().Exec(ctx, s)
 	require.NoError(t, err)
 	assert.Equal(t, StatusTimedOut, res.Status)
 	assert.Nil(t, res.ExitCode)
@@ -249,7 +249,7 @@ func TestExecResult(t *testing.T) {
 	assert.Len(t, rt.ListSessions(context.Background()), 1, "a timeout keeps the session")
 
 	s.Cmd = ""
-	_, err = rt.Exec(ctx, s)
+	_, err = rt.Execs().Exec(ctx, s)
 	require.ErrorIs(t, err, boxerr.ErrValidation)
 }
 
@@ -259,14 +259,14 @@ func TestDeleteStopsProcesses(t *testing.T) {
 	rt, _ := newTestRuntime(t, fb, "")
 	_, err := rt.EnsureSession(ctx, spec("d"))
 	require.NoError(t, err)
-	_, err = rt.StartProcess(ctx, "d", backends.ProcessSpec{Command: "cat", Env: map[string]string{"SECRET": "x"}})
+	_, err = rt.Processes().Start(ctx, "d", backends.ProcessSpec{Command: "cat", Env: map[string]string{"SECRET": "x"}})
 	require.NoError(t, err)
-	info, err := rt.Process(context.Background(), "d", "")
+	info, err := rt.Processes().Get(context.Background(), "d", "")
 	require.NoError(t, err)
 	assert.Equal(t, ProcessRunning, info.Status)
 	assert.Equal(t, []string{"SECRET"}, info.EnvKeys)
 	require.NoError(t, rt.DeleteSession(ctx, "d"))
-	_, err = rt.Process(context.Background(), "d", "")
+	_, err = rt.Processes().Get(context.Background(), "d", "")
 	require.ErrorIs(t, err, boxerr.ErrSessionNotFound)
 	require.ErrorIs(t, rt.DeleteSession(ctx, "d"), boxerr.ErrSessionNotFound)
 }
@@ -317,7 +317,7 @@ func TestSkillMounts(t *testing.T) {
 		s.Cmd = "ls"
 		s.SkillName = skillName
 		s.Skills = skills
-		_, err := rt.Exec(ctx, s)
+		_, err := rt.Execs().Exec(ctx, s)
 		return err
 	}
 
@@ -371,7 +371,7 @@ func TestAdoptStopsDuplicateSandboxes(t *testing.T) {
 	first.SessionID = "s1"
 	fb.adopt = []backends.Session{first.Session("fake", "box-old"), first.Session("fake", "box-new")}
 	rt, _ := newTestRuntime(t, fb, "")
-	_, err := rt.currentBackend(context.Background())
+	_, err := rt.backends.ensure(context.Background())
 	require.NoError(t, err)
 	sessions := rt.ListSessions(context.Background())
 	require.Len(t, sessions, 1)

@@ -39,18 +39,18 @@ func TestProcessIDsRefused(t *testing.T) {
 		{"nul", "a\x00"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := rt.StartProcess(ctx, "p", backends.ProcessSpec{ProcessID: tc.id, Command: "cat"})
+			_, err := rt.Processes().Start(ctx, "p", backends.ProcessSpec{ProcessID: tc.id, Command: "cat"})
 			requireField(t, err, "spec.process_id")
-			_, err = rt.Process(context.Background(), "p", tc.id)
+			_, err = rt.Processes().Get(context.Background(), "p", tc.id)
 			requireField(t, err, "process_id")
-			requireField(t, rt.StopProcess(ctx, "p", tc.id), "process_id")
+			requireField(t, rt.Processes().Stop(ctx, "p", tc.id), "process_id")
 		})
 	}
 	t.Run("ordinary ids still work", func(t *testing.T) {
 		for _, id := range []string{"", "default", "a.b", "...", "mcp-1"} {
-			_, err := rt.StartProcess(ctx, "p", backends.ProcessSpec{ProcessID: id, Command: "cat"})
+			_, err := rt.Processes().Start(ctx, "p", backends.ProcessSpec{ProcessID: id, Command: "cat"})
 			require.NoError(t, err, id)
-			require.NoError(t, rt.StopProcess(ctx, "p", id), id)
+			require.NoError(t, rt.Processes().Stop(ctx, "p", id), id)
 		}
 	})
 }

@@ -8,45 +8,12 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/runtime/tenant"
 )
-
-// session is one entry of the table. info is guarded by Runtime.mu. execMu
-// serialises the session's execs (the reference's per-session order); op
-// serialises process starts/stops and destruction. Destruction takes both,
-// after cancelling the running exec through cancelExec (guarded by
-// Runtime.mu) when it was asked to interrupt.
-type session struct {
-	info        backends.Session
-	execMu      sync.Mutex
-	op          sync.Mutex
-	cancelExec  context.CancelCauseFunc
-	activeExecs int
-	deleting    bool
-	// interrupted: a delete is on its way (it may still wait for the id
-	// lock, held by a recreate that waits for the running exec). The
-	// running exec was cancelled and no further exec starts, so neither
-	// the recreate nor the delete waits for a command to end.
-	interrupted bool
-	deleted     chan struct{}
-	procs       map[string]*managedProcess
-	// resumeProcs are the managed processes to start again when a
-	// suspended session resumes.
-	resumeProcs []backends.ProcessSpec
-	// skills are the skill mounts the session has accumulated; they are
-	// kept apart from info.ExtraMounts so they never count as a change of
-	// the caller's extra mounts.
-	skills []backends.MountSpec
-}
-
-func newSession(info backends.Session) *session {
-	return &session{info: info, deleted: make(chan struct{}), procs: map[string]*managedProcess{}}
-}
 
 // sameMounts compares extra-mount sets, ignoring order and duplicates.
 func sameMounts(a, b []backends.MountSpec) bool {
@@ -63,16 +30,16 @@ func sameMounts(a, b []backends.MountSpec) bool {
 	return slices.Equal(key(a), key(b))
 }
 
-// prepareSpec resolves host paths against the allow-list and fills the
-// backend's default image.
-func (r *Runtime) prepareSpec(b backends.Backend, spec Spec) (Spec, error) {
+// prepareSpec resolves host paths against the allow-list of cfg and fills
+// the backend's default image.
+func prepareSpec(b backends.Backend, spec Spec, cfg Config, stateDir string) (Spec, error) {
 	// A backend that does not list the level cannot give it: refusing is
 	// the only answer that never hands out weaker isolation than asked.
 	if spec.Isolation != backends.IsolationDefault && !slices.Contains(b.Describe().IsolationLevels, spec.Isolation) {
 		return spec, boxerr.Validation("isolation", "isolation %q is not offered by the %s backend here (offered: %v); "+
 			"the operator enables gvisor with docker.gvisor_runtime", spec.Isolation, b.Name(), b.Describe().IsolationLevels).With("isolation", spec.Isolation)
 	}
-	roots, err := r.Config().mountRoots(r.stateDir)
+	roots, err := cfg.mountRoots(stateDir)
 	if err != nil {
 		return spec, err
 	}
@@ -153,47 +120,48 @@ func withField(v any, name string, value any) ([]byte, error) {
 // session.
 func (r *Runtime) CreateSession(ctx context.Context, spec Spec) (CreatedSession, error) {
 	var err error
-	if spec.SessionID, err = r.resolve(ctx, spec.SessionID); err != nil {
+	if spec.SessionID, err = resolve(ctx, spec.SessionID); err != nil {
 		return CreatedSession{}, err
 	}
 	s, created, err := r.acquire(ctx, spec, false)
 	if err != nil {
 		return CreatedSession{}, err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return CreatedSession{SessionInfo: SessionInfo{s.info}, SessionCreated: created}, nil
+	return CreatedSession{SessionInfo: SessionInfo{r.sessions.info(s)}, SessionCreated: created}, nil
 }
 
-// acquire is EnsureSession for a resolved spec.SessionID; with forExec the session is marked as running
-// an exec before the per-id lock is released, so the reaper cannot take it.
-// created reports that this call made the session's sandbox.
+// acquire is EnsureSession for a resolved spec.SessionID; with forExec the
+// session is marked as running an exec before the per-id lock is released,
+// so the reaper cannot take it. created reports that this call made the
+// session's sandbox.
 func (r *Runtime) acquire(ctx context.Context, spec Spec, forExec bool) (_ *session, created bool, _ error) {
 	if err := checkPoolID(spec.SessionID); err != nil {
 		return nil, false, err
 	}
 	for {
-		b, err := r.currentBackend(ctx)
+		b, err := r.backends.ensure(ctx)
 		if err != nil {
 			return nil, false, err
 		}
 		ps := spec
 		if ps.FromSnapshot != "" {
-			if ps, err = r.fromSnapshot(ctx, b, ps); err != nil {
+			if ps, err = r.snapshots.restoreSpec(ctx, b, ps); err != nil {
 				return nil, false, err
 			}
 		}
-		ps, err = r.prepareSpec(b, ps)
+		ps, err = prepareSpec(b, ps, r.Config(), r.stateDir)
 		if err != nil {
 			return nil, false, err
 		}
-		skills, err := r.resolveSkills(ctx, ps)
+		skills, err := resolveSkills(ctx, r.skills, ps)
 		if err != nil {
 			return nil, false, err
 		}
-		unlock := r.idLocks.Lock(ps.SessionID)
-		s, created, wait, err := r.acquireLocked(ctx, b, ps, skills, forExec)
-		unlock()
+		var s *session
+		var wait <-chan struct{}
+		r.sessions.underID(ps.SessionID, func() {
+			s, created, wait, err = r.getOrCreate(ctx, b, ps, skills, forExec)
+		})
 		if wait == nil {
 			return s, created, err
 		}
@@ -208,132 +176,127 @@ func (r *Runtime) acquire(ctx context.Context, spec Spec, forExec bool) (_ *sess
 	}
 }
 
-func (r *Runtime) acquireLocked(ctx context.Context, b backends.Backend, spec Spec, skills []backends.MountSpec, forExec bool) (_ *session, created bool, wait chan struct{}, _ error) {
-	live := b.Describe().SkillsLive
-	r.mu.Lock()
-	if r.shuttingDown {
-		r.mu.Unlock()
+// getOrCreate reuses spec's session or makes it on b; the caller holds
+// the id lock. A non-nil wait asks the caller to start over once it is
+// closed.
+func (r *Runtime) getOrCreate(ctx context.Context, b backends.Backend, spec Spec, skills []backends.MountSpec, forExec bool) (_ *session, created bool, wait <-chan struct{}, _ error) {
+	if r.life.shuttingDown() {
 		return nil, false, nil, errShuttingDown()
 	}
-	s := r.sessions[spec.SessionID]
-	if s != nil && s.deleting {
-		r.mu.Unlock()
-		return nil, false, s.deleted, nil
+	s, deleting := r.sessions.lookup(spec.SessionID)
+	if deleting != nil {
+		return nil, false, deleting, nil
 	}
 	if s != nil {
-		if field, existing, requested := compatibility(s.info.Sandbox, spec.Sandbox); field != "" {
-			r.mu.Unlock()
-			return nil, false, nil, boxerr.SessionConflict(spec.SessionID, field, existing, requested)
+		var reused bool
+		var err error
+		if reused, skills, err = r.reuse(ctx, b, s, spec, skills, forExec); reused || err != nil {
+			return s, false, nil, err
 		}
-		info := s.info
-		have := s.skills
-		r.mu.Unlock()
-		if info.State == backends.StateSuspended {
-			if err := r.resumeLocked(ctx, b, s); err != nil {
-				return nil, false, nil, err
-			}
-		}
-		reason := ""
-		if !sameMounts(info.ExtraMounts, spec.ExtraMounts) {
-			reason = "extra mounts changed"
-		}
-		skills = mergeMounts(have, skills)
-		if reason == "" && !live && !slices.Equal(have, skills) {
-			reason = "skills changed (this backend cannot change mounts of a running sandbox)"
-		}
-		if reason == "" && info.State == backends.StateLost {
-			reason = "sandbox is gone (found by Reconcile)"
-		}
-		// An exec finds a dead sandbox by failing (see Runtime.exec), so
-		// only other callers pay for a liveness probe here.
-		if reason == "" && !forExec && !b.Alive(ctx, info) {
-			reason = "sandbox is gone"
-		}
-		if reason == "" {
-			r.mu.Lock()
-			s.skills = skills
-			s.info.LastUsedAt = r.clock.Now()
-			r.counters.TotalReused++
-			if forExec {
-				s.activeExecs++
-			}
-			r.mu.Unlock()
-			return s, false, nil, nil
-		}
-		r.log.Info().Str("session_id", spec.SessionID).Str("reason", reason).Msg("recreating session")
-		if err := r.destroy(ctx, s, "recreate", false); err != nil {
-			return nil, false, nil, err
-		}
-		r.mu.Lock()
-		r.counters.TotalRecreated++
 	}
-	// r.mu is held here; it was released during a recreate, so shutdown
-	// and a backend swap are checked again.
-	if r.shuttingDown {
-		r.mu.Unlock()
-		return nil, false, nil, errShuttingDown()
+	return r.create(ctx, b, spec, skills, forExec)
+}
+
+// reuse serves spec with the existing session s, resumed when suspended;
+// it refuses an incompatible spec, and destroys s (reused false) when it
+// must be made again: its extra mounts or, on a backend that cannot
+// change a running sandbox's mounts, its skills changed, or its sandbox
+// is gone. merged is s's skill mounts with skills added: what a session
+// made again has too.
+func (r *Runtime) reuse(ctx context.Context, b backends.Backend, s *session, spec Spec, skills []backends.MountSpec, forExec bool) (reused bool, merged []backends.MountSpec, _ error) {
+	info, have := r.sessions.state(s)
+	if field, existing, requested := compatibility(info.Sandbox, spec.Sandbox); field != "" {
+		return false, nil, boxerr.SessionConflict(spec.SessionID, field, existing, requested)
 	}
-	if r.backend != b {
+	if info.State == backends.StateSuspended {
+		if err := r.resume(ctx, b, s); err != nil {
+			return false, nil, err
+		}
+	}
+	skills = mergeMounts(have, skills)
+	reason := ""
+	switch {
+	case !sameMounts(info.ExtraMounts, spec.ExtraMounts):
+		reason = "extra mounts changed"
+	case !b.Describe().SkillsLive && !slices.Equal(have, skills):
+		reason = "skills changed (this backend cannot change mounts of a running sandbox)"
+	case info.State == backends.StateLost:
+		reason = "sandbox is gone (found by Reconcile)"
+	// An exec finds a dead sandbox by failing (see Execs.exec), so only
+	// other callers pay for a liveness probe here.
+	case !forExec && !b.Alive(ctx, info):
+		reason = "sandbox is gone"
+	}
+	if reason == "" {
+		r.sessions.reuse(s, skills, forExec)
+		return true, skills, nil
+	}
+	r.log.Info().Str("session_id", spec.SessionID).Str("reason", reason).Msg("recreating session")
+	if err := r.destroy(ctx, s, "recreate", false); err != nil {
+		return false, nil, err
+	}
+	r.counters.recreated.Add(1)
+	return false, skills, nil
+}
+
+// closedChan is getOrCreate's "start over at once".
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// create makes spec's session on b within max_sessions; the caller holds
+// the id lock.
+func (r *Runtime) create(ctx context.Context, b backends.Backend, spec Spec, skills []backends.MountSpec, forExec bool) (_ *session, created bool, wait <-chan struct{}, _ error) {
+	// A reservation also keeps box_init from replacing the backend
+	// (backendSelector.install): once it is held, b stays the backend in
+	// use if it is now.
+	if err := r.sessions.reserve(r.Config().Limits.MaxSessions); err != nil {
+		return nil, false, nil, err
+	}
+	if r.backends.current() != b {
 		// box_init selected another backend since b was taken; a sandbox
 		// made on b now would be one the runtime no longer reaches.
-		r.mu.Unlock()
+		r.sessions.unreserve()
 		return nil, false, closedChan, nil
 	}
-	limit := r.cfg.Limits.MaxSessions
-	if len(r.sessions)+r.creating+r.closing >= limit {
-		r.mu.Unlock()
-		return nil, false, nil, boxerr.CapacityExceeded("max_sessions", limit, "Box session capacity reached (%d)", limit)
+	if !r.life.enter(&r.inflight) {
+		r.sessions.unreserve()
+		return nil, false, nil, errShuttingDown()
 	}
-	// creating > 0 also keeps a box_init from swapping the backend
-	// (probeAndAdopt), and inflight makes Close wait for this creation.
-	r.creating++
-	r.inflight.Add(1)
 	defer r.inflight.Done()
-	r.mu.Unlock()
-
-	// Creation outlives the request: a host that gives up must not leave a
-	// half-made sandbox behind.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-	startSpec := spec
-	if !live {
-		startSpec.ExtraMounts = append(slices.Clone(spec.ExtraMounts), skills...)
+	info, err := r.startSession(ctx, b, spec, skills)
+	if err != nil {
+		r.sessions.unreserve()
+		return nil, false, nil, err
 	}
-	info, err := r.startSandbox(cctx, b, spec, startSpec.SandboxSpec)
+	if r.life.shuttingDown() {
+		// Close is waiting for this creation (inflight) and has not
+		// closed the backend yet: the sandbox goes before it does.
+		r.sessions.unreserve()
+		_ = b.StopSession(context.WithoutCancel(ctx), info)
+		return nil, false, nil, errShuttingDown()
+	}
+	s := r.sessions.insertCreated(spec, info, skills, forExec)
+	r.log.Info().Str("session_id", spec.SessionID).Str("backend", info.BackendName).
+		Str("backend_session_id", info.BackendSessionID).Msg("session created")
+	return s, true, nil, nil
+}
+
+// startSession starts spec's sandbox (from a warm pool when one fits) and
+// fills it when spec restores a snapshot or a fork. Creation outlives the
+// request: a host that gives up must not leave a half-made sandbox behind.
+func (r *Runtime) startSession(ctx context.Context, b backends.Backend, spec Spec, skills []backends.MountSpec) (backends.Session, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	start := spec.SandboxSpec
+	if !b.Describe().SkillsLive {
+		start.ExtraMounts = append(slices.Clone(spec.ExtraMounts), skills...)
+	}
+	info, err := r.pools.startSandbox(cctx, b, spec, start)
 	if err == nil && spec.restore != nil {
 		if err = spec.restore(cctx, info); err != nil {
 			_ = b.StopSession(context.WithoutCancel(ctx), info)
 		}
 	}
-	cancel()
-
-	r.mu.Lock()
-	r.creating--
-	if err != nil {
-		r.mu.Unlock()
-		return nil, false, nil, err
-	}
-	if r.shuttingDown {
-		// Close is waiting for this creation (inflight) and has not
-		// closed the backend yet: the sandbox goes before it does.
-		r.mu.Unlock()
-		_ = b.StopSession(context.WithoutCancel(ctx), info)
-		return nil, false, nil, errShuttingDown()
-	}
-	now := r.clock.Now()
-	info.SessionID = spec.SessionID
-	info.CreatedAt, info.LastUsedAt = now, now
-	info.ExtraMounts = spec.ActiveExtraMounts()
-	s = newSession(info)
-	s.skills = skills
-	if forExec {
-		s.activeExecs++
-	}
-	r.sessions[spec.SessionID] = s
-	r.counters.TotalCreated++
-	r.mu.Unlock()
-	r.log.Info().Str("session_id", spec.SessionID).Str("backend", info.BackendName).
-		Str("backend_session_id", info.BackendSessionID).Msg("session created")
-	return s, true, nil, nil
+	return info, err
 }
 
 // SessionDetails is box_get_session's result: the session plus its managed
@@ -371,23 +334,18 @@ func (d SessionDetails) MarshalJSON() ([]byte, error) {
 
 // GetSession returns one session of ctx's namespace.
 func (r *Runtime) GetSession(ctx context.Context, id string) (SessionDetails, error) {
-	physical, err := r.resolve(ctx, id)
+	physical, err := resolve(ctx, id)
 	if err != nil {
 		return SessionDetails{}, err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s, ok := r.sessions[physical]
-	if !ok {
+	s := r.sessions.get(physical)
+	if s == nil {
 		return SessionDetails{}, boxerr.SessionNotFound(id)
 	}
-	d := SessionDetails{SessionInfo: SessionInfo{s.info}}
-	if len(s.procs) > 0 {
-		d.ManagedProcesses = map[string]ProcessInfo{}
-		for pid, p := range s.procs {
-			d.ManagedProcesses[pid] = p.info()
-		}
-		if p, ok := d.ManagedProcesses[DefaultProcessID]; ok {
+	d := SessionDetails{SessionInfo: SessionInfo{r.sessions.info(s)}}
+	if procs := r.procs.table.infos(s); len(procs) > 0 {
+		d.ManagedProcesses = procs
+		if p, ok := procs[DefaultProcessID]; ok {
 			d.ManagedProcess = &p
 		}
 	}
@@ -396,47 +354,7 @@ func (r *Runtime) GetSession(ctx context.Context, id string) (SessionDetails, er
 
 // ListSessions returns the sessions of ctx's namespace, oldest first.
 func (r *Runtime) ListSessions(ctx context.Context) []SessionInfo {
-	return r.sessionsWhere(func(id string) bool { return tenant.Visible(ctx, id) })
-}
-
-// sessionsWhere returns the sessions whose physical id matches, oldest
-// first.
-func (r *Runtime) sessionsWhere(match func(id string) bool) []SessionInfo {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]SessionInfo, 0, len(r.sessions))
-	for id, s := range r.sessions {
-		if match(id) {
-			out = append(out, SessionInfo{s.info})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	return out
-}
-
-// liveSessionLocked is session id, refused as not found when it is missing
-// or being deleted; the caller holds r.mu.
-func (r *Runtime) liveSessionLocked(id string) (*session, error) {
-	s, ok := r.sessions[id]
-	if !ok || s.deleting {
-		return nil, boxerr.SessionNotFound(id)
-	}
-	return s, nil
-}
-
-// lockSession takes id's lock (suspend, resume and a snapshot's export keep
-// out of each other) and finds its live session. It returns with r.mu held
-// as well, so the caller checks the session's state before anything
-// changes it; on error it holds neither.
-func (r *Runtime) lockSession(id string) (s *session, unlock func(), err error) {
-	unlock = r.idLocks.Lock(id)
-	r.mu.Lock()
-	if s, err = r.liveSessionLocked(id); err != nil {
-		r.mu.Unlock()
-		unlock()
-		return nil, nil, err
-	}
-	return s, unlock, nil
+	return r.sessions.list(func(id string) bool { return tenant.Visible(ctx, id) })
 }
 
 // DeleteSession stops the session's processes and destroys its sandbox. A
@@ -444,7 +362,7 @@ func (r *Runtime) lockSession(id string) (s *session, unlock func(), err error) 
 // a delete never waits for a long command to finish on its own, not even
 // when a recreate of the session (which holds the id lock) waits for it.
 func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
-	physical, err := r.resolve(ctx, id)
+	physical, err := resolve(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -453,50 +371,30 @@ func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
 
 // deleteSession is DeleteSession of a physical id.
 func (r *Runtime) deleteSession(ctx context.Context, id string) error {
-	r.mu.Lock()
-	if s, ok := r.sessions[id]; ok {
-		r.interruptLocked(s)
-	}
-	r.mu.Unlock()
-	unlock := r.idLocks.Lock(id)
-	defer unlock()
-	r.mu.Lock()
-	s, ok := r.sessions[id]
-	r.mu.Unlock()
-	if !ok {
-		return boxerr.SessionNotFound(id)
-	}
-	return r.destroy(ctx, s, "delete", true)
+	r.sessions.interrupt(id)
+	var err error
+	r.sessions.underID(id, func() {
+		s := r.sessions.get(id)
+		if s == nil {
+			err = boxerr.SessionNotFound(id)
+			return
+		}
+		err = r.destroy(ctx, s, "delete", true)
+	})
+	return err
 }
 
 // errDeleted is the cause an exec interrupted by its session's deletion
 // sees.
 var errDeleted = errors.New("session deleted while the command ran")
 
-// closedChan is acquireLocked's "start over at once".
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
 func errShuttingDown() error { return boxerr.RuntimeUnavailable("Box runtime is shutting down") }
-
-// interruptLocked cancels s's running exec and refuses its later ones, as
-// s is about to be deleted. Runtime.mu is held.
-func (r *Runtime) interruptLocked(s *session) {
-	s.interrupted = true
-	if s.cancelExec != nil {
-		s.cancelExec(errDeleted)
-	}
-}
 
 // destroy removes s from the table and its sandbox from the backend. With
 // interrupt, a running exec is cancelled (its command tree killed by the
 // backend) instead of waited for.
 func (r *Runtime) destroy(ctx context.Context, s *session, reason string, interrupt bool) error {
-	r.mu.Lock()
-	if interrupt {
-		r.interruptLocked(s)
-	}
-	if s.deleting {
-		r.mu.Unlock()
+	if !r.sessions.beginDestroy(s, interrupt) {
 		select {
 		case <-s.deleted:
 			return nil
@@ -504,20 +402,15 @@ func (r *Runtime) destroy(ctx context.Context, s *session, reason string, interr
 			return ctx.Err()
 		}
 	}
-	s.deleting = true
-	r.closing++
-	b := r.backend
-	r.mu.Unlock()
-	r.stopSessionExecs(s) // background execs die with their sandbox
+	b := r.backends.current()
+	r.execs.stopSession(s) // background execs die with their sandbox
 
 	ctx = context.WithoutCancel(ctx)
 	s.execMu.Lock() // waits for the exec to end (killed when interrupting)
 	defer s.execMu.Unlock()
 	s.op.Lock() // waits for a process start or stop
-	r.stopSessionProcesses(ctx, s)
-	r.mu.Lock()
-	info := s.info
-	r.mu.Unlock()
+	r.procs.stopSession(ctx, s)
+	info := r.sessions.info(s)
 	var err error
 	if b != nil {
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -525,26 +418,15 @@ func (r *Runtime) destroy(ctx context.Context, s *session, reason string, interr
 		cancel()
 	}
 	if err == nil {
-		r.dropSuspendRecord(info.SessionID)
+		r.records.drop(info.SessionID)
 	}
 	s.op.Unlock()
 
-	r.mu.Lock()
-	r.closing--
-	if r.sessions[s.info.SessionID] == s {
-		delete(r.sessions, s.info.SessionID)
-	}
-	r.counters.TotalCleaned++
-	if reason == reasonTTL {
-		// Counted with the removal, so box_status never shows a reaped
-		// session gone but not counted.
-		r.counters.TotalReaped++
-	}
-	r.mu.Unlock()
+	r.sessions.remove(s, reason)
 	close(s.deleted)
-	r.log.Info().Str("session_id", s.info.SessionID).Str("reason", reason).Err(err).Msg("session destroyed")
+	r.log.Info().Str("session_id", info.SessionID).Str("reason", reason).Err(err).Msg("session destroyed")
 	if err != nil {
-		return boxerr.Failure("destroy session %s: %v", s.info.SessionID, err).Wrap(err)
+		return boxerr.Failure("destroy session %s: %v", info.SessionID, err).Wrap(err)
 	}
 	return nil
 }

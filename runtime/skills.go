@@ -21,7 +21,7 @@ func WithSkillResolver(sr SkillResolver) Option { return func(r *Runtime) { r.sk
 
 // resolveSkills turns spec.SkillName (read-only, the reference's field) and
 // spec.Skills into mounts at <mount_path>/.skills/<name>.
-func (r *Runtime) resolveSkills(ctx context.Context, spec Spec) ([]backends.MountSpec, error) {
+func resolveSkills(ctx context.Context, sr SkillResolver, spec Spec) ([]backends.MountSpec, error) {
 	wanted := slices.Clone(spec.Skills)
 	if spec.SkillName != "" {
 		wanted = append([]SkillMount{{Name: spec.SkillName, Mode: backends.MountRO}}, wanted...)
@@ -29,7 +29,6 @@ func (r *Runtime) resolveSkills(ctx context.Context, spec Spec) ([]backends.Moun
 	if len(wanted) == 0 {
 		return nil, nil
 	}
-	sr := r.skills
 	if sr == nil {
 		return nil, boxerr.Validation("skills", "this runtime has no skill store")
 	}
@@ -57,16 +56,6 @@ func (r *Runtime) resolveSkills(ctx context.Context, spec Spec) ([]backends.Moun
 		out = append(out, backends.MountSpec{HostPath: root, MountPath: path.Join(spec.MountPath, SkillsMountDir, w.Name), Mode: mode})
 	}
 	return out, nil
-}
-
-// sandboxInfo is the session as backends see it: the caller's extra mounts
-// plus the skill mounts. Runtime.mu is held.
-func (s *session) sandboxInfo() backends.Session {
-	info := s.info
-	if len(s.skills) > 0 {
-		info.ExtraMounts = append(slices.Clone(info.ExtraMounts), s.skills...)
-	}
-	return info
 }
 
 // mergeMounts adds the mounts of more to base; a mount for a target base

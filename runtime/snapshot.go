@@ -19,31 +19,35 @@ import (
 	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
-// snapshotStores caches the snapshot store per configured location, so a
-// store's temp-file cleanup (at open) never races a Put of the same store.
-type snapshotStores struct {
+// Snapshots is the snapshot service: snapshots of a session's files,
+// sessions restored from them, and forks. It owns the snapshot stores,
+// cached per configured location, so a store's temp-file cleanup (at
+// open) never races a Put of the same store.
+type Snapshots struct {
+	r *Runtime
+
 	mu     sync.Mutex
 	byDir  map[string]*snapshots.Local
-	custom snapshots.Store
+	custom snapshots.Store // WithSnapshotStore
 }
 
 // WithSnapshotStore replaces the local directory store (an object store,
 // tests).
 func WithSnapshotStore(s snapshots.Store) Option {
-	return func(r *Runtime) { r.snaps.custom = s }
+	return func(r *Runtime) { r.snapStore = s }
 }
 
-// snapshotStore returns the store the configuration names.
-func (r *Runtime) snapshotStore() (snapshots.Store, error) {
-	cfg := r.Config().Durable
-	r.snaps.mu.Lock()
-	defer r.snaps.mu.Unlock()
-	if r.snaps.custom != nil {
-		return r.snaps.custom, nil
+// store returns the store the configuration names.
+func (sn *Snapshots) store() (snapshots.Store, error) {
+	cfg := sn.r.Config().Durable
+	sn.mu.Lock()
+	defer sn.mu.Unlock()
+	if sn.custom != nil {
+		return sn.custom, nil
 	}
-	dir := r.snapshotDir(cfg)
+	dir := sn.dir(cfg)
 	max := int64(cfg.SnapshotMaxTotalMB) << 20
-	if st := r.snaps.byDir[dir]; st != nil {
+	if st := sn.byDir[dir]; st != nil {
 		st.SetMaxBytes(max)
 		return st, nil
 	}
@@ -51,30 +55,30 @@ func (r *Runtime) snapshotStore() (snapshots.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.snaps.byDir == nil {
-		r.snaps.byDir = map[string]*snapshots.Local{}
+	if sn.byDir == nil {
+		sn.byDir = map[string]*snapshots.Local{}
 	}
-	r.snaps.byDir[dir] = st
+	sn.byDir[dir] = st
 	return st, nil
 }
 
-func (r *Runtime) snapshotDir(cfg Durable) string {
+func (sn *Snapshots) dir(cfg Durable) string {
 	if cfg.SnapshotDir != "" {
 		return cfg.SnapshotDir
 	}
-	return filepath.Join(r.stateDir, "snapshots")
+	return filepath.Join(sn.r.stateDir, "snapshots")
 }
 
-// tidySnapshotStore opens the local store at start when it exists, so what
-// a crash mid-snapshot left (temp files, an archive no manifest names) is
-// removed now rather than at the first snapshot call; a store that does not
-// exist yet is not made.
-func (r *Runtime) tidySnapshotStore() {
-	if _, err := os.Stat(r.snapshotDir(r.Config().Durable)); err != nil {
+// tidy opens the local store at start when it exists, so what a crash
+// mid-snapshot left (temp files, an archive no manifest names) is removed
+// now rather than at the first snapshot call; a store that does not exist
+// yet is not made.
+func (sn *Snapshots) tidy() {
+	if _, err := os.Stat(sn.dir(sn.r.Config().Durable)); err != nil {
 		return
 	}
-	if _, err := r.snapshotStore(); err != nil {
-		r.log.Warn().Err(err).Msg("snapshot store: cannot open it to remove what a crash left")
+	if _, err := sn.store(); err != nil {
+		sn.r.log.Warn().Err(err).Msg("snapshot store: cannot open it to remove what a crash left")
 	}
 }
 
@@ -95,8 +99,8 @@ func hostWorkspace(sb backends.Sandbox) bool {
 // exportOptions applies the host-path rule: a host_path workspace is
 // copied only when durable.snapshot_host_paths allows it; extra mounts and
 // skills never are. notes say what was left out.
-func (r *Runtime) exportOptions(sb backends.Sandbox) (opts backends.ExportOptions, notes []string) {
-	opts.HostPaths = r.Config().Durable.SnapshotHostPaths
+func exportOptions(cfg Durable, sb backends.Sandbox) (opts backends.ExportOptions, notes []string) {
+	opts.HostPaths = cfg.SnapshotHostPaths
 	if hostWorkspace(sb) && !opts.HostPaths {
 		notes = append(notes, fmt.Sprintf("host_path %s is not copied (durable.snapshot_host_paths is off): a restore binds it again", sb.HostPath))
 	}
@@ -127,19 +131,20 @@ func pipeExport(ctx context.Context, a backends.Archiver, info backends.Session,
 	return cerr
 }
 
-// SnapshotSession saves a running or suspended session's files to the
+// Take saves a running or suspended session's files to the
 // snapshot store. Mode full (memory and processes) answers the reason it
 // is not available (checkpoint.go).
-func (r *Runtime) SnapshotSession(ctx context.Context, id, mode string) (snapshots.Manifest, error) {
+func (sn *Snapshots) Take(ctx context.Context, id, mode string) (snapshots.Manifest, error) {
 	switch mode {
 	case "", snapshots.ModeFilesystem:
 		mode = snapshots.ModeFilesystem
 	case snapshots.ModeFull:
-		return snapshots.Manifest{}, r.fullSnapshotUnavailable(ctx)
+		return snapshots.Manifest{}, fullSnapshotUnavailable(ctx)
 	default:
 		return snapshots.Manifest{}, boxerr.Validation("mode", "mode must be %q or %q, got %q", snapshots.ModeFilesystem, snapshots.ModeFull, mode)
 	}
-	b, err := r.currentBackend(ctx)
+	r := sn.r
+	b, err := r.backends.ensure(ctx)
 	if err != nil {
 		return snapshots.Manifest{}, err
 	}
@@ -147,32 +152,19 @@ func (r *Runtime) SnapshotSession(ctx context.Context, id, mode string) (snapsho
 	if err != nil {
 		return snapshots.Manifest{}, err
 	}
-	store, err := r.snapshotStore()
+	store, err := sn.store()
 	if err != nil {
 		return snapshots.Manifest{}, err
 	}
-	if id, err = r.resolve(ctx, id); err != nil {
+	if id, err = resolve(ctx, id); err != nil {
 		return snapshots.Manifest{}, err
 	}
+	var m snapshots.Manifest
+	start := time.Now()
 	// The id lock keeps suspend, resume and destruction out while the
 	// files are read; execs already running go on.
-	s, unlock, err := r.lockSession(id)
-	if err != nil {
-		return snapshots.Manifest{}, err
-	}
-	defer unlock()
-	info := s.info
-	r.mu.Unlock()
-	spec, err := json.Marshal(info.Sandbox)
-	if err != nil {
-		return snapshots.Manifest{}, err
-	}
-	opts, notes := r.exportOptions(info.Sandbox)
-	m := snapshots.Manifest{SessionID: id, Backend: b.Name(), Mode: mode, Spec: spec, Notes: notes,
-		HostPathIncluded: hostWorkspace(info.Sandbox) && opts.HostPaths}
-	start := time.Now()
-	err = pipeExport(ctx, a, info, opts, func(rd io.Reader) error {
-		m, err = store.Put(ctx, m, rd)
+	err = r.sessions.underLive(id, func(s *session) error {
+		m, err = sn.export(ctx, a, store, b.Name(), mode, r.sessions.info(s))
 		return err
 	})
 	if err != nil {
@@ -183,10 +175,26 @@ func (r *Runtime) SnapshotSession(ctx context.Context, id, mode string) (snapsho
 	return m, nil
 }
 
-// ListSnapshots returns the snapshots of ctx's Workspace (every one in
+// export stores the files of the session info in store.
+func (sn *Snapshots) export(ctx context.Context, a backends.Archiver, store snapshots.Store, backend, mode string, info backends.Session) (snapshots.Manifest, error) {
+	spec, err := json.Marshal(info.Sandbox)
+	if err != nil {
+		return snapshots.Manifest{}, err
+	}
+	opts, notes := exportOptions(sn.r.Config().Durable, info.Sandbox)
+	m := snapshots.Manifest{SessionID: info.SessionID, Backend: backend, Mode: mode, Spec: spec, Notes: notes,
+		HostPathIncluded: hostWorkspace(info.Sandbox) && opts.HostPaths}
+	err = pipeExport(ctx, a, info, opts, func(rd io.Reader) error {
+		m, err = store.Put(ctx, m, rd)
+		return err
+	})
+	return m, err
+}
+
+// List returns the snapshots of ctx's Workspace (every one in
 // the default namespace but the Workspaces'), oldest first.
-func (r *Runtime) ListSnapshots(ctx context.Context) ([]snapshots.Manifest, error) {
-	store, err := r.snapshotStore()
+func (sn *Snapshots) List(ctx context.Context) ([]snapshots.Manifest, error) {
+	store, err := sn.store()
 	if err != nil {
 		return nil, err
 	}
@@ -197,18 +205,18 @@ func (r *Runtime) ListSnapshots(ctx context.Context) ([]snapshots.Manifest, erro
 	return slices.DeleteFunc(all, func(m snapshots.Manifest) bool { return !tenant.VisibleWorkspace(ctx, m.SessionID) }), nil
 }
 
-// GetSnapshot returns one snapshot's manifest.
-func (r *Runtime) GetSnapshot(ctx context.Context, id string) (snapshots.Manifest, error) {
-	store, err := r.snapshotStore()
+// Get returns one snapshot's manifest.
+func (sn *Snapshots) Get(ctx context.Context, id string) (snapshots.Manifest, error) {
+	store, err := sn.store()
 	if err != nil {
 		return snapshots.Manifest{}, err
 	}
 	return snapshotIn(ctx, store, strings.TrimSpace(id))
 }
 
-// DeleteSnapshot removes a snapshot.
-func (r *Runtime) DeleteSnapshot(ctx context.Context, id string) error {
-	store, err := r.snapshotStore()
+// Delete removes a snapshot.
+func (sn *Snapshots) Delete(ctx context.Context, id string) error {
+	store, err := sn.store()
 	if err != nil {
 		return err
 	}
@@ -219,18 +227,15 @@ func (r *Runtime) DeleteSnapshot(ctx context.Context, id string) error {
 	return store.Delete(ctx, id)
 }
 
-// fromSnapshot turns a spec naming from_snapshot into the snapshot's
+// restoreSpec turns a spec naming from_snapshot into the snapshot's
 // sandbox (same image, limits, mounts) with a restore of its files. The
 // snapshot must come from this backend. A snapshot that copied its
 // host_path workspace restores into a workspace of the session's own.
-func (r *Runtime) fromSnapshot(ctx context.Context, b backends.Backend, spec Spec) (Spec, error) {
-	r.mu.Lock()
-	_, exists := r.sessions[spec.SessionID]
-	r.mu.Unlock()
-	if exists {
+func (sn *Snapshots) restoreSpec(ctx context.Context, b backends.Backend, spec Spec) (Spec, error) {
+	if sn.r.sessions.get(spec.SessionID) != nil {
 		return spec, nil // an existing session ignores from_snapshot
 	}
-	store, err := r.snapshotStore()
+	store, err := sn.store()
 	if err != nil {
 		return spec, err
 	}
@@ -275,22 +280,23 @@ func snapshotError(id string, err error) error {
 	return err
 }
 
-// ForkSession makes newID an independent copy of session id (running or
+// Fork makes newID an independent copy of session id (running or
 // suspended): a new sandbox with the same spec (skills are not carried
 // over: the host names them again), filled with a copy of the
 // source's files streamed straight from one to the other (no store). The
 // two share no writable file; a host_path workspace stays the host's
 // directory, bound by both, unless durable.snapshot_host_paths makes the
 // fork copy it into a workspace of its own.
-func (r *Runtime) ForkSession(ctx context.Context, id, newID string) (SessionInfo, error) {
-	id, err := r.resolve(ctx, id)
+func (sn *Snapshots) Fork(ctx context.Context, id, newID string) (SessionInfo, error) {
+	r := sn.r
+	id, err := resolve(ctx, id)
 	if err != nil {
 		return SessionInfo{}, err
 	}
 	if newID, err = tenant.Resolve(ctx, "new_session_id", newID); err != nil {
 		return SessionInfo{}, err
 	}
-	b, err := r.currentBackend(ctx)
+	b, err := r.backends.ensure(ctx)
 	if err != nil {
 		return SessionInfo{}, err
 	}
@@ -298,25 +304,27 @@ func (r *Runtime) ForkSession(ctx context.Context, id, newID string) (SessionInf
 	if err != nil {
 		return SessionInfo{}, err
 	}
-	r.mu.Lock()
-	src, ok := r.sessions[id]
-	var info backends.Session
-	if ok {
-		info = src.info
+	src, err := r.sessions.live(id)
+	if err != nil {
+		return SessionInfo{}, err
 	}
-	_, exists := r.sessions[newID]
-	r.mu.Unlock()
-	if !ok || src.deleting {
-		return SessionInfo{}, boxerr.SessionNotFound(id)
-	}
-	if exists {
+	if r.sessions.get(newID) != nil {
 		return SessionInfo{}, boxerr.Validation("new_session_id", "session %s already exists", newID)
 	}
+	var forked SessionInfo
 	// The source's id lock holds suspend, resume and destruction off while
 	// its files are read; the new id's is taken by acquire.
-	unlock := r.idLocks.Lock(id)
-	defer unlock()
-	opts, _ := r.exportOptions(info.Sandbox)
+	r.sessions.underID(id, func() {
+		forked, err = sn.fork(ctx, a, r.sessions.info(src), newID)
+	})
+	return forked, err
+}
+
+// fork makes newID a copy of the session info; the caller holds the
+// source's id lock.
+func (sn *Snapshots) fork(ctx context.Context, a backends.Archiver, info backends.Session, newID string) (SessionInfo, error) {
+	r := sn.r
+	opts, _ := exportOptions(r.Config().Durable, info.Sandbox)
 	spec := DefaultSpec()
 	spec.SessionID = newID
 	spec.Sandbox = info.Sandbox
@@ -331,8 +339,6 @@ func (r *Runtime) ForkSession(ctx context.Context, id, newID string) (SessionInf
 	if err != nil {
 		return SessionInfo{}, err
 	}
-	r.log.Info().Str("session_id", id).Str("new_session_id", newID).Dur("took", time.Since(start)).Msg("session forked")
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return SessionInfo{s.info}, nil
+	r.log.Info().Str("session_id", info.SessionID).Str("new_session_id", newID).Dur("took", time.Since(start)).Msg("session forked")
+	return SessionInfo{r.sessions.info(s)}, nil
 }

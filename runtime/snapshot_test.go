@@ -79,7 +79,7 @@ func TestSnapshotRestoreAndFork(t *testing.T) {
 	require.NoError(t, err)
 	af.content[info.BackendSessionID] = "hello"
 
-	m, err := rt2.SnapshotSession(ctx, "src", "")
+	m, err := rt2.Snapshots().Take(ctx, "src", "")
 	require.NoError(t, err)
 	assert.Equal(t, snapshots.ModeFilesystem, m.Mode)
 	var sb backends.Sandbox
@@ -94,18 +94,18 @@ func TestSnapshotRestoreAndFork(t *testing.T) {
 	assert.Equal(t, 256, rinfo.MemoryMB, "the snapshot's sandbox fields win")
 	assert.Equal(t, "hello", af.content[rinfo.BackendSessionID])
 
-	finfo, err := rt2.ForkSession(ctx, "r", "f")
+	finfo, err := rt2.Snapshots().Fork(ctx, "r", "f")
 	require.NoError(t, err)
 	assert.NotEqual(t, rinfo.BackendSessionID, finfo.BackendSessionID)
 	assert.Equal(t, "hello", af.content[finfo.BackendSessionID])
-	_, err = rt2.ForkSession(ctx, "r", "f")
+	_, err = rt2.Snapshots().Fork(ctx, "r", "f")
 	require.ErrorIs(t, err, boxerr.ErrValidation, "the fork's id exists")
 
 	bad := spec("x")
 	bad.FromSnapshot = "snap-0000000000000000"
 	_, err = rt2.EnsureSession(ctx, bad)
 	require.ErrorIs(t, err, boxerr.ErrValidation)
-	_, err = rt2.SnapshotSession(ctx, "r", "memory")
+	_, err = rt2.Snapshots().Take(ctx, "r", "memory")
 	require.ErrorIs(t, err, boxerr.ErrValidation)
 	for _, o := range af.exports {
 		assert.False(t, o.HostPaths, "host paths are not copied by default")

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/atomicfile"
 	"github.com/boxrt/boxrt/internal/boxerr"
@@ -41,28 +43,32 @@ type suspendRecord struct {
 	Processes        []backends.ProcessSpec `json:"processes"`
 }
 
-func (r *Runtime) suspendRecordPath(sessionID string) string {
-	sum := sha256.Sum256([]byte(sessionID))
-	return filepath.Join(r.stateDir, "suspended", hex.EncodeToString(sum[:])+".json")
+// suspendRecords keeps the records in a directory of the state directory.
+type suspendRecords struct {
+	dir string
+	log zerolog.Logger
 }
 
-func (r *Runtime) writeSuspendRecord(rec suspendRecord) error {
-	path := r.suspendRecordPath(rec.SessionID)
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+func (rs suspendRecords) path(sessionID string) string {
+	sum := sha256.Sum256([]byte(sessionID))
+	return filepath.Join(rs.dir, hex.EncodeToString(sum[:])+".json")
+}
+
+func (rs suspendRecords) write(rec suspendRecord) error {
+	if err := os.MkdirAll(rs.dir, 0o700); err != nil {
 		return err
 	}
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	return atomicfile.Write(path, data, 0o600)
+	return atomicfile.Write(rs.path(rec.SessionID), data, 0o600)
 }
 
-// readSuspendRecord returns the record of an adopted suspended session; a
-// missing or foreign one (another sandbox of the same id) means no
-// processes.
-func (r *Runtime) readSuspendRecord(info backends.Session) []backends.ProcessSpec {
-	data, err := os.ReadFile(r.suspendRecordPath(info.SessionID))
+// read returns the processes recorded for an adopted suspended session; a
+// missing or foreign record (another sandbox of the same id) means none.
+func (rs suspendRecords) read(info backends.Session) []backends.ProcessSpec {
+	data, err := os.ReadFile(rs.path(info.SessionID))
 	if err != nil {
 		return nil
 	}
@@ -73,9 +79,9 @@ func (r *Runtime) readSuspendRecord(info backends.Session) []backends.ProcessSpe
 	return rec.Processes
 }
 
-func (r *Runtime) dropSuspendRecord(sessionID string) {
-	if err := os.Remove(r.suspendRecordPath(sessionID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		r.log.Warn().Err(err).Str("session_id", sessionID).Msg("cannot remove suspend record")
+func (rs suspendRecords) drop(sessionID string) {
+	if err := os.Remove(rs.path(sessionID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		rs.log.Warn().Err(err).Str("session_id", sessionID).Msg("cannot remove suspend record")
 	}
 }
 
@@ -92,40 +98,34 @@ func suspender(b backends.Backend) (backends.Suspender, error) {
 // and the specs of its running managed processes; the next call that needs
 // it resumes it. A session with a command running is refused.
 func (r *Runtime) SuspendSession(ctx context.Context, id string) (SessionInfo, error) {
-	id, err := r.resolve(ctx, id)
+	id, err := resolve(ctx, id)
 	if err != nil {
 		return SessionInfo{}, err
 	}
-	b, err := r.currentBackend(ctx)
+	b, err := r.backends.ensure(ctx)
 	if err != nil {
 		return SessionInfo{}, err
 	}
-	s, unlock, err := r.lockSession(id)
-	if err != nil {
-		return SessionInfo{}, err
-	}
-	defer unlock()
-	if s.info.State == backends.StateSuspended {
-		defer r.mu.Unlock()
-		return SessionInfo{s.info}, nil
-	}
-	if s.activeExecs > 0 {
-		r.mu.Unlock()
-		return SessionInfo{}, boxerr.Failure("session %s has a command running; suspend it once the command ends", id).
-			With("session_id", id).With("reason", "busy")
-	}
-	r.mu.Unlock()
-	if err := r.suspendLocked(ctx, b, s, "explicit"); err != nil {
-		return SessionInfo{}, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return SessionInfo{s.info}, nil
+	var info backends.Session
+	err = r.sessions.underLive(id, func(s *session) error {
+		if r.sessions.info(s).State != backends.StateSuspended {
+			if r.sessions.busy(s) {
+				return boxerr.Failure("session %s has a command running; suspend it once the command ends", id).
+					With("session_id", id).With("reason", "busy")
+			}
+			if err := r.suspend(ctx, b, s, "explicit"); err != nil {
+				return err
+			}
+		}
+		info = r.sessions.info(s)
+		return nil
+	})
+	return SessionInfo{info}, err
 }
 
-// suspendLocked suspends s; the caller holds s's id lock and has checked
-// that no exec runs.
-func (r *Runtime) suspendLocked(ctx context.Context, b backends.Backend, s *session, reason string) error {
+// suspend suspends s; the caller holds s's id lock and has checked that
+// no exec runs.
+func (r *Runtime) suspend(ctx context.Context, b backends.Backend, s *session, reason string) error {
 	sp, err := suspender(b)
 	if err != nil {
 		return err
@@ -133,41 +133,29 @@ func (r *Runtime) suspendLocked(ctx context.Context, b backends.Backend, s *sess
 	ctx = context.WithoutCancel(ctx)
 	s.op.Lock()
 	defer s.op.Unlock()
-	r.mu.Lock()
-	info := s.info
+	info := r.sessions.info(s)
 	if sc, ok := b.(backends.SuspendChecker); ok && !sc.CanSuspend(info) {
 		// Refused before anything is stopped: the session keeps running
 		// as it was.
-		r.mu.Unlock()
 		return boxerr.Failure("the %s backend cannot suspend session %s: its files would not survive (only persistent sessions can be suspended there)", b.Name(), info.SessionID).
 			With("session_id", info.SessionID).With("reason", "not_persistent")
 	}
-	var specs []backends.ProcessSpec
-	for _, p := range s.procs {
-		if p.running() {
-			specs = append(specs, p.spec)
-		}
-	}
-	r.mu.Unlock()
+	specs := r.procs.table.runningSpecs(s)
 	// The record goes first: a crash after the backend's mark must still
 	// find the processes to bring back.
-	if err := r.writeSuspendRecord(suspendRecord{SessionID: info.SessionID, BackendSessionID: info.BackendSessionID,
+	if err := r.records.write(suspendRecord{SessionID: info.SessionID, BackendSessionID: info.BackendSessionID,
 		SuspendedAt: r.clock.Now().UTC(), Processes: specs}); err != nil {
 		return backends.StateDirError("suspend session "+info.SessionID+": writing its record", err)
 	}
-	r.stopSessionProcesses(ctx, s)
+	r.procs.stopSession(ctx, s)
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	err = sp.Suspend(sctx, info)
 	cancel()
 	if err != nil {
-		r.dropSuspendRecord(info.SessionID)
+		r.records.drop(info.SessionID)
 		return err
 	}
-	r.mu.Lock()
-	s.info.State = backends.StateSuspended
-	s.resumeProcs = specs
-	r.counters.TotalSuspended++
-	r.mu.Unlock()
+	r.sessions.suspended(s, specs)
 	r.log.Info().Str("session_id", info.SessionID).Str("reason", reason).Int("processes", len(specs)).Msg("session suspended")
 	return nil
 }
@@ -175,7 +163,7 @@ func (r *Runtime) suspendLocked(ctx context.Context, b backends.Backend, s *sess
 // ResumeSession resumes a suspended session (a running one is returned as
 // it is).
 func (r *Runtime) ResumeSession(ctx context.Context, id string) (SessionInfo, error) {
-	physical, err := r.resolve(ctx, id)
+	physical, err := resolve(ctx, id)
 	if err != nil {
 		return SessionInfo{}, err
 	}
@@ -184,58 +172,50 @@ func (r *Runtime) ResumeSession(ctx context.Context, id string) (SessionInfo, er
 
 // resumeSession is ResumeSession of a physical id.
 func (r *Runtime) resumeSession(ctx context.Context, id string) (SessionInfo, error) {
-	b, err := r.currentBackend(ctx)
+	b, err := r.backends.ensure(ctx)
 	if err != nil {
 		return SessionInfo{}, err
 	}
-	s, unlock, err := r.lockSession(id)
-	if err != nil {
-		return SessionInfo{}, err
-	}
-	defer unlock()
-	r.mu.Unlock()
-	if err := r.resumeLocked(ctx, b, s); err != nil {
-		return SessionInfo{}, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return SessionInfo{s.info}, nil
+	var info backends.Session
+	err = r.sessions.underLive(id, func(s *session) error {
+		if err := r.resume(ctx, b, s); err != nil {
+			return err
+		}
+		info = r.sessions.info(s)
+		return nil
+	})
+	return SessionInfo{info}, err
 }
 
 // Acquire resumes session id when it is suspended and marks it used; other
 // runtime parts (file access) call it before touching a session's files.
 func (r *Runtime) Acquire(ctx context.Context, id string) error {
-	id, err := r.resolve(ctx, id)
+	id, err := resolve(ctx, id)
 	if err != nil {
 		return err
 	}
 	if _, err := r.resumeSession(ctx, id); err != nil {
 		return err
 	}
-	r.touch(id)
+	r.sessions.touch(id)
 	return nil
 }
 
-// resumeLocked resumes s when it is suspended; the caller holds s's id
-// lock, so concurrent callers resume it once. Managed processes that ran
-// at suspension are started again, flagged as resumed (their earlier
-// output is gone).
-func (r *Runtime) resumeLocked(ctx context.Context, b backends.Backend, s *session) error {
-	r.mu.Lock()
-	if s.info.State != backends.StateSuspended {
-		r.mu.Unlock()
+// resume resumes s when it is suspended; the caller holds s's id lock, so
+// concurrent callers resume it once. Managed processes that ran at
+// suspension are started again, flagged as resumed (their earlier output
+// is gone).
+func (r *Runtime) resume(ctx context.Context, b backends.Backend, s *session) error {
+	info, specs, suspended := r.sessions.toResume(s)
+	if !suspended {
 		return nil
 	}
-	if r.shuttingDown {
-		// Close keeps suspended sessions as they are.
-		r.mu.Unlock()
+	// Close keeps suspended sessions as they are, and must see this one
+	// running, or suspended.
+	if !r.life.enter(&r.inflight) {
 		return errShuttingDown()
 	}
-	r.inflight.Add(1) // Close must see the session running, or suspended
 	defer r.inflight.Done()
-	info := s.info
-	specs := s.resumeProcs
-	r.mu.Unlock()
 	sp, err := suspender(b)
 	if err != nil {
 		return err
@@ -248,17 +228,12 @@ func (r *Runtime) resumeLocked(ctx context.Context, b backends.Backend, s *sessi
 	if err != nil {
 		return err
 	}
-	r.mu.Lock()
-	s.info.State = backends.StateRunning
-	s.info.LastUsedAt = r.clock.Now()
-	s.resumeProcs = nil
-	r.counters.TotalResumed++
-	r.mu.Unlock()
-	r.dropSuspendRecord(info.SessionID)
+	r.sessions.resumed(s)
+	r.records.drop(info.SessionID)
 	s.op.Lock()
 	defer s.op.Unlock()
 	for _, spec := range specs {
-		if _, err := r.startProcessOp(ctx, b, s, spec, true); err != nil {
+		if _, err := r.procs.start(ctx, b, s, spec, true); err != nil {
 			r.log.Warn().Err(err).Str("session_id", info.SessionID).Str("process_id", spec.ProcessID).Msg("managed process did not come back after resume")
 		}
 	}

@@ -139,7 +139,7 @@ func TestConcurrentResumeResumesOnce(t *testing.T) {
 			case 1:
 				s := spec("s")
 				s.Cmd = "echo hi"
-				res, err := rt.Exec(ctx, s)
+				res, err := rt.Execs().Exec(ctx, s)
 				assert.NoError(t, err)
 				assert.Equal(t, "echo hi", res.Stdout)
 			default:
@@ -160,7 +160,7 @@ func TestResumeRestartsProcesses(t *testing.T) {
 	rt, _, _ := newSuspendRuntime(t, "")
 	_, err := rt.EnsureSession(ctx, spec("s"))
 	require.NoError(t, err)
-	_, err = rt.StartProcess(ctx, "s", backends.ProcessSpec{Command: "cat"})
+	_, err = rt.Processes().Start(ctx, "s", backends.ProcessSpec{Command: "cat"})
 	require.NoError(t, err)
 
 	_, err = rt.SuspendSession(ctx, "s")
@@ -171,7 +171,7 @@ func TestResumeRestartsProcesses(t *testing.T) {
 
 	_, err = rt.ResumeSession(ctx, "s")
 	require.NoError(t, err)
-	p, err := rt.Process(context.Background(), "s", "")
+	p, err := rt.Processes().Get(context.Background(), "s", "")
 	require.NoError(t, err)
 	assert.Equal(t, ProcessRunning, p.Status)
 	assert.True(t, p.Resumed, "the process is flagged: its earlier output is gone")
@@ -179,7 +179,7 @@ func TestResumeRestartsProcesses(t *testing.T) {
 	// Starting a process on a suspended session resumes it.
 	_, err = rt.SuspendSession(ctx, "s")
 	require.NoError(t, err)
-	p, err = rt.StartProcess(ctx, "s", backends.ProcessSpec{ProcessID: "other", Command: "cat"})
+	p, err = rt.Processes().Start(ctx, "s", backends.ProcessSpec{ProcessID: "other", Command: "cat"})
 	require.NoError(t, err)
 	assert.False(t, p.Resumed)
 	d, err = rt.GetSession(context.Background(), "s")
@@ -225,10 +225,10 @@ func TestCloseOrder(t *testing.T) {
 		err error
 	}
 	execDone := make(chan result, 1)
-	go func() { res, err := rt.Exec(ctx, long); execDone <- result{res, err} }()
+	go func() { res, err := rt.Execs().Exec(ctx, long); execDone <- result{res, err} }()
 	bg := spec("plain")
 	bg.Cmd = "sleep 300"
-	x, err := rt.StartExec(ctx, bg, ExecOptions{})
+	x, err := rt.Execs().Start(ctx, bg, ExecOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		sf.mu.Lock()
@@ -247,7 +247,7 @@ func TestCloseOrder(t *testing.T) {
 	// Ended already: a wait returns at once (a deadline would race it).
 	wctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	res, err := rt.WaitExec(wctx, x.ExecID, 0)
+	res, err := rt.Execs().Wait(wctx, x.ExecID, 0)
 	require.NoError(t, err)
 	assert.Equal(t, StatusCanceled, res.Status, "the background exec")
 	sf.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -359,6 +360,7 @@ func (ps *Processes) Start(ctx context.Context, sessionID string, spec backends.
 		return ProcessInfo{}, err
 	}
 	r := ps.r
+	named := sessionID
 	sessionID, err := resolve(ctx, sessionID)
 	if err != nil {
 		return ProcessInfo{}, err
@@ -367,7 +369,7 @@ func (ps *Processes) Start(ctx context.Context, sessionID string, spec backends.
 	for {
 		s, err := r.sessions.live(sessionID)
 		if err != nil {
-			return ProcessInfo{}, err
+			return ProcessInfo{}, noSessionForProcess(named, err)
 		}
 		b := r.backends.current()
 		if r.sessions.info(s).State == backends.StateSuspended {
@@ -530,15 +532,44 @@ func (ps *Processes) lookup(ctx context.Context, sessionID, processID string) (*
 	if err != nil {
 		return nil, err
 	}
-	s := ps.r.sessions.get(sessionID)
-	if s == nil {
-		return nil, boxerr.SessionNotFound(sessionID)
+	s, err := ps.awake(ctx, sessionID)
+	if err != nil {
+		return nil, err
 	}
 	p, ok := ps.table.get(s, processID)
 	if !ok {
 		return nil, boxerr.ProcessNotFound(sessionID, processID)
 	}
 	return p, nil
+}
+
+// awake is session id, resumed first when it is suspended: a suspended
+// session's managed processes still exist for the host (they run again
+// when it resumes), so reading, attaching to or stopping one resumes it,
+// as every call that needs a suspended session does.
+func (ps *Processes) awake(ctx context.Context, id string) (*session, error) {
+	r := ps.r
+	s := r.sessions.get(id)
+	if s == nil {
+		return nil, boxerr.SessionNotFound(id)
+	}
+	if r.sessions.info(s).State == backends.StateSuspended {
+		if _, err := r.resumeSession(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// noSessionForProcess words a missing session for box_start_managed_process,
+// which never creates one: the host has to make it first.
+func noSessionForProcess(named string, err error) error {
+	if !errors.Is(err, boxerr.ErrSessionNotFound) {
+		return err
+	}
+	e := boxerr.SessionNotFound(named)
+	e.Msg += "; a managed process needs a session: create it with box_create_session (or box_exec) first"
+	return e
 }
 
 // Stop terminates a managed process and forgets it.
@@ -553,9 +584,9 @@ func (ps *Processes) Stop(ctx context.Context, sessionID, processID string) erro
 	if err != nil {
 		return err
 	}
-	s := ps.r.sessions.get(sessionID)
-	if s == nil {
-		return boxerr.SessionNotFound(sessionID)
+	s, err := ps.awake(ctx, sessionID)
+	if err != nil {
+		return err
 	}
 	s.op.Lock()
 	defer s.op.Unlock()

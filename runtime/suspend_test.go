@@ -188,6 +188,47 @@ func TestResumeRestartsProcesses(t *testing.T) {
 	assert.Len(t, d.ManagedProcesses, 2)
 }
 
+// TestSuspendedSessionKeepsItsProcesses: a suspended session's processes
+// are still there for the host; reading or stopping one resumes the
+// session instead of answering that the process does not exist.
+func TestSuspendedSessionKeepsItsProcesses(t *testing.T) {
+	ctx := context.Background()
+	rt, sf, _ := newSuspendRuntime(t, "")
+	_, err := rt.EnsureSession(ctx, spec("s"))
+	require.NoError(t, err)
+	_, err = rt.Processes().Start(ctx, "s", backends.ProcessSpec{Command: "cat"})
+	require.NoError(t, err)
+	_, err = rt.Processes().Start(ctx, "s", backends.ProcessSpec{ProcessID: "other", Command: "cat"})
+	require.NoError(t, err)
+
+	_, err = rt.SuspendSession(ctx, "s")
+	require.NoError(t, err)
+	p, err := rt.Processes().Get(ctx, "s", "")
+	require.NoError(t, err, "the process of a suspended session exists")
+	assert.Equal(t, ProcessRunning, p.Status)
+	assert.True(t, p.Resumed)
+	assert.EqualValues(t, 1, sf.resumes.Load())
+
+	_, err = rt.SuspendSession(ctx, "s")
+	require.NoError(t, err)
+	require.NoError(t, rt.Processes().Stop(ctx, "s", "other"))
+	d, err := rt.GetSession(ctx, "s")
+	require.NoError(t, err)
+	assert.Equal(t, backends.StateRunning, d.State)
+	assert.Len(t, d.ManagedProcesses, 1)
+
+	_, err = rt.Processes().Get(ctx, "s", "nope")
+	require.ErrorIs(t, err, boxerr.ErrProcessNotFound)
+}
+
+func TestStartProcessWithoutSessionSaysHowToMakeOne(t *testing.T) {
+	rt, _, _ := newSuspendRuntime(t, "")
+	_, err := rt.Processes().Start(context.Background(), "missing", backends.ProcessSpec{Command: "cat"})
+	require.ErrorIs(t, err, boxerr.ErrSessionNotFound)
+	assert.Contains(t, err.Error(), "session missing not found")
+	assert.Contains(t, err.Error(), "create it with box_create_session")
+}
+
 func TestSuspendRefusedWithoutSupport(t *testing.T) {
 	ctx := context.Background()
 	rt, _ := newTestRuntime(t, newFake(), "")

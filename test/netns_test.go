@@ -148,8 +148,11 @@ func (u *userEnv) dialWS(t *testing.T, rawURL, header string) *WS {
 	return &WS{t: t, C: c}
 }
 
-// dialTCP connects to addr from the runtime's network namespace: on a
-// thread that joins it and, never unlocked, ends with its goroutine.
+// dialTCP connects to addr from the runtime's network namespace, on a
+// thread that joins it and then goes back: the socket stays in the
+// namespace it was made in. A thread that cannot go back stays locked, so
+// Go retires it (the main thread would be wedged in the namespace, and
+// /proc/self/net with it).
 func (u *userEnv) dialTCP(t *testing.T, addr string) net.Conn {
 	t.Helper()
 	type dialed struct {
@@ -159,20 +162,33 @@ func (u *userEnv) dialTCP(t *testing.T, addr string) net.Conn {
 	ch := make(chan dialed, 1)
 	go func() {
 		runtime.LockOSThread()
-		ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", u.pid))
-		if err != nil {
-			ch <- dialed{err: err}
-			return
-		}
-		defer ns.Close()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- dialed{err: err}
-			return
-		}
-		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		conn, err := dialFromNetns(u.pid, addr)
 		ch <- dialed{conn, err}
 	}()
 	d := <-ch
 	require.NoError(t, d.err)
 	return d.conn
+}
+
+// dialFromNetns dials addr from pid's network namespace on the locked
+// calling thread, and unlocks it once it is back in its own.
+func dialFromNetns(pid int, addr string) (net.Conn, error) {
+	own, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, err
+	}
+	defer own.Close()
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+		return nil, err
+	}
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if unix.Setns(int(own.Fd()), unix.CLONE_NEWNET) == nil {
+		runtime.UnlockOSThread()
+	}
+	return conn, err
 }

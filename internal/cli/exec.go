@@ -45,7 +45,7 @@ Examples:
   boxrt exec s1 --timeout 10m --env CI=1 -- make -C /workspace test
   boxrt exec s1 --spawn -- cat /etc/os-release`,
 		Flags: append(targetFlags(true),
-			&cli.DurationFlag{Name: "timeout", Usage: "kill the command after this long (box_exec's timeout_sec; default: the runtime's)"},
+			&cli.DurationFlag{Name: "timeout", DefaultText: "the runtime's", Usage: "kill the command after this long (box_exec's timeout_sec)"},
 			&cli.StringFlag{Name: "workdir", Usage: "directory to run the command in (default: the session's)"},
 			&cli.StringSliceFlag{Name: "env", Usage: "KEY=VALUE in the command's environment (repeat the flag for more)"},
 		),

@@ -29,7 +29,7 @@
 //     its first answer: an unknown flag, its port in use, its state
 //     directory held by another runtime) fails Spawn at once with its
 //     stderr's last lines, instead of being respawned until ctx ends.
-//   - Typed calls: Exec; CreateSession, GetSession, ListSessions,
+//   - Typed calls: Exec and ExecStream (its output as it arrives); CreateSession, GetSession, ListSessions,
 //     DeleteSession; the live execs StartExec, WaitExec, KillExec,
 //     WriteStdin, ListExecs; the managed processes StartProcess,
 //     GetProcess, StopProcess; and the file helpers (ReadFile, Upload, …).

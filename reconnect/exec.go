@@ -98,6 +98,25 @@ func (c *Client) Exec(ctx context.Context, spec ExecSpec) (ExecResult, error) {
 	return r, err
 }
 
+// ExecStream is Exec with the command's output handed to onOutput as it
+// arrives (box_exec with "stream": true): its stdout and stderr chunks, in
+// order, all before ExecStream returns. onOutput runs on the link's
+// reading goroutine and must not block. A lost link fails the call, as
+// for Exec.
+func (c *Client) ExecStream(ctx context.Context, spec ExecSpec, onOutput func(ExecOutput)) (ExecResult, error) {
+	params := struct {
+		ExecSpec
+		Stream bool `json:"stream"`
+	}{spec, true}
+	var r ExecResult
+	err := c.CallStream(ctx, "box_exec", params, &r, func(o ExecOutput) {
+		if o.Err == nil && !o.EOF {
+			onOutput(o)
+		}
+	})
+	return r, err
+}
+
 // StartExec starts spec.Cmd in the background (box_exec_start; the
 // timeout defaults to an hour) and returns at once. stdin keeps the
 // command's stdin open for WriteStdin.

@@ -189,3 +189,13 @@ func TestTypedProcesses(t *testing.T) {
 	require.NoError(t, c.StopProcess(ctx, "mcp", ""))
 	assertSent(t, f, "box_stop_managed_process", `{"session_id":"mcp","process_id":""}`)
 }
+
+func TestTypedExecStream(t *testing.T) {
+	f, c := typedFake(t)
+	res, err := c.ExecStream(context.Background(), ExecSpec{SessionID: "s1", Cmd: "echo hi"}, func(ExecOutput) {})
+	require.NoError(t, err)
+	assertSent(t, f, "box_exec", `{"session_id":"s1","cmd":"echo hi","stream":true}`)
+	require.NotNil(t, res.ExitCode)
+	assert.Equal(t, 3, *res.ExitCode)
+	assert.Equal(t, "completed", res.Status)
+}

@@ -84,7 +84,7 @@ func TestCallURL(t *testing.T) {
 		assert.Equal(t, "MethodNotFound", ce.Error.Type)
 		assert.Contains(t, ce.Error.Message, "no_such_method")
 		assert.False(t, ce.Error.Retryable)
-		assert.Equal(t, "MethodNotFound", ce.Error.Data["type"])
+		assert.Equal(t, map[string]any{"method": "no_such_method"}, ce.Error.Data, "the details, not the type again (#41)")
 	})
 
 	t.Run("typed box error with params from stdin", func(t *testing.T) {
@@ -93,7 +93,9 @@ func TestCallURL(t *testing.T) {
 		ce := decodeCallError(t, stdout)
 		assert.Equal(t, int64(-32004), ce.Error.Code)
 		assert.Equal(t, "BoxSessionNotFoundError", ce.Error.Type)
-		assert.True(t, strings.HasPrefix(ce.Error.Message, "BoxSessionNotFoundError: "), ce.Error.Message)
+		assert.Equal(t, 1, strings.Count(stdout, "BoxSessionNotFoundError"), "the type is said once, not in message and data again (#41): %s", stdout)
+		assert.Contains(t, ce.Error.Message, "nope")
+		assert.Equal(t, map[string]any{"session_id": "nope"}, ce.Error.Data, "data keeps the details")
 	})
 
 	t.Run("result is indented JSON", func(t *testing.T) {
@@ -177,7 +179,6 @@ func TestCallUsageErrors(t *testing.T) {
 		want string
 	}{
 		{"no method", []string{"--spawn"}, "missing METHOD"},
-		{"no target", []string{"__ping"}, "--url URL, or --spawn"},
 		{"both targets", []string{"__ping", "--spawn", "--url", "ws://127.0.0.1:1"}, "not both"},
 		{"params not JSON", []string{"__ping", "{nope", "--spawn"}, "not valid JSON"},
 		{"params not structured", []string{"__ping", "42", "--spawn"}, "object or array"},

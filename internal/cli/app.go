@@ -4,8 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/boxrt/boxrt/internal/controltoken"
+	"github.com/boxrt/boxrt/reconnect"
 )
 
 // exitError carries a process exit status with a message for stderr.
@@ -37,32 +41,45 @@ func Main(version string, args []string) int {
 
 func newApp(version string) *cli.App {
 	return &cli.App{
-		Name:  "boxrt",
-		Usage: "run AI-agent commands and MCP servers in isolated, reusable sandboxes",
-		Description: `boxrt is the sandbox runtime an AI-agent host spawns as a child process
-(boxrt serve --stdio) or reaches over WebSocket (boxrt serve --listen ADDR).
-It speaks JSON-RPC 2.0: box_exec runs a command in a session, sessions are
-Docker containers or bubblewrap sandboxes that are created on first use,
-reused, and reaped when idle. Managed processes (stdio MCP servers) are
-reached through the WebSocket relay on the same listener.
-
-Quick start:
-  boxrt serve                      # WebSocket on 127.0.0.1:5410
-  npx wscat -c ws://127.0.0.1:5410/rpc/ws
-  > {"jsonrpc":"2.0","id":1,"method":"__ping","params":{}}
-
-  boxrt call box_exec '{"session_id":"s1","cmd":"echo hi"}' --spawn
-
-Protocol reference: docs/protocol.md`,
+		Name:            "boxrt",
+		Usage:           "run AI-agent commands and MCP servers in isolated, reusable sandboxes",
+		Description:     description(),
 		Version:         buildVersion(version),
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			serveCommand(),
 			boxCommand(),
 			callCommand(),
+			execCommand(),
+			sessionsCommand(),
 			cpCommand(),
 			doctorCommand(),
 			versionCommand(),
 		},
 	}
+}
+
+// description is the top-level help; its quick start names this user's
+// token file, so that its lines work as written.
+func description() string {
+	token := filepath.Join(reconnect.DefaultStateDir(), controltoken.FileName)
+	return `boxrt is the sandbox runtime an AI-agent host spawns as a child process
+(boxrt serve --stdio) or reaches over WebSocket (boxrt serve --listen ADDR).
+It speaks JSON-RPC 2.0: box_exec runs a command in a session, sessions are
+Docker containers or bubblewrap sandboxes that are created on first use,
+reused, and reaped when idle. Managed processes (stdio MCP servers) are
+reached through the WebSocket relay on the same listener.
+
+Quick start (boxrt serve keeps running; the rest in another terminal):
+  boxrt serve                      # WebSocket on 127.0.0.1:5410, token in ` + token + `
+  boxrt exec s1 -- uname -a        # run a command in session s1 (created on first use)
+  boxrt sessions                   # list the sessions
+  boxrt call box_exec '{"session_id":"s1","cmd":"echo hi"}'
+  npx wscat -c ws://127.0.0.1:5410/rpc/ws -H "Authorization: Bearer $(cat ` + token + `)"
+  > {"jsonrpc":"2.0","id":1,"method":"__ping","params":{}}
+
+Without a running runtime, --spawn starts a private one for one command:
+  boxrt exec s1 --spawn -- echo hi
+
+Protocol reference: docs/protocol.md`
 }

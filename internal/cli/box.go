@@ -40,7 +40,7 @@ generation fence, and the relay at /v1/sessions/{physical id}/managed-process/â€
 with the X-LangBot-* headers. It is "boxrt serve --protocol langbot" with
 these flags; docs/operations.md shows how to point LangBot at it.`,
 		Flags: flags,
-		Action: func(c *cli.Context) error {
+		Action: noArgs("box", func(c *cli.Context) error {
 			stdio := c.Bool("stdio-control")
 			listen := net.JoinHostPort(c.String("host"), strconv.Itoa(c.Int("ws-control-port")))
 			for name, value := range map[string]string{"stdio": strconv.FormatBool(stdio), "listen": listen, "protocol": string(server.LangBot)} {
@@ -49,7 +49,7 @@ these flags; docs/operations.md shows how to point LangBot at it.`,
 				}
 			}
 			return runServe(c)
-		},
+		}),
 	}
 }
 

@@ -29,30 +29,25 @@ the runtime's memory flat. One of SRC and DST is SESSION:/PATH (a path as
 the sandbox sees it), the other a local path; "-" is stdin or stdout.
 Uploads create missing directories and replace the file atomically once
 complete; downloads are written to a temporary name and renamed. Progress
-goes to stderr (--progress, on by default when stderr is a terminal).
+goes to stderr when stderr is a terminal (--progress=false turns it off,
+--progress forces it). Flags may come before or after the arguments.
 
-The runtime and its token are found as for boxrt call: --url, --token-file,
-BOXRT_CONTROL_TOKEN, or a local serve's generated token.
+` + targetHelp + `
 
 Examples:
   boxrt cp ./data.csv s1:/workspace/data.csv --url http://127.0.0.1:5410
   boxrt cp s1:/workspace/out/report.pdf . --url http://127.0.0.1:5410
-  tar c src | boxrt cp - s1:/tmp/src.tar --url http://127.0.0.1:5410`,
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "url", Value: "http://127.0.0.1:5410", Usage: "runtime URL (http, https, ws or wss)"},
-			&cli.StringFlag{Name: "token-file", Usage: "read the control token from this file (default: $BOXRT_CONTROL_TOKEN, else for a loopback --url STATE_DIR/control-token)"},
-			&cli.StringFlag{Name: "state-dir", Value: reconnect.DefaultStateDir(), Usage: "state directory of the local runtime whose generated control token to use"},
+  tar c src | boxrt cp - s1:/tmp/src.tar`,
+		Flags: append(targetFlags(false),
 			&cli.StringFlag{Name: "mode", Usage: "octal mode of an uploaded file (default: keep an existing file's, else 0644)"},
-			&cli.BoolFlag{Name: "progress", Value: isTerminal(os.Stderr), Usage: "show progress on stderr"},
-		},
+			&cli.BoolFlag{Name: "progress", DefaultText: "on when stderr is a terminal", Usage: "show progress on stderr"},
+		),
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return cpUsage("%v", err) },
-		Action:       runCp,
+		Action:       flagsAnywhere("cp", runCp),
 	}
 }
 
-func cpUsage(format string, args ...any) error {
-	return &exitError{code: 2, msg: "cp: " + fmt.Sprintf(format, args...) + " (see boxrt cp --help)"}
-}
+var cpUsage = usageOf("cp")
 
 // sessionPath splits "SESSION:/PATH"; a local path never matches (its
 // part before ":/" would hold a "/"; write ./a:/b for such a file).
@@ -64,11 +59,11 @@ func sessionPath(arg string) (session, p string, ok bool) {
 	return arg[:i], arg[i+1:], true
 }
 
-func runCp(c *cli.Context) error {
-	if c.NArg() != 2 {
-		return cpUsage("want SRC and DST, got %d arguments", c.NArg())
+func runCp(c *cli.Context, args []string) error {
+	if len(args) != 2 {
+		return cpUsage("want SRC and DST, got %d arguments: %q", len(args), args)
 	}
-	src, dst := c.Args().Get(0), c.Args().Get(1)
+	src, dst := args[0], args[1]
 	srcSession, srcPath, up := sessionPath(src)
 	dstSession, dstPath, down := sessionPath(dst)
 	if up == down {
@@ -82,21 +77,23 @@ func runCp(c *cli.Context) error {
 		}
 		mode = fs.FileMode(v)
 	}
-	token, err := clientToken(c.String("token-file"), c.String("state-dir"), c.String("url"), cpUsage)
+	t, err := readTarget(c, cpUsage)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
-	dctx, dcancel := context.WithTimeout(ctx, callConnectTimeout)
-	client, err := reconnect.Dial(dctx, c.String("url"), reconnect.WithToken(token))
-	dcancel()
+	client, err := t.connect(ctx, c.App.ErrWriter)
 	if err != nil {
 		return &exitError{code: 1, msg: "cp: " + err.Error()}
 	}
 	defer client.Close()
+	show := isTerminal(os.Stderr)
+	if c.IsSet("progress") {
+		show = c.Bool("progress")
+	}
 	var progress *progressMeter
-	if c.Bool("progress") {
+	if show {
 		progress = &progressMeter{w: c.App.ErrWriter}
 	}
 	if down {

@@ -1,5 +1,7 @@
 // Package cli is boxrt's command line (urfave/cli): serve, box (LangBot's
-// launcher), call, cp, doctor and version, one file each. It owns what the
+// launcher), call, exec, sessions, cp, doctor and version, one file each;
+// target.go finds the runtime the client commands reach, flags.go lets
+// every command take its flags after its arguments. It owns what the
 // user types: flags, environment variables, defaults, help texts and exit
 // statuses (0, 1 for a failure, 2 for a usage or configuration error), and
 // reading the configuration and the control token a command is given.

@@ -38,7 +38,7 @@ network, cgroup limits. Exit status 0 when at least one backend works, 1 otherwi
 			&cli.StringFlag{Name: "state-dir", Value: reconnect.DefaultStateDir(), Usage: "state directory, as for serve"},
 			&cli.BoolFlag{Name: "json", Usage: "print the checks as JSON"},
 		},
-		Action: runDoctor,
+		Action: noArgs("doctor", runDoctor),
 	}
 }
 

@@ -50,7 +50,7 @@ then box_init at run time), for example:
    "local": {"allowed_mount_roots": ["/srv/boxrt"]}, "docker": {"image": "boxrt-sandbox:latest"}}`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "stdio", Usage: "serve JSON-RPC on stdin/stdout (the mode a host uses when it spawns boxrt)"},
-			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:5410", Usage: "HTTP listen address for /rpc/ws, the relay and health; port 0 picks a free port; '' turns the listener off"},
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:5410", Usage: "HTTP listen address for /rpc/ws, the relay and health; port 0 picks a free port; '' turns the listener off; with --stdio the default is " + stdioListen + " (a free port, told in box_health's relay_url)"},
 			&cli.StringFlag{Name: "token-file", Usage: "read the control token from this file (instead of BOXRT_CONTROL_TOKEN)"},
 			&cli.StringFlag{Name: "config", Usage: "configuration file (JSON or YAML)"},
 			&cli.StringFlag{Name: "state-dir", Value: reconnect.DefaultStateDir(), Usage: "where boxrt keeps its instance id and bwrap sessions; one runtime per directory (it is locked while boxrt runs)"},
@@ -62,13 +62,19 @@ then box_init at run time), for example:
 			&cli.DurationFlag{Name: "keepalive", Value: 20 * time.Second, Usage: "ping idle WebSocket peers (control and relay) this often; a peer that misses a pong for half as long is closed"},
 			&cli.StringFlag{Name: "protocol", Value: string(server.JSONRPC), Usage: "envelope of stdio and /rpc/ws: jsonrpc (JSON-RPC 2.0) or langbot (LangBot's action RPC; see boxrt box)"},
 		},
-		Action: runServe,
+		Action: noArgs("serve", runServe),
 	}
 }
 
 // shutdownTimeout bounds serve's shutdown: the relay's drain, the
 // connections and the runtime destroying what must end with it.
 const shutdownTimeout = 4 * time.Second
+
+// stdioListen is --stdio's listener unless --listen names one: a host
+// spawns stdio runtimes next to a serving one and to each other, so the
+// default port would be taken, yet the relay and the files endpoint need a
+// listener.
+const stdioListen = "127.0.0.1:0"
 
 func runServe(c *cli.Context) error {
 	log, sink, err := newLogger(c.String("log-format"), c.String("log-level"))
@@ -106,6 +112,9 @@ func runServe(c *cli.Context) error {
 // fixes them: the token, the address, the configuration, the protocol.
 func serveOptions(c *cli.Context) (server.Options, error) {
 	stdio, listen := c.Bool("stdio"), c.String("listen")
+	if stdio && !c.IsSet("listen") {
+		listen = stdioListen
+	}
 	token, err := configuredToken(c.String("token-file"))
 	if err != nil {
 		return server.Options{}, err

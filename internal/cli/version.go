@@ -23,9 +23,9 @@ func versionCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "version",
 		Usage: "print the version",
-		Action: func(c *cli.Context) error {
+		Action: noArgs("version", func(c *cli.Context) error {
 			fmt.Fprintln(c.App.Writer, c.App.Version)
 			return nil
-		},
+		}),
 	}
 }

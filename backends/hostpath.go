@@ -43,7 +43,7 @@ func ResolveHostPath(field, path string, allowedRoots []string) (string, error) 
 		return "", boxerr.Validation(field, "%s %s is blocked for security", field, path).With("path", path)
 	}
 	if len(allowedRoots) == 0 {
-		return "", boxerr.Validation(field, "%s %s refused: no local.allowed_mount_roots are configured", field, path).With("path", path)
+		return "", boxerr.Validation(field, "%s %s refused: no local.allowed_mount_roots are configured (set them in boxrt's --config file, or with box_init {\"local\":{\"allowed_mount_roots\":[\"/srv/boxrt\"]}}; see docs/operations.md, Mount roots)", field, path).With("path", path)
 	}
 	for _, root := range allowedRoots {
 		r, err := ResolveExisting(filepath.Clean(root))
@@ -54,7 +54,7 @@ func ResolveHostPath(field, path string, allowedRoots []string) (string, error) 
 			return resolved, nil
 		}
 	}
-	return "", boxerr.Validation(field, "%s %s is outside local.allowed_mount_roots %v", field, path, allowedRoots).With("path", path)
+	return "", boxerr.Validation(field, "%s %s is outside local.allowed_mount_roots %v (add its directory there: boxrt's --config file or box_init)", field, path, allowedRoots).With("path", path)
 }
 
 func isBlocked(p string) bool {

@@ -43,6 +43,7 @@ func TestResolveHostPath(t *testing.T) {
 	}
 	_, err := ResolveHostPath("host_path", root, nil)
 	assert.ErrorIs(t, err, boxerr.ErrValidation, "no allow-list means no host paths")
+	assert.ErrorContains(t, err, "--config file, or with box_init", "the refusal says where to configure the roots")
 }
 
 func TestCheckMountPath(t *testing.T) {

@@ -109,6 +109,10 @@ type Backend struct {
 
 	fileSystem // the file API (files.go)
 
+	// legacy holds the adopted containers an earlier boxrt made without
+	// pidDir (container name → true): their pid files go to /tmp.
+	legacy sync.Map
+
 	prestarts backends.Prestarts[*prestarted] // execs started ahead of a container's next plain exec (prestart.go)
 	creating  backends.Creating               // containers StartSession is making (Adopt leaves them)
 	// background bounds the work started for a later call (a prestarted

@@ -6,10 +6,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/docker/docker/api/types/container"
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/docker"
@@ -161,5 +165,60 @@ func TestImportLayerTmp(t *testing.T) {
 	}
 	if got := mustRun(t, b, info, "cat /tmp/old /tmp/same"); got != "old\nold\n" {
 		t.Errorf("restored /tmp: %q", got)
+	}
+}
+
+// TestLegacyContainerPidFiles: a container an earlier boxrt made (no /tmp
+// mount, no /run/boxrt) keeps its pid files in /tmp once adopted, so that
+// its managed processes can still be signalled.
+func TestLegacyContainerPidFiles(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := startSession(t, b)
+	ctx := context.Background()
+	cli := rawClient(t)
+	c, err := cli.ContainerInspect(ctx, info.BackendSessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A writable rootfs, as such a container had it: /tmp in its layer,
+	// and no mounts (the workspace volume is the first session's).
+	hc := *c.HostConfig
+	hc.ReadonlyRootfs, hc.Tmpfs, hc.Mounts = false, nil, nil
+	labels := maps.Clone(c.Config.Labels)
+	labels[docker.LabelSession] += "-legacy"
+	cfg := *c.Config
+	cfg.Labels = labels
+	name := info.BackendSessionID + "-legacy"
+	if _, err := cli.ContainerCreate(ctx, &cfg, &hc, nil, nil, name); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	adopter, err := docker.New(testConfig(labels[docker.LabelInstance]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = adopter.Close() })
+	sessions, err := adopter.Adopt(ctx)
+	if err != nil {
+		t.Fatalf("Adopt: %v", err)
+	}
+	i := slices.IndexFunc(sessions, func(s backends.Session) bool { return s.BackendSessionID == name })
+	if i < 0 {
+		t.Fatalf("the legacy container was not adopted: %+v", sessions)
+	}
+	legacy := sessions[i]
+	if got := mustRun(t, adopter, legacy, "ls -A /tmp"); !strings.HasPrefix(got, ".boxrt-exec-") {
+		t.Errorf("during an exec, /tmp holds %q, want its pid file", got)
+	}
+	p, _ := startProcess(t, adopter, legacy, backends.ProcessSpec{ProcessID: "sleeper", Command: "sleep", Args: []string{"60"}})
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := waitProcess(t, p); err != nil || code != -int(syscall.SIGTERM) {
+		t.Errorf("after SIGTERM: code %d err %v", code, err)
 	}
 }

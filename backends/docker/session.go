@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -72,6 +73,14 @@ func containerName(sessionID string) string {
 }
 
 func volumeName(container string) string { return volumePrefix + container }
+
+// pidDirOf is where the pid files of container name's commands go.
+func (b *Backend) pidDirOf(name string) string {
+	if _, ok := b.legacy.Load(name); ok {
+		return "/tmp"
+	}
+	return pidDir
+}
 
 func tmpVolumeName(container string) string { return tmpVolumePrefix + container }
 
@@ -502,6 +511,7 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 	if err := b.removeContainer(ctx, name); err != nil {
 		return err
 	}
+	b.legacy.Delete(name)
 	b.dropMarks(name)
 	return errors.Join(b.removeVolumes(ctx, name), b.removeQuota(name))
 }
@@ -611,6 +621,10 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 		}
 		name := strings.TrimPrefix(c.Names[0], "/")
 		keep[name] = true
+		if !slices.ContainsFunc(c.Mounts, func(m container.MountPoint) bool { return m.Destination == "/tmp" }) {
+			// Made before /tmp and pidDir were the session's own.
+			b.legacy.Store(name, true)
+		}
 		info, infoErr := infoFromLabels(name, c.Labels)
 		if infoErr == nil {
 			info = b.applyClaim(info)

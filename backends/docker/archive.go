@@ -26,13 +26,13 @@ var engineManaged = []string{"/dev", "/proc", "/sys", "/etc/hostname", "/etc/hos
 // ExportFiles implements backends.Archiver, for a running or stopped
 // container: the workspace and /tmp (the session's own mounts), then every
 // path the container's writable layer added or changed (ContainerDiff:
-// installed packages and the like), outside every mount the engine
-// reports for the container. The engine
-// reads only what is the container's own (its volume, boxrt's quota disk,
-// its layer): it resolves a bind's source path again when archiving, so a
-// host_path workspace (only when opts.HostPaths) is read by boxrt itself,
-// through a descriptor opened without following a symlink, and extra
-// mounts are never read. Files deleted from the image are not recorded.
+// installed packages and the like), outside every mount the engine reports
+// for the container. The engine reads only what is the container's own
+// (its volumes, boxrt's disks, its layer): it resolves a bind's source
+// path again when archiving, so a host_path workspace (only when
+// opts.HostPaths) is read by boxrt itself, through a descriptor opened
+// without following a symlink, and extra mounts are never read. Files
+// deleted from the image are not recorded.
 func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts backends.ExportOptions, w io.Writer) error {
 	name := info.BackendSessionID
 	c, err := b.inspectOwned(ctx, info)
@@ -220,11 +220,12 @@ func (b *Backend) copyOut(ctx context.Context, tw *tar.Writer, name, src string,
 // ImportFiles implements backends.Archiver: workspace/ entries are copied
 // into the mount path, rootfs/ entries onto the root (refused for a
 // read-only root filesystem), tmp/ entries into /tmp (rootfs/tmp/ ones too:
-// snapshots of writable root filesystems made before /tmp was a mount), each through the engine, owners kept. Every
-// entry passes an EntryGuard first (hard links allowed: the engine makes
-// them below the extraction root, inside the container); nothing is
-// extracted into a mount: a host_path workspace takes no workspace/ entry
-// and no rootfs/ entry may land at or below a mount of the container.
+// snapshots of writable root filesystems made before /tmp was a mount),
+// each through the engine, owners kept. Every entry passes an EntryGuard
+// first (hard links allowed: the engine makes them below the extraction
+// root, inside the container); nothing is extracted into a mount: a
+// host_path workspace takes no workspace/ entry and no rootfs/ entry may
+// land at or below a mount of the container.
 func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.Reader) error {
 	name := info.BackendSessionID
 	c, err := b.inspectOwned(ctx, info)

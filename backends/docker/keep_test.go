@@ -2,6 +2,7 @@ package docker_test
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -121,7 +122,11 @@ func TestPidFilesOutOfUserDirs(t *testing.T) {
 	if interactive.err != nil || strings.Contains(interactive.stdout, "/") {
 		t.Errorf("during an interactive exec: %q (err %v)", interactive.stdout, interactive.err)
 	}
-	p, _ := startProcess(t, b, info, backends.ProcessSpec{ProcessID: "sleeper", Command: "sleep", Args: []string{"60"}})
+	// The process writes its pid file before it prints.
+	p, _ := startProcess(t, b, info, backends.ProcessSpec{ProcessID: "sleeper", Command: "sh", Args: []string{"-c", "echo up; exec sleep 60"}})
+	if line, err := bufio.NewReader(p.Stdout()).ReadString('\n'); err != nil || line != "up\n" {
+		t.Fatalf("managed process: %q, %v", line, err)
+	}
 	if got := mustRun(t, b, info, lookup); strings.Contains(got, "/") || !strings.Contains(got, ".boxrt-proc-") {
 		t.Errorf("beside a managed process: %q, want its pid file in /run/boxrt only", got)
 	}
@@ -220,5 +225,16 @@ func TestLegacyContainerPidFiles(t *testing.T) {
 	}
 	if code, err := waitProcess(t, p); err != nil || code != -int(syscall.SIGTERM) {
 		t.Errorf("after SIGTERM: code %d err %v", code, err)
+	}
+}
+
+// TestWorkspaceAtTmp: a session whose own mount is /tmp gets no second one
+// there (the engine refuses two mounts at one path).
+func TestWorkspaceAtTmp(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := startSession(t, b, func(s *backends.SandboxSpec) { s.MountPath = "/tmp" })
+	if got := mustRun(t, b, info, "echo x > /tmp/y && cat /tmp/y"); got != "x\n" {
+		t.Errorf("/tmp: %q", got)
 	}
 }

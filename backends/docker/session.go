@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -74,6 +75,8 @@ func containerName(sessionID string) string {
 
 func volumeName(container string) string { return volumePrefix + container }
 
+func tmpVolumeName(container string) string { return tmpVolumePrefix + container }
+
 // pidDirOf is where the pid files of container name's commands go.
 func (b *Backend) pidDirOf(name string) string {
 	if _, ok := b.legacy.Load(name); ok {
@@ -81,8 +84,6 @@ func (b *Backend) pidDirOf(name string) string {
 	}
 	return pidDir
 }
-
-func tmpVolumeName(container string) string { return tmpVolumePrefix + container }
 
 // StartSession implements backends.Backend: it creates and starts the
 // session's container.
@@ -337,11 +338,6 @@ func (b *Backend) mounts(ctx context.Context, spec backends.SandboxSpec, name st
 		// path so a non-root sandbox user can write to it.
 		out = append(out, b.volumeMount(spec, name, volumeName(name), spec.MountPath))
 	}
-	tmp, err := b.tmpMount(ctx, spec, name)
-	if err != nil {
-		return nil, err
-	}
-	out = append(out, tmp)
 	for i, em := range spec.ActiveExtraMounts() {
 		m, err := bindMount(fmt.Sprintf("extra_mounts[%d].host_path", i), em.HostPath, em.MountPath, em.Mode, o)
 		if err != nil {
@@ -349,7 +345,14 @@ func (b *Backend) mounts(ctx context.Context, spec backends.SandboxSpec, name st
 		}
 		out = append(out, m)
 	}
-	return out, nil
+	if slices.ContainsFunc(out, func(m mount.Mount) bool { return path.Clean(m.Target) == "/tmp" }) {
+		return out, nil // the caller's own mount is /tmp
+	}
+	tmp, err := b.tmpMount(ctx, spec, name)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, tmp), nil
 }
 
 // volumeMount is a named volume of the session's, labelled so that

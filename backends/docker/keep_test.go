@@ -187,9 +187,11 @@ func TestLegacyContainerPidFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A writable rootfs, as such a container had it: /tmp in its layer,
-	// and no mounts (the workspace volume is the first session's).
-	hc := *c.HostConfig
-	hc.ReadonlyRootfs, hc.Tmpfs, hc.Mounts = false, nil, nil
+	// and no mounts (the workspace volume is the first session's). Not a
+	// copy of the inspected HostConfig: Podman cannot read back its own
+	// ulimits.
+	init := true
+	hc := container.HostConfig{Runtime: c.HostConfig.Runtime, Init: &init, NetworkMode: "none", CapDrop: []string{"ALL"}}
 	labels := maps.Clone(c.Config.Labels)
 	labels[docker.LabelSession] += "-legacy"
 	cfg := *c.Config

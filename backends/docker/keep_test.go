@@ -122,11 +122,7 @@ func TestPidFilesOutOfUserDirs(t *testing.T) {
 	if interactive.err != nil || strings.Contains(interactive.stdout, "/") {
 		t.Errorf("during an interactive exec: %q (err %v)", interactive.stdout, interactive.err)
 	}
-	// The process writes its pid file before it prints.
-	p, _ := startProcess(t, b, info, backends.ProcessSpec{ProcessID: "sleeper", Command: "sh", Args: []string{"-c", "echo up; exec sleep 60"}})
-	if line, err := bufio.NewReader(p.Stdout()).ReadString('\n'); err != nil || line != "up\n" {
-		t.Fatalf("managed process: %q, %v", line, err)
-	}
+	p := startPrinted(t, b, info)
 	if got := mustRun(t, b, info, lookup); strings.Contains(got, "/") || !strings.Contains(got, ".boxrt-proc-") {
 		t.Errorf("beside a managed process: %q, want its pid file in /run/boxrt only", got)
 	}
@@ -221,7 +217,7 @@ func TestLegacyContainerPidFiles(t *testing.T) {
 	if got := mustRun(t, adopter, legacy, "ls -A /tmp"); !strings.HasPrefix(got, ".boxrt-exec-") {
 		t.Errorf("during an exec, /tmp holds %q, want its pid file", got)
 	}
-	p, _ := startProcess(t, adopter, legacy, backends.ProcessSpec{ProcessID: "sleeper", Command: "sleep", Args: []string{"60"}})
+	p := startPrinted(t, adopter, legacy)
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -239,4 +235,15 @@ func TestWorkspaceAtTmp(t *testing.T) {
 	if got := mustRun(t, b, info, "echo x > /tmp/y && cat /tmp/y"); got != "x\n" {
 		t.Errorf("/tmp: %q", got)
 	}
+}
+
+// startPrinted starts a managed process that sleeps, once it has written
+// its pid file (it prints after that).
+func startPrinted(t *testing.T, b *docker.Backend, info backends.Session) backends.Process {
+	t.Helper()
+	p, _ := startProcess(t, b, info, backends.ProcessSpec{ProcessID: "sleeper", Command: "sh", Args: []string{"-c", "echo up; exec sleep 60"}})
+	if line, err := bufio.NewReader(p.Stdout()).ReadString('\n'); err != nil || line != "up\n" {
+		t.Fatalf("managed process: %q, %v", line, err)
+	}
+	return p
 }

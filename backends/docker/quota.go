@@ -24,7 +24,7 @@ import (
 // xfs project quotas. A full filesystem is ENOSPC to the command; the host
 // disk only ever holds what was written, up to the quota.
 //
-// A read-only-rootfs session's /tmp is such a disk too, of tmp_size_mb.
+// A session's /tmp is such a disk too, of tmp_size_mb (see tmpMount).
 //
 // Layout: <state dir>/docker/<instance id>/<container>/{disk.ext4,ws/} and,
 // for /tmp, {tmp.ext4,tmp/}. mount -o loop sets the loop device's
@@ -92,8 +92,8 @@ func (b *Backend) quotaTmp(ctx context.Context, name string) (mount.Mount, error
 
 // makeDisk creates and mounts one disk of the session (image, mount point
 // in its quota directory) and returns the bind of it at target. Its root is
-// o's, or root's with mode open when o is unknown. An error
-// removes all the session's disks: it is a session being created.
+// o's, or root's with mode open when o is unknown. An error removes all
+// the session's disks: it is a session being created.
 func (b *Backend) makeDisk(ctx context.Context, name, image, mountDir string, sizeMB int, target string, o owner, open os.FileMode) (_ mount.Mount, err error) {
 	dir := b.quotaDir(name)
 	defer func() {

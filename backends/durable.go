@@ -63,7 +63,8 @@ const (
 	// ArchiveRootfs holds what changed in the container's own filesystem
 	// (installed packages…), relative to /.
 	ArchiveRootfs = "rootfs/"
-	// ArchiveTmp and ArchiveHome hold a bwrap session's /tmp and /home.
+	// ArchiveTmp holds /tmp (bwrap; docker with a read-only root
+	// filesystem), ArchiveHome a bwrap session's /home.
 	ArchiveTmp  = "tmp/"
 	ArchiveHome = "home/"
 )

@@ -88,7 +88,8 @@ type Docker struct {
 	// WorkspaceQuotaMB bounds the workspace of a session that sets no
 	// workspace_quota_mb (0: unbounded).
 	WorkspaceQuotaMB int `json:"workspace_quota_mb"`
-	// TmpSizeMB is the size of the /tmp tmpfs of read-only-rootfs sessions.
+	// TmpSizeMB is the size of a session's /tmp disk (kept across suspend,
+	// snapshots and forks; see docs/operations.md, What a session keeps).
 	TmpSizeMB int `json:"tmp_size_mb"`
 	// Runtime is the engine's OCI runtime every session runs under ("" for
 	// the engine's default, usually runc; "runsc" for gVisor).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -18,18 +19,20 @@ import (
 var _ backends.Archiver = (*Backend)(nil)
 
 // engineManaged are paths of the container's root the engine provides
-// (kernel filesystems, files it binds in): never part of a snapshot.
-var engineManaged = []string{"/dev", "/proc", "/sys", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/.dockerenv", "/sbin/docker-init"}
+// (kernel filesystems, files it binds in), and boxrt's pidDir: never part
+// of a snapshot.
+var engineManaged = []string{"/dev", "/proc", "/sys", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/.dockerenv", "/sbin/docker-init", pidDir}
 
 // ExportFiles implements backends.Archiver, for a running or stopped
-// container: the workspace, then every path the container's writable
-// layer added or changed (ContainerDiff: installed packages and the like),
-// outside every mount the engine reports for the container. The engine
-// reads only what is the container's own (its volume, boxrt's quota disk,
-// its layer): it resolves a bind's source path again when archiving, so a
-// host_path workspace (only when opts.HostPaths) is read by boxrt itself,
-// through a descriptor opened without following a symlink, and extra
-// mounts are never read. Files deleted from the image are not recorded.
+// container: the workspace and /tmp (the session's own mounts), then every
+// path the container's writable layer added or changed (ContainerDiff:
+// installed packages and the like), outside every mount the engine reports
+// for the container. The engine reads only what is the container's own
+// (its volumes, boxrt's disks, its layer): it resolves a bind's source
+// path again when archiving, so a host_path workspace (only when
+// opts.HostPaths) is read by boxrt itself, through a descriptor opened
+// without following a symlink, and extra mounts are never read. Files
+// deleted from the image are not recorded.
 func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts backends.ExportOptions, w io.Writer) error {
 	name := info.BackendSessionID
 	c, err := b.inspectOwned(ctx, info)
@@ -50,15 +53,14 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 			return boxerr.Failure("docker backend: archiving host_path %s: %v", info.HostPath, err).Wrap(err)
 		}
 	case !info.HostWorkspace():
-		base, nested := path.Base(mountPath), notLayer(c, mountPath)[1:]
-		err := b.copyOut(ctx, tw, name, mountPath, func(n string) string {
-			rest, ok := strings.CutPrefix(n, base)
-			if !ok || (rest != "" && rest[0] != '/') || underAny(path.Join(mountPath, rest), nested) {
-				return ""
-			}
-			return backends.ArchiveWorkspace + strings.TrimPrefix(rest, "/")
-		})
-		if err != nil {
+		if err := b.copyMount(ctx, tw, name, c, mountPath, backends.ArchiveWorkspace); err != nil {
+			return err
+		}
+	}
+	// /tmp is the session's own mount (see tmpMount), unless an earlier
+	// boxrt made the container (a tmpfs, or the layer's /tmp).
+	if hasMount(c, "/tmp") {
+		if err := b.copyMount(ctx, tw, name, c, "/tmp", backends.ArchiveTmp); err != nil {
 			return err
 		}
 	}
@@ -82,18 +84,43 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 	return tw.Close()
 }
 
+// copyMount appends container name's own mount dir (its workspace, its
+// /tmp) to tw under prefix, leaving out what lies in other mounts nested
+// in it.
+func (b *Backend) copyMount(ctx context.Context, tw *tar.Writer, name string, c container.InspectResponse, dir, prefix string) error {
+	base, nested := path.Base(dir), notLayer(c, dir)[1:]
+	return b.copyOut(ctx, tw, name, dir, func(n string) string {
+		rest, ok := strings.CutPrefix(n, base)
+		if !ok || (rest != "" && rest[0] != '/') || underAny(path.Join(dir, rest), nested) {
+			return ""
+		}
+		return prefix + strings.TrimPrefix(rest, "/")
+	})
+}
+
 // notLayer are the container's paths whose content is not its layer's:
-// the workspace first, then what the engine provides and every mount it
-// reports but the workspace's own (extra mounts and skills included,
-// whatever the session record says).
-func notLayer(c container.InspectResponse, mountPath string) []string {
-	out := append([]string{mountPath}, engineManaged...)
+// own first (a mount of the session's own being read or written), then
+// what the engine (or boxrt, pidDir) provides and every other mount it
+// reports (the workspace, extra mounts and skills included, whatever the
+// session record says).
+func notLayer(c container.InspectResponse, own string) []string {
+	out := append([]string{own}, engineManaged...)
 	for _, m := range c.Mounts {
-		if d := path.Clean(m.Destination); d != mountPath {
+		if d := path.Clean(m.Destination); d != own {
 			out = append(out, d)
 		}
 	}
 	return out
+}
+
+// hasMount reports whether the engine reports a mount of c at dir.
+func hasMount(c container.InspectResponse, dir string) bool {
+	for _, m := range c.Mounts {
+		if path.Clean(m.Destination) == dir {
+			return true
+		}
+	}
+	return false
 }
 
 // underAny reports whether p is at or below one of dirs.
@@ -192,11 +219,13 @@ func (b *Backend) copyOut(ctx context.Context, tw *tar.Writer, name, src string,
 
 // ImportFiles implements backends.Archiver: workspace/ entries are copied
 // into the mount path, rootfs/ entries onto the root (refused for a
-// read-only root filesystem), each through the engine, owners kept. Every
-// entry passes an EntryGuard first (hard links allowed: the engine makes
-// them below the extraction root, inside the container); nothing is
-// extracted into a mount: a host_path workspace takes no workspace/ entry
-// and no rootfs/ entry may land at or below a mount of the container.
+// read-only root filesystem), tmp/ entries into /tmp (rootfs/tmp/ ones too:
+// snapshots of writable root filesystems made before /tmp was a mount),
+// each through the engine, owners kept. Every entry passes an EntryGuard
+// first (hard links allowed: the engine makes them below the extraction
+// root, inside the container); nothing is extracted into a mount: a
+// host_path workspace takes no workspace/ entry and no rootfs/ entry may
+// land at or below a mount of the container.
 func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.Reader) error {
 	name := info.BackendSessionID
 	c, err := b.inspectOwned(ctx, info)
@@ -222,6 +251,7 @@ func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.R
 			return finish()
 		}
 		if err == nil {
+			layerTmpToMount(hdr)
 			err = checkImportEntry(&guard, hdr, info.HostWorkspace(), mounts)
 		}
 		if err != nil {
@@ -242,6 +272,8 @@ func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.R
 				dest = mountPath
 			case prefix == backends.ArchiveRootfs && !info.ReadOnlyRootfs:
 				dest = "/"
+			case prefix == backends.ArchiveTmp && hasMount(c, "/tmp"):
+				dest = "/tmp"
 			default:
 				return boxerr.Validation("snapshot", "the session cannot take archive entry %q (read_only_rootfs, or not a docker archive)", hdr.Name)
 			}
@@ -263,6 +295,20 @@ func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.R
 	}
 }
 
+// layerTmpToMount renames an entry of the layer's /tmp (rootfs/tmp/…) to
+// the tmp/ part, as /tmp is a mount now.
+func layerTmpToMount(hdr *tar.Header) {
+	const layerTmp = backends.ArchiveRootfs + "tmp/"
+	if rest, ok := strings.CutPrefix(hdr.Name, layerTmp); ok {
+		hdr.Name = backends.ArchiveTmp + rest
+		if hdr.Typeflag == tar.TypeLink {
+			if target, ok := strings.CutPrefix(hdr.Linkname, layerTmp); ok {
+				hdr.Linkname = backends.ArchiveTmp + target
+			}
+		}
+	}
+}
+
 // checkImportEntry applies the guard and keeps entries out of mounts
 // (notLayer's list, the workspace first): no workspace/ entry for a
 // host_path workspace (a boxrt export of one that is restored into a
@@ -279,6 +325,8 @@ func checkImportEntry(guard *backends.EntryGuard, hdr *tar.Header, hostWS bool, 
 			return backends.RefuseEntry(hdr.Name, "the session's workspace is a host directory, which a restore never writes")
 		}
 		inMount = underAny(path.Join(mounts[0], rest), mounts[1:])
+	} else if rest, ok := strings.CutPrefix(name+"/", backends.ArchiveTmp); ok {
+		inMount = underAny(path.Join("/tmp", rest), slices.DeleteFunc(slices.Clone(mounts), func(m string) bool { return m == "/tmp" }))
 	} else if rest, ok := strings.CutPrefix(name, backends.ArchiveRootfs); ok {
 		inMount = underAny("/"+rest, mounts)
 	}

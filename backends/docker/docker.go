@@ -27,7 +27,7 @@ const Name = "docker"
 // Config names one.
 const DefaultImage = "boxrt-sandbox:latest"
 
-// DefaultTmpSizeMB is the size of the /tmp tmpfs of a read-only-rootfs
+// DefaultTmpSizeMB is the size of the /tmp disk of a read-only-rootfs
 // session when Config.TmpSizeMB is zero.
 const DefaultTmpSizeMB = 64
 
@@ -52,14 +52,17 @@ type Config struct {
 	// docker.cpu_limit_enabled; boxrt's configuration turns it on by
 	// default).
 	CPULimitEnabled bool
-	// TmpSizeMB is the size of the /tmp tmpfs given to read-only-rootfs
-	// sessions; default 64, at most MaxTmpSizeMB.
+	// TmpSizeMB is the size of the /tmp disk (ext4 image, like a quota
+	// workspace's; at least MinWorkspaceQuotaMB) given to read-only-rootfs
+	// sessions where boxrt makes disks: a local engine, a StateDir and
+	// workspace quotas on. Elsewhere /tmp is a named volume, unbounded
+	// like the workspace's. Default 64, at most MaxTmpSizeMB.
 	TmpSizeMB int
 	// ProcessUser is "" (managed processes run as the sessions' user) or
 	// "uid[:gid]": managed processes then run as that user, so execs
 	// cannot read their environment from /proc/<pid>/environ.
 	ProcessUser string
-	// StateDir holds the workspace disk images of quota-bounded sessions.
+	// StateDir holds the disk images of quota-bounded workspaces and /tmp.
 	StateDir string
 	// DefaultWorkspaceQuotaMB bounds the workspace of a session whose spec
 	// sets no workspace_quota_mb; 0 leaves such workspaces unbounded. It
@@ -73,7 +76,7 @@ type Config struct {
 	GVisorRuntime string
 }
 
-// MaxTmpSizeMB bounds Config.TmpSizeMB: the tmpfs lives in memory.
+// MaxTmpSizeMB bounds Config.TmpSizeMB.
 const MaxTmpSizeMB = 16 << 10
 
 // Backend runs sessions as Docker containers. It is safe for concurrent use.
@@ -105,6 +108,10 @@ type Backend struct {
 	secOpts   []string   // containers' SecurityOpt, nil until worked out (seccomp.go)
 
 	fileSystem // the file API (files.go)
+
+	// legacy holds the adopted containers an earlier boxrt made without
+	// pidDir (container name → true): their pid files go to /tmp.
+	legacy sync.Map
 
 	prestarts backends.Prestarts[*prestarted] // execs started ahead of a container's next plain exec (prestart.go)
 	creating  backends.Creating               // containers StartSession is making (Adopt leaves them)

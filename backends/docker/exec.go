@@ -69,7 +69,7 @@ func (b *Backend) exec(ctx context.Context, info backends.Session, req backends.
 	if err := ctx.Err(); err != nil {
 		return backends.ExitStatus{}, err
 	}
-	workdir, pidFile := execproc.Paths(info, req.Workdir, "exec")
+	workdir, pidFile := execproc.Paths(info, req.Workdir, "exec", b.pidDirOf(info.BackendSessionID))
 	opts, mode := execOptions(req, workdir, pidFile)
 	execID, hj, err := b.startExec(ctx, info, req, opts, workdir, pidFile, mode)
 	if err != nil {

@@ -71,7 +71,7 @@ func TestExec(t *testing.T) {
 	waitNoProcesses(t, b, info, "boxrt-exec")
 }
 
-// waitNoPidFiles polls until /tmp holds no boxrt pid file starting with
+// waitNoPidFiles polls until /run/boxrt holds no pid file starting with
 // prefix other than the listing exec's own: a plain exec's watcher deletes
 // its file just after the exec has answered.
 func waitNoPidFiles(t *testing.T, b *docker.Backend, info backends.Session, prefix string) {
@@ -82,7 +82,7 @@ func waitNoPidFiles(t *testing.T, b *docker.Backend, info backends.Session, pref
 		// The listing command runs in place of its wrapper: its own pid
 		// file holds the shell's $$.
 		_, err := b.Exec(context.Background(), info, backends.ExecRequest{
-			Cmd:     `for f in /tmp/` + prefix + `*; do [ -e "$f" ] && [ "$(cat "$f")" != "$$" ] && echo "$f"; done; true`,
+			Cmd:     `for f in /run/boxrt/` + prefix + `*; do [ -e "$f" ] && [ "$(cat "$f")" != "$$" ] && echo "$f"; done; true`,
 			Stdout:  &out,
 			Timeout: 10 * time.Second,
 		})
@@ -400,10 +400,11 @@ func TestExecReadOnlyRootfs(t *testing.T) {
 			}
 		})
 	}
+	// boxrt's own pid files: a small tmpfs nobody runs anything from.
 	// runc's kernel prints the size in KiB, gVisor as given.
-	mounts := mustRun(t, b, ro, "grep ' /tmp ' /proc/mounts")
-	if !strings.Contains(mounts, "tmpfs") || !(strings.Contains(mounts, "size=65536k") || strings.Contains(mounts, "size=64m")) {
-		t.Errorf("/tmp is not a 64 MiB tmpfs: %q", mounts)
+	mounts := mustRun(t, b, ro, "grep ' /run/boxrt ' /proc/mounts")
+	if !strings.Contains(mounts, "tmpfs") || !strings.Contains(mounts, "noexec") || !(strings.Contains(mounts, "size=1024k") || strings.Contains(mounts, "size=1m")) {
+		t.Errorf("/run/boxrt is not a 1 MiB noexec tmpfs: %q", mounts)
 	}
 }
 

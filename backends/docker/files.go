@@ -15,7 +15,7 @@ import (
 // The file API (runtime.FileSystem) is sandboxfs's, shared with the kube
 // backend: one exec of its script per call, inside the container, as the
 // session's user. The Engine's archive endpoints are not used: they work
-// on the container's rootfs from the daemon's side, miss the tmpfs /tmp,
+// on the container's rootfs from the daemon's side, miss tmpfs mounts,
 // and write files with the tar's owners. Data streams through the exec's
 // stdin and stdout (stdcopy frames).
 

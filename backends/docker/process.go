@@ -30,7 +30,7 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 	if strings.TrimSpace(spec.Command) == "" {
 		return nil, boxerr.Validation("command", "command must not be empty")
 	}
-	cwd, pidFile := execproc.Paths(info, spec.Cwd, "proc")
+	cwd, pidFile := execproc.Paths(info, spec.Cwd, "proc", b.pidDirOf(info.BackendSessionID))
 	cmd := append([]string{"sh", "-c", procScript, "boxrt-proc", cwd, pidFile, spec.Command}, spec.Args...)
 	env := spec.Env
 	if b.processUser != "" {

@@ -24,9 +24,11 @@ import (
 // xfs project quotas. A full filesystem is ENOSPC to the command; the host
 // disk only ever holds what was written, up to the quota.
 //
-// Layout: <state dir>/docker/<instance id>/<container>/{disk.ext4,ws/}.
-// mount -o loop sets the loop device's autoclear flag, so unmounting the
-// filesystem also frees the loop device.
+// A session's /tmp is such a disk too, of tmp_size_mb (see tmpMount).
+//
+// Layout: <state dir>/docker/<instance id>/<container>/{disk.ext4,ws/} and,
+// for /tmp, {tmp.ext4,tmp/}. mount -o loop sets the loop device's
+// autoclear flag, so unmounting the filesystem also frees the loop device.
 
 // MinWorkspaceQuotaMB is the smallest quota an ext4 workspace can have.
 const MinWorkspaceQuotaMB = 16
@@ -34,7 +36,12 @@ const MinWorkspaceQuotaMB = 16
 const (
 	quotaImage = "disk.ext4"
 	quotaMount = "ws"
+	tmpImage   = "tmp.ext4"
+	tmpMount   = "tmp"
 )
+
+// disks are a session's possible disks: image file and mount point.
+var disks = [][2]string{{quotaImage, quotaMount}, {tmpImage, tmpMount}}
 
 // quotaDir is where the session's disk image and mount point live.
 func (b *Backend) quotaDir(container string) string {
@@ -67,24 +74,38 @@ func (b *Backend) localEngine() bool {
 // returns the bind of it. The root directory is given to the sandbox user
 // (or made world-writable when that user is unknown), as a volume would
 // inherit the image's ownership of the mount path.
-func (b *Backend) quotaWorkspace(ctx context.Context, name string, sizeMB int, target string, o owner) (_ mount.Mount, err error) {
+func (b *Backend) quotaWorkspace(ctx context.Context, name string, sizeMB int, target string, o owner) (mount.Mount, error) {
 	if b.stateDir == "" || !b.localEngine() {
 		return mount.Mount{}, boxerr.Validation("workspace_quota_mb", "workspace_quota_mb needs a Docker engine on this host (and a state directory); this one is at %s", b.cli.DaemonHost())
 	}
 	if sizeMB < MinWorkspaceQuotaMB {
 		return mount.Mount{}, boxerr.Validation("workspace_quota_mb", "workspace_quota_mb must be 0 or at least %d on docker, got %d", MinWorkspaceQuotaMB, sizeMB)
 	}
+	return b.makeDisk(ctx, name, quotaImage, quotaMount, sizeMB, target, o, 0o777)
+}
+
+// quotaTmp is quotaWorkspace for /tmp: tmp_size_mb (at least the smallest
+// disk), root's and mode 1777 like any /tmp.
+func (b *Backend) quotaTmp(ctx context.Context, name string) (mount.Mount, error) {
+	return b.makeDisk(ctx, name, tmpImage, tmpMount, max(b.tmpSizeMB, MinWorkspaceQuotaMB), "/tmp", owner{}, os.ModeSticky|0o777)
+}
+
+// makeDisk creates and mounts one disk of the session (image, mount point
+// in its quota directory) and returns the bind of it at target. Its root is
+// o's, or root's with mode open when o is unknown. An error removes all
+// the session's disks: it is a session being created.
+func (b *Backend) makeDisk(ctx context.Context, name, image, mountDir string, sizeMB int, target string, o owner, open os.FileMode) (_ mount.Mount, err error) {
 	dir := b.quotaDir(name)
 	defer func() {
 		if err != nil {
 			b.removeQuota(name)
 		}
 	}()
-	mnt := filepath.Join(dir, quotaMount)
+	mnt := filepath.Join(dir, mountDir)
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
 		return mount.Mount{}, boxerr.Failure("docker backend: creating %s: %v", mnt, err).Wrap(err)
 	}
-	img := filepath.Join(dir, quotaImage)
+	img := filepath.Join(dir, image)
 	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return mount.Mount{}, boxerr.Failure("docker backend: creating %s: %v", img, err).Wrap(err)
@@ -110,44 +131,61 @@ func (b *Backend) quotaWorkspace(ctx context.Context, name string, sizeMB int, t
 	if err := run(ctx, "mkfs.ext4", append(args, img)...); err != nil {
 		return mount.Mount{}, err
 	}
-	if err := b.mountQuota(ctx, name); err != nil {
+	if err := mountDisk(ctx, img, mnt); err != nil {
 		return mount.Mount{}, err
 	}
 	if !o.known {
-		if err := os.Chmod(mnt, 0o1777); err != nil {
+		if err := os.Chmod(mnt, open); err != nil {
 			return mount.Mount{}, boxerr.Failure("docker backend: opening %s to the sandbox user: %v", mnt, err).Wrap(err)
 		}
 	}
-	// An empty workspace, as a fresh volume would be.
+	// Empty, as a fresh volume would be.
 	_ = os.Remove(filepath.Join(mnt, "lost+found"))
 	return mount.Mount{Type: mount.TypeBind, Source: mnt, Target: target}, nil
 }
 
-// mountQuota loop-mounts the session's disk image unless it is mounted
-// already (after a host reboot it is not, and a persistent container is
-// restarted on it).
+// mountQuota loop-mounts the session's disks that are not mounted already
+// (after a host reboot they are not, and a persistent container is
+// restarted on them).
 func (b *Backend) mountQuota(ctx context.Context, name string) error {
 	dir := b.quotaDir(name)
-	mnt := filepath.Join(dir, quotaMount)
+	for _, d := range disks {
+		img := filepath.Join(dir, d[0])
+		if _, err := os.Stat(img); err != nil {
+			continue
+		}
+		if err := mountDisk(ctx, img, filepath.Join(dir, d[1])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mountDisk loop-mounts img on mnt unless something is mounted there.
+func mountDisk(ctx context.Context, img, mnt string) error {
 	if mounted(mnt) {
 		return nil
 	}
 	// discard: deleting files punches holes in the sparse image, so the
 	// host gets the space back rather than keeping the high-water mark.
-	return run(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,discard", filepath.Join(dir, quotaImage), mnt)
+	return run(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,discard", img, mnt)
 }
 
-// hasQuota reports whether the session's workspace is a quota filesystem.
+// hasQuota reports whether the session has a disk (its workspace, its /tmp).
 func (b *Backend) hasQuota(name string) bool {
 	if b.stateDir == "" {
 		return false
 	}
-	_, err := os.Stat(filepath.Join(b.quotaDir(name), quotaImage))
-	return err == nil
+	for _, d := range disks {
+		if _, err := os.Stat(filepath.Join(b.quotaDir(name), d[0])); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
-// removeQuota unmounts (freeing the loop device) and deletes the session's
-// quota filesystem. Missing pieces are not an error.
+// removeQuota unmounts (freeing the loop devices) and deletes the session's
+// disks. Missing pieces are not an error.
 //
 // It unmounts whether or not the workspace looks mounted, and then removes
 // only the known pieces, each with os.Remove: a tree walk (RemoveAll) that
@@ -159,13 +197,17 @@ func (b *Backend) removeQuota(name string) error {
 		return nil
 	}
 	dir := b.quotaDir(name)
-	mnt := filepath.Join(dir, quotaMount)
-	if err := unmount(mnt); err != nil {
-		return boxerr.Failure("docker backend: unmounting %s: %v", mnt, err).Wrap(err)
+	var paths []string
+	for _, d := range disks {
+		mnt := filepath.Join(dir, d[1])
+		if err := unmount(mnt); err != nil {
+			return boxerr.Failure("docker backend: unmounting %s: %v", mnt, err).Wrap(err)
+		}
+		// The mount point before the image: if it is somehow still a
+		// mount, its filesystem's image must stay.
+		paths = append(paths, mnt, filepath.Join(dir, d[0]))
 	}
-	// The mount point before the image: if it is somehow still a mount,
-	// its filesystem's image must stay.
-	for _, p := range []string{mnt, filepath.Join(dir, quotaImage), dir} {
+	for _, p := range append(paths, dir) {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return boxerr.Failure("docker backend: removing %s: %v", p, err).Wrap(err)
 		}

@@ -176,7 +176,11 @@ func TestWorkspaceQuota(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			state := t.TempDir()
-			b := newBackend(t, func(c *docker.Config) { c.StateDir = state; c.DefaultWorkspaceQuotaMB = tc.defaultQuota })
+			b := newBackend(t, func(c *docker.Config) {
+				c.StateDir = state
+				c.DefaultWorkspaceQuotaMB = tc.defaultQuota
+				c.TmpSizeMB = 16
+			})
 			spec := testSpec(t)
 			spec.WorkspaceQuotaMB = tc.specQuota
 			info, err := b.StartSession(context.Background(), spec)
@@ -200,6 +204,11 @@ func TestWorkspaceQuota(t *testing.T) {
 			}
 			if got := mustRun(t, b, info, "echo still usable > /tmp/x && cat /tmp/x"); got != "still usable\n" {
 				t.Errorf("session after a full workspace: %q", got)
+			}
+			// /tmp is a disk of tmp_size_mb of its own.
+			r = run(t, b, info, "dd if=/dev/zero of=/tmp/fill bs=1M count=32 2>&1; echo rc=$?; rm -f /tmp/fill", 60*time.Second)
+			if r.err != nil || !strings.Contains(r.stdout, "No space left on device") || strings.Contains(r.stdout, "rc=0") {
+				t.Errorf("filling /tmp: err %v stdout %q", r.err, r.stdout)
 			}
 			// Deleting files gives the host its disk back: the image is
 			// mounted with discard, which punches holes into it. The kernel
@@ -228,7 +237,8 @@ func TestWorkspaceQuota(t *testing.T) {
 			// that last user, a moment later.
 			var loops []string
 			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-				if loops = docker.LoopDevicesOf(images[0]); len(loops) == 0 {
+				tmpImage := filepath.Join(filepath.Dir(images[0]), "tmp.ext4")
+				if loops = append(docker.LoopDevicesOf(images[0]), docker.LoopDevicesOf(tmpImage)...); len(loops) == 0 {
 					break
 				}
 			}

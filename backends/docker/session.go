@@ -8,7 +8,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,10 +37,22 @@ const (
 )
 
 // containerPrefix starts every container name; volumePrefix every workspace
-// volume name (followed by the container name).
+// volume name and tmpVolumePrefix every /tmp volume name (followed by the
+// container name).
 const (
 	containerPrefix = "boxrt-"
 	volumePrefix    = "boxrt-ws-"
+	tmpVolumePrefix = "boxrt-tmp-"
+)
+
+// pidDir holds the pid files of execs and managed processes: a small tmpfs
+// of boxrt's own, so that nothing of boxrt's shows in the user's /tmp,
+// workspace or home (or in a snapshot of them). Sticky and open to all, as
+// /tmp was: the exec user and the managed-process user both write there,
+// and neither may delete the other's files.
+const (
+	pidDir     = "/run/boxrt"
+	pidDirOpts = "rw,nosuid,nodev,noexec,size=1m,mode=1777"
 )
 
 const cleanupTimeout = 30 * time.Second
@@ -60,6 +74,16 @@ func containerName(sessionID string) string {
 }
 
 func volumeName(container string) string { return volumePrefix + container }
+
+func tmpVolumeName(container string) string { return tmpVolumePrefix + container }
+
+// pidDirOf is where the pid files of container name's commands go.
+func (b *Backend) pidDirOf(name string) string {
+	if _, ok := b.legacy.Load(name); ok {
+		return "/tmp"
+	}
+	return pidDir
+}
 
 // StartSession implements backends.Backend: it creates and starts the
 // session's container.
@@ -178,11 +202,7 @@ func (b *Backend) hostConfig(ctx context.Context, spec backends.SandboxSpec, mou
 	} else {
 		hc.NetworkMode = container.NetworkMode(mode)
 	}
-	if spec.ReadOnlyRootfs {
-		// The rootfs is read-only; /tmp is where tools (and boxrt's own pid
-		// files) expect to write.
-		hc.Tmpfs = map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", b.tmpSizeMB)}
-	}
+	hc.Tmpfs = map[string]string{pidDir: pidDirOpts}
 	return hc, nil
 }
 
@@ -316,17 +336,7 @@ func (b *Backend) mounts(ctx context.Context, spec backends.SandboxSpec, name st
 		// survives a boxrt restart, works with a read-only rootfs and with
 		// remote engines, and inherits the image's ownership of the mount
 		// path so a non-root sandbox user can write to it.
-		out = append(out, mount.Mount{
-			Type:   mount.TypeVolume,
-			Source: volumeName(name),
-			Target: spec.MountPath,
-			VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{
-				LabelManaged:   "true",
-				LabelInstance:  b.instance,
-				LabelSession:   spec.SessionID,
-				LabelContainer: name,
-			}},
-		})
+		out = append(out, b.volumeMount(spec, name, volumeName(name), spec.MountPath))
 	}
 	for i, em := range spec.ActiveExtraMounts() {
 		m, err := bindMount(fmt.Sprintf("extra_mounts[%d].host_path", i), em.HostPath, em.MountPath, em.Mode, o)
@@ -335,7 +345,43 @@ func (b *Backend) mounts(ctx context.Context, spec backends.SandboxSpec, name st
 		}
 		out = append(out, m)
 	}
-	return out, nil
+	if slices.ContainsFunc(out, func(m mount.Mount) bool { return path.Clean(m.Target) == "/tmp" }) {
+		return out, nil // the caller's own mount is /tmp
+	}
+	tmp, err := b.tmpMount(ctx, spec, name)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, tmp), nil
+}
+
+// volumeMount is a named volume of the session's, labelled so that
+// collectVolumes finds it once its container is gone.
+func (b *Backend) volumeMount(spec backends.SandboxSpec, name, volume, target string) mount.Mount {
+	return mount.Mount{
+		Type:   mount.TypeVolume,
+		Source: volume,
+		Target: target,
+		VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{
+			LabelManaged:   "true",
+			LabelInstance:  b.instance,
+			LabelSession:   spec.SessionID,
+			LabelContainer: name,
+		}},
+	}
+}
+
+// tmpMount is the session's /tmp. A tmpfs would be lost when the container
+// stops (suspend) and cannot be read through the engine (snapshot, fork);
+// a read-only rootfs has no other place for it, and gVisor keeps a
+// writable one's changes in memory. So /tmp is the session's own storage,
+// like its workspace: a disk of tmp_size_mb where boxrt makes disks, else
+// a named volume (which takes the image's /tmp, its mode 1777 included).
+func (b *Backend) tmpMount(ctx context.Context, spec backends.SandboxSpec, name string) (mount.Mount, error) {
+	if b.stateDir != "" && b.localEngine() && (b.defaultQuotaMB > 0 || spec.WorkspaceQuotaMB > 0) {
+		return b.quotaTmp(ctx, name)
+	}
+	return b.volumeMount(spec, name, tmpVolumeName(name), "/tmp"), nil
 }
 
 // bindMount prepares one host bind. A missing rw directory is created (and
@@ -468,8 +514,9 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 	if err := b.removeContainer(ctx, name); err != nil {
 		return err
 	}
+	b.legacy.Delete(name)
 	b.dropMarks(name)
-	return errors.Join(b.removeVolume(ctx, volumeName(name)), b.removeQuota(name))
+	return errors.Join(b.removeVolumes(ctx, name), b.removeQuota(name))
 }
 
 func (b *Backend) removeContainer(ctx context.Context, name string) error {
@@ -490,6 +537,12 @@ func (b *Backend) removeContainer(ctx context.Context, name string) error {
 		}
 	}
 	return b.apiError("removing container "+name, err)
+}
+
+// removeVolumes removes the named volumes of container name (workspace,
+// /tmp); those it does not have are no error.
+func (b *Backend) removeVolumes(ctx context.Context, name string) error {
+	return errors.Join(b.removeVolume(ctx, volumeName(name)), b.removeVolume(ctx, tmpVolumeName(name)))
 }
 
 func (b *Backend) removeVolume(ctx context.Context, name string) error {
@@ -513,7 +566,7 @@ func (b *Backend) removeSession(ctx context.Context, name string) {
 	ctx, cancel := cleanupContext(ctx, cleanupTimeout)
 	defer cancel()
 	if b.removeContainer(ctx, name) == nil {
-		_ = b.removeVolume(ctx, volumeName(name))
+		_ = b.removeVolumes(ctx, name)
 		_ = b.removeQuota(name)
 	}
 }
@@ -555,7 +608,7 @@ func (b *Backend) Existing(ctx context.Context) (map[string]bool, error) {
 // suspended; other stopped ones are restarted when persistent (a host reboot must
 // not lose a persistent workspace) and their host paths still pass
 // RecheckHostPath, and removed otherwise, as the reference's --rm would
-// have. Refused restarts come back as an error next to the adopted sessions. Orphaned workspace volumes of this instance are removed.
+// have. Refused restarts come back as an error next to the adopted sessions. Orphaned volumes of this instance are removed.
 // Containers with unreadable labels are left alone.
 func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 	list, err := b.ownContainers(ctx)
@@ -571,6 +624,10 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 		}
 		name := strings.TrimPrefix(c.Names[0], "/")
 		keep[name] = true
+		if !slices.ContainsFunc(c.Mounts, func(m container.MountPoint) bool { return m.Destination == "/tmp" }) {
+			// Made before /tmp and pidDir were the session's own.
+			b.legacy.Store(name, true)
+		}
 		info, infoErr := infoFromLabels(name, c.Labels)
 		if infoErr == nil {
 			info = b.applyClaim(info)
@@ -627,7 +684,7 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 			}
 			if b.removeContainer(ctx, name) == nil {
 				delete(keep, name)
-				_ = b.removeVolume(ctx, volumeName(name))
+				_ = b.removeVolumes(ctx, name)
 				_ = b.removeQuota(name)
 			}
 		}
@@ -649,14 +706,15 @@ func (b *Backend) killOrphans(ctx context.Context, name string) error {
 		users = append(users, b.processUser)
 	}
 	for _, u := range users {
-		if err := b.runHelper(ctx, name, u, []string{"sh", "-c", orphanScript, "boxrt-orphans"}); err != nil {
+		// /tmp: where the pid files of containers made before pidDir are.
+		if err := b.runHelper(ctx, name, u, []string{"sh", "-c", orphanScript, "boxrt-orphans", pidDir, "/tmp"}); err != nil {
 			return fmt.Errorf("killing orphaned processes in %s: %w", name, err)
 		}
 	}
 	return nil
 }
 
-// collectVolumes removes this instance's workspace volumes whose container
+// collectVolumes removes this instance's volumes (workspace, /tmp) whose container
 // is gone (a StopSession that failed half-way, a crash), except those of a
 // session being created right now. A volume still in use is refused by the
 // engine too.
@@ -670,7 +728,8 @@ func (b *Backend) collectVolumes(ctx context.Context, keep map[string]bool) {
 	}
 	for _, v := range vols.Volumes {
 		if v == nil || v.Labels[LabelInstance] != b.instance || keep[v.Labels[LabelContainer]] ||
-			b.creating.Has(v.Labels[LabelContainer]) || !strings.HasPrefix(v.Name, volumePrefix) {
+			b.creating.Has(v.Labels[LabelContainer]) ||
+			!strings.HasPrefix(v.Name, volumePrefix) && !strings.HasPrefix(v.Name, tmpVolumePrefix) {
 			continue
 		}
 		_ = b.cli.VolumeRemove(ctx, v.Name, false)

@@ -27,6 +27,9 @@ const (
 	killGrace = 5 * time.Second
 	// helperTimeout bounds a helper exec (signalling a process tree).
 	helperTimeout = 15 * time.Second
+	// pidDir holds the pid files of execs and managed processes: the
+	// Pod's /tmp emptyDir, the one writable directory every Pod has.
+	pidDir = "/tmp"
 )
 
 // killRequest is what Exec writes to the watcher's stdin; any line (or EOF)
@@ -111,7 +114,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		return backends.ExitStatus{}, err
 	}
 	pod := info.BackendSessionID
-	workdir, pidFile := execproc.Paths(info, req.Workdir, "exec")
+	workdir, pidFile := execproc.Paths(info, req.Workdir, "exec", pidDir)
 	ex, err := b.executor(pod, execCommand(req, workdir, pidFile), req.TTY != nil)
 	if err != nil {
 		return backends.ExitStatus{}, b.apiError("preparing exec in Pod "+pod, err)

@@ -99,9 +99,9 @@ func OrDiscard(w io.Writer) io.Writer {
 
 // Paths is where a command (kind "exec") or a managed process (kind
 // "proc") of info's session runs: its directory (dir, else the session's
-// mount path, else /), and a fresh pid file in the sandbox's /tmp that its
-// wrapper script writes, through which helper execs signal its tree.
-func Paths(info backends.Session, dir, kind string) (workdir, pidFile string) {
+// mount path, else /), and a fresh pid file in pidDir that its wrapper
+// script writes, through which helper execs signal its tree.
+func Paths(info backends.Session, dir, kind, pidDir string) (workdir, pidFile string) {
 	workdir = dir
 	if workdir == "" {
 		workdir = info.MountPath
@@ -114,5 +114,5 @@ func Paths(info backends.Session, dir, kind string) (workdir, pidFile string) {
 		// crypto/rand does not fail on Linux; a constant would risk clashes.
 		panic(err)
 	}
-	return workdir, "/tmp/.boxrt-" + kind + "-" + hex.EncodeToString(buf) + ".pid"
+	return workdir, pidDir + "/.boxrt-" + kind + "-" + hex.EncodeToString(buf) + ".pid"
 }

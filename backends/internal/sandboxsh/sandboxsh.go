@@ -272,16 +272,19 @@ exit 0
 
 // OrphanScript kills, in a container being re-adopted, every process tree
 // a previous boxrt started and can no longer reach: managed processes (and
-// any exec whose watcher did not fire) recorded in pid files under /tmp.
-// The new boxrt knows nothing of them, so nobody would ever stop them.
+// any exec whose watcher did not fire) recorded in pid files in the
+// directories given as arguments. The new boxrt knows nothing of them, so
+// nobody would ever stop them.
 const OrphanScript = KillFuncs + `
 exec 2>/dev/null
-for bk_f in /tmp/.boxrt-proc-*.pid /tmp/.boxrt-exec-*.pid; do
-	[ -f "$bk_f" ] || continue
-	bk_r=
-	read -r bk_r <"$bk_f"
-	case $bk_r in '' | *[!0-9]*) ;; *) bk_kill KILL "$bk_r" $$ ;; esac
-	rm -f "$bk_f"
+for bk_d; do
+	for bk_f in "$bk_d"/.boxrt-proc-*.pid "$bk_d"/.boxrt-exec-*.pid; do
+		[ -f "$bk_f" ] || continue
+		bk_r=
+		read -r bk_r <"$bk_f"
+		case $bk_r in '' | *[!0-9]*) ;; *) bk_kill KILL "$bk_r" $$ ;; esac
+		rm -f "$bk_f"
+	done
 done
 exit 0
 `

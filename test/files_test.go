@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -394,20 +393,7 @@ func TestFilesClient(t *testing.T) {
 // runCp runs boxrt cp against p with its generated token.
 func runCp(t *testing.T, p *Proc, stdin io.Reader, args ...string) (string, string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, append([]string{"cp", "--url", "http://" + p.Addr, "--state-dir", p.State}, args...)...)
-	cmd.Env = append(os.Environ(), "BOXRT_CONTROL_TOKEN=", "LANGBOT_BOX_CONTROL_TOKEN=")
-	cmd.Stdin = stdin
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return stdout.String(), stderr.String(), ee.ExitCode()
-	}
-	require.NoError(t, err, "stderr: %s", stderr.String())
-	return stdout.String(), stderr.String(), 0
+	return runBinWithStdin(t, stdin, nil, append([]string{"cp", "--url", "http://" + p.Addr, "--state-dir", p.State}, args...)...)
 }
 
 func TestCp(t *testing.T) {

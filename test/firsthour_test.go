@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,10 +54,19 @@ func codeBlocks(t *testing.T, path string) []codeBlock {
 // and the exit status.
 func runBin(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
+	return runBinWithStdin(t, nil, env, args...)
+}
+
+// runBinWithStdin is runBin with stdin fed to the command. The control
+// token variables are cleared, so a token comes only from what the test
+// passes or the state directory.
+func runBinWithStdin(t *testing.T, stdin io.Reader, env []string, args ...string) (string, string, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binPath, args...)
 	cmd.Env = append(append(os.Environ(), "BOXRT_CONTROL_TOKEN=", "LANGBOT_BOX_CONTROL_TOKEN="), env...)
+	cmd.Stdin = stdin
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -127,7 +128,9 @@ The back-to-back row is boxrt's call right after another one on the same session
   namespace, a user namespace of its own with --disable-userns, the host's system directories and /etc essentials
   read-only, /proc hardening, --cap-drop ALL, the seccomp filter on a memfd, options through --args on a memfd — run as
   the unprivileged sandbox user, `+"`/bin/sh -lc true`"+`), spawned from Go with workspace, /tmp and /home on plain
-  directories: no session, stage, cgroup or bookkeeping — the floor for the bwrap backend.`,
+  directories: no session, stage, cgroup or bookkeeping — the floor for a bwrap backend that spawns a sandbox per exec.
+- *minimal bwrap spawn*: `+"`bwrap "+strings.Join(minimalBwrapArgs, " ")+" /bin/true`"+` as root — the cheapest spawn that
+  still makes every namespace, none of boxrt's hardening: the yardstick of a session that is entered, not spawned.`,
 		cfg.execNDocker, cfg.execNBwrap, fmtDur(dockerExecIdle), cliEvery(cfg), cfg.execNDocker/cliEvery(cfg))
 
 	boxDocker := newMeasure("boxrt docker")
@@ -138,6 +141,7 @@ The back-to-back row is boxrt's call right after another one on the same session
 	cli := newMeasure("`docker exec` CLI")
 	boxBwrap := newMeasure("boxrt bwrap")
 	direct := newMeasure("direct bwrap spawn")
+	minimal := newMeasure("minimal bwrap spawn of /bin/true")
 	b.warmExec["docker"], b.warmExec["bwrap"] = boxDockerB2B, boxBwrap
 	sc.Rows = []Row{
 		{Case: "docker backend vs Engine API floor", Boxrt: boxDocker, Base: raw},
@@ -146,13 +150,14 @@ The back-to-back row is boxrt's call right after another one on the same session
 		{Case: "docker backend, back to back, vs Engine API floor", Boxrt: boxDockerB2B, Base: raw},
 		{Case: "docker backend vs docker CLI", Boxrt: boxDocker, Base: cli},
 		{Case: "bwrap backend vs bare bwrap", Boxrt: boxBwrap, Base: direct},
+		{Case: "bwrap backend vs minimal bwrap spawn", Boxrt: boxBwrap, Base: minimal},
 	}
 
 	if !b.wantBackend("docker") {
 		boxDocker.Unavailable, boxDockerB2B.Unavailable, raw.Unavailable, rawLogin.Unavailable, rawWrapper.Unavailable, cli.Unavailable = skippedBackend, skippedBackend, skippedBackend, skippedBackend, skippedBackend, skippedBackend
 	}
 	if !b.wantBackend("bwrap") {
-		boxBwrap.Unavailable, direct.Unavailable = skippedBackend, skippedBackend
+		boxBwrap.Unavailable, direct.Unavailable, minimal.Unavailable = skippedBackend, skippedBackend, skippedBackend
 	}
 	dcli, err := newDockerClient()
 	if err != nil {
@@ -211,12 +216,37 @@ The back-to-back row is boxrt's call right after another one on the same session
 				return []timedOp{{m: direct, op: func() error {
 					_, err := runBwrap(ctx, ws, "/bin/sh", "-lc", "true")
 					return err
+				}}, {m: minimal, op: func() error {
+					_, err := runMinimalBwrap(ctx, "/bin/true")
+					return err
 				}}}, nil
 			})
 		}
 		b.logf("exec rep %d: boxrt docker %s, raw %s, cli %s, boxrt bwrap %s, bwrap %s", rep+1,
 			lastP50(boxDocker), lastP50(raw), lastP50(cli), lastP50(boxBwrap), lastP50(direct))
 	}
+	sc.Goals = execGoals(execMeasures{boxDocker: boxDocker, boxDockerB2B: boxDockerB2B, raw: raw, rawLogin: rawLogin,
+		rawWrapper: rawWrapper, cli: cli, boxBwrap: boxBwrap, direct: direct, minimal: minimal})
+	sc.Breakdown = whereTimeGoesDockerExec
+	if b.wantBackend("bwrap") {
+		sc.Notes = append(sc.Notes, bwrapCostNotes...)
+	}
+	return sc
+}
+
+// execMeasures are the warm-exec scenario's cases, for its goals.
+type execMeasures struct {
+	boxDocker, boxDockerB2B, raw, rawLogin, rawWrapper, cli *Measure
+	boxBwrap, direct, minimal                               *Measure
+}
+
+// execGoals states the warm-exec scenario's goals: the docker backend
+// against the Engine API and the CLI, the bwrap backend against a bwrap
+// spawn (issue 37: a session that is entered, not spawned, beats the
+// cheapest spawn by far).
+func execGoals(m execMeasures) []Goal {
+	boxDocker, boxDockerB2B, raw, rawLogin, rawWrapper, cli := m.boxDocker, m.boxDockerB2B, m.raw, m.rawLogin, m.rawWrapper, m.cli
+	boxBwrap, direct := m.boxBwrap, m.direct
 	g1 := Goal{Text: "boxrt docker warm exec within 1.05× of the raw Engine API (p50)"}
 	g2 := Goal{Text: "boxrt docker warm exec at least 3× faster than the `docker exec` CLI (p50)"}
 	if boxDocker.ok() && raw.ok() {
@@ -249,20 +279,20 @@ The back-to-back row is boxrt's call right after another one on the same session
 	} else {
 		g2.Measured = "not measured"
 	}
-	g3 := Goal{Text: "boxrt bwrap warm exec within 1.3× of a bare bwrap spawn with the same flags (p50)"}
-	if boxBwrap.ok() && direct.ok() {
-		r := ratio(float64(boxBwrap.P50()), float64(direct.P50()))
-		g3.Measured = fmt.Sprintf("%s vs %s = %.2f×", fmtDur(boxBwrap.P50()), fmtDur(direct.P50()), r)
-		g3.Met = boolp(r <= 1.3)
-	} else {
-		g3.Measured = "not measured"
+	g3 := ratioGoal("boxrt bwrap warm exec within 1.3× of a bare bwrap spawn with the same flags (p50)", boxBwrap, direct, 1.3)
+	return []Goal{g1, g2, g3, ratioGoal("boxrt bwrap warm exec p50 ≤ 0.35× a minimal bare bwrap spawn of /bin/true", boxBwrap, m.minimal, 0.35),
+		ratioGoal("boxrt docker back-to-back warm exec p50 ≤ 0.2× the `docker exec` CLI", boxDockerB2B, cli, 0.2)}
+}
+
+// ratioGoal is the goal "a's p50 is at most limit times b's".
+func ratioGoal(text string, a, b *Measure, limit float64) Goal {
+	g := Goal{Text: text, Measured: "not measured"}
+	if a.ok() && b.ok() {
+		r := ratio(float64(a.P50()), float64(b.P50()))
+		g.Measured = fmt.Sprintf("%s vs %s = %.2f×", fmtDur(a.P50()), fmtDur(b.P50()), r)
+		g.Met = boolp(r <= limit)
 	}
-	sc.Goals = []Goal{g1, g2, g3}
-	sc.Breakdown = whereTimeGoesDockerExec
-	if b.wantBackend("bwrap") {
-		sc.Notes = append(sc.Notes, bwrapCostNotes...)
-	}
-	return sc
+	return g
 }
 
 // cliEvery is how often (in calls) the slow docker CLI baseline runs.

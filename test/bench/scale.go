@@ -21,10 +21,13 @@ type scaleStats struct {
 	rssAfter  []float64
 	rssReaped []float64
 	perSess   []float64 // KiB per session
-	reapFirst []float64 // seconds from lowering the TTL to the first session gone
-	reapAll   []float64 // seconds from lowering the TTL to none left
-	reapRate  []float64 // sessions destroyed per second by the reaper
-	notes     []string
+	// pssPerIdle is the host memory (PSS of boxrt and every process
+	// below it) per idle session, KiB, at densitySessions sessions
+	pssPerIdle []float64
+	reapFirst  []float64 // seconds from lowering the TTL to the first session gone
+	reapAll    []float64 // seconds from lowering the TTL to none left
+	reapRate   []float64 // sessions destroyed per second by the reaper
+	notes      []string
 }
 
 func (b *bench) scenarioScale(ctx context.Context) *Scenario {
@@ -32,7 +35,9 @@ func (b *bench) scenarioScale(ctx context.Context) *Scenario {
 	sc := &Scenario{Title: fmt.Sprintf("Scale: %d docker sessions, %d bwrap sessions", cfg.scaleDocker, cfg.scaleBwrap)}
 	sc.Intro = fmt.Sprintf(`Per run and backend, a fresh boxrt (stdio; limits.max_sessions 5000, session_ttl_sec 3600) first creates, execs
 and deletes one warm-up session, then:
-1. creates N sessions with `+"`box_create_session`"+` from %d concurrent callers (create rate = N ÷ wall time);
+1. creates N sessions with `+"`box_create_session`"+` from %d concurrent callers (create rate = N ÷ wall time), pausing
+   after the first %d for 1 s to sum the PSS of boxrt and every process below it (its sandboxes and their agents):
+   host memory per idle session = the growth ÷ those sessions;
 2. runs `+"`box_exec true`"+` once in every session, sequentially (exec p50/p99 with N sessions alive);
 3. reads boxrt's VmRSS from /proc/<pid>/status before step 1 and after step 2 (RSS per session = growth ÷ N);
 4. times 20 `+"`box_get_sessions`"+` (lists all N) and 20 `+"`box_status`"+` calls;
@@ -45,7 +50,7 @@ and deletes one warm-up session, then:
    full walk of the session table costs at this size.
 Everything is deleted at the end (the reaper does it; any leftover is deleted explicitly) and the run checks that no
 container of this boxrt instance is left (`+"`docker ps -a --filter label=boxrt.instance=<id>`"+`).
-The scale scenario runs %d time(s); the numbers are medians over runs.`, cfg.scaleConc, cfg.scaleReps)
+The scale scenario runs %d time(s); the numbers are medians over runs.`, cfg.scaleConc, densitySessions, cfg.scaleReps)
 
 	backends := []*scaleStats{
 		{backend: "docker", n: cfg.scaleDocker},
@@ -81,6 +86,8 @@ The scale scenario runs %d time(s); the numbers are medians over runs.`, cfg.sca
 		}
 	}
 
+	sc.Goals = scaleGoals(backends[1], b.warmExec["bwrap"])
+
 	var t strings.Builder
 	t.WriteString("| metric | " + fmt.Sprintf("docker (%d sessions)", cfg.scaleDocker) + " | " + fmt.Sprintf("bwrap (%d sessions)", cfg.scaleBwrap) + " |\n|---|---:|---:|\n")
 	row := func(name string, f func(s *scaleStats) string) {
@@ -105,6 +112,12 @@ The scale scenario runs %d time(s); the numbers are medians over runs.`, cfg.sca
 		return fmtKiB(median(s.rssBefore)) + " → " + fmtKiB(median(s.rssAfter))
 	})
 	row("**boxrt RSS per session**", func(s *scaleStats) string { return "**" + fmtKiB(median(s.perSess)) + "**" })
+	row(fmt.Sprintf("host memory per idle session at %d sessions (PSS of boxrt and its sandboxes)", densitySessions), func(s *scaleStats) string {
+		if len(s.pssPerIdle) == 0 {
+			return "n/a"
+		}
+		return fmtKiB(median(s.pssPerIdle))
+	})
 	row("box_get_sessions p50 (lists every session)", func(s *scaleStats) string {
 		return cell(s.list, func(m *Measure) string { return fmtDur(m.P50()) })
 	})
@@ -160,37 +173,16 @@ func fmtRate(v float64) string {
 }
 
 // scaleRun is one run of the scale scenario for one backend.
-func (b *bench) scaleRun(ctx context.Context, s *scaleStats, rep int) {
-	limits := map[string]any{"max_sessions": 5000, "session_ttl_sec": 3600}
-	p, err := b.startBackend(ctx, "scale-"+s.backend, s.backend, false, limits)
-	if err != nil {
-		s.create.Unavailable = err.Error()
-		s.exec.Unavailable, s.list.Unavailable, s.status.Unavailable = err.Error(), err.Error(), err.Error()
-		return
-	}
-	defer p.stop(60 * time.Second)
-	prefix := fmt.Sprintf("bench-scale-%s-%d-", s.backend, rep)
+// densitySessions is how many idle sessions the host memory per session
+// is measured at (issue 37's density goal).
+const densitySessions = 200
 
-	// warm-up session: loads every code path once
-	if _, err := boxExec(ctx, p.rpc, prefix+"warm", "true"); err != nil {
-		s.create.fail(fmt.Errorf("warm-up: %w", err))
-		return
-	}
-	if err := deleteSession(ctx, p.rpc, prefix+"warm"); err != nil {
-		s.create.fail(fmt.Errorf("warm-up delete: %w", err))
-	}
-	time.Sleep(time.Second)
-	rss0, _ := rssKiB(p.pid())
-
-	// 1. create
-	ids := make([]string, s.n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("%s%04d", prefix, i)
-	}
+// createSessions creates ids with box_create_session from the scenario's
+// concurrent callers and returns each call's latency, the ids created and
+// the wall time; failures are recorded on s.create.
+func (b *bench) createSessions(ctx context.Context, p *boxrtProc, s *scaleStats, ids []string) (samples []time.Duration, created []string, wall time.Duration) {
 	var next atomic.Int64
 	var mu sync.Mutex
-	var samples []time.Duration
-	var created []string
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	for w := 0; w < max(1, b.cfg.scaleConc); w++ {
@@ -217,8 +209,49 @@ func (b *bench) scaleRun(ctx context.Context, s *scaleStats, rep int) {
 		}()
 	}
 	wg.Wait()
+	return samples, created, time.Since(t0)
+}
+
+func (b *bench) scaleRun(ctx context.Context, s *scaleStats, rep int) {
+	limits := map[string]any{"max_sessions": 5000, "session_ttl_sec": 3600}
+	p, err := b.startBackend(ctx, "scale-"+s.backend, s.backend, false, limits)
+	if err != nil {
+		s.create.Unavailable = err.Error()
+		s.exec.Unavailable, s.list.Unavailable, s.status.Unavailable = err.Error(), err.Error(), err.Error()
+		return
+	}
+	defer p.stop(60 * time.Second)
+	prefix := fmt.Sprintf("bench-scale-%s-%d-", s.backend, rep)
+
+	// warm-up session: loads every code path once
+	if _, err := boxExec(ctx, p.rpc, prefix+"warm", "true"); err != nil {
+		s.create.fail(fmt.Errorf("warm-up: %w", err))
+		return
+	}
+	if err := deleteSession(ctx, p.rpc, prefix+"warm"); err != nil {
+		s.create.fail(fmt.Errorf("warm-up delete: %w", err))
+	}
+	time.Sleep(time.Second)
+	rss0, _ := rssKiB(p.pid())
+
+	// 1. create, measuring what idle sessions cost the host on the way
+	ids := make([]string, s.n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s%04d", prefix, i)
+	}
+	pss0, _, pssErr := sessionPSSKiB(p.pid())
+	k := min(densitySessions, len(ids))
+	samples, created, wall := b.createSessions(ctx, p, s, ids[:k])
+	time.Sleep(time.Second)
+	if pss1, procs, err := sessionPSSKiB(p.pid()); err == nil && pssErr == nil && len(created) > 0 {
+		s.pssPerIdle = append(s.pssPerIdle, float64(pss1-pss0)/float64(len(created)))
+		s.notes = append(s.notes, fmt.Sprintf("run %d: %d idle sessions: boxrt and %d processes below it, PSS %s → %s",
+			rep+1, len(created), procs-1, fmtKiB(float64(pss0)), fmtKiB(float64(pss1))))
+	}
+	more, moreCreated, moreWall := b.createSessions(ctx, p, s, ids[k:])
+	samples, created, wall = append(samples, more...), append(created, moreCreated...), wall+moreWall
 	if len(samples) > 0 {
-		s.create.add(summarise(samples, time.Since(t0)))
+		s.create.add(summarise(samples, wall))
 	}
 
 	// 2. exec in each
@@ -327,4 +360,20 @@ func (b *bench) scaleRun(ctx context.Context, s *scaleStats, rep int) {
 		}
 		dwg.Wait()
 	}
+}
+
+// scaleGoals are issue 37's goals at scale on bwrap: exec as fast with many
+// sessions alive as with one, and an idle session cheap for the host.
+func scaleGoals(bw *scaleStats, one *Measure) []Goal {
+	execGoal := Goal{Text: fmt.Sprintf("bwrap exec `true` p50 with %d sessions alive ≤ 1.3× with one", bw.n), Measured: "not measured"}
+	if one != nil {
+		execGoal = ratioGoal(execGoal.Text, bw.exec, one, 1.3)
+	}
+	mem := Goal{Text: fmt.Sprintf("bwrap host memory per idle session at %d sessions (PSS of boxrt, bwrap and agent) ≤ 1 MiB", min(densitySessions, bw.n)), Measured: "not measured"}
+	if len(bw.pssPerIdle) > 0 {
+		v := median(bw.pssPerIdle)
+		mem.Measured = fmtKiB(v)
+		mem.Met = boolp(v <= 1024)
+	}
+	return []Goal{execGoal, mem}
 }

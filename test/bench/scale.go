@@ -112,7 +112,7 @@ The scale scenario runs %d time(s); the numbers are medians over runs.`, cfg.sca
 		return fmtKiB(median(s.rssBefore)) + " → " + fmtKiB(median(s.rssAfter))
 	})
 	row("**boxrt RSS per session**", func(s *scaleStats) string { return "**" + fmtKiB(median(s.perSess)) + "**" })
-	row(fmt.Sprintf("host memory per idle session at %d sessions (PSS of boxrt and its sandboxes)", densitySessions), func(s *scaleStats) string {
+	row(fmt.Sprintf("host memory per idle session, measured after the first %d (PSS of boxrt and its sandboxes)", densitySessions), func(s *scaleStats) string {
 		if len(s.pssPerIdle) == 0 {
 			return "n/a"
 		}

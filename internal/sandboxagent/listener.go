@@ -22,7 +22,7 @@ type Listener struct {
 	ln  *net.UnixListener
 	dir *os.File // O_PATH: the socket is named and removed relative to it
 	// timeout is answerTimeout; tests shorten it.
-	timeout time.Duration
+	timeout  time.Duration
 	acceptMu sync.Mutex
 }
 

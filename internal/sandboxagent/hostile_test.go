@@ -177,7 +177,7 @@ func hostile(t *testing.T, script func(fake) error) error {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	l.timeout = 300 * time.Millisecond
+	l.timeout = time.Second
 	fakeDone := make(chan error, 1)
 	go func() { fakeDone <- runFake(filepath.Join(l.dir.Name(), SocketName), script) }()
 	hostErr := host(l)

@@ -162,29 +162,61 @@ func TestExitCodes(t *testing.T) {
 // in the background gets it too.
 func TestSignalGroup(t *testing.T) {
 	s := newSession(t, t.TempDir())
-	outR, outW := pipe(t)
-	p := spawn(t, s.c, SpawnRequest{Argv: sh("sleep 1000 & echo $!; wait"), Env: testEnv, Stdout: outW})
-	outW.Close()
-	var grandchild int
-	if _, err := fmt.Fscan(bufio.NewReader(outR), &grandchild); err != nil {
-		t.Fatalf("reading the background pid: %v", err)
-	}
+	p, grandchild := spawnWithBackground(t, s.c, "wait")
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if e := wait(t, p); e.Signal != int(syscall.SIGTERM) {
 		t.Errorf("exit %+v, want killed by SIGTERM", e)
 	}
-	// The agent, a subreaper, reaps it too: gone means no zombie either.
-	deadline := time.Now().Add(5 * time.Second)
-	for unix.Kill(grandchild, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("background process %d still exists", grandchild)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitGone(t, grandchild)
 	if err := p.Signal(0); err == nil {
 		t.Error("signal 0 accepted")
+	}
+}
+
+// TestSignalAfterExit: the group outlives its leader, and so does the
+// way to signal it (a command's timeout kills what it left behind).
+func TestSignalAfterExit(t *testing.T) {
+	s := newSession(t, t.TempDir())
+	p, grandchild := spawnWithBackground(t, s.c, "exit 0")
+	if e := wait(t, p); e != (Exit{}) {
+		t.Fatalf("exit %+v", e)
+	}
+	if err := unix.Kill(grandchild, 0); err != nil {
+		t.Fatalf("the background process is already gone: %v", err)
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, grandchild)
+}
+
+// spawnWithBackground runs a shell that starts sleep in the background,
+// then runs then; it returns the shell and sleep's pid.
+func spawnWithBackground(t *testing.T, c *Conn, then string) (*Proc, int) {
+	t.Helper()
+	outR, outW := pipe(t)
+	p := spawn(t, c, SpawnRequest{Argv: sh("sleep 1000 >/dev/null & echo $!; " + then), Env: testEnv, Stdout: outW})
+	outW.Close()
+	var grandchild int
+	if _, err := fmt.Fscan(bufio.NewReader(outR), &grandchild); err != nil {
+		t.Fatalf("reading the background pid: %v", err)
+	}
+	t.Cleanup(func() { unix.Kill(grandchild, unix.SIGKILL) })
+	return p, grandchild
+}
+
+// waitGone waits for pid to be gone. The agent, a subreaper, reaps it:
+// gone means no zombie either.
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for unix.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still exists", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -435,7 +435,15 @@ func TestListenStaleSocket(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Listen over a stale socket: %v", err)
 	}
-	l.Close()
+	again, err := Listen(dir)
+	if err != nil {
+		t.Fatalf("Listen over a live socket of this process: %v", err)
+	}
+	l.Close() // the older one: leaves again's socket alone
+	if _, err := os.Lstat(filepath.Join(dir, SocketName)); err != nil {
+		t.Errorf("closing a replaced Listener removed its successor's socket: %v", err)
+	}
+	again.Close()
 
 	other := t.TempDir()
 	if err := os.WriteFile(filepath.Join(other, SocketName), nil, 0o644); err != nil {

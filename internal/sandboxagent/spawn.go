@@ -167,6 +167,14 @@ func (a *agent) exited(pid int, ws syscall.WaitStatus) {
 	}
 }
 
+// exitOf is the Exit of a wait status.
+func exitOf(ws syscall.WaitStatus) Exit {
+	if ws.Signaled() {
+		return Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
+	}
+	return Exit{Code: ws.ExitStatus()}
+}
+
 // cut bounds a text the agent sends, keeping it UTF-8.
 func cut(s string) string {
 	if len(s) > maxReason {

@@ -109,8 +109,8 @@ func dial(path string) (*net.UnixConn, error) {
 		return nil, err
 	}
 	defer d.Close()
-	short := "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/" + filepath.Base(path)
-	return net.DialUnix("unix", nil, &net.UnixAddr{Name: short, Net: "unix"})
+	via := "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/" + filepath.Base(path)
+	return net.DialUnix("unix", nil, &net.UnixAddr{Name: via, Net: "unix"})
 }
 
 // serve says hello on fc and serves it until it fails.

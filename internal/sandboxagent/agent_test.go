@@ -476,3 +476,43 @@ func TestPeerPID(t *testing.T) {
 		t.Errorf("PeerPID %d, the agent is %d", s.c.PeerPID(), s.agent.Process.Pid)
 	}
 }
+
+// TestAgentKeepsNoDescriptor: once a process started, the agent has
+// closed the pipe and the pty it was passed, and holds one connection.
+func TestAgentKeepsNoDescriptor(t *testing.T) {
+	s := newSession(t, t.TempDir())
+	_, outW := pipe(t)
+	master, slave, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(outW.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	passed := map[string]bool{fmt.Sprintf("pipe:[%d]", st.Ino): true, slave.Name(): true}
+	p1 := spawn(t, s.c, SpawnRequest{Argv: []string{"true"}, Env: testEnv, Stdout: outW})
+	p2 := spawn(t, s.c, SpawnRequest{Argv: []string{"true"}, Env: testEnv, TTY: true, Stdin: slave})
+	slave.Close()
+	wait(t, p1)
+	wait(t, p2)
+	fdDir := fmt.Sprintf("/proc/%d/fd", s.agent.Process.Pid)
+	entries, err := os.ReadDir(fdDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sockets := 0
+	for _, e := range entries {
+		target, _ := os.Readlink(filepath.Join(fdDir, e.Name()))
+		switch {
+		case strings.HasPrefix(target, "socket:"):
+			sockets++
+		case passed[target]:
+			t.Errorf("the agent still holds descriptor %s: %s", e.Name(), target)
+		}
+	}
+	if sockets != 1 {
+		t.Errorf("the agent holds %d sockets, want its one connection", sockets)
+	}
+}

@@ -55,7 +55,7 @@ then box_init at run time), for example:
 			&cli.StringFlag{Name: "config", Usage: "configuration file (JSON or YAML)"},
 			&cli.StringFlag{Name: "state-dir", Value: reconnect.DefaultStateDir(), Usage: "where boxrt keeps its instance id, bwrap sessions and skill store (STATE_DIR/skills, unless local.host_root or an absolute local.skills_root says otherwise); one runtime per directory (it is locked while boxrt runs)"},
 			&cli.StringFlag{Name: "private-state-dir", EnvVars: []string{"BOXRT_PRIVATE_STATE_DIR"}, Usage: "a state directory private to this run, which the spawner removes afterwards: every session ends when boxrt exits, persistent and suspended ones too (boxrt call --spawn and reconnect.Spawn set it; --state-dir wins over it)"},
-			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "log format on stderr: json or console"},
+			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "log format on stderr: json or console (coloured only on a terminal)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn, error"},
 			&cli.BoolFlag{Name: "metrics-public", Usage: "serve /metrics without the control token"},
 			&cli.StringSliceFlag{Name: "allowed-hosts", EnvVars: []string{"BOXRT_ALLOWED_HOSTS"}, Usage: "more host names or IPs clients may use in Host and Origin headers (comma-separated), e.g. the name a reverse proxy forwards"},

@@ -473,17 +473,17 @@ func workspaceSkill(ctx context.Context, store *skills.Store, name string) error
 // image. It reads the values as decoded, before the spec's normalisation.
 func managedSpec(s *sessionSpec, policy admissionPolicy, workspace string) error {
 	spec := &s.spec
-	trimmed := func(v string) string { return strings.TrimSpace(v) }
-	switch workdir := trimmed(spec.Workdir); {
-	case trimmed(string(spec.Network)) != string(backends.NetworkOff):
+	workdir, hostPath := strings.TrimSpace(spec.Workdir), strings.TrimSpace(spec.HostPath)
+	switch {
+	case strings.TrimSpace(string(spec.Network)) != string(backends.NetworkOff):
 		return boxerr.Admission("Managed sandbox network access is disabled")
 	case len(spec.ExtraMounts) > 0:
 		return boxerr.Admission("Managed sandbox additional host mounts are disabled")
-	case trimmed(spec.MountPath) != backends.DefaultMountPath:
+	case strings.TrimSpace(spec.MountPath) != backends.DefaultMountPath:
 		return boxerr.Admission("Managed sandbox mount_path is runtime-owned")
 	case workdir != "" && workdir != "/workspace" && !strings.HasPrefix(workdir, "/workspace/"):
 		return boxerr.Admission("Managed sandbox workdir must stay under /workspace")
-	case trimmed(spec.HostPath) != "" && filepath.Clean(trimmed(spec.HostPath)) != workspace:
+	case hostPath != "" && filepath.Clean(hostPath) != workspace:
 		return boxerr.Admission("Managed sandbox host_path is runtime-owned")
 	}
 	// A timeout left out, or out of the policy's range, is the policy's

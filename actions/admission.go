@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
-	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime/skills"
 	"github.com/boxrt/boxrt/runtime/tenant"
 )
@@ -325,28 +326,25 @@ func (t *Tenancy) destroyWorkspace(ctx context.Context, p tenant.Placement, keep
 	}
 }
 
-// specActions take a session spec and create the session they name.
-var specActions = map[string]bool{"box_exec": true, "box_exec_start": true, "box_create_session": true}
-
 // admit runs the per-request admission check of a sandbox action in
-// admission mode, and returns its params with the session id the runtime
-// owns: the spec actions always use the canonical session, the others
+// admission mode on its decoded params (req), and holds them to the
+// policy: the spec actions always use the canonical session, the others
 // that name a session must name it, and none may make another (a fork) or
 // replace the policy's spec (from_snapshot).
-func (t *Tenancy) admit(ctx context.Context, p tenant.Placement, req *rpc.Request) (json.RawMessage, error) {
+func (t *Tenancy) admit(ctx context.Context, p tenant.Placement, method string, req decoded) error {
 	g := t.grants
-	if !sandboxAction(req.Method) || !g.required() {
-		return req.Params, nil
+	if !sandboxAction(method) || !g.required() {
+		return nil
 	}
 	g.mu.Lock()
 	configErr := g.configErr
 	g.mu.Unlock()
 	if configErr != "" {
-		return nil, boxerr.Readiness("Invalid sandbox admission configuration: %s", configErr)
+		return boxerr.Readiness("Invalid sandbox admission configuration: %s", configErr)
 	}
 	// Readiness first, then the grant, as in the reference.
 	if err := t.ready(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	g.mu.Lock()
 	policy := g.policy
@@ -358,51 +356,79 @@ func (t *Tenancy) admit(ctx context.Context, p tenant.Placement, req *rpc.Reques
 	g.mu.Unlock()
 	switch {
 	case cur == nil:
-		return nil, boxerr.Admission("Sandbox admission grant is missing")
+		return boxerr.Admission("Sandbox admission grant is missing")
 	case *cur.ExecutionGeneration != p.Generation:
-		return nil, boxerr.Admission("Sandbox admission grant belongs to another execution generation")
+		return boxerr.Admission("Sandbox admission grant belongs to another execution generation")
 	case *cur.MaxSessions <= 0:
-		return nil, boxerr.Admission("Sandbox admission grant does not permit sessions")
+		return boxerr.Admission("Sandbox admission grant does not permit sessions")
 	case *cur.MaxSessions > policy.MaxSessions || *cur.MaxManagedProcesses > policy.MaxManagedProcesses:
-		return nil, boxerr.Admission("Sandbox admission grant exceeds the active runtime policy")
-	case req.Method == "box_start_managed_process" && *cur.MaxManagedProcesses <= 0:
-		return nil, boxerr.Admission("Sandbox admission grant does not permit managed processes")
+		return boxerr.Admission("Sandbox admission grant exceeds the active runtime policy")
+	case method == "box_start_managed_process" && *cur.MaxManagedProcesses <= 0:
+		return boxerr.Admission("Sandbox admission grant does not permit managed processes")
 	}
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(req.Params, &members); err != nil || members == nil {
-		return req.Params, nil // the method's decoder words the error
+	if !req.read {
+		return nil // the method's decoder words the error
 	}
-	if _, ok := members["new_session_id"]; ok {
-		return nil, boxerr.Admission("Managed sandbox sessions are runtime-owned; a grant permits no other session")
+	if err := runtimeOwned(req, policy); err != nil {
+		return err
 	}
-	if raw, ok := members["from_snapshot"]; ok && string(raw) != "null" && string(raw) != `""` {
-		return nil, boxerr.Admission("Managed sandbox cannot be restored from a snapshot; its spec is runtime-owned")
+	sr, ok := req.params.(specRequest)
+	if !ok {
+		return nil
 	}
-	canonical, _ := json.Marshal(policy.LogicalSessionID)
-	if specActions[req.Method] {
-		workspace := filepath.Join(skills.ResolveRoot(".", t.rt.Config().DefaultWorkspace()), "tenants", p.Namespace())
-		if err := managedSpec(members, policy, workspace); err != nil {
-			return nil, err
+	s := sr.specOf()
+	workspace := filepath.Join(skills.ResolveRoot(".", t.rt.Config().DefaultWorkspace()), "tenants", p.Namespace())
+	if err := managedSpec(s, policy, workspace); err != nil {
+		return err
+	}
+	if err := workspaceSkill(ctx, skills.FromContext(ctx, t.next.skills), s.spec.SkillName); err != nil {
+		return err
+	}
+	physical, _ := p.PhysicalID(policy.LogicalSessionID)
+	if err := t.sessionRoom(p, physical, *cur.MaxSessions); err != nil {
+		return err
+	}
+	s.spec.SessionID = policy.LogicalSessionID
+	return nil
+}
+
+// runtimeOwned refuses a request that would make another session (a fork),
+// restore one from a snapshot, or name a session other than the policy's
+// canonical one (the spec actions' session id is replaced instead). A
+// member the decoding refused (unknown to the method, or of the wrong
+// type) counts as sent.
+func runtimeOwned(req decoded, policy admissionPolicy) error {
+	sr, spec := req.params.(specRequest)
+	if v, has := stringMember(req.params, "new_session_id"); has && v != "" || refusedMember(req.err, "new_session_id") {
+		return boxerr.Admission("Managed sandbox sessions are runtime-owned; a grant permits no other session")
+	}
+	if spec && sr.specOf().spec.FromSnapshot != "" || refusedMember(req.err, "from_snapshot") {
+		return boxerr.Admission("Managed sandbox cannot be restored from a snapshot; its spec is runtime-owned")
+	}
+	if spec {
+		return nil
+	}
+	id, has := stringMember(req.params, "session_id")
+	if has && id != "" && strings.TrimSpace(id) != policy.LogicalSessionID || refusedMember(req.err, "session_id") {
+		return boxerr.Admission("Managed sandbox session_id is runtime-owned")
+	}
+	return nil // none named: an exec, snapshot or watch of the Workspace's own
+}
+
+// stringMember returns the string member of params (a pointer to a
+// method's params struct) whose JSON name is name, at its top level or
+// promoted from an embedded struct; has is false when it has none.
+func stringMember(params any, name string) (v string, has bool) {
+	pv := reflect.ValueOf(params)
+	if pv.Kind() != reflect.Pointer || pv.Elem().Kind() != reflect.Struct {
+		return "", false
+	}
+	for _, f := range reflect.VisibleFields(pv.Elem().Type()) {
+		if f.IsExported() && !f.Anonymous && f.Type.Kind() == reflect.String && jsonName(f) == name {
+			return pv.Elem().FieldByIndex(f.Index).String(), true
 		}
-		if err := workspaceSkill(ctx, skills.FromContext(ctx, t.next.skills), members); err != nil {
-			return nil, err
-		}
-		physical, _ := p.PhysicalID(policy.LogicalSessionID)
-		if err := t.sessionRoom(p, physical, *cur.MaxSessions); err != nil {
-			return nil, err
-		}
-		members["session_id"] = canonical
-		return json.Marshal(members)
 	}
-	raw, named := members["session_id"]
-	if !named {
-		return req.Params, nil // an exec, snapshot or watch of the Workspace's own
-	}
-	var id string
-	if json.Unmarshal(raw, &id) != nil || strings.TrimSpace(id) != policy.LogicalSessionID {
-		return nil, boxerr.Admission("Managed sandbox session_id is runtime-owned")
-	}
-	return req.Params, nil
+	return "", false
 }
 
 // sessionRoom enforces the grant's session limit for the Workspace.
@@ -426,12 +452,11 @@ func (t *Tenancy) sessionRoom(p tenant.Placement, target string, limit int) erro
 // workspaceSkill refuses a skill_name the Workspace's own skill store does
 // not hold, in the reference's words, before any session is touched; the
 // runtime then mounts it from that same store (the one in ctx).
-func workspaceSkill(ctx context.Context, store *skills.Store, members map[string]json.RawMessage) error {
-	var name *string
-	if json.Unmarshal(members["skill_name"], &name) != nil || name == nil || strings.TrimSpace(*name) == "" {
-		return nil // absent, or malformed for the method's decoder to word
+func workspaceSkill(ctx context.Context, store *skills.Store, name string) error {
+	if strings.TrimSpace(name) == "" {
+		return nil
 	}
-	if _, err := store.PackageRoot(ctx, *name); err != nil {
+	if _, err := store.PackageRoot(ctx, name); err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return err
 		}
@@ -441,44 +466,34 @@ func workspaceSkill(ctx context.Context, store *skills.Store, members map[string
 }
 
 // managedSpec refuses what a grant-enforced sandbox may not ask for, as
-// the reference does, and forces the policy's resources onto the spec
-// (members of box_exec / box_create_session params): network off, no
-// extra mounts, the runtime-owned /workspace (a host_path, if sent, must be
-// the Workspace's own directory, which the host sends), a persistent
-// session, the policy's timeout cap and limits, the default image.
-func managedSpec(members map[string]json.RawMessage, policy admissionPolicy, workspace string) error {
-	str := func(key string) (string, bool) {
-		var v *string
-		if json.Unmarshal(members[key], &v) != nil || v == nil {
-			return "", false
-		}
-		return strings.TrimSpace(*v), true
-	}
-	if v, ok := str("network"); ok && v != "off" {
+// the reference does, and forces the policy's resources onto the spec:
+// network off, no extra mounts, the runtime-owned /workspace (a host_path,
+// if sent, must be the Workspace's own directory, which the host sends), a
+// persistent session, the policy's timeout cap and limits, the default
+// image. It reads the values as decoded, before the spec's normalisation.
+func managedSpec(s *sessionSpec, policy admissionPolicy, workspace string) error {
+	spec := &s.spec
+	workdir, hostPath := strings.TrimSpace(spec.Workdir), strings.TrimSpace(spec.HostPath)
+	switch {
+	case strings.TrimSpace(string(spec.Network)) != string(backends.NetworkOff):
 		return boxerr.Admission("Managed sandbox network access is disabled")
-	}
-	var mounts []json.RawMessage
-	if json.Unmarshal(members["extra_mounts"], &mounts) == nil && len(mounts) > 0 {
+	case len(spec.ExtraMounts) > 0:
 		return boxerr.Admission("Managed sandbox additional host mounts are disabled")
-	}
-	if v, ok := str("mount_path"); ok && v != "/workspace" {
+	case strings.TrimSpace(spec.MountPath) != backends.DefaultMountPath:
 		return boxerr.Admission("Managed sandbox mount_path is runtime-owned")
-	}
-	if v, ok := str("workdir"); ok && v != "" && v != "/workspace" && !strings.HasPrefix(v, "/workspace/") {
+	case workdir != "" && workdir != "/workspace" && !strings.HasPrefix(workdir, "/workspace/"):
 		return boxerr.Admission("Managed sandbox workdir must stay under /workspace")
-	}
-	if v, ok := str("host_path"); ok && v != "" && filepath.Clean(v) != workspace {
+	case hostPath != "" && filepath.Clean(hostPath) != workspace:
 		return boxerr.Admission("Managed sandbox host_path is runtime-owned")
 	}
-	var timeout int
-	if json.Unmarshal(members["timeout_sec"], &timeout) != nil || timeout <= 0 || timeout > policy.MaxTimeoutSec {
-		timeout = policy.MaxTimeoutSec
+	// A timeout left out, or out of the policy's range, is the policy's
+	// maximum; the method's own default does not apply.
+	if !s.timeoutSent || spec.TimeoutSec <= 0 || spec.TimeoutSec > policy.MaxTimeoutSec {
+		spec.TimeoutSec = policy.MaxTimeoutSec
 	}
-	delete(members, "image")
-	for k, v := range map[string]any{"network": "off", "persistent": true, "timeout_sec": timeout, "cpus": policy.CPUs,
-		"memory_mb": policy.MemoryMB, "pids_limit": policy.PidsLimit, "read_only_rootfs": policy.ReadOnlyRootfs,
-		"workspace_quota_mb": policy.WorkspaceQuotaMB} {
-		members[k], _ = json.Marshal(v)
-	}
+	spec.Image = ""
+	spec.Network, spec.Persistent = backends.NetworkOff, true
+	spec.CPUs, spec.MemoryMB, spec.PidsLimit = policy.CPUs, policy.MemoryMB, policy.PidsLimit
+	spec.ReadOnlyRootfs, spec.WorkspaceQuotaMB = policy.ReadOnlyRootfs, policy.WorkspaceQuotaMB
 	return nil
 }

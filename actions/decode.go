@@ -21,7 +21,7 @@ func DecodeParams(raw []byte, v any) error {
 		trimmed = []byte("{}")
 	}
 	if trimmed[0] != '{' {
-		return boxerr.Validation("params", "params must be a JSON object")
+		return boxerr.Validation("params", "params must be a JSON object").Wrap(errNotOneObject)
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.DisallowUnknownFields()
@@ -29,9 +29,32 @@ func DecodeParams(raw []byte, v any) error {
 		return decodeError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return boxerr.Validation("params", "params must be a single JSON object")
+		return boxerr.Validation("params", "params must be a single JSON object").Wrap(errNotOneObject)
 	}
 	return nil
+}
+
+// errNotOneObject is the cause of the refusal of params that are not one
+// JSON object (an array, a string, two objects).
+var errNotOneObject = errors.New("params are not one JSON object")
+
+// membersRead reports whether a decoding that ended in err read the members
+// of raw: raw is one well-formed JSON object (an empty one included), so
+// whatever err says concerns a member. Absent or null params, params that
+// are not an object and malformed JSON read none (encoding/json checks the
+// whole value before it decodes any of it).
+func membersRead(raw json.RawMessage, err error) bool {
+	t := bytes.TrimSpace(raw)
+	var syntax *json.SyntaxError
+	return len(t) > 0 && t[0] == '{' && !errors.Is(err, errNotOneObject) &&
+		!errors.As(err, &syntax) && !errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// refusedMember reports whether err is the decoding's refusal of the
+// top-level member name (unknown, or of the wrong type): it was sent.
+func refusedMember(err error, name string) bool {
+	var be *boxerr.Error
+	return errors.As(err, &be) && be.Kind == boxerr.ErrValidation && be.Details["field"] == name
 }
 
 func decodeError(err error) error {
@@ -97,23 +120,55 @@ func jsonKind(goKind string) string {
 // the reference defaults and validation. Unknown fields and wrong types are
 // BoxValidationErrors naming the field.
 func DecodeSpec(raw json.RawMessage) (runtime.Spec, error) {
-	spec := runtime.DefaultSpec()
-	if err := decodeSpecInto(raw, &spec, &spec); err != nil {
+	var p specParams
+	if err := decodeParams(raw, &p); err != nil {
 		return runtime.Spec{}, err
 	}
-	return spec, nil
+	return p.spec, nil
 }
 
-// decodeSpecInto decodes raw strictly into v, a struct that is spec or
-// embeds it next to a method's own members, then normalises spec.
-func decodeSpecInto(raw json.RawMessage, spec *runtime.Spec, v any) error {
-	if err := DecodeParams(raw, v); err != nil {
-		return err
+// WireSpec is a session spec as the spec actions read it: runtime.Spec, with
+// timeout_sec read through a pointer (it shadows the Spec's, one level
+// deeper) so that a timeout left out is told from one sent: admission gives
+// the first the policy's maximum where the method would give its default.
+// It is exported because it is embedded in the params' wire structs (see
+// LiveOptions).
+type WireSpec struct {
+	runtime.Spec
+	TimeoutSec *int `json:"timeout_sec"`
+}
+
+// sessionSpec is a spec action's session spec between its decoding and its
+// normalisation: where the tenancy's admission holds it to a policy.
+type sessionSpec struct {
+	spec        runtime.Spec
+	timeoutSent bool
+}
+
+// specRequest is a spec action's params (box_exec, box_exec_start,
+// box_create_session).
+type specRequest interface{ specOf() *sessionSpec }
+
+func (s *sessionSpec) specOf() *sessionSpec { return s }
+
+// decodeMembers decodes raw strictly into v, a wire struct that is w or
+// embeds it next to a method's own members, and keeps w's spec — what was
+// read of it even when err says a member was refused.
+func (s *sessionSpec) decodeMembers(raw json.RawMessage, w *WireSpec, v any) error {
+	err := DecodeParams(raw, v)
+	s.spec, s.timeoutSent = w.Spec, w.TimeoutSec != nil
+	if s.timeoutSent {
+		s.spec.TimeoutSec = *w.TimeoutSec
 	}
+	return err
+}
+
+// validate applies the spec's remaining defaults and its validation.
+func (s *sessionSpec) validate() error {
 	// The reference defaults workdir to mount_path when workdir is absent,
 	// null or empty.
-	if strings.TrimSpace(spec.Workdir) == "" {
-		spec.Workdir = spec.MountPath
+	if strings.TrimSpace(s.spec.Workdir) == "" {
+		s.spec.Workdir = s.spec.MountPath
 	}
-	return spec.Normalize()
+	return s.spec.Normalize()
 }

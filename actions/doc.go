@@ -11,6 +11,8 @@
 // Tenancy (tenancy*.go, fence.go, admission.go) wraps the Dispatcher as
 // LangBot's Box runtime does: action scopes, the trusted instance, session
 // ids namespaced per Workspace placement and mapped back in answers, the
-// generation fence, and admission grants. The runtime below it stays
-// tenant-agnostic: it only ever sees physical session ids.
+// generation fence, and admission grants. Admission and the fence run as a
+// gate the method adapter calls on the typed params, decoded once (no
+// rewriting of the JSON). The runtime below it stays tenant-agnostic: it
+// only ever sees physical session ids.
 package actions

@@ -22,7 +22,7 @@ const maxTTYCells = 1000
 
 // execParams is box_exec's params: the session spec plus the live options.
 type execParams struct {
-	spec runtime.Spec
+	sessionSpec
 	opts LiveOptions
 }
 
@@ -54,15 +54,18 @@ func validTTY(prefix string, sz backends.TTYSize) error {
 	return nil
 }
 
+// decodeParams decodes the spec, which is normalised after admission (in
+// validate), and checks the live options, which admission leaves alone.
 func (p *execParams) decodeParams(raw json.RawMessage) error {
 	w := struct {
-		runtime.Spec
+		WireSpec
 		LiveOptions
-	}{Spec: runtime.DefaultSpec()}
-	if err := decodeSpecInto(raw, &w.Spec, &w); err != nil {
+	}{WireSpec: WireSpec{Spec: runtime.DefaultSpec()}}
+	err := p.decodeMembers(raw, &w.WireSpec, &w)
+	p.opts = w.LiveOptions
+	if err != nil {
 		return err
 	}
-	p.spec, p.opts = w.Spec, w.LiveOptions
 	return p.opts.validate()
 }
 
@@ -82,7 +85,7 @@ func (d *Dispatcher) exec(ctx context.Context, p execParams) (runtime.ExecResult
 
 // startParams is box_exec_start's: box_exec's plus stdin.
 type startParams struct {
-	spec  runtime.Spec
+	sessionSpec
 	opts  LiveOptions
 	stdin bool
 }
@@ -91,14 +94,15 @@ func (p *startParams) decodeParams(raw json.RawMessage) error {
 	spec := runtime.DefaultSpec()
 	spec.TimeoutSec = runtime.DefaultBackgroundTimeoutSec
 	w := struct {
-		runtime.Spec
+		WireSpec
 		LiveOptions
 		Stdin bool `json:"stdin"`
-	}{Spec: spec}
-	if err := decodeSpecInto(raw, &w.Spec, &w); err != nil {
+	}{WireSpec: WireSpec{Spec: spec}}
+	err := p.decodeMembers(raw, &w.WireSpec, &w)
+	p.opts, p.stdin = w.LiveOptions, w.Stdin
+	if err != nil {
 		return err
 	}
-	p.spec, p.opts, p.stdin = w.Spec, w.LiveOptions, w.Stdin
 	return p.opts.validate()
 }
 

@@ -69,9 +69,10 @@ func errBackendUnavailable(name string) error {
 }
 
 // FitLangBotMountRoots adapts the host's local.allowed_mount_roots to
-// boxrt's stricter rule. LangBot's default (["./data/box", "/tmp"] with the
-// skill store at ./data/box/skills) names a root that holds the skill
-// store, which boxrt refuses (every session could rewrite the skills), so
+// boxrt's stricter rule. LangBot's default (["./data/box", "/tmp"], with the
+// reference's skill store at ./data/box/skills, or boxrt's under a state
+// directory in /tmp) may name a root that holds the skill store, which
+// boxrt refuses (every session could rewrite the skills), so
 // the host's box_init — and the whole handshake — would fail. A root that
 // holds the skill store is narrowed to the default workspace when that lies
 // under it (the host mounts only <default_workspace>/tenants/… there), and
@@ -102,7 +103,7 @@ func FitLangBotMountRoots(base runtime.Config, patch json.RawMessage) (json.RawM
 	// skills.ResolveRoot(".", p) is p made absolute against the working
 	// directory, "~" expanded: how the runtime reads a root.
 	abs := func(p string) string { return skills.ResolveRoot(".", p) }
-	store := skills.ResolveRoot(eff.Local.HostRoot, eff.Local.SkillsRoot)
+	store := eff.SkillStoreRoot()
 	workspace := abs(eff.DefaultWorkspace())
 	fitted := make([]string, 0, len(roots))
 	var notes []string

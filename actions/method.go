@@ -29,15 +29,50 @@ type (
 // nothing.
 type none struct{}
 
+// A gate is a layer's check of a request between the decoding of its params
+// and their validation (the tenancy's admission and generation fence): it
+// sees the typed params, may hold them to a policy, and its refusal comes
+// before any error of the params' own. A layer hands it to the method
+// through the context (withGate).
+type gate func(ctx context.Context, req decoded) error
+
+// decoded is a request as a gate sees it.
+type decoded struct {
+	// params points to the method's params P, decoded, not yet validated.
+	params any
+	// err is the decoding's error, which the method reports after the gate.
+	err error
+	// read: the params were an object whose members were read (see
+	// membersRead); otherwise params holds only P's defaults.
+	read bool
+}
+
+type gateKey struct{}
+
+// withGate returns ctx with g, for the method the request names.
+func withGate(ctx context.Context, g gate) context.Context {
+	return context.WithValue(ctx, gateKey{}, g)
+}
+
 // method adapts a typed method to the wire: decode the params into P
 // strictly (unknown fields and wrong types are BoxValidationErrors naming
-// the field), validate them, call fn, and encode its result once — with
-// the caller's session ids read back as logical ids when it runs in a
-// tenant's placement.
+// the field), pass them through the context's gate, validate them, call
+// fn, and encode its result once — with the caller's session ids read back
+// as logical ids when it runs in a tenant's placement.
 func method[P, R any](fn func(context.Context, P) (R, error)) handler {
 	return func(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
 		var p P
-		if err := decodeParams(raw, &p); err != nil {
+		err := decodeMembers(raw, &p)
+		if g, _ := ctx.Value(gateKey{}).(gate); g != nil {
+			if gerr := g(ctx, decoded{params: &p, err: err, read: membersRead(raw, err)}); gerr != nil {
+				return nil, gerr
+			}
+			ctx = withGate(ctx, nil) // the gate is this request's, not its callees'
+		}
+		if err == nil {
+			err = validateParams(&p)
+		}
+		if err != nil {
 			return nil, err
 		}
 		r, err := fn(ctx, p)
@@ -51,23 +86,31 @@ func method[P, R any](fn func(context.Context, P) (R, error)) handler {
 	}
 }
 
+// decodeParams decodes and validates params into p.
 func decodeParams[P any](raw json.RawMessage, p *P) error {
-	var err error
-	if d, ok := any(p).(paramsDecoder); ok {
-		err = d.decodeParams(raw)
-	} else {
-		if d, ok := any(p).(defaulter); ok {
-			d.setDefaults()
-		}
-		// The heartbeat and most reads send {}: decoding it would change
-		// nothing, so it is not decoded.
-		if !emptyParams(raw) {
-			err = DecodeParams(raw, p)
-		}
-	}
-	if err != nil {
+	if err := decodeMembers(raw, p); err != nil {
 		return err
 	}
+	return validateParams(p)
+}
+
+// decodeMembers decodes params into p; what it read stays in p on error.
+func decodeMembers[P any](raw json.RawMessage, p *P) error {
+	if d, ok := any(p).(paramsDecoder); ok {
+		return d.decodeParams(raw)
+	}
+	if d, ok := any(p).(defaulter); ok {
+		d.setDefaults()
+	}
+	// The heartbeat and most reads send {}: decoding it would change
+	// nothing, so it is not decoded.
+	if emptyParams(raw) {
+		return nil
+	}
+	return DecodeParams(raw, p)
+}
+
+func validateParams[P any](p *P) error {
 	if v, ok := any(p).(validator); ok {
 		return v.validate()
 	}

@@ -9,13 +9,13 @@ import (
 	"github.com/boxrt/boxrt/runtime"
 )
 
-// specParams is a session spec (box_exec, box_create_session), decoded with
+// specParams is box_create_session's params: a session spec, decoded with
 // the spec's defaults and normalisation.
-type specParams struct{ spec runtime.Spec }
+type specParams struct{ sessionSpec }
 
-func (p *specParams) decodeParams(raw json.RawMessage) (err error) {
-	p.spec, err = DecodeSpec(raw)
-	return err
+func (p *specParams) decodeParams(raw json.RawMessage) error {
+	w := WireSpec{Spec: runtime.DefaultSpec()}
+	return p.decodeMembers(raw, &w, &w)
 }
 
 // createSession creates or reuses a session; cmd is ignored.

@@ -11,15 +11,11 @@ import (
 )
 
 // NewSkillStore builds the store on the live configuration config
-// returns: the root (local.host_root + local.skills_root) and the limits
-// are read on every call, so box_init changes apply at once. Close it on
-// shutdown.
+// returns: the root (Config.SkillStoreRoot) and the limits are read on
+// every call, so box_init changes apply at once. Close it on shutdown.
 func NewSkillStore(config func() runtime.Config, opts ...skills.Option) *skills.Store {
 	return skills.New(
-		func() string {
-			cfg := config()
-			return skills.ResolveRoot(cfg.Local.HostRoot, cfg.Local.SkillsRoot)
-		},
+		func() string { return config().SkillStoreRoot() },
 		func() skills.Limits { return SkillLimits(config().Limits) },
 		opts...)
 }

@@ -66,7 +66,7 @@ func (t *Tenancy) storageAnalysis(ctx context.Context, _ none) (storageAnalysis,
 	for _, sub := range []string{"mcp", "inbox", "outbox"} {
 		out.Directories = append(out.Directories, hostDir(sub, filepath.Join(wsDir, sub), "detail", "workspace"))
 	}
-	skillRoot := hostDir("skills", skills.ScopedRoot(skills.ResolveRoot(cfg.Local.HostRoot, cfg.Local.SkillsRoot), p.Namespace()), "root", "")
+	skillRoot := hostDir("skills", skills.ScopedRoot(cfg.SkillStoreRoot(), p.Namespace()), "root", "")
 	out.Directories = append(out.Directories, skillRoot)
 	out.SizeBytes = root.SizeBytes + skillRoot.SizeBytes
 

@@ -255,23 +255,23 @@ func (t *Tenancy) tenant(ctx context.Context, req *rpc.Request, p tenant.Placeme
 		return nil, err
 	}
 	ctx = skills.NewContext(ctx, store)
-	// The admission check runs before the fence, as in the reference.
-	params, err := t.admit(ctx, p, req)
-	if err != nil {
-		return nil, err
-	}
-	if err := t.observe(ctx, p); err != nil {
-		return nil, err
-	}
+	// The method decodes the params once; admission, the image fitting and
+	// the fence run on what it decoded, before its own errors.
+	ctx = withGate(ctx, func(ctx context.Context, d decoded) error {
+		// The admission check runs before the fence, as in the reference.
+		if err := t.admit(ctx, p, req.Method, d); err != nil {
+			return err
+		}
+		if sr, ok := d.params.(specRequest); ok && t.langbot {
+			t.fitImage(sr.specOf())
+		}
+		return t.observe(ctx, p)
+	})
 	if h, ok := t.own[req.Method]; ok {
-		return h(ctx, params)
-	}
-	if t.langbot && specActions[req.Method] {
-		params = t.fitImage(params)
+		return h(ctx, req.Params)
 	}
 	inner := *req
 	inner.Meta = nil
-	inner.Params = params
 	res, err := t.next.call(ctx, &inner)
 	if err != nil {
 		return nil, err
@@ -448,25 +448,11 @@ func namesBackend(patch json.RawMessage, name string) bool {
 // bwrap, whose images are rootfs directories: the host always names its
 // Docker image, and the reference's nsjail backend (which bwrap stands
 // for) ignores it the same way, running on the host's system directories.
-func (t *Tenancy) fitImage(params json.RawMessage) json.RawMessage {
+func (t *Tenancy) fitImage(s *sessionSpec) {
 	if name := t.rt.BackendInfo().Name; name == nil || *name != "bwrap" {
-		return params
+		return
 	}
-	var members map[string]json.RawMessage
-	if json.Unmarshal(params, &members) != nil || members == nil {
-		return params
+	if image := strings.TrimSpace(s.spec.Image); image != "" && image != "host" && !strings.HasPrefix(image, "/") {
+		s.spec.Image = ""
 	}
-	var image string
-	if json.Unmarshal(members["image"], &image) != nil {
-		return params
-	}
-	if image = strings.TrimSpace(image); image == "" || image == "host" || strings.HasPrefix(image, "/") {
-		return params
-	}
-	delete(members, "image")
-	out, err := json.Marshal(members)
-	if err != nil {
-		return params
-	}
-	return out
 }

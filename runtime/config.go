@@ -32,6 +32,31 @@ type Config struct {
 	Durable Durable        `json:"durable"`
 	Kube    Kube           `json:"kube"`
 	E2B     map[string]any `json:"e2b,omitempty"`
+
+	// stateDir is the state directory of the runtime the configuration
+	// serves (WithStateDir): the skill store's home when local.host_root is
+	// unset. It is not configuration, so not on the wire.
+	stateDir string
+}
+
+// WithStateDir returns c for a runtime whose state directory is dir, which
+// then holds the skill store unless local.host_root or an absolute
+// local.skills_root says otherwise.
+func (c Config) WithStateDir(dir string) Config {
+	c.stateDir = dir
+	return c
+}
+
+// SkillStoreRoot is the skill store's directory, absolute:
+// local.skills_root (default "skills"), relative to local.host_root when
+// that is set, else to the state directory — or, for a configuration that
+// knows none, ./data/box under the working directory, as in the reference.
+func (c Config) SkillStoreRoot() string {
+	base := c.Local.HostRoot
+	if strings.TrimSpace(base) == "" {
+		base = c.stateDir
+	}
+	return skills.ResolveRoot(base, c.Local.SkillsRoot)
 }
 
 // Limits are the bounded knobs. Names and ranges follow the reference;
@@ -317,7 +342,7 @@ func (c Config) Merge(patch json.RawMessage, decode Decoder) (Config, []string, 
 	if err != nil {
 		return c, nil, err
 	}
-	var next Config
+	next := Config{stateDir: c.stateDir}
 	if err := decode(merged, &next); err != nil {
 		return c, nil, err
 	}
@@ -463,7 +488,7 @@ func (c Config) mountRoots(stateDir string) ([]string, error) {
 		dir        bool // a directory: neither may contain the other
 	}
 	var protect []guarded
-	protect = append(protect, guarded{"the skill store (local.host_root + local.skills_root)", resolvePath(skills.ResolveRoot(c.Local.HostRoot, c.Local.SkillsRoot)), true})
+	protect = append(protect, guarded{"the skill store (local.host_root + local.skills_root)", resolvePath(c.SkillStoreRoot()), true})
 	if stateDir != "" {
 		protect = append(protect, guarded{"the state directory", resolvePath(stateDir), true})
 	}

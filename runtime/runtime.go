@@ -92,6 +92,7 @@ func WithProbeInterval(d time.Duration) Option { return func(r *Runtime) { r.pro
 // New returns a Runtime that keeps its state (the instance id, backend
 // state) in stateDir. Nothing runs until Start.
 func New(cfg Config, factory Factory, stateDir string, opts ...Option) (*Runtime, error) {
+	cfg = cfg.WithStateDir(stateDir)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -460,4 +461,23 @@ func TestIsolationLevel(t *testing.T) {
 		require.ErrorIs(t, err, boxerr.ErrValidation)
 		assert.Contains(t, err.Error(), "isolation")
 	})
+}
+
+// TestSkillStoreRoot: the skill store lives in the state directory unless
+// host_root or an absolute skills_root places it, and a merged patch keeps
+// the state directory.
+func TestSkillStoreRoot(t *testing.T) {
+	cfg := DefaultConfig().WithStateDir("/var/lib/boxrt")
+	assert.Equal(t, "/var/lib/boxrt/skills", cfg.SkillStoreRoot())
+	merged, _, err := cfg.Merge(json.RawMessage(`{"local":{"skills_root":"s2"}}`), json.Unmarshal)
+	require.NoError(t, err)
+	assert.Equal(t, "/var/lib/boxrt/s2", merged.SkillStoreRoot(), "relative skills_root, no host_root")
+	merged, _, err = cfg.Merge(json.RawMessage(`{"local":{"host_root":"/srv/box"}}`), json.Unmarshal)
+	require.NoError(t, err)
+	assert.Equal(t, "/srv/box/skills", merged.SkillStoreRoot(), "host_root set")
+	merged, _, err = merged.Merge(json.RawMessage(`{"local":{"skills_root":"/abs/skills"}}`), json.Unmarshal)
+	require.NoError(t, err)
+	assert.Equal(t, "/abs/skills", merged.SkillStoreRoot(), "absolute skills_root")
+	assert.True(t, filepath.IsAbs(DefaultConfig().SkillStoreRoot()), "without a state directory: the reference's ./data/box, made absolute")
+	assert.Equal(t, "skills", filepath.Base(DefaultConfig().SkillStoreRoot()))
 }

@@ -111,6 +111,7 @@ type Options struct {
 	Stdio    bool
 	Config   string // JSON, passed as BOXRT_CONFIG
 	Addr     string // listen address; a free loopback port when empty
+	Dir      string // working directory; the test's when empty
 	// ExtraFiles are inherited by boxrt from fd 3 on, as exec.Cmd's are.
 	ExtraFiles []*os.File
 }
@@ -140,6 +141,7 @@ func Start(t *testing.T, o Options) *Proc {
 		args = append(args, "--stdio")
 	}
 	cmd := exec.Command(binPath, args...)
+	cmd.Dir = o.Dir
 	cmd.Env = append(os.Environ(), o.Env...)
 	cmd.ExtraFiles = o.ExtraFiles
 	if o.Config != "" {

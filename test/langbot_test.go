@@ -382,6 +382,36 @@ func TestLangBotAdmission(t *testing.T) {
 	}
 }
 
+// TestLangBotAdmissionErrorOrder: over the wire, admission reads a sandbox
+// action's params as the method decodes them and refuses before their own
+// errors are reported; what it does not refuse is then validated.
+func TestLangBotAdmissionErrorOrder(t *testing.T) {
+	p := startBox(t, lbOptions{Stdio: true, Config: admissionBoxConfig(t), Token: lbToken, Env: []string{unsafeStorage}})
+	p.OK("box_init", map[string]any{"admission": map[string]any{"required": true, "max_grant_ttl_sec": 600}}, nil, nil)
+	p.OK("box_upsert_sandbox_admission_grant", map[string]any{"instance_uuid": lbInstance, "workspace_uuid": "order", "execution_generation": 1,
+		"entitlement_revision": 1, "expires_at": time.Now().Add(time.Minute).UTC().Format(time.RFC3339), "max_sessions": 1, "max_managed_processes": 0}, nil, nil)
+	w := tenant("order", 1)
+	for _, s := range []struct {
+		name, action string
+		data         map[string]any
+		prefix       string
+	}{
+		{"network on before an unknown member", "box_exec", map[string]any{"session_id": "x", "cmd": "true", "network": "on", "bogus": 1}, "BoxAdmissionError: Managed sandbox network access is disabled"},
+		{"network on before a wrong type", "box_exec", map[string]any{"session_id": "x", "cmd": "true", "cpus": "many", "network": "on"}, "BoxAdmissionError: Managed sandbox network access is disabled"},
+		{"a member named in another case", "box_exec", map[string]any{"session_id": "x", "cmd": "true", "Mount_Path": "/etc"}, "BoxAdmissionError: Managed sandbox mount_path is runtime-owned"},
+		{"session id before an unknown member", "box_get_session", map[string]any{"session_id": "other", "bogus": 1}, "BoxAdmissionError: Managed sandbox session_id is runtime-owned"},
+		{"from_snapshot on a method without it", "box_suspend_session", map[string]any{"session_id": "global", "from_snapshot": "s"}, "BoxAdmissionError: Managed sandbox cannot be restored from a snapshot"},
+		{"then the params' own error", "box_exec", map[string]any{"session_id": "x", "cmd": "true", "bogus": 1}, "BoxValidationError: unknown field"},
+	} {
+		p.Refused(s.action, s.data, w, s.prefix)
+	}
+	// Members the policy replaces are not validated as sent.
+	var res map[string]any
+	p.OK("box_exec", map[string]any{"session_id": "", "cmd": "echo ok", "memory_mb": 1, "timeout_sec": 0}, w, &res)
+	assert.Equal(t, "global", res["session_id"])
+	assert.Equal(t, "ok\n", res["stdout"])
+}
+
 // unsafeStorage relaxes the four storage readiness checks.
 const unsafeStorage = "LANGBOT_BOX_ALLOW_UNSAFE_SOFT_STORAGE_LIMITS=1"
 

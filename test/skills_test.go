@@ -375,6 +375,29 @@ func TestSkillRootFollowsBoxInit(t *testing.T) {
 	assert.Equal(t, filepath.Join(filepath.Dir(e.root), "other-skills", "second"), sk["package_root"])
 }
 
+// TestSkillStoreDefaultsUnderStateDir: without local.host_root the skill
+// store is <state dir>/skills, not ./data/box/skills under the working
+// directory; box_init's host_root then moves it there.
+func TestSkillStoreDefaultsUnderStateDir(t *testing.T) {
+	state, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	cwd, host := t.TempDir(), t.TempDir()
+	p := Start(t, Options{Stdio: true, StateDir: state, Dir: cwd, Config: `{"backend":"bwrap"}`})
+	var created struct {
+		Skill map[string]any `json:"skill"`
+	}
+	p.MustCall("box_create_skill", map[string]any{"skill": map[string]any{"name": "demo"}}, &created)
+	assert.Equal(t, filepath.Join(state, "skills", "demo"), created.Skill["package_root"])
+	assert.FileExists(t, filepath.Join(state, "skills", "demo", "SKILL.md"))
+	assert.NoDirExists(t, filepath.Join(cwd, "data"), "nothing under the working directory")
+
+	p.MustCall("box_init", map[string]any{"local": map[string]any{"host_root": host}}, nil)
+	p.MustCall("box_create_skill", map[string]any{"skill": map[string]any{"name": "moved"}}, &created)
+	want, err := filepath.EvalSymlinks(host)
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(want, "skills", "moved"), created.Skill["package_root"], "an explicit host_root wins")
+}
+
 // TestSkillInSession mounts a skill into a session: the sandbox reads its
 // SKILL.md and runs its script; the mount is read-only unless asked for rw.
 func TestSkillInSession(t *testing.T) {

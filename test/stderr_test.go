@@ -180,3 +180,16 @@ func stdioCall(t *testing.T, stdin io.Writer, answers <-chan Response, id int, m
 		}
 	}
 }
+
+// TestConsoleLogsWithoutColourOffATerminal: boxrt serve --log-format
+// console with stderr on a pipe or a file writes plain lines, no ANSI
+// escape codes.
+func TestConsoleLogsWithoutColourOffATerminal(t *testing.T) {
+	p := Start(t, Options{Stdio: true, Args: []string{"--log-format", "console"}})
+	p.MustCall("box_health", map[string]any{}, nil)
+	p.CloseStdin()
+	_, _ = p.Wait(30 * time.Second)
+	out := p.Stderr()
+	assert.Contains(t, out, "boxrt stopped")
+	assert.NotContains(t, out, "\x1b[", "escape codes in stderr: %q", lastLines(out, 5))
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"path"
+	"sort"
 	"strings"
 
 	"github.com/boxrt/boxrt/backends"
@@ -17,20 +18,18 @@ var _ backends.Archiver = (*Backend)(nil)
 // errImportDone ends the feeding of an import whose tar has exited.
 var errImportDone = errors.New("import ended")
 
-// ExportFiles implements backends.Archiver: the workspace, as `tar -c`
-// run in the Pod writes it, renamed under backends.ArchiveWorkspace. Only
-// the workspace travels: /tmp and a writable root filesystem's changes are
-// the Pod's and are not kept (a suspension loses them too). A host_path
-// workspace (a mapped claim) is read only when opts.HostPaths allows it. A
-// suspended session gets a Pod on its claim for the time of the export.
+// ExportFiles implements backends.Archiver: the workspace and /tmp, as
+// `tar -c` run in the Pod writes them, renamed under
+// backends.ArchiveWorkspace and backends.ArchiveTmp. A writable root
+// filesystem's changes are the Pod's and are not kept (a suspension loses
+// them too). A host_path workspace (a mapped claim) is read only when
+// opts.HostPaths allows it. A suspended session gets a Pod on its claims
+// for the time of the export.
 func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts backends.ExportOptions, w io.Writer) error {
 	if b.configErr != nil {
 		return b.configErr
 	}
 	tw := tar.NewWriter(w)
-	if info.HostPath != "" && info.HostPathMode != backends.MountNone && !opts.HostPaths {
-		return tw.Close()
-	}
 	if info.State == backends.StateSuspended {
 		pvc, err := b.suspendedClaim(ctx, info)
 		if err != nil {
@@ -48,20 +47,45 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 			}()
 		}
 	}
-	args := []string{"tar", "-C", mountPath(info), "-cf", "-"}
-	for _, rel := range mountsBelow(info) {
-		args = append(args, "--exclude=./"+rel)
+	if !info.HostWorkspace() || opts.HostPaths {
+		var excludes []string
+		for _, rel := range mountsBelow(info) {
+			excludes = append(excludes, "--exclude=./"+rel)
+		}
+		if err := b.exportDir(ctx, info, tw, mountPath(info), backends.ArchiveWorkspace, excludes, nil); err != nil {
+			return err
+		}
 	}
+	if ownTmp(info) {
+		if err := b.exportDir(ctx, info, tw, "/tmp", backends.ArchiveTmp, nil, legacyPidFile); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
+
+// legacyPidFile reports whether rel, in /tmp, is the pid file of an exec
+// or process of a Pod an earlier boxrt made (pidDirOf), which is not the
+// user's. (busybox tar has no --exclude.)
+func legacyPidFile(rel string) bool {
+	return !strings.Contains(rel, "/") && strings.HasPrefix(rel, ".boxrt-") && strings.HasSuffix(rel, ".pid")
+}
+
+// exportDir writes dir of the session's Pod to tw, its entries renamed
+// under prefix; tar leaves out excludes, skip (when set) the entries whose
+// path relative to dir it reports.
+func (b *Backend) exportDir(ctx context.Context, info backends.Session, tw *tar.Writer, dir, prefix string, excludes []string, skip func(rel string) bool) error {
+	args := append([]string{"tar", "-C", dir, "-cf", "-"}, excludes...)
 	run, err := fsRunner{b}.Run(ctx, info, nil, append(args, "."))
 	if err != nil {
 		return err
 	}
 	rename := func(n string) string {
 		n = strings.TrimPrefix(path.Clean("/"+n), "/")
-		if n == "" {
+		if n == "" || skip != nil && skip(n) {
 			return ""
 		}
-		return backends.ArchiveWorkspace + n
+		return prefix + n
 	}
 	cerr := copyRenamed(tw, tar.NewReader(run.Stdout()), rename, nil)
 	if cerr != nil {
@@ -69,12 +93,12 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 	}
 	code, stderr, werr := run.Wait()
 	if err := firstErr(werr, cerr); err != nil {
-		return boxerr.Failure("kube backend: exporting the workspace of session %s: %v", info.SessionID, err).Wrap(err)
+		return boxerr.Failure("kube backend: exporting %s of session %s: %v", dir, info.SessionID, err).Wrap(err)
 	}
 	if code != 0 {
-		return boxerr.Failure("kube backend: exporting the workspace of session %s: tar exited %d: %s", info.SessionID, code, stderr)
+		return boxerr.Failure("kube backend: exporting %s of session %s: tar exited %d: %s", dir, info.SessionID, code, stderr)
 	}
-	return tw.Close()
+	return nil
 }
 
 // copyRenamed copies every entry of tr to tw under rename's name (an empty
@@ -116,18 +140,19 @@ func copyRenamed(tw *tar.Writer, tr *tar.Reader, rename func(string) string, che
 	}
 }
 
-// ImportFiles implements backends.Archiver: the workspace/ entries are
-// streamed into `tar -x` run in the Pod, below the mount path, as the
-// sandbox user (owners are not kept). Entries of any other part (a docker
-// or bwrap archive's rootfs/, tmp/, home/) are refused, and every entry
-// passes an EntryGuard first (hard links allowed: tar makes them inside
-// the Pod, below the mount path).
+// ImportFiles implements backends.Archiver: the workspace/ and tmp/
+// entries are streamed into one `tar -x` run in the Pod at /, below the
+// mount path and /tmp, as the sandbox user (owners are not kept). Entries
+// of any other part (a docker or bwrap archive's rootfs/, home/) are
+// refused, and so are tmp/ entries for a session without a /tmp of its
+// own; every entry passes an EntryGuard first (hard links allowed: tar
+// makes them inside the Pod, below the same places).
 func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.Reader) error {
 	if b.configErr != nil {
 		return b.configErr
 	}
 	pr, pw := io.Pipe()
-	run, err := fsRunner{b}.Run(ctx, info, pr, []string{"tar", "-C", mountPath(info), "-xf", "-"})
+	run, err := fsRunner{b}.Run(ctx, info, pr, []string{"tar", "-C", "/", "-xf", "-"})
 	if err != nil {
 		return err
 	}
@@ -135,30 +160,15 @@ func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.R
 	go func() {
 		tw := tar.NewWriter(pw)
 		var bad error
-		guard := backends.EntryGuard{HardLinks: true}
-		below := mountsBelow(info)
-		check := func(hdr *tar.Header) error {
-			if err := guard.Check(hdr); err != nil {
-				return err
+		parts := importParts(info)
+		rename := func(n string) string {
+			to, ok := parts.place(n)
+			if !ok && bad == nil {
+				bad = boxerr.Validation("snapshot", "the kube backend cannot take archive entry %q (only %s are restored)", n, parts)
 			}
-			rest, _ := strings.CutPrefix(strings.TrimSuffix(hdr.Name, "/"), backends.ArchiveWorkspace)
-			for _, rel := range below {
-				if rest == rel || strings.HasPrefix(rest, rel+"/") {
-					return backends.RefuseEntry(hdr.Name, "it lies in an extra mount, which a restore never writes")
-				}
-			}
-			return nil
+			return to
 		}
-		err := copyRenamed(tw, tar.NewReader(r), func(n string) string {
-			rest, ok := strings.CutPrefix(n, backends.ArchiveWorkspace)
-			if !ok {
-				if bad == nil && strings.TrimSuffix(n, "/")+"/" != backends.ArchiveWorkspace {
-					bad = boxerr.Validation("snapshot", "the kube backend cannot take archive entry %q (only %s is restored)", n, backends.ArchiveWorkspace)
-				}
-				return ""
-			}
-			return strings.TrimPrefix(path.Clean("/"+rest), "/")
-		}, check)
+		err := copyRenamed(tw, tar.NewReader(r), rename, importCheck(info))
 		err = firstErr(bad, err, tw.Close())
 		pw.CloseWithError(err)
 		feedErr <- err
@@ -174,12 +184,70 @@ func (b *Backend) ImportFiles(ctx context.Context, info backends.Session, r io.R
 		return be
 	}
 	if err := firstErr(ferr, werr); err != nil {
-		return boxerr.Failure("kube backend: restoring the workspace of session %s: %v", info.SessionID, err).Wrap(err)
+		return boxerr.Failure("kube backend: restoring the files of session %s: %v", info.SessionID, err).Wrap(err)
 	}
 	if code != 0 {
-		return boxerr.Failure("kube backend: restoring the workspace of session %s: tar exited %d: %s", info.SessionID, code, stderr)
+		return boxerr.Failure("kube backend: restoring the files of session %s: tar exited %d: %s", info.SessionID, code, stderr)
 	}
 	return nil
+}
+
+// archiveParts maps an archive's top-level parts to the Pod directories
+// they are restored into.
+type archiveParts map[string]string
+
+func importParts(info backends.Session) archiveParts {
+	parts := archiveParts{backends.ArchiveWorkspace: mountPath(info)}
+	if ownTmp(info) {
+		parts[backends.ArchiveTmp] = "/tmp"
+	}
+	return parts
+}
+
+// place is where entry n goes, relative to / ("" for a part's own
+// directory, which is left as it is); ok is false for an entry of no part.
+func (p archiveParts) place(n string) (to string, ok bool) {
+	for prefix, dir := range p {
+		if rest, in := strings.CutPrefix(n, prefix); in || strings.TrimSuffix(n, "/")+"/" == prefix {
+			rest = strings.TrimPrefix(path.Clean("/"+rest), "/")
+			if rest == "" {
+				return "", true
+			}
+			return strings.TrimPrefix(path.Join(dir, rest), "/"), true
+		}
+	}
+	return "", false
+}
+
+func (p archiveParts) String() string {
+	names := make([]string, 0, len(p))
+	for prefix := range p {
+		names = append(names, prefix)
+	}
+	sort.Strings(names)
+	return strings.Join(names, " and ")
+}
+
+// importCheck guards each entry of an import and refuses those in an
+// extra mount below the workspace, which a restore never writes.
+func importCheck(info backends.Session) func(*tar.Header) error {
+	guard := backends.EntryGuard{HardLinks: true}
+	below := mountsBelow(info)
+	return func(hdr *tar.Header) error {
+		if err := guard.Check(hdr); err != nil {
+			return err
+		}
+		rest, ok := strings.CutPrefix(strings.TrimSuffix(hdr.Name, "/"), backends.ArchiveWorkspace)
+		if !ok {
+			return nil
+		}
+		for _, rel := range below {
+			if rest == rel || strings.HasPrefix(rest, rel+"/") {
+				return backends.RefuseEntry(hdr.Name, "it lies in an extra mount, which a restore never writes")
+			}
+		}
+		return nil
+	}
 }
 
 // mountsBelow are the extra mounts inside the workspace, relative to it:

@@ -19,10 +19,12 @@
 // and sweeps are helper execs.
 //
 // Suspension deletes a persistent session's Pod and keeps its
-// PersistentVolumeClaim, which carries the suspended mark and the Pod's
-// session annotations, so the API server alone still says what the session
-// is; resume recreates the Pod on the claim. Snapshots and forks move the
-// workspace as a tar stream through an exec (tar in the Pod).
+// PersistentVolumeClaims (the workspace's, which carries the suspended mark
+// and the Pod's session annotations, so the API server alone still says
+// what the session is, and /tmp's); resume recreates the Pod on them.
+// Snapshots and forks move the workspace and /tmp as a tar stream through
+// an exec (tar in the Pod). boxrt's own pid files live in /run/boxrt, an
+// in-memory emptyDir of its own, out of the user's directories.
 //
 // Warm pools (pool.go): pooled Pods get random names, and a session claimed
 // from a pool is found through an index ConfigMap of the session's derived

@@ -21,8 +21,9 @@ import (
 	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
-// TestSuspendResume: suspend deletes the Pod and keeps the claim; another
-// replica adopts the session as suspended and resumes it with its files.
+// TestSuspendResume: suspend deletes the Pod and keeps the claims; another
+// replica adopts the session as suspended and resumes it with its files,
+// /tmp's included.
 func TestSuspendResume(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -30,7 +31,7 @@ func TestSuspendResume(t *testing.T) {
 	s := spec("suspend-" + randomID())
 	s.Persistent = true
 	info := start(t, a, s)
-	mustRun(t, a, info, "echo kept > /workspace/state")
+	mustRun(t, a, info, "echo kept > /workspace/state && echo tmp-kept > /tmp/state")
 
 	if err := a.Suspend(ctx, info); err != nil {
 		t.Fatalf("Suspend: %v", err)
@@ -39,7 +40,7 @@ func TestSuspendResume(t *testing.T) {
 		t.Fatalf("Pod after Suspend: err = %v, want NotFound", err)
 	}
 	left := objects(t, a.InstanceID())
-	for _, want := range []string{"pvc/" + info.BackendSessionID, "networkpolicy/" + info.BackendSessionID} {
+	for _, want := range []string{"pvc/" + info.BackendSessionID, "pvc/" + info.BackendSessionID + "-tmp", "networkpolicy/" + info.BackendSessionID} {
 		if !slices.Contains(left, want) {
 			t.Errorf("after Suspend the cluster holds %v, want %s kept", left, want)
 		}
@@ -68,15 +69,15 @@ func TestSuspendResume(t *testing.T) {
 		t.Errorf("suspended session lost its spec: %+v", adopted[0])
 	}
 	// Adopt's garbage collection kept the suspended session's objects.
-	if left := objects(t, a.InstanceID()); !slices.Contains(left, "pvc/"+info.BackendSessionID) {
-		t.Fatalf("Adopt removed the suspended claim: %v", left)
+	if left := objects(t, a.InstanceID()); !slices.Contains(left, "pvc/"+info.BackendSessionID) || !slices.Contains(left, "pvc/"+info.BackendSessionID+"-tmp") {
+		t.Fatalf("Adopt removed a suspended claim: %v", left)
 	}
 
 	if err := b.Resume(ctx, adopted[0]); err != nil {
 		t.Fatalf("Resume: %v", err)
 	}
-	if got := mustRun(t, b, adopted[0], "cat /workspace/state"); got != "kept" {
-		t.Errorf("workspace after resume = %q, want kept", got)
+	if got := mustRun(t, b, adopted[0], "cat /workspace/state /tmp/state"); got != "kept\ntmp-kept" {
+		t.Errorf("workspace and /tmp after resume = %q, want kept and tmp-kept", got)
 	}
 	again, err := a.Adopt(ctx)
 	if err != nil || len(again) != 1 || again[0].State == backends.StateSuspended {
@@ -101,9 +102,9 @@ func TestSuspendRefusesEmptyDir(t *testing.T) {
 	}
 }
 
-// TestSnapshotAndFork: the workspace exported from a session (running or
-// suspended) and imported into a new one has the same bytes; the copy is
-// independent.
+// TestSnapshotAndFork: the workspace and /tmp exported from a session
+// (running or suspended) and imported into a new one have the same bytes;
+// the copy is independent.
 func TestSnapshotAndFork(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -115,7 +116,7 @@ func TestSnapshotAndFork(t *testing.T) {
 	_, _ = rand.Read(payload)
 	mustRun(t, b, src, "mkdir /workspace/dir")
 	upload(t, src.BackendSessionID, "/workspace/dir/blob.bin", payload)
-	mustRun(t, b, src, "ln -s dir/blob.bin /workspace/link && chmod 750 /workspace/dir")
+	mustRun(t, b, src, "ln -s dir/blob.bin /workspace/link && chmod 750 /workspace/dir && mkdir /tmp/t && echo in-tmp > /tmp/t/f")
 	want := mustRun(t, b, src, "sha256sum /workspace/dir/blob.bin | cut -d' ' -f1")
 	if sum := sha(payload); want != sum {
 		t.Fatalf("uploaded blob hash %s, want %s", want, sum)
@@ -140,6 +141,9 @@ func TestSnapshotAndFork(t *testing.T) {
 		}
 		if got := mustRun(t, b, dst, meta); got != wantMeta {
 			t.Errorf("%s: restored link and mode = %q, want %q", name, got, wantMeta)
+		}
+		if got := mustRun(t, b, dst, "cat /tmp/t/f"); got != "in-tmp" {
+			t.Errorf("%s: restored /tmp/t/f = %q, want in-tmp", name, got)
 		}
 		return dst
 	}
@@ -173,8 +177,8 @@ func TestSnapshotAndFork(t *testing.T) {
 	if err := b.ImportFiles(ctx, dst, bytes.NewReader(snap.Bytes())); err != nil {
 		t.Fatalf("ImportFiles: %v", err)
 	}
-	if got := mustRun(t, b, dst, "cat /workspace/v2"); got != "v2" {
-		t.Errorf("file from suspended export = %q", got)
+	if got := mustRun(t, b, dst, "cat /workspace/v2 /tmp/t/f"); got != "v2\nin-tmp" {
+		t.Errorf("files from suspended export = %q", got)
 	}
 
 	// Another backend's archive part is refused by name.

@@ -27,10 +27,32 @@ const (
 	killGrace = 5 * time.Second
 	// helperTimeout bounds a helper exec (signalling a process tree).
 	helperTimeout = 15 * time.Second
-	// pidDir holds the pid files of execs and managed processes: the
-	// Pod's /tmp emptyDir, the one writable directory every Pod has.
-	pidDir = "/tmp"
+	// pidDir holds the pid files of execs and managed processes: a small
+	// emptyDir in memory of boxrt's own, out of the user's /tmp.
+	pidDir = "/run/boxrt"
+	// legacyPidDir is where Pods an earlier boxrt made (without pidDir)
+	// keep them: their /tmp.
+	legacyPidDir = "/tmp"
 )
+
+// pidDirOf is where the pid files of Pod pod go.
+func (b *Backend) pidDirOf(pod string) string {
+	if _, ok := b.legacy.Load(pod); ok {
+		return legacyPidDir
+	}
+	return pidDir
+}
+
+// noteLegacy records whether pod, adopted, lacks the pidDir volume.
+func (b *Backend) noteLegacy(pod *corev1.Pod) {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == runVolume {
+			b.legacy.Delete(pod.Name)
+			return
+		}
+	}
+	b.legacy.Store(pod.Name, true)
+}
 
 // killRequest is what Exec writes to the watcher's stdin; any line (or EOF)
 // triggers the kill.
@@ -114,7 +136,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		return backends.ExitStatus{}, err
 	}
 	pod := info.BackendSessionID
-	workdir, pidFile := execproc.Paths(info, req.Workdir, "exec", pidDir)
+	workdir, pidFile := execproc.Paths(info, req.Workdir, "exec", b.pidDirOf(info.BackendSessionID))
 	ex, err := b.executor(pod, execCommand(req, workdir, pidFile), req.TTY != nil)
 	if err != nil {
 		return backends.ExitStatus{}, b.apiError("preparing exec in Pod "+pod, err)

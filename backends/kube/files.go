@@ -16,7 +16,7 @@ import (
 // backend: one exec of its script per call through the Pod exec
 // subresource, inside the sandbox container, as the Pod's user. Paths
 // resolve in the container's own root (its volumes at their mount paths,
-// its /tmp emptyDir), so a symlink can only lead to another place in the
+// its /tmp), so a symlink can only lead to another place in the
 // Pod, never onto the node. Data streams through the exec's stdin (its
 // end is the v5 protocol's close) and stdout.
 

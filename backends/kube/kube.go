@@ -69,7 +69,8 @@ type Config struct {
 	// (default 1000:1000); 0 is refused, the Pods run with runAsNonRoot.
 	RunAsUser  int64
 	RunAsGroup int64
-	// TmpSizeMB bounds the emptyDir mounted at /tmp; default 64.
+	// TmpSizeMB bounds a session's /tmp (its own claim for a persistent
+	// session, an emptyDir on the node's disk otherwise); default 64.
 	TmpSizeMB int
 	// RequestPercent is the share of a session's CPU and memory limits it
 	// requests from the scheduler (1..100, default 10): requests equal to
@@ -94,6 +95,9 @@ type Backend struct {
 	configErr  error    // a kubeconfig that could not be loaded; every call reports it
 	configFrom string   // where the client config came from, for messages
 	touched    sync.Map // Pod name → when its last-used annotation was written
+	// legacy holds the adopted Pods an earlier boxrt made without the
+	// pidDir volume (Pod name → true): their pid files go to /tmp.
+	legacy sync.Map
 
 	fileSystem // the file API (files.go)
 }
@@ -245,7 +249,7 @@ func (b *Backend) Describe() backends.Description {
 			"workspace: emptyDir (sized by workspace_quota_mb, enforced by eviction) or, for persistent sessions, a PersistentVolumeClaim",
 			"host_path is refused unless kube.host_path_claims maps it to a PersistentVolumeClaim",
 			"a managed process lives as long as its exec stream to the API server: if that connection drops, the process gets EOF on stdin and is killed",
-			"suspend deletes the Pod and keeps the PersistentVolumeClaim (persistent sessions only; /tmp and root filesystem changes are lost); resume recreates the Pod on it",
+			"suspend deletes the Pod and keeps its PersistentVolumeClaims, the workspace's and /tmp's (persistent sessions only; root filesystem changes are lost); resume recreates the Pod on them",
 			"snapshots and forks carry the workspace only (tar through an exec)",
 			"warm pools serve non-persistent sessions only (a pooled Pod's workspace is an emptyDir); a claimed Pod keeps its pool name, found through an index ConfigMap of the session's name",
 		},

@@ -33,7 +33,7 @@ func TestSessionLifecycle(t *testing.T) {
 		wantKinds  []string // objects the session owns while it runs
 	}{
 		{"emptyDir workspace, network off", false, backends.NetworkOff, []string{"pod", "networkpolicy"}},
-		{"PVC workspace, network on", true, backends.NetworkOn, []string{"pod", "pvc"}},
+		{"PVC workspace, network on", true, backends.NetworkOn, []string{"pod", "pvc", "pvc"}}, // the workspace's and /tmp's
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBackend(t, "")
@@ -68,6 +68,8 @@ func TestSessionLifecycle(t *testing.T) {
 				{name: "non-root", cmd: "id -u", want: "1000"},
 				{name: "write file", cmd: "echo kept > /workspace/f && echo tmp > /tmp/t && echo ok", want: "ok"},
 				{name: "file persists", cmd: "cat /workspace/f /tmp/t", want: "kept\ntmp"},
+				// boxrt's pid files live in its own directory, not in the user's /tmp.
+				{name: "pid files out of /tmp", cmd: "ls -A /tmp | grep -c boxrt; ls -A /run/boxrt | grep -c '^.boxrt-exec-.*pid$'", want: "0\n1"},
 			} {
 				r, err := run(t, b, info, backends.ExecRequest{Cmd: c.cmd, Env: c.env, Workdir: c.workdir})
 				if err != nil {
@@ -208,8 +210,8 @@ func TestConcurrentCreate(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { _ = first.StopSession(context.Background(), infos[0]) })
-	if got := objects(t, first.InstanceID()); len(got) != 3 {
-		t.Errorf("objects after %d concurrent creates: %v, want one pod, one pvc, one networkpolicy", n, got)
+	if got := objects(t, first.InstanceID()); len(got) != 4 {
+		t.Errorf("objects after %d concurrent creates: %v, want one pod, two pvcs (workspace, /tmp), one networkpolicy", n, got)
 	}
 	mustRun(t, first, infos[n-1], "true")
 
@@ -475,5 +477,98 @@ func TestRefusals(t *testing.T) {
 			}
 			assertNothingLeft(t, b.InstanceID())
 		})
+	}
+}
+
+// TestLegacyPodPidFiles: a Pod an earlier boxrt made (no /run/boxrt, an
+// in-memory /tmp) keeps its pid files in /tmp once adopted, so that a
+// timeout and a managed process's signals still reach its commands.
+func TestLegacyPodPidFiles(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	a := newBackend(t, "")
+	info := start(t, a, spec("legacy-"+randomID()))
+	pods := admin.CoreV1().Pods(testNamespace)
+	pod, err := pods.Get(ctx, info.BackendSessionID, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same Pod as such a boxrt made it.
+	old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Labels: pod.Labels, Annotations: pod.Annotations}, Spec: pod.Spec}
+	var vols []corev1.Volume
+	for _, v := range old.Spec.Volumes {
+		switch v.Name {
+		case "boxrt-run":
+			continue
+		case "tmp":
+			v.VolumeSource = corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}
+		}
+		vols = append(vols, v)
+	}
+	old.Spec.Volumes = vols
+	c := &old.Spec.Containers[0]
+	var mounts []corev1.VolumeMount
+	for _, m := range c.VolumeMounts {
+		if m.Name != "boxrt-run" {
+			mounts = append(mounts, m)
+		}
+	}
+	c.VolumeMounts = mounts
+	grace := int64(0)
+	if err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := pods.Get(ctx, pod.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the Pod is not gone")
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if _, err := pods.Create(ctx, old, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for !a.Alive(ctx, info) {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the legacy Pod does not run")
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+
+	b := newBackend(t, a.InstanceID())
+	adopted, err := b.Adopt(ctx)
+	if err != nil || len(adopted) != 1 {
+		t.Fatalf("Adopt = %+v, %v", adopted, err)
+	}
+	if got := mustRun(t, b, adopted[0], "ls -A /tmp"); !strings.HasPrefix(got, ".boxrt-exec-") {
+		t.Errorf("during an exec, /tmp holds %q, want its pid file", got)
+	}
+	r, err := run(t, b, adopted[0], backends.ExecRequest{Cmd: "sleep 300", Timeout: 2 * time.Second})
+	if err != nil || !r.TimedOut {
+		t.Errorf("a timed-out exec of the legacy Pod: %+v, %v", r, err)
+	}
+	p, err := b.StartProcess(ctx, adopted[0], backends.ProcessSpec{ProcessID: "sleeper", Command: "sleep", Args: []string{"300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, p.Stdout()) }()
+	go func() { _, _ = io.Copy(io.Discard, p.Stderr()) }()
+	// Signals go through the pid file, which the process writes as it starts.
+	for mustRun(t, b, adopted[0], "ls -A /tmp | grep -c '^.boxrt-proc-' || true") != "1" {
+		select {
+		case <-ctx.Done():
+			t.Fatal("no pid file of the process in /tmp")
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := p.Wait(); err != nil || code != -int(syscall.SIGTERM) {
+		t.Errorf("after SIGTERM: code %d err %v", code, err)
 	}
 }

@@ -32,7 +32,7 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 	if strings.TrimSpace(spec.Command) == "" {
 		return nil, boxerr.Validation("command", "command must not be empty")
 	}
-	cwd, pidFile := execproc.Paths(info, spec.Cwd, "proc", pidDir)
+	cwd, pidFile := execproc.Paths(info, spec.Cwd, "proc", b.pidDirOf(info.BackendSessionID))
 	cmd := append([]string{"sh", "-c", envPrelude + sandboxsh.ProcScript, "boxrt-proc"}, envArgs(spec.Env)...)
 	cmd = append(cmd, cwd, pidFile, spec.Command)
 	cmd = append(cmd, spec.Args...)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 	"time"
 
@@ -136,15 +137,11 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		}
 	}
 	if spec.Persistent {
-		created, err := b.ensurePVC(ctx, name, spec.WorkspaceQuotaMB)
+		created, err := b.ensureClaims(ctx, info)
+		undo = append(undo, created...)
 		if err != nil {
 			rollback()
 			return backends.Session{}, err
-		}
-		if created {
-			undo = append(undo, func(ctx context.Context) error {
-				return b.pvcs().Delete(ctx, name, metav1.DeleteOptions{})
-			})
 		}
 	}
 	existing, err := b.createPod(ctx, pod, "session "+spec.SessionID)
@@ -211,6 +208,7 @@ func (b *Backend) adoptCreated(ctx context.Context, existing *corev1.Pod, want b
 	if err := b.waitRunning(ctx, existing.Name); err != nil {
 		return backends.Session{}, err
 	}
+	b.noteLegacy(existing)
 	return got, nil
 }
 
@@ -305,8 +303,18 @@ func (b *Backend) resources(sb backends.Sandbox) corev1.ResourceRequirements {
 	return r
 }
 
+// runVolume is boxrt's own directory in every Pod (pidDir): in memory,
+// small, out of the user's directories.
+const runVolume = "boxrt-run"
+
+// tmpClaim names a persistent session's /tmp claim, which outlives its Pod
+// as the workspace's does.
+func tmpClaim(name string) string { return name + "-tmp" }
+
 // volumes: the workspace (emptyDir, the session's PVC, or the claim a
-// host path is mapped to), extra mounts (mapped claims only) and /tmp.
+// host path is mapped to), boxrt's run directory, /tmp (unless the
+// workspace or an extra mount is there) and the extra mounts (mapped
+// claims only).
 func (b *Backend) volumes(info backends.Session) ([]corev1.Volume, []corev1.VolumeMount, error) {
 	ws := corev1.Volume{Name: "workspace"}
 	switch {
@@ -326,14 +334,17 @@ func (b *Backend) volumes(info backends.Session) ([]corev1.Volume, []corev1.Volu
 		}
 		ws.EmptyDir = ed
 	}
-	tmp := quantityMB(b.cfg.TmpSizeMB)
-	volumes := []corev1.Volume{ws, {Name: "tmp", VolumeSource: corev1.VolumeSource{
-		// Like docker's tmpfs /tmp: in memory, counted against the limit.
-		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &tmp},
+	runSize := resource.MustParse("1Mi")
+	volumes := []corev1.Volume{ws, {Name: runVolume, VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &runSize},
 	}}}
 	mounts := []corev1.VolumeMount{
 		{Name: "workspace", MountPath: info.MountPath, ReadOnly: info.HostPath != "" && info.HostPathMode == backends.MountRO},
-		{Name: "tmp", MountPath: "/tmp"},
+		{Name: runVolume, MountPath: pidDir},
+	}
+	if ownTmp(info) {
+		volumes = append(volumes, b.tmpVolume(info))
+		mounts = append(mounts, corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"})
 	}
 	for i, m := range info.ExtraMounts {
 		field := fmt.Sprintf("extra_mounts[%d].host_path", i)
@@ -346,6 +357,62 @@ func (b *Backend) volumes(info backends.Session) ([]corev1.Volume, []corev1.Volu
 		mounts = append(mounts, corev1.VolumeMount{Name: vn, MountPath: m.MountPath, ReadOnly: m.Mode == backends.MountRO})
 	}
 	return volumes, mounts, nil
+}
+
+// ownTmp reports whether the session gets a /tmp of its own: not when its
+// workspace or an extra mount is mounted there.
+func ownTmp(info backends.Session) bool {
+	if path.Clean(mountPath(info)) == "/tmp" {
+		return false
+	}
+	for _, m := range info.ExtraMounts {
+		if path.Clean(m.MountPath) == "/tmp" {
+			return false
+		}
+	}
+	return true
+}
+
+// tmpVolume is the session's /tmp: for a persistent session its own claim
+// (kept across suspend, as the workspace's), else an emptyDir on the
+// node's disk, kept for the Pod's life; kube.tmp_size_mb bounds both.
+func (b *Backend) tmpVolume(info backends.Session) corev1.Volume {
+	if info.Persistent {
+		return corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: tmpClaim(info.BackendSessionID)},
+		}}
+	}
+	size := quantityMB(b.cfg.TmpSizeMB)
+	return corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &size}}}
+}
+
+// ensureClaims creates a persistent session's claims (its workspace's and
+// its /tmp's) and returns the undo of those this call created.
+func (b *Backend) ensureClaims(ctx context.Context, info backends.Session) (undo []func(context.Context) error, err error) {
+	name := info.BackendSessionID
+	claims := []struct {
+		claim  string
+		sizeMB int
+	}{{name, info.WorkspaceQuotaMB}}
+	if ownTmp(info) {
+		claims = append(claims, struct {
+			claim  string
+			sizeMB int
+		}{tmpClaim(name), b.cfg.TmpSizeMB})
+	}
+	for _, c := range claims {
+		created, err := b.ensurePVC(ctx, c.claim, name, c.sizeMB)
+		if err != nil {
+			return undo, err
+		}
+		if created {
+			claim := c.claim
+			undo = append(undo, func(ctx context.Context) error {
+				return b.pvcs().Delete(ctx, claim, metav1.DeleteOptions{})
+			})
+		}
+	}
+	return undo, nil
 }
 
 // mappedClaim is the volume a host path stands for: a Pod runs on some node
@@ -384,15 +451,16 @@ func (b *Backend) ensureNetworkPolicy(ctx context.Context, name string) (created
 	return true, nil
 }
 
-// ensurePVC creates the persistent workspace's claim; one that is being
-// deleted (the same session id, just deleted) is waited out first; created
-// says whether this call made it.
-func (b *Backend) ensurePVC(ctx context.Context, name string, quotaMB int) (created bool, err error) {
+// ensurePVC creates claim name of the session whose Pod is pod (labelled
+// so, for the collection of orphans); one that is being deleted (the same
+// session id, just deleted) is waited out first; created says whether this
+// call made it.
+func (b *Backend) ensurePVC(ctx context.Context, name, pod string, quotaMB int) (created bool, err error) {
 	if quotaMB <= 0 {
 		quotaMB = b.cfg.WorkspaceSizeMB
 	}
 	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.ns, Labels: b.labels(name)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.ns, Labels: b.labels(pod)},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: quantityMB(quotaMB)}},
@@ -558,6 +626,7 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 		return err
 	}
 	b.forgetTouch(name)
+	b.legacy.Delete(name)
 	if err := b.waitGone(ctx, name); err != nil {
 		return err
 	}
@@ -565,8 +634,8 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 	return nil
 }
 
-// deleteAll deletes the session's Pod, PVC and NetworkPolicy; a missing one
-// is fine.
+// deleteAll deletes the session's Pod, claims and NetworkPolicy; a missing
+// one is fine.
 func (b *Backend) deleteAll(ctx context.Context, name string) error {
 	grace := int64(1)
 	opts := metav1.DeleteOptions{GracePeriodSeconds: &grace}
@@ -576,8 +645,10 @@ func (b *Backend) deleteAll(ctx context.Context, name string) error {
 	if err := b.netpols().Delete(ctx, name, metav1.DeleteOptions{}); ignoreNotFound(err) != nil {
 		return b.apiError("deleting NetworkPolicy "+name, err)
 	}
-	if err := b.pvcs().Delete(ctx, name, metav1.DeleteOptions{}); ignoreNotFound(err) != nil {
-		return b.apiError("deleting PersistentVolumeClaim "+name, err)
+	for _, claim := range []string{name, tmpClaim(name)} {
+		if err := b.pvcs().Delete(ctx, claim, metav1.DeleteOptions{}); ignoreNotFound(err) != nil {
+			return b.apiError("deleting PersistentVolumeClaim "+claim, err)
+		}
 	}
 	return nil
 }
@@ -665,6 +736,7 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 				problems = append(problems, err.Error())
 				continue
 			}
+			b.noteLegacy(pod)
 			if !b.adoptable(pod, info, idx) {
 				// A claim of a pooled Pod not committed, or a Pod that
 				// lost the session to a committed one (pool.go).

@@ -121,6 +121,11 @@ func (b *Backend) podFromClaim(ctx context.Context, pvc *corev1.PersistentVolume
 	if err != nil {
 		return backends.Session{}, err
 	}
+	// A session suspended by an earlier boxrt has no /tmp claim yet.
+	if _, err := b.ensureClaims(ctx, stored); err != nil {
+		return backends.Session{}, err
+	}
+	b.legacy.Delete(name)
 	if _, err := b.createPod(ctx, pod, "session "+stored.SessionID); err != nil {
 		return backends.Session{}, err
 	}

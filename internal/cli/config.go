@@ -10,11 +10,11 @@ import (
 	"github.com/boxrt/boxrt/runtime"
 )
 
-// loadConfig reads the configuration of serve and doctor: the defaults,
-// then --config, then LANGBOT_BOX_CONFIG and BOXRT_CONFIG, each a patch
-// over the one before.
-func loadConfig(file string) (runtime.Config, error) {
-	cfg := runtime.DefaultConfig()
+// loadConfig reads the configuration of serve and doctor for a runtime of
+// state directory stateDir: the defaults, then --config, then
+// LANGBOT_BOX_CONFIG and BOXRT_CONFIG, each a patch over the one before.
+func loadConfig(file, stateDir string) (runtime.Config, error) {
+	cfg := runtime.DefaultConfig().WithStateDir(stateDir)
 	var patches []struct {
 		from  string
 		patch json.RawMessage

@@ -63,7 +63,7 @@ type doctorReport struct {
 }
 
 func runDoctor(c *cli.Context) error {
-	cfg, err := loadConfig(c.String("config"))
+	cfg, err := loadConfig(c.String("config"), c.String("state-dir"))
 	if err != nil {
 		return err
 	}

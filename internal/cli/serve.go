@@ -53,9 +53,9 @@ then box_init at run time), for example:
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:5410", Usage: "HTTP listen address for /rpc/ws, the relay and health; port 0 picks a free port; '' turns the listener off; with --stdio the default is " + stdioListen + " (a free port, told in box_health's relay_url)"},
 			&cli.StringFlag{Name: "token-file", Usage: "read the control token from this file (instead of BOXRT_CONTROL_TOKEN)"},
 			&cli.StringFlag{Name: "config", Usage: "configuration file (JSON or YAML)"},
-			&cli.StringFlag{Name: "state-dir", Value: reconnect.DefaultStateDir(), Usage: "where boxrt keeps its instance id and bwrap sessions; one runtime per directory (it is locked while boxrt runs)"},
+			&cli.StringFlag{Name: "state-dir", Value: reconnect.DefaultStateDir(), Usage: "where boxrt keeps its instance id, bwrap sessions and skill store (STATE_DIR/skills, unless local.host_root or an absolute local.skills_root says otherwise); one runtime per directory (it is locked while boxrt runs)"},
 			&cli.StringFlag{Name: "private-state-dir", EnvVars: []string{"BOXRT_PRIVATE_STATE_DIR"}, Usage: "a state directory private to this run, which the spawner removes afterwards: every session ends when boxrt exits, persistent and suspended ones too (boxrt call --spawn and reconnect.Spawn set it; --state-dir wins over it)"},
-			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "log format on stderr: json or console"},
+			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "log format on stderr: json or console (coloured only on a terminal)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn, error"},
 			&cli.BoolFlag{Name: "metrics-public", Usage: "serve /metrics without the control token"},
 			&cli.StringSliceFlag{Name: "allowed-hosts", EnvVars: []string{"BOXRT_ALLOWED_HOSTS"}, Usage: "more host names or IPs clients may use in Host and Origin headers (comma-separated), e.g. the name a reverse proxy forwards"},
@@ -122,7 +122,8 @@ func serveOptions(c *cli.Context) (server.Options, error) {
 	if listen != "" && token == "" && !isLoopback(listen) {
 		return server.Options{}, &exitError{code: 2, msg: fmt.Sprintf("refusing to listen on %s without a control token: set BOXRT_CONTROL_TOKEN or --token-file, or listen on 127.0.0.1", listen)}
 	}
-	cfg, err := loadConfig(c.String("config"))
+	stateDir, private := stateDirOf(c)
+	cfg, err := loadConfig(c.String("config"), stateDir)
 	if err != nil {
 		return server.Options{}, err
 	}
@@ -137,7 +138,6 @@ func serveOptions(c *cli.Context) (server.Options, error) {
 	if err != nil {
 		return server.Options{}, err
 	}
-	stateDir, private := stateDirOf(c)
 	return server.Options{
 		Version: c.App.Version, Config: cfg, StateDir: stateDir, PrivateStateDir: private,
 		Token: token, Listen: listen, AllowedHosts: c.StringSlice("allowed-hosts"), MetricsPublic: c.Bool("metrics-public"),

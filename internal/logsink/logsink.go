@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 )
 
@@ -61,17 +62,31 @@ type Sink struct {
 // "console", checked by the caller) and a logger at lvl on top of it.
 func New(w io.Writer, format string, lvl zerolog.Level) (*Sink, zerolog.Logger) {
 	s := &Sink{w: w, wake: make(chan struct{}, 1), stop: make(chan struct{}), closed: make(chan struct{})}
-	s.direct = zerolog.New(formatted(w, format)).Level(lvl).With().Timestamp().Logger()
+	color := terminal(w)
+	s.direct = zerolog.New(formatted(w, format, color)).Level(lvl).With().Timestamp().Logger()
 	go s.drain()
 	// zerolog (and its console writer) writes one event per Write call.
-	return s, zerolog.New(formatted(ringWriter{s}, format)).Level(lvl).With().Timestamp().Logger()
+	return s, zerolog.New(formatted(ringWriter{s}, format, color)).Level(lvl).With().Timestamp().Logger()
 }
 
-func formatted(w io.Writer, format string) io.Writer {
+// formatted is w in format; the console format colours its lines only
+// when color says w is a terminal (stderr redirected to a file or a pipe
+// gets plain text, without escape codes).
+func formatted(w io.Writer, format string, color bool) io.Writer {
 	if format == "console" {
-		return zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		return zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !color}
 	}
 	return w
+}
+
+// terminal reports whether w is a file open on a terminal.
+func terminal(w io.Writer) bool {
+	f, ok := w.(interface{ Fd() uintptr })
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // ringWriter hands each Write (one log line) to the sink's ring.

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -196,4 +198,50 @@ func TestLogSinkCapturesStdlog(t *testing.T) {
 	assert.Equal(t, 1, klogLines, "klog (client-go) goes through the sink too")
 	assert.Equal(t, log.Writer() != nil, true)
 	assert.NotEqual(t, fmt.Sprintf("%T", log.Writer()), "logsink.stdlogWriter", "Close restores the standard logger")
+}
+
+// TestConsoleColourOnlyOnATerminal: the console format writes ANSI colour
+// codes to a terminal only; a file (boxrt serve --log-format console
+// 2>file) gets plain lines.
+func TestConsoleColourOnlyOnATerminal(t *testing.T) {
+	logTo := func(w *os.File) {
+		t.Helper()
+		sink, log := New(w, "console", zerolog.InfoLevel)
+		log.Info().Str("k", "v").Msg("hello")
+		sink.Close(5 * time.Second)
+	}
+	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	require.NoError(t, err)
+	defer f.Close()
+	logTo(f)
+	out, err := os.ReadFile(f.Name())
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "hello")
+	assert.Contains(t, string(out), "k=v")
+	assert.NotContains(t, string(out), "\x1b[", "escape codes in a file")
+
+	ptmx, tty, err := pty.Open()
+	require.NoError(t, err)
+	defer ptmx.Close()
+	read := make(chan string, 1)
+	go func() {
+		var buf bytes.Buffer
+		b := make([]byte, 4096)
+		for !strings.Contains(buf.String(), "hello") {
+			n, err := ptmx.Read(b)
+			buf.Write(b[:n])
+			if err != nil {
+				break
+			}
+		}
+		read <- buf.String()
+	}()
+	logTo(tty)
+	require.NoError(t, tty.Close())
+	select {
+	case got := <-read:
+		assert.Contains(t, got, "\x1b[", "a terminal gets colour")
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing read from the terminal")
+	}
 }

@@ -18,7 +18,7 @@ func TestDependencyDirection(t *testing.T) {
 	const module = "github.com/boxrt/boxrt"
 	allowed := map[string][]string{
 		".":                           {"internal/cli", "internal/fdsafe"},
-		"internal/cli":                {"actions", "backends", "backends/kube", "internal/backendfactory", "internal/controltoken", "internal/logsink", "internal/server", "reconnect", "runtime"},
+		"internal/cli":                {"actions", "backends", "backends/kube", "internal/backendfactory", "internal/controltoken", "internal/logsink", "internal/sandboxagent", "internal/server", "reconnect", "runtime"},
 		"internal/server":             {"actions", "internal/backendfactory", "internal/clip", "internal/controltoken", "internal/statelock", "relay", "rpc", "runtime", "runtime/skills"},
 		"internal/backendfactory":     {"backends", "backends/bwrap", "backends/docker", "backends/host", "backends/kube", "runtime"},
 		"internal/controltoken":       {"internal/atomicfile"},
@@ -30,9 +30,9 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/boxerr":             {},
 		"runtime/tenant":              {"internal/boxerr"},
 		"backends":                    {"internal/boxerr"},
-		"backends/bwrap":              {"backends", "backends/internal/sandboxsh", "internal/boxerr", "internal/atomicfile"},
-		"backends/docker":             {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "internal/boxerr", "internal/atomicfile"},
-		"backends/kube":               {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "internal/boxerr"},
+		"backends/bwrap":              {"backends", "backends/internal/sandboxsh", "internal/boxerr", "internal/atomicfile", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
+		"backends/docker":             {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "internal/boxerr", "internal/atomicfile", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
+		"backends/kube":               {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "internal/boxerr", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
 		"backends/internal/sandboxsh": {},
 		"backends/internal/execproc":  {"backends"},
 		"backends/backendtest":        {"backends", "runtime", "internal/boxerr"},
@@ -53,6 +53,10 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/atomicfile":         {},
 		"test/fixtures/mcpserver":     {},
 		"test/fixtures/escape":        {},
+
+		// The session agent and the static binary tests run it from.
+		"internal/sandboxagent":           {},
+		"internal/sandboxagent/agenttest": {},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...").Output()
 	if err != nil {

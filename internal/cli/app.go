@@ -55,6 +55,7 @@ func newApp(version string) *cli.App {
 			cpCommand(),
 			doctorCommand(),
 			versionCommand(),
+			agentCommand(),
 		},
 	}
 }

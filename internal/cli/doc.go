@@ -1,5 +1,6 @@
 // Package cli is boxrt's command line (urfave/cli): serve, box (LangBot's
-// launcher), call, exec, sessions, cp, doctor and version, one file each;
+// launcher), call, exec, sessions, cp, doctor, version and the hidden
+// agent (the sandbox's PID 1, package sandboxagent), one file each;
 // target.go finds the runtime the client commands reach, flags.go lets
 // every command take its flags after its arguments. It owns what the
 // user types: flags, environment variables, defaults, help texts and exit

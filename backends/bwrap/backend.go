@@ -35,6 +35,10 @@ type Config struct {
 	StateDir string
 	// BwrapPath is the bubblewrap binary; empty means "bwrap" from PATH.
 	BwrapPath string
+	// AgentBinary is the statically linked boxrt binary each session's
+	// sandbox runs as its agent (`boxrt agent`), bound read-only at
+	// /run/boxrt-agent/boxrt; the sandbox user must be able to read it.
+	AgentBinary string
 }
 
 // Backend runs sessions as bubblewrap sandboxes. It is safe for concurrent
@@ -53,8 +57,7 @@ type Backend struct {
 	diskQuota bool
 	mkfs      string
 	noDiskWhy string
-	pool      diskPool                        // default-size disks made ahead (diskpool.go)
-	prestarts backends.Prestarts[*prestarted] // sandboxes spawned ahead of a pooled session's first exec (prestart.go)
+	pool      diskPool // default-size disks made ahead (diskpool.go)
 	stageOnce sync.Once
 	stageErr  error
 	idmapOnce sync.Once
@@ -484,7 +487,6 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 // this Backend does not track (left by an earlier boxrt process of the same
 // installation) are removed too. release must be called even on error.
 func (b *Backend) quiesce(ctx context.Context, key string) (release func(), _ error) {
-	b.prestarts.Drop(key) // its run is killed below with the others
 	b.mu.Lock()
 	sr := b.sessions[key]
 	if sr == nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/backendtest"
+	"github.com/boxrt/boxrt/internal/sandboxagent/agenttest"
 )
 
 func TestMain(m *testing.M) {
@@ -85,7 +86,7 @@ func conformanceEnv(t *testing.T) backendtest.Env {
 
 func newBackendAt(t *testing.T, stateDir, instance string) *Backend {
 	t.Helper()
-	b, err := New(Config{InstanceID: instance, StateDir: stateDir})
+	b, err := New(Config{InstanceID: instance, StateDir: stateDir, AgentBinary: agenttest.Binary(t)})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -3,7 +3,6 @@ package bwrap
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -58,29 +57,19 @@ func (b *Backend) fdBase() int { return fdProcs + len(b.cg.bases) }
 // with bwrap), so this only matters if that guarantee were broken.
 const waitDelay = 10 * time.Second
 
-// launch is one bwrap process to start.
+// launch is one bwrap process to start: a session's resident sandbox.
 type launch struct {
 	sessionID string
 	key       string // session directory name
 	dir       string
 	info      backends.Session
 	workdir   string
-	env       map[string]string
 	argv      []string // the command inside the sandbox
 	lim       limits
-	kind      string // kindExec or kindProcess
-	stdin     *os.File
+	agent     *agentMounts
 	stdout    io.Writer
 	stderr    io.Writer
 }
-
-// Kinds of launch. A managed process gets a cgroup of its own,
-// <session dir>.<backend token>.p<n>, with its own memory limit; every
-// exec of a session joins the session's cgroup (sessionFiles.cgroup).
-const (
-	kindExec    = "x"
-	kindProcess = "p"
-)
 
 // argsFile puts bwrap's options on an anonymous memory file for --args, so
 // they never appear on a command line.
@@ -141,10 +130,11 @@ func (b *Backend) start(l launch) (*run, error) {
 	// Registered first: StopSession closes the session's descriptors only
 	// after every registered run is done.
 	sf := b.files(l.key)
-	lay, err := b.layoutFor(sf, l.dir, l.info, l.workdir, l.env)
+	lay, err := b.layoutFor(sf, l.dir, l.info, l.workdir, nil)
 	if err != nil {
 		return nil, err
 	}
+	lay.agent = l.agent
 	if err := prepareMounts(lay, b.id); err != nil {
 		return nil, err
 	}
@@ -169,28 +159,14 @@ func (b *Backend) start(l launch) (*run, error) {
 	}
 	defer af.Close()
 
-	var cg *cgroup
-	if l.kind == kindExec {
-		cg, err = sf.cgroup(b, l.lim)
-		r.oomBefore, r.pidsBefore = cg.oomKills(), cg.pidsLimitHits()
-	} else {
-		r.leaf = fmt.Sprintf("%s.%s.%s%d", l.key, b.token, l.kind, b.seq.Add(1))
-		cg, err = b.cg.create(b.cfg.InstanceID, r.leaf, l.lim)
-		r.own = true
-	}
+	cg, err := sf.cgroup(b, l.lim)
 	if err != nil {
 		return nil, boxerr.Failure("bwrap: cannot create the sandbox cgroup: %v", err).Wrap(err)
 	}
 	r.cg = cg
-	dropCgroup := func() {
-		if r.own {
-			cg.remove()
-		}
-	}
 
 	cmd, statusR, err := b.startPlaced(r, l, af, fds, cg, lay.netns)
 	if err != nil {
-		dropCgroup()
 		return nil, err
 	}
 	if infoR != nil {
@@ -203,7 +179,6 @@ func (b *Backend) start(l launch) (*run, error) {
 		if !joined {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
-			dropCgroup()
 			return nil, boxerr.Failure("bwrap: could not place the sandbox into its cgroups (%v)", cg.procsFiles())
 		}
 	}
@@ -239,9 +214,6 @@ func (b *Backend) startCmd(r *run, l launch, af *os.File, fds *fdList, cg *cgrou
 	}
 	cmd := b.bwrapCmd(context.Background(), af, fds, l.argv)
 	cmd.Stdout, cmd.Stderr = l.stdout, l.stderr
-	if l.stdin != nil {
-		cmd.Stdin = l.stdin
-	}
 	extra, bwrapArgv := cmd.ExtraFiles, cmd.Args
 	var statusR, statusW *os.File
 	var thread *cgroup // v1: the cgroup the forking thread enters

@@ -66,6 +66,8 @@ type sessionFiles struct {
 	host          map[hostKey]*os.File
 	staged        int // h<n> names used so far
 	closed        bool
+
+	res resident // the session's resident sandbox (its own lock)
 }
 
 // init makes the session's stage on first use (under sf.mu).
@@ -86,6 +88,7 @@ func (sf *sessionFiles) init(b *Backend) error {
 // close closes the descriptors and detaches the stage with everything
 // mounted in it (the disk, and with it its loop device).
 func (sf *sessionFiles) close() error {
+	sf.res.close() // before the stage goes: its socket lies there
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
 	sf.closed = true

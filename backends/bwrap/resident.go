@@ -1,0 +1,268 @@
+package bwrap
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/sandboxagent"
+)
+
+// Where the resident sandbox sees the agent: its binary and the directory
+// of its socket, both bound read-only.
+const (
+	agentMountDir = "/run/boxrt-agent"
+	agentBinPath  = agentMountDir + "/boxrt"
+	agentSockDir  = agentMountDir + "/sock"
+	// agentHostDir is the socket's directory in the session's stage (as
+	// root) or state directory.
+	agentHostDir = "agent"
+)
+
+const (
+	// acceptTimeout bounds a sandbox's start: bwrap building it, the agent
+	// starting and saying hello.
+	acceptTimeout = 15 * time.Second
+	// killGrace is how long a command asked to die (SIGKILL to its process
+	// group, through the agent) may take before the host kills the whole
+	// sandbox.
+	killGrace = 2 * time.Second
+)
+
+// resident is a session's resident sandbox: one bwrap whose command is the
+// agent (sandboxagent), which starts every exec and managed process of the
+// session inside it. It is started on first use and started again when it
+// was lost (its agent died or broke the protocol, or the host killed it).
+type resident struct {
+	mu     sync.Mutex
+	ln     *sandboxagent.Listener
+	r      *run
+	conn   *sandboxagent.Conn
+	mounts string // the mounts it was started with (mountsKey)
+}
+
+// machine is what one call uses of a session's resident sandbox.
+type machine struct {
+	r    *run
+	conn *sandboxagent.Conn
+	// restarted: this call started the sandbox afresh because the previous
+	// one was lost or its mounts changed.
+	restarted bool
+}
+
+// alive reports whether the sandbox and its agent's connection are up.
+func (m *machine) alive() bool {
+	select {
+	case <-m.conn.Done():
+		return false
+	case <-m.r.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// hostKill ends the whole sandbox from the host (its pid namespace init)
+// and drops the agent's connection, so every Wait pending on it returns.
+func (m *machine) hostKill() {
+	m.r.kill()
+	_ = m.conn.Close()
+}
+
+// mountsKey is what of a session's spec decides its sandbox's mounts: a
+// change (a new skill, say) needs a new sandbox.
+func mountsKey(info backends.Session) string {
+	data, _ := json.Marshal([]any{info.Image, info.HostPath, info.HostPathMode, info.MountPathOrDefault(), info.ExtraMounts, info.Network})
+	return string(data)
+}
+
+// sandbox returns the session's resident sandbox, starting it when there
+// is none, it was lost, or the session's mounts changed.
+func (b *Backend) sandbox(ctx context.Context, dir string, info backends.Session) (*machine, error) {
+	sf := b.files(info.BackendSessionID)
+	res := &sf.res
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	key := mountsKey(info)
+	restarted := false
+	if res.conn != nil {
+		m := &machine{r: res.r, conn: res.conn}
+		if m.alive() && res.mounts == key {
+			return m, nil
+		}
+		restarted = true
+		m.hostKill()
+		<-m.r.done
+		res.r, res.conn = nil, nil
+	}
+	m, err := b.startResident(ctx, sf, dir, info)
+	if err != nil {
+		return nil, err
+	}
+	m.restarted = restarted
+	res.r, res.conn, res.mounts = m.r, m.conn, key
+	return m, nil
+}
+
+// startResident starts the session's sandbox with the agent as its
+// command and waits for the agent's hello. res.mu is held.
+func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir string, info backends.Session) (*machine, error) {
+	if b.cfg.AgentBinary == "" {
+		return nil, boxerr.BackendUnavailable("bwrap: no agent binary configured (Config.AgentBinary)")
+	}
+	sockDir, err := sf.agentDir(b, dir)
+	if err != nil {
+		return nil, boxerr.Failure("bwrap: the agent's socket directory: %v", err).Wrap(err)
+	}
+	res := &sf.res
+	if res.ln == nil {
+		if res.ln, err = sandboxagent.Listen(sockDir); err != nil {
+			return nil, boxerr.Failure("bwrap: the agent's socket: %v", err).Wrap(err)
+		}
+	}
+	out := &limitedBuffer{max: 2048}
+	r, err := b.start(launch{
+		sessionID: info.SessionID,
+		key:       info.BackendSessionID,
+		dir:       dir,
+		info:      info,
+		workdir:   "/",
+		argv:      []string{agentBinPath, "agent", "--connect", agentSockDir + "/" + sandboxagent.SocketName},
+		lim:       limitsOf(info, 0),
+		agent:     &agentMounts{bin: b.cfg.AgentBinary, sock: sockDir},
+		stdout:    out,
+		stderr:    out,
+	})
+	if err != nil {
+		return nil, err
+	}
+	actx, cancel := context.WithTimeout(ctx, acceptTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-r.done: // bwrap failed: nobody will dial
+			cancel()
+		case <-actx.Done():
+		}
+	}()
+	conn, err := res.ln.Accept(actx)
+	if err != nil {
+		r.kill()
+		<-r.done
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, boxerr.Failure("bwrap: the sandbox of session %s did not start: %s", info.SessionID, oneLine(out.String(), err)).Wrap(err)
+	}
+	return &machine{r: r, conn: conn}, nil
+}
+
+// agentMounts are the host side of the agent's binds.
+type agentMounts struct {
+	bin, sock string
+}
+
+// agentDir makes the directory of the session's agent socket: in its stage
+// as root (which the sandbox user may traverse), else in its state
+// directory (the sandbox user's own).
+func (sf *sessionFiles) agentDir(b *Backend, dir string) (string, error) {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if err := sf.init(b); err != nil {
+		return "", err
+	}
+	base := dir
+	if sf.stage != "" {
+		base = sf.stage
+	}
+	p := filepath.Join(base, agentHostDir)
+	if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	return p, nil
+}
+
+// close ends the sandbox (if still running) and removes the socket.
+func (res *resident) close() {
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	if res.conn != nil {
+		m := &machine{r: res.r, conn: res.conn}
+		m.hostKill()
+		<-m.r.done
+		res.r, res.conn = nil, nil
+	}
+	if res.ln != nil {
+		_ = res.ln.Close()
+		res.ln = nil
+	}
+}
+
+// spawn starts req in the session's sandbox. A sandbox found lost at this
+// point (its agent gone since sandbox returned it) is started again once.
+func (b *Backend) spawn(ctx context.Context, dir string, info backends.Session, req sandboxagent.SpawnRequest) (*machine, *sandboxagent.Proc, error) {
+	restarted := false
+	for attempt := 0; ; attempt++ {
+		m, err := b.sandbox(ctx, dir, info)
+		if err != nil {
+			return nil, nil, err
+		}
+		m.restarted = m.restarted || restarted
+		p, err := m.conn.Spawn(ctx, req)
+		if err == nil {
+			return m, p, nil
+		}
+		var se *sandboxagent.SpawnError
+		switch {
+		case errors.As(err, &se):
+			return nil, nil, boxerr.Failure("bwrap: %v", err).Wrap(err)
+		case m.r.wasStopped():
+			return nil, nil, boxerr.SessionNotFound(info.SessionID)
+		case ctx.Err() != nil:
+			return nil, nil, ctx.Err()
+		case attempt > 0:
+			return nil, nil, boxerr.Failure("bwrap: the sandbox's agent: %v", err).Wrap(err)
+		}
+		// Lost or misbehaving: the next sandbox call replaces it.
+		m.hostKill()
+		restarted = true
+	}
+}
+
+// waitProc delivers p's exit. An exit the agent could not report (the
+// sandbox was lost, or it broke the protocol) reads as a SIGKILL: the
+// sandbox, and the process with it, is gone or about to be killed.
+func waitProc(p *sandboxagent.Proc) <-chan sandboxagent.Exit {
+	waited := make(chan sandboxagent.Exit, 1)
+	go func() {
+		e, err := p.Wait(context.Background())
+		if err != nil {
+			e = sandboxagent.Exit{Code: 128 + int(syscall.SIGKILL), Signal: int(syscall.SIGKILL)}
+		}
+		waited <- e
+	}()
+	return waited
+}
+
+// end kills p's process group through the agent and, if p has not exited
+// within killGrace (a hostile or dead agent, a process that escaped its
+// group), the whole sandbox from the host: hostKilled then says so.
+func (m *machine) end(p *sandboxagent.Proc, waited <-chan sandboxagent.Exit) (_ sandboxagent.Exit, hostKilled bool) {
+	_ = p.Signal(syscall.SIGKILL)
+	t := time.NewTimer(killGrace)
+	defer t.Stop()
+	select {
+	case e := <-waited:
+		return e, false
+	case <-t.C:
+	}
+	m.hostKill()
+	return <-waited, true
+}

@@ -1,17 +1,46 @@
 package sandboxagent
 
 import (
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
+
+// maxBackoff caps the wait between two dials.
+const maxBackoff = time.Second
 
 // Main is the agent: `boxrt agent --connect PATH`. It dials PATH (again
 // and again, with a backoff capped at 1 s, while the connection is down)
 // and serves the host until it is killed. It returns only on a usage error
-// (status 2).
+// (status 2) or when it cannot set itself up (status 1).
 func Main(args []string) int {
-	fmt.Fprintln(os.Stderr, "boxrt agent: not implemented yet")
-	return 2
+	fs := flag.NewFlagSet("boxrt agent", flag.ContinueOnError)
+	connect := fs.String("connect", "", "the agent socket to dial, as seen inside the sandbox")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *connect == "" || fs.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "boxrt agent: usage: boxrt agent --connect PATH")
+		return 2
+	}
+	a, err := newAgent(*connect)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "boxrt agent: "+err.Error())
+		return 1
+	}
+	a.run()
+	return 0 // not reached: run returns only when the process is killed
 }
 
 // RunIfAgent lets a test binary act as the agent: called first in
@@ -20,4 +49,138 @@ func RunIfAgent() {
 	if len(os.Args) > 1 && os.Args[1] == "agent" {
 		os.Exit(Main(os.Args[2:]))
 	}
+}
+
+// agent is the sandbox side. Its children belong to the connection that
+// spawned them: a connection's ids mean nothing to the next one (a
+// restarted boxrt counts from 1 again), so when a connection drops, its
+// children keep running untracked and their exits are reaped silently.
+type agent struct {
+	path string
+
+	// mu is held across a fork and the recording of its pid, so that the
+	// reaper, which takes mu for every status, never sees a tracked
+	// child's status before the child is tracked.
+	mu   sync.Mutex
+	fc   *frameConn     // the connection, nil while down
+	live map[int]uint64 // pid → id of the connection's running children
+	ids  map[uint64]int // id → pid, running or exited, for signals
+	gone []uint64       // exited ids, oldest first, to bound ids
+}
+
+func newAgent(path string) (*agent, error) {
+	// Orphans of the session reparent to the agent, which reaps them,
+	// also when it is not the sandbox's PID 1.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("PR_SET_CHILD_SUBREAPER: %w", err)
+	}
+	a := &agent{path: path}
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, unix.SIGCHLD)
+	go a.reap(chld)
+	return a, nil
+}
+
+// run dials and serves, forever.
+func (a *agent) run() {
+	backoff := 10 * time.Millisecond
+	for {
+		c, err := dial(a.path)
+		if err != nil {
+			time.Sleep(backoff)
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		began := time.Now()
+		err = a.serve(newFrameConn(c, true))
+		fmt.Fprintf(os.Stderr, "boxrt agent: connection ended: %v\n", err)
+		// A connection refused at once does not make the agent spin.
+		if time.Since(began) > maxBackoff {
+			backoff = 10 * time.Millisecond
+		}
+	}
+}
+
+// dial connects to path; a path longer than sun_path is reached through
+// its directory's descriptor, held only while connecting.
+func dial(path string) (*net.UnixConn, error) {
+	if len(path) < len(unix.RawSockaddrUnix{}.Path) {
+		return net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	}
+	d, err := os.OpenFile(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	short := "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/" + filepath.Base(path)
+	return net.DialUnix("unix", nil, &net.UnixAddr{Name: short, Net: "unix"})
+}
+
+// serve says hello on fc and serves it until it fails.
+func (a *agent) serve(fc *frameConn) error {
+	a.mu.Lock()
+	a.fc, a.live, a.ids, a.gone = fc, map[int]uint64{}, map[uint64]int{}, nil
+	err := a.sendLocked(helloMsg{Op: opHello, Version: protocolVersion, PID: os.Getpid()})
+	a.mu.Unlock()
+	for err == nil {
+		var payload []byte
+		if payload, err = fc.readFrame(); err == nil {
+			err = a.handle(fc, payload)
+		}
+	}
+	a.mu.Lock()
+	a.fc, a.live, a.ids, a.gone = nil, nil, nil, nil
+	a.mu.Unlock()
+	fc.dropFDs()
+	fc.c.Close()
+	if errors.Is(err, io.EOF) {
+		return errors.New("boxrt closed it")
+	}
+	return err
+}
+
+// handle takes one frame of the host's. The host is trusted more than the
+// agent, but its frames are bounded and checked all the same; a frame that
+// breaks the protocol ends the connection.
+func (a *agent) handle(fc *frameConn, payload []byte) error {
+	op, err := opOf(payload)
+	if err != nil {
+		return err
+	}
+	switch op {
+	case opSpawn:
+		var m spawnMsg
+		if err := decodeStrict(op, payload, &m); err != nil {
+			return err
+		}
+		n := 3
+		if m.TTY {
+			n = 1
+		}
+		fds, err := fc.claimFDs(n)
+		if err != nil {
+			return err
+		}
+		return a.spawn(&m, fds)
+	case opSignal:
+		var m signalMsg
+		if err := decodeStrict(op, payload, &m); err != nil {
+			return err
+		}
+		a.signal(&m)
+		return nil
+	}
+	return &ProtocolError{Reason: "unknown op " + short(op)}
+}
+
+// sendLocked writes one message; a.mu is held.
+func (a *agent) sendLocked(m any) error {
+	if a.fc == nil {
+		return errors.New("not connected")
+	}
+	payload, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return a.fc.writeFrame(payload, nil)
 }

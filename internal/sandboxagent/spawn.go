@@ -1,0 +1,174 @@
+package sandboxagent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// defaultPath is the search path when the environment has no PATH.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// maxRemembered bounds the exited ids the agent still signals by.
+const maxRemembered = 4096
+
+// spawn starts m with fds (the pty slave, or stdin, stdout and stderr) and
+// answers started or failed. It closes fds.
+func (a *agent) spawn(m *spawnMsg, fds []int) error {
+	defer closeFDs(fds)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, used := a.ids[m.ID]; used || m.ID == 0 {
+		return a.sendLocked(failedMsg{Op: opFailed, ID: m.ID, Error: fmt.Sprintf("spawn id %d is already used", m.ID)})
+	}
+	pid, err := start(m, fds)
+	if err != nil {
+		return a.sendLocked(failedMsg{Op: opFailed, ID: m.ID, Error: cut(err.Error())})
+	}
+	a.live[pid] = m.ID
+	a.ids[m.ID] = pid
+	return a.sendLocked(startedMsg{Op: opStarted, ID: m.ID, PID: pid})
+}
+
+// start forks and execs m: a session leader (its pgid is its pid, for
+// signals to its group), with the pty slave as its controlling terminal.
+func start(m *spawnMsg, fds []int) (int, error) {
+	if len(m.Argv) == 0 {
+		return 0, errors.New("argv is empty")
+	}
+	if err := checkStrings("argv", m.Argv); err != nil {
+		return 0, err
+	}
+	if err := checkStrings("env", m.Env); err != nil {
+		return 0, err
+	}
+	dir := m.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	if !filepath.IsAbs(dir) {
+		return 0, fmt.Errorf("working directory %q is not absolute", dir)
+	}
+	if st, err := os.Stat(dir); err != nil {
+		return 0, fmt.Errorf("working directory %q: %v", dir, errors.Unwrap(err))
+	} else if !st.IsDir() {
+		return 0, fmt.Errorf("working directory %q is not a directory", dir)
+	}
+	argv0, err := lookPath(m.Argv[0], m.Env, dir)
+	if err != nil {
+		return 0, err
+	}
+	files := make([]uintptr, 3)
+	for i := range files {
+		files[i] = uintptr(fds[min(i, len(fds)-1)])
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   dir,
+		Env:   m.Env,
+		Files: files,
+		Sys:   &syscall.SysProcAttr{Setsid: true, Setctty: m.TTY, Ctty: 0},
+	}
+	pid, err := syscall.ForkExec(argv0, m.Argv, attr)
+	if err != nil {
+		return 0, fmt.Errorf("cannot run %q: %v", m.Argv[0], err)
+	}
+	return pid, nil
+}
+
+// lookPath finds name as the child's execve would with env's PATH; a
+// name with a slash is taken as it is (relative to dir).
+func lookPath(name string, env []string, dir string) (string, error) {
+	if name == "" {
+		return "", errors.New("argv[0] is empty")
+	}
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	search := defaultPath
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			search = v
+		}
+	}
+	for _, d := range filepath.SplitList(search) {
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(dir, d)
+		}
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && unix.Access(p, unix.X_OK) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%q not found in PATH %q", name, cut(search))
+}
+
+// signal sends m's signal to the group of m's process, running or
+// exited (its group may outlive it). An exited id's pid may since have
+// gone to a new child of the agent: that one is not signaled by the old id.
+func (a *agent) signal(m *signalMsg) {
+	if m.Signal <= 0 || m.Signal > maxSignal {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	pid, ok := a.ids[m.ID]
+	if !ok {
+		return
+	}
+	if id, live := a.live[pid]; live && id != m.ID {
+		return
+	}
+	unix.Kill(-pid, unix.Signal(m.Signal))
+}
+
+// reap is the one wait4(-1) loop: it reaps every child and orphan of the
+// sandbox and reports the exits of the connection's children.
+func (a *agent) reap(chld <-chan os.Signal) {
+	for range chld {
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break
+			}
+			a.exited(pid, syscall.WaitStatus(ws))
+		}
+	}
+}
+
+// exited reports pid's end if the connection tracks it.
+func (a *agent) exited(pid int, ws syscall.WaitStatus) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	id, ok := a.live[pid]
+	if !ok {
+		return
+	}
+	delete(a.live, pid)
+	a.gone = append(a.gone, id)
+	if len(a.gone) > maxRemembered {
+		delete(a.ids, a.gone[0])
+		a.gone = a.gone[1:]
+	}
+	e := exitOf(ws)
+	// A failed write drops the connection; its reader sees it.
+	if err := a.sendLocked(exitedMsg{Op: opExited, ID: id, Code: &e.Code, Signal: &e.Signal}); err != nil {
+		a.fc.c.Close()
+	}
+}
+
+// cut bounds a text the agent sends, keeping it UTF-8.
+func cut(s string) string {
+	if len(s) > maxReason {
+		s = s[:maxReason-len("…")] + "…"
+	}
+	return strings.ToValidUTF8(s, "")
+}

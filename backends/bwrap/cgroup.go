@@ -58,11 +58,16 @@ const cgroupParentName = "boxrt"
 // cpuPeriodUS is the CFS period used for the cpus limit (the kernel default).
 const cpuPeriodUS = 100000
 
-// pidsOverhead is added to the session's pids limit so that bwrap's own two
-// processes (the outer monitor and the namespace's init), which live in the
-// same cgroup, do not eat into what a command may fork. Execs running at
-// the same time share the session's cgroup, and each brings its own two.
-const pidsOverhead = 2
+// pidsOverhead is added to the session's pids limit so that the resident
+// sandbox's own tasks, which live in the same cgroup, do not eat into what
+// the session's commands may fork: bwrap's two processes (the outer monitor
+// and the namespace's init) and the agent's threads (a Go program run with
+// GOMAXPROCS=1: agentEnv).
+const pidsOverhead = 2 + agentThreads
+
+// agentThreads bounds the agent's threads: the Go runtime's few, one per
+// processor (one) and those blocked in system calls.
+const agentThreads = 8
 
 // cgroupManager knows where boxrt's cgroups live on this machine and which
 // controllers it can use. It is built once by New (a handful of small reads

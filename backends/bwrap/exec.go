@@ -62,6 +62,11 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	touch(dir)
 	oom, pids := m.r.cg.oomKills(), m.r.cg.pidsLimitHits()
 	exit, timedOut, canceled, hostKilled := m.awaitExec(ctx, p, req, xio)
+	if live(req) {
+		// What a live exec left in its process group goes with it, as on
+		// docker; a plain exec's background jobs keep running.
+		_ = p.Signal(syscall.SIGKILL)
+	}
 	xio.ended()
 	switch {
 	case m.r.wasStopped():
@@ -75,6 +80,12 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		return backends.ExitStatus{TimedOut: true, Restarted: restarted}, nil
 	}
 	return backends.ExitStatus{ExitCode: exit.Code, Restarted: restarted}, nil
+}
+
+// live reports an exec a host can drive while it runs (stdin, a terminal,
+// signals): box_exec_start's, not a plain box_exec.
+func live(req backends.ExecRequest) bool {
+	return req.Stdin != nil || req.TTY != nil || req.Signals != nil
 }
 
 // commandLayout is the session's layout for one command: its working

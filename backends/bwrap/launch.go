@@ -64,6 +64,7 @@ type launch struct {
 	dir       string
 	info      backends.Session
 	workdir   string
+	env       map[string]string
 	argv      []string // the command inside the sandbox
 	lim       limits
 	agent     *agentMounts
@@ -130,7 +131,7 @@ func (b *Backend) start(l launch) (*run, error) {
 	// Registered first: StopSession closes the session's descriptors only
 	// after every registered run is done.
 	sf := b.files(l.key)
-	lay, err := b.layoutFor(sf, l.dir, l.info, l.workdir, nil)
+	lay, err := b.layoutFor(sf, l.dir, l.info, l.workdir, l.env)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -65,6 +66,7 @@ type sessionFiles struct {
 	cg            *cgroup
 	host          map[hostKey]*os.File
 	staged        int // h<n> names used so far
+	opened        int // host directories opened so far (generation)
 	closed        bool
 
 	res resident // the session's resident sandbox (its own lock)
@@ -159,7 +161,16 @@ func (sf *sessionFiles) hostDir(b *Backend, field, path string, create, owned bo
 		sf.host = map[hostKey]*os.File{}
 	}
 	sf.host[key] = f
+	sf.opened++
 	return f, nil
+}
+
+// generation changes whenever a host directory is opened (afresh): a
+// sandbox started before binds what may be a deleted directory.
+func (sf *sessionFiles) generation() string {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	return strconv.Itoa(sf.opened)
 }
 
 // removed tells whether the directory open as f was deleted (no links

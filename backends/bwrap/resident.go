@@ -77,7 +77,8 @@ func (m *machine) hostKill() {
 }
 
 // mountsKey is what of a session's spec decides its sandbox's mounts: a
-// change (a new skill, say) needs a new sandbox.
+// change (a new skill, say) needs a new sandbox, as does a host directory
+// opened afresh (sessionFiles.generation).
 func mountsKey(info backends.Session) string {
 	data, _ := json.Marshal([]any{info.Image, info.HostPath, info.HostPathMode, info.MountPathOrDefault(), info.ExtraMounts, info.Network})
 	return string(data)
@@ -90,7 +91,7 @@ func (b *Backend) sandbox(ctx context.Context, dir string, info backends.Session
 	res := &sf.res
 	res.mu.Lock()
 	defer res.mu.Unlock()
-	key := mountsKey(info)
+	key := mountsKey(info) + sf.generation()
 	restarted := false
 	if res.conn != nil {
 		m := &machine{r: res.r, conn: res.conn}
@@ -135,6 +136,7 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 		info:      info,
 		workdir:   "/",
 		argv:      []string{agentBinPath, "agent", "--connect", agentSockDir + "/" + sandboxagent.SocketName},
+		env:       agentEnv,
 		lim:       limitsOf(info, 0),
 		agent:     &agentMounts{bin: b.cfg.AgentBinary, sock: sockDir},
 		stdout:    out,
@@ -163,6 +165,11 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 	}
 	return &machine{r: r, conn: conn}, nil
 }
+
+// agentEnv is the agent's own environment on top of sandboxEnv's (each
+// command it starts gets its complete environment from boxrt): one
+// processor keeps its threads within agentThreads.
+var agentEnv = map[string]string{"GOMAXPROCS": "1"}
 
 // agentMounts are the host side of the agent's binds.
 type agentMounts struct {

@@ -11,7 +11,7 @@ import (
 // main → internal/cli → internal/server → actions → runtime → backends,
 // with rpc, relay, reconnect and the error package at the edges, and
 // internal/ leaves (clip, keyed, fdsafe, statelock, atomicfile, logsink,
-// controltoken) any of them may use. Each package lists the boxrt
+// controltoken, sandboxagent) any of them may use. Each package lists the boxrt
 // packages it may import; a package missing from the table fails, so a new
 // one is placed deliberately.
 func TestDependencyDirection(t *testing.T) {

@@ -19,9 +19,13 @@ connection is down), starts the session's commands inside the sandbox with
 the pipes or pty boxrt passes it, signals them and reports their exits.
 It does not start anything on its own and runs until it is killed.`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "connect", Usage: "the agent socket to dial, as seen inside the sandbox", Required: true},
+			&cli.StringFlag{Name: "connect", Usage: "the agent socket to dial, as seen inside the sandbox"},
 		},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return usageOf("agent")("%v", err) },
 		Action: noArgs("agent", func(c *cli.Context) error {
+			if c.String("connect") == "" {
+				return usageOf("agent")("--connect PATH is required")
+			}
 			if code := sandboxagent.Main([]string{"--connect", c.String("connect")}); code != 0 {
 				return &exitError{code: code}
 			}

@@ -428,3 +428,11 @@ func TestAcceptCancel(t *testing.T) {
 		t.Errorf("Accept: %v", err)
 	}
 }
+
+// TestPeerPID: the kernel's word on who connected agrees with the agent's.
+func TestPeerPID(t *testing.T) {
+	s := newSession(t, t.TempDir())
+	if s.c.PeerPID() != s.agent.Process.Pid {
+		t.Errorf("PeerPID %d, the agent is %d", s.c.PeerPID(), s.agent.Process.Pid)
+	}
+}

@@ -22,7 +22,7 @@ type Listener struct {
 	ln  *net.UnixListener
 	dir *os.File // O_PATH: the socket is named and removed relative to it
 	// timeout is answerTimeout; tests shorten it.
-	timeout time.Duration
+	timeout  time.Duration
 	acceptMu sync.Mutex
 }
 
@@ -100,7 +100,23 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 		c.Close()
 		return nil, err
 	}
-	return newConn(fc, pid, l.timeout), nil
+	return newConn(fc, pid, peerPID(c), l.timeout), nil
+}
+
+// peerPID is the connected process's pid from the kernel, 0 if unknown.
+func peerPID(c *net.UnixConn) int {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var cred *unix.Ucred
+	raw.Control(func(fd uintptr) {
+		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err != nil || cred == nil {
+		return 0
+	}
+	return int(cred.Pid)
 }
 
 // readHello reads the agent's first frame, which must be a valid hello.

@@ -63,6 +63,8 @@ func start(m *spawnMsg, fds []int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	// Three descriptors are stdin, stdout and stderr; the one pty slave
+	// is all three.
 	files := make([]uintptr, 3)
 	for i := range files {
 		files[i] = uintptr(fds[min(i, len(fds)-1)])

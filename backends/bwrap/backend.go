@@ -70,7 +70,6 @@ type Backend struct {
 	// token makes this Backend's cgroup leaf names unique even for sessions
 	// adopted from an earlier boxrt process (whose leaves may linger).
 	token string
-	seq   atomic.Uint64
 	// subreaper: boxrt adopts orphaned bwrap inits and reaps them (reap.go).
 	subreaper bool
 

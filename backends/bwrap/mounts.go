@@ -65,8 +65,9 @@ type sessionFiles struct {
 	net           *sessionNet
 	cg            *cgroup
 	host          map[hostKey]*os.File
-	staged        int // h<n> names used so far
-	opened        int // host directories opened so far (generation)
+	staged        int  // h<n> names used so far
+	opened        int  // host directories opened so far (generation)
+	agentStaged   bool // the agent binary is mounted in the stage
 	closed        bool
 
 	res resident // the session's resident sandbox (its own lock)

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
@@ -22,8 +25,10 @@ const (
 	agentBinPath  = agentMountDir + "/boxrt"
 	agentSockDir  = agentMountDir + "/sock"
 	// agentHostDir is the socket's directory in the session's stage (as
-	// root) or state directory.
+	// root) or state directory; agentHostBin the agent binary's mount in
+	// the stage.
 	agentHostDir = "agent"
+	agentHostBin = "agent-bin"
 )
 
 const (
@@ -118,9 +123,9 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 	if b.cfg.AgentBinary == "" {
 		return nil, boxerr.BackendUnavailable("bwrap: no agent binary configured (Config.AgentBinary)")
 	}
-	sockDir, err := sf.agentDir(b, dir)
+	sockDir, bin, err := sf.agentFiles(b, dir)
 	if err != nil {
-		return nil, boxerr.Failure("bwrap: the agent's socket directory: %v", err).Wrap(err)
+		return nil, boxerr.Failure("bwrap: the session agent's files: %v", err).Wrap(err)
 	}
 	res := &sf.res
 	if res.ln == nil {
@@ -138,7 +143,7 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 		argv:      []string{agentBinPath, "agent", "--connect", agentSockDir + "/" + sandboxagent.SocketName},
 		env:       agentEnv,
 		lim:       limitsOf(info, 0),
-		agent:     &agentMounts{bin: b.cfg.AgentBinary, sock: sockDir},
+		agent:     &agentMounts{bin: bin, sock: sockDir},
 		stdout:    out,
 		stderr:    out,
 	})
@@ -176,24 +181,60 @@ type agentMounts struct {
 	bin, sock string
 }
 
-// agentDir makes the directory of the session's agent socket: in its stage
-// as root (which the sandbox user may traverse), else in its state
-// directory (the sandbox user's own).
-func (sf *sessionFiles) agentDir(b *Backend, dir string) (string, error) {
+// agentFiles makes the directory of the session's agent socket and
+// returns it with the agent binary to bind. As root both are in the
+// session's stage (which the sandbox user may traverse): the binary is
+// mounted there read-only from Config.AgentBinary, wherever that lies.
+// Otherwise the socket is in the session's state directory (the sandbox
+// user's own) and the binary is bound from its path.
+func (sf *sessionFiles) agentFiles(b *Backend, dir string) (sock, bin string, err error) {
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
 	if err := sf.init(b); err != nil {
-		return "", err
+		return "", "", err
 	}
-	base := dir
+	base, bin := dir, b.cfg.AgentBinary
 	if sf.stage != "" {
-		base = sf.stage
+		base, bin = sf.stage, filepath.Join(sf.stage, agentHostBin)
+		if !sf.agentStaged {
+			if err := stageFile(b.cfg.AgentBinary, bin); err != nil {
+				return "", "", err
+			}
+			sf.agentStaged = true
+		}
 	}
-	p := filepath.Join(base, agentHostDir)
-	if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return "", err
+	sock = filepath.Join(base, agentHostDir)
+	if err := os.Mkdir(sock, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", "", err
 	}
-	return p, nil
+	return sock, bin, nil
+}
+
+// stageFile mounts a read-only clone of the file at src on target (made).
+func stageFile(src, target string) error {
+	fd, err := unix.Open(src, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	tree, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return fmt.Errorf("clone %s: %w", src, err)
+	}
+	defer unix.Close(tree)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		return fmt.Errorf("set the attributes of the clone of %s: %w", src, err)
+	}
+	f, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach %s at %s: %w", src, target, err)
+	}
+	return nil
 }
 
 // close ends the sandbox (if still running) and removes the socket.

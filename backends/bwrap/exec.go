@@ -47,15 +47,28 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	if err != nil {
 		return backends.ExitStatus{}, err
 	}
-	xio, err := newExecIO(req)
-	if err != nil {
-		return backends.ExitStatus{}, err
+	var xio *execIO
+	defer func() {
+		if xio != nil {
+			xio.finish()
+		}
+	}()
+	// Its streams are made for the sandbox that runs it: a terminal lives
+	// in that sandbox's devpts.
+	m, p, err := b.spawn(ctx, dir, info, func(m *machine) (sandboxagent.SpawnRequest, error) {
+		if xio != nil {
+			xio.finish()
+		}
+		if xio, err = newExecIO(req, m.openPTY); err != nil {
+			return sandboxagent.SpawnRequest{}, err
+		}
+		// -l as the reference does (sh -lc): a profile in the image or in
+		// /home/.profile applies.
+		return xio.spawnRequest([]string{"/bin/sh", "-lc", req.Cmd}, lay), nil
+	})
+	if xio != nil {
+		xio.started()
 	}
-	defer xio.finish()
-	// -l as the reference does (sh -lc): a profile in the image or in
-	// /home/.profile applies.
-	m, p, err := b.spawn(ctx, dir, info, xio.spawnRequest([]string{"/bin/sh", "-lc", req.Cmd}, lay))
-	xio.started()
 	if err != nil {
 		return backends.ExitStatus{}, err
 	}

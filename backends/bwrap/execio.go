@@ -38,7 +38,9 @@ type execIO struct {
 	wg             sync.WaitGroup
 }
 
-func newExecIO(req backends.ExecRequest) (_ *execIO, err error) {
+// newExecIO makes req's streams; a terminal comes from openPTY (the
+// sandbox's own devpts: machine.openPTY).
+func newExecIO(req backends.ExecRequest, openPTY func() (master, slave *os.File, err error)) (_ *execIO, err error) {
 	x := &execIO{req: req}
 	defer func() {
 		if err != nil {
@@ -46,7 +48,7 @@ func newExecIO(req backends.ExecRequest) (_ *execIO, err error) {
 		}
 	}()
 	if req.TTY != nil {
-		master, slave, err := pty.Open()
+		master, slave, err := openPTY()
 		if err != nil {
 			return nil, boxerr.Failure("bwrap: cannot open a pseudo-terminal: %v", err).Wrap(err)
 		}

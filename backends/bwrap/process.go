@@ -66,8 +66,10 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 	// profile, like the reference's sh -lc) and then becomes it, so signals
 	// reach the server itself.
 	argv := append([]string{"/bin/sh", "-lc", `exec "$0" "$@"`, spec.Command}, spec.Args...)
-	m, p, err := b.spawn(ctx, dir, info, sandboxagent.SpawnRequest{
-		Argv: argv, Env: sandboxEnv(lay.env), Dir: lay.workdir, Stdin: inR, Stdout: outW, Stderr: errW,
+	m, p, err := b.spawn(ctx, dir, info, func(*machine) (sandboxagent.SpawnRequest, error) {
+		return sandboxagent.SpawnRequest{
+			Argv: argv, Env: sandboxEnv(lay.env), Dir: lay.workdir, Stdin: inR, Stdout: outW, Stderr: errW,
+		}, nil
 	})
 	// The child holds its ends now; ours would keep EOF from ever coming.
 	inR.Close()

@@ -253,9 +253,10 @@ func (res *resident) close() {
 	}
 }
 
-// spawn starts req in the session's sandbox. A sandbox found lost at this
-// point (its agent gone since sandbox returned it) is started again once.
-func (b *Backend) spawn(ctx context.Context, dir string, info backends.Session, req sandboxagent.SpawnRequest) (*machine, *sandboxagent.Proc, error) {
+// spawn starts the process prepare describes for the sandbox it is given
+// in the session's sandbox. A sandbox found lost at this point (its agent
+// gone since sandbox returned it) is started again once.
+func (b *Backend) spawn(ctx context.Context, dir string, info backends.Session, prepare func(*machine) (sandboxagent.SpawnRequest, error)) (*machine, *sandboxagent.Proc, error) {
 	restarted := false
 	for attempt := 0; ; attempt++ {
 		m, err := b.sandbox(ctx, dir, info)
@@ -263,8 +264,16 @@ func (b *Backend) spawn(ctx context.Context, dir string, info backends.Session, 
 			return nil, nil, err
 		}
 		m.restarted = m.restarted || restarted
+		req, err := prepare(m)
+		if err != nil {
+			return nil, nil, err
+		}
+		if m.r.cg != nil && m.r.cg.cmds != "" {
+			req.Argv = append([]string{"/bin/sh", "-c", commandsGate, "boxrt-gate"}, req.Argv...)
+		}
 		p, err := m.conn.Spawn(ctx, req)
 		if err == nil {
+			m.r.cg.placeCommand(p.PID())
 			return m, p, nil
 		}
 		var se *sandboxagent.SpawnError
@@ -283,6 +292,20 @@ func (b *Backend) spawn(ctx context.Context, dir string, info backends.Session, 
 		restarted = true
 	}
 }
+
+// commandsGate holds a command until the host has moved it into the
+// commands' cgroup (cgroup.placeCommand), so that nothing it forks is
+// born outside; it reads its own cgroup file with shell builtins only (no
+// fork in the sandbox's own pids budget), and gives up after a while
+// (~0.1 s) rather than hang should the move never come.
+const commandsGate = `i=0
+while [ $i -lt 20000 ]; do
+	in=
+	while read -r l; do case $l in *:pids:/` + commandsCgroup + `) in=1; break ;; esac; done </proc/self/cgroup
+	[ -n "$in" ] && break
+	i=$((i+1))
+done
+exec "$@"`
 
 // waitProc delivers p's exit. An exit the agent could not report (the
 // sandbox was lost, or it broke the protocol) reads as a SIGKILL: the

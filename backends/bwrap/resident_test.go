@@ -143,3 +143,15 @@ func TestStuckAgentKilledFromHost(t *testing.T) {
 		t.Fatalf("after the host kill: %+v", next)
 	}
 }
+
+// TestTerminalInSandbox: a command on a terminal sees it under its own
+// name in the sandbox's devpts, as on any machine.
+func TestTerminalInSandbox(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, nil)
+	r := execIn(t, b, info, backends.ExecRequest{Cmd: "tty; stty size", TTY: &backends.TTYSize{Rows: 30, Cols: 100}})
+	if r.err != nil || r.status.ExitCode != 0 || !strings.HasPrefix(r.stdout, "/dev/pts/") || !strings.HasSuffix(r.stdout, "\r\n30 100\r\n") {
+		t.Fatalf("tty; stty size on a terminal: %+v", r)
+	}
+}

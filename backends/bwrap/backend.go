@@ -160,7 +160,7 @@ func (b *Backend) Describe() backends.Description {
 		notes = append(notes, "swap accounting is off: the memory limit does not cap swap use")
 	}
 	notes = append(notes,
-		"each exec and managed process is a fresh bwrap sandbox (new user, pid, ipc, uts, mount and cgroup namespaces, no capabilities); no daemon",
+		"each session is one resident bwrap sandbox (new user, pid, ipc, uts, mount and cgroup namespaces, no capabilities) whose agent starts the session's execs and managed processes: they share its pid namespace and loopback, and what one command leaves running is there for the next; it ends with boxrt",
 		"read_only_rootfs is always in effect: the root is the host's system directories (or the image rootfs) bound read-only; only the workspace, rw mounts, /tmp and /home are writable",
 		"commands run as uid 0 without capabilities inside a user namespace of their own; on the host that is the unprivileged user "+b.sandboxUserName()+", never root",
 		"network: on gives each session a network namespace of its own behind slirp4netns (no access to the host's loopback); off gives an empty one",
@@ -434,7 +434,7 @@ func (b *Backend) lookup(info backends.Session) (string, error) {
 }
 
 // Alive implements backends.Backend: a bwrap session is alive while its
-// state directory exists (there is no long-running sandbox process).
+// state directory exists (its sandbox is started again when it is gone).
 func (b *Backend) Alive(_ context.Context, info backends.Session) bool {
 	_, err := b.lookup(info)
 	return err == nil

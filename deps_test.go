@@ -55,7 +55,7 @@ func TestDependencyDirection(t *testing.T) {
 		"test/fixtures/escape":        {},
 
 		// The session agent and the static binary tests run it from.
-		"internal/sandboxagent":           {},
+		"internal/sandboxagent":           {"internal/fdsafe"},
 		"internal/sandboxagent/agenttest": {},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...").Output()

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/boxrt/boxrt/internal/fdsafe"
 )
 
 // maxBackoff caps the wait between two dials.
@@ -23,7 +25,9 @@ const maxBackoff = time.Second
 // Main is the agent: `boxrt agent --connect PATH`. It dials PATH (again
 // and again, with a backoff capped at 1 s, while the connection is down)
 // and serves the host until it is killed. It returns only on a usage error
-// (status 2).
+// (status 2). It is to be started with stdin, stdout and stderr only: a
+// descriptor it inherits beyond those stays open in it (boxrt's main has
+// marked it close-on-exec, so no child gets it).
 func Main(args []string) int {
 	fs := flag.NewFlagSet("boxrt agent", flag.ContinueOnError)
 	connect := fs.String("connect", "", "the agent socket to dial, as seen inside the sandbox")
@@ -42,6 +46,12 @@ func Main(args []string) int {
 // TestMain, when os.Args[1] is "agent" it runs Main(os.Args[2:]) and exits.
 func RunIfAgent() {
 	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		// What boxrt's main does first, so that a test's agent hands
+		// on no descriptor the test binary inherited either.
+		if err := fdsafe.Seal(); err != nil {
+			fmt.Fprintln(os.Stderr, "boxrt agent: "+err.Error())
+			os.Exit(1)
+		}
 		os.Exit(Main(os.Args[2:]))
 	}
 }
@@ -109,8 +119,8 @@ func dial(path string) (*net.UnixConn, error) {
 		return nil, err
 	}
 	defer d.Close()
-	short := "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/" + filepath.Base(path)
-	return net.DialUnix("unix", nil, &net.UnixAddr{Name: short, Net: "unix"})
+	via := "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/" + filepath.Base(path)
+	return net.DialUnix("unix", nil, &net.UnixAddr{Name: via, Net: "unix"})
 }
 
 // serve says hello on fc and serves it until it fails.

@@ -386,6 +386,12 @@ func (c *Conn) signal(id uint64, sig syscall.Signal) error {
 	return c.send(payload, nil)
 }
 
+// Exit is how a process ended.
+type Exit struct {
+	Code   int // 0..255; 128+Signal when killed by a signal
+	Signal int // 0 unless killed by a signal
+}
+
 // Proc is a process the agent started.
 type Proc struct {
 	c    *Conn

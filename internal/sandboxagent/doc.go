@@ -30,6 +30,6 @@
 // counts ids from 1 again) knows none of them, and their exits are reaped
 // without being reported.
 //
-// It is a leaf: it imports the standard library, golang.org/x/sys/unix
-// and github.com/creack/pty only (the last in its tests).
+// It is a leaf: it imports the standard library, golang.org/x/sys/unix,
+// internal/fdsafe (another leaf) and github.com/creack/pty (in its tests).
 package sandboxagent

@@ -21,6 +21,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		// Started as a session's agent (TestHostileAgent).
+		os.Exit(testAgent(os.Args[2:]))
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -107,6 +107,7 @@ func (b *Backend) sandbox(ctx context.Context, dir string, info backends.Session
 		m.hostKill()
 		<-m.r.done
 		res.r, res.conn = nil, nil
+		res.dropListener()
 	}
 	m, err := b.startResident(ctx, sf, dir, info)
 	if err != nil {
@@ -163,6 +164,7 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 	if err != nil {
 		r.kill()
 		<-r.done
+		res.dropListener()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -237,6 +239,19 @@ func stageFile(src, target string) error {
 	return nil
 }
 
+// dropListener closes the socket, so that the next sandbox gets a fresh
+// one: a connection queued on this one (an agent of the sandbox just
+// killed, which dialled again after its connection dropped, hello already
+// sent) must never be taken for the new sandbox's agent. Every process of
+// the old sandbox is gone by now (run.kill waits for its pid namespace), so
+// only the new sandbox can dial the new socket. res.mu is held.
+func (res *resident) dropListener() {
+	if res.ln != nil {
+		_ = res.ln.Close()
+		res.ln = nil
+	}
+}
+
 // close ends the sandbox (if still running) and removes the socket.
 func (res *resident) close() {
 	res.mu.Lock()
@@ -247,10 +262,7 @@ func (res *resident) close() {
 		<-m.r.done
 		res.r, res.conn = nil, nil
 	}
-	if res.ln != nil {
-		_ = res.ln.Close()
-		res.ln = nil
-	}
+	res.dropListener()
 }
 
 // spawn starts the process prepare describes for the sandbox it is given

@@ -77,6 +77,9 @@ type Backend struct {
 	sessions map[string]*sessionRuns  // by session directory name
 	open     map[string]*sessionFiles // by session directory name
 	creating backends.Creating        // session directories StartSession is making
+	// adoptable: persistent sessions' sandboxes Adopt found still
+	// running (persist.go), by session directory name.
+	adoptable map[string]sandboxRecord
 }
 
 // sessionRuns tracks the bwrap processes of one session, so StopSession can
@@ -544,6 +547,7 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 		return nil, boxerr.Failure("bwrap: cannot read %s: %v", b.root, err).Wrap(err)
 	}
 	out := []backends.Session{}
+	keep := map[string]bool{} // cgroup leaves of running sandboxes
 	var halfMade []error
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
@@ -568,6 +572,10 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 			continue
 		}
 		info := st.Session
+		if st.Sandbox != nil && info.Persistent && st.Sandbox.alive() {
+			b.setAdoptable(e.Name(), *st.Sandbox)
+			keep[st.Sandbox.Leaf] = true
+		}
 		if fi, err := os.Stat(filepath.Join(dir, sessionFile)); err == nil {
 			info.LastUsedAt = fi.ModTime().UTC()
 		}
@@ -579,7 +587,7 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 	// Leaves carry the token of the Backend that made them; any other
 	// token is a previous boxrt process of this installation.
 	for _, leaf := range b.cg.leaves(b.cfg.InstanceID) {
-		if !strings.Contains(leaf, "."+b.token+".") {
+		if !strings.Contains(leaf, "."+b.token+".") && !keep[leaf] {
 			b.cg.existing(b.cfg.InstanceID, leaf).remove()
 		}
 	}

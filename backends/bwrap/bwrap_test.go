@@ -812,7 +812,11 @@ func TestAdopt(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A restarted boxrt of the same installation.
+	// A restarted boxrt of the same installation: the first one stops
+	// (its persistent session's sandbox is left to the next).
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
 	restarted := newBackendAt(t, state, ours)
 	got, err := restarted.Adopt(context.Background())
 	if err != nil {

@@ -193,7 +193,10 @@ func (b *Backend) Close() error {
 	}
 	b.mu.Unlock()
 	for _, sf := range open {
-		sf.res.close()
+		if sf.res.closeOrDetach() {
+			// As when boxrt exits: the next one starts it again.
+			sf.stopSlirp()
+		}
 	}
 	b.pool.close(b.poolDir())
 	return nil

@@ -68,6 +68,7 @@ type launch struct {
 	argv      []string // the command inside the sandbox
 	lim       limits
 	agent     *agentMounts
+	persist   bool // see layout.persist
 	stdout    io.Writer
 	stderr    io.Writer
 }
@@ -135,7 +136,7 @@ func (b *Backend) start(l launch) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	lay.agent = l.agent
+	lay.agent, lay.persist = l.agent, l.persist
 	if err := prepareMounts(lay, b.id); err != nil {
 		return nil, err
 	}
@@ -215,6 +216,9 @@ func (b *Backend) startCmd(r *run, l launch, af *os.File, fds *fdList, cg *cgrou
 	}
 	cmd := b.bwrapCmd(context.Background(), af, fds, l.argv)
 	cmd.Stdout, cmd.Stderr = l.stdout, l.stderr
+	if l.persist {
+		cmd.SysProcAttr.Pdeathsig = 0
+	}
 	extra, bwrapArgv := cmd.ExtraFiles, cmd.Args
 	var statusR, statusW *os.File
 	var thread *cgroup // v1: the cgroup the forking thread enters

@@ -69,6 +69,9 @@ type sessionFiles struct {
 	opened        int  // host directories opened so far (generation)
 	agentStaged   bool // the agent binary is mounted in the stage
 	closed        bool
+	// adopted: a persistent session's sandbox an earlier boxrt left
+	// running, to take over on first use (persist.go).
+	adopted *sandboxRecord
 
 	res resident // the session's resident sandbox (its own lock)
 }
@@ -77,6 +80,9 @@ type sessionFiles struct {
 func (sf *sessionFiles) init(b *Backend) error {
 	if sf.closed {
 		return errSessionClosed
+	}
+	if !sf.ready {
+		sf.adoptStage(b)
 	}
 	if !sf.ready {
 		stage, err := b.stageFor(sf.key)
@@ -110,6 +116,15 @@ func (sf *sessionFiles) close() error {
 		return nil
 	}
 	return unstage(sf.stage)
+}
+
+// stopSlirp ends the session's slirp4netns, leaving its network
+// namespace pinned (a detached sandbox keeps using it).
+func (sf *sessionFiles) stopSlirp() {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	sf.net.close()
+	sf.net = nil
 }
 
 // hostDir returns the descriptor of a host directory, opening (and

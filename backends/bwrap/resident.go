@@ -51,6 +51,9 @@ type resident struct {
 	r      *run
 	conn   *sandboxagent.Conn
 	mounts string // the mounts it was started with (mountsKey)
+	// persist: the sandbox outlives boxrt (persist.go); Close detaches
+	// from it instead of killing it.
+	persist bool
 }
 
 // machine is what one call uses of a session's resident sandbox.
@@ -98,6 +101,16 @@ func (b *Backend) sandbox(ctx context.Context, dir string, info backends.Session
 	defer res.mu.Unlock()
 	key := mountsKey(info) + sf.generation()
 	restarted := false
+	if rec := sf.takeAdopted(); rec != nil && res.conn == nil {
+		m, err := b.adoptResident(ctx, sf, dir, info, *rec)
+		if err == nil {
+			res.r, res.conn, res.mounts, res.persist = m.r, m.conn, key, true
+			return m, nil
+		}
+		// Its processes are gone (or it was killed just now): a fresh
+		// sandbox, which says so.
+		restarted = true
+	}
 	if res.conn != nil {
 		m := &machine{r: res.r, conn: res.conn}
 		if m.alive() && res.mounts == key {
@@ -134,7 +147,14 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 			return nil, boxerr.Failure("bwrap: the agent's socket: %v", err).Wrap(err)
 		}
 	}
-	out := &limitedBuffer{max: 2048}
+	// bwrap's and the agent's own output go to a memory file rather than
+	// a pipe to boxrt, which a sandbox outliving boxrt would write into
+	// broken.
+	out, err := memFile("boxrt-sandbox-output", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
 	r, err := b.start(launch{
 		sessionID: info.SessionID,
 		key:       info.BackendSessionID,
@@ -145,6 +165,7 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 		env:       agentEnv,
 		lim:       limitsOf(info, 0),
 		agent:     &agentMounts{bin: bin, sock: sockDir},
+		persist:   info.Persistent,
 		stdout:    out,
 		stderr:    out,
 	})
@@ -168,8 +189,19 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, boxerr.Failure("bwrap: the sandbox of session %s did not start: %s", info.SessionID, oneLine(out.String(), err)).Wrap(err)
+		msg := make([]byte, 2048)
+		n, _ := out.ReadAt(msg, 0)
+		return nil, boxerr.Failure("bwrap: the sandbox of session %s did not start: %s", info.SessionID, oneLine(string(msg[:n]), err)).Wrap(err)
 	}
+	if info.Persistent {
+		if err := b.recordSandbox(dir, r, sf); err != nil {
+			r.kill()
+			<-r.done
+			_ = conn.Close()
+			return nil, backends.StateDirError("bwrap: session "+info.SessionID+": recording its sandbox", err)
+		}
+	}
+	res.persist = info.Persistent
 	return &machine{r: r, conn: conn}, nil
 }
 
@@ -250,6 +282,23 @@ func (res *resident) dropListener() {
 		_ = res.ln.Close()
 		res.ln = nil
 	}
+}
+
+// closeOrDetach is close, except that a persistent session's sandbox is
+// left running, for a later boxrt to adopt; detached reports that.
+func (res *resident) closeOrDetach() (detached bool) {
+	res.mu.Lock()
+	detached = res.persist && res.conn != nil
+	if detached {
+		_ = res.conn.Close()
+		res.r, res.conn = nil, nil
+		res.dropListener()
+	}
+	res.mu.Unlock()
+	if !detached {
+		res.close()
+	}
+	return detached
 }
 
 // close ends the sandbox (if still running) and removes the socket.

@@ -155,3 +155,48 @@ func TestTerminalInSandbox(t *testing.T) {
 		t.Fatalf("tty; stty size on a terminal: %+v", r)
 	}
 }
+
+// TestPersistentSandboxOutlivesBackend: a persistent session's sandbox
+// keeps running when its Backend goes (Close, as boxrt stopping), and a
+// new Backend on the same state directory adopts it with its processes;
+// a non-persistent session's processes end with the Backend.
+func TestPersistentSandboxOutlivesBackend(t *testing.T) {
+	t.Parallel()
+	stateDir, instance := t.TempDir(), testInstanceID(t)
+	b1 := newBackendAt(t, stateDir, instance)
+	for _, network := range []backends.NetworkMode{backends.NetworkOff, backends.NetworkOn} {
+		t.Run(string(network), func(t *testing.T) {
+			spec := backends.DefaultSandboxSpec()
+			spec.SessionID = "keep-" + string(network)
+			spec.Persistent = true
+			spec.Network = network
+			info, err := b1.StartSession(context.Background(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustRun(t, b1, info, "("+serveCmd(8767, "/tmp/www", "kept")+") >/dev/null 2>&1 &")
+			mustRun(t, b1, info, fetchCmd(8767))
+		})
+	}
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b2 := newBackendAt(t, stateDir, instance)
+	adopted, err := b2.Adopt(context.Background())
+	if err != nil || len(adopted) != 2 {
+		t.Fatalf("Adopt: %v %v", adopted, err)
+	}
+	for _, info := range adopted {
+		r := execIn(t, b2, info, backends.ExecRequest{Cmd: fetchCmd(8767)})
+		if r.err != nil || r.stdout != "kept\n" || r.status.Restarted {
+			t.Errorf("%s after the backend's restart: %+v", info.SessionID, r)
+		}
+		if info.Network == backends.NetworkOn {
+			// slirp4netns is back: the gateway answers.
+			mustRun(t, b2, info, "ip route 2>/dev/null | grep -q default || cat /proc/net/route | grep -q 00000000")
+		}
+		if err := b2.StopSession(context.Background(), info); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -74,6 +74,9 @@ type layout struct {
 	workdir string
 	env     map[string]string
 	agent   *agentMounts // the session agent's binds (resident sandbox only)
+	// persist: the sandbox outlives boxrt (a persistent session's: see
+	// persist.go), so no --die-with-parent.
+	persist bool
 }
 
 // fdList collects the descriptors bwrap inherits, numbered from next in
@@ -246,8 +249,10 @@ func bwrapArgs(l layout, fds *fdList) ([]string, error) {
 		// never the host's.
 		a = append(a, "--share-net")
 	}
+	if !l.persist {
+		a = append(a, "--die-with-parent") // bwrap's death (boxrt's, our kill) takes the namespace down
+	}
 	a = append(a,
-		"--die-with-parent", // bwrap's death (our kill) takes the namespace down
 		"--new-session",     // no controlling terminal: no TIOCSTI injection
 		"--cap-drop", "ALL", // root in the sandbox keeps no capabilities
 		"--hostname", "boxrt",

@@ -163,7 +163,7 @@ func (b *Backend) Describe() backends.Description {
 		notes = append(notes, "swap accounting is off: the memory limit does not cap swap use")
 	}
 	notes = append(notes,
-		"each session is one resident bwrap sandbox (new user, pid, ipc, uts, mount and cgroup namespaces, no capabilities) whose agent starts the session's execs and managed processes: they share its pid namespace and loopback, and what one command leaves running is there for the next; it ends with boxrt",
+		"each session is one resident bwrap sandbox (new user, pid, ipc, uts, mount and cgroup namespaces, no capabilities) whose agent starts the session's execs and managed processes: they share its pid namespace and loopback, and what one command leaves running is there for the next; a persistent session's sandbox outlives boxrt and is adopted by the next boxrt on the same state directory, others end with boxrt",
 		"read_only_rootfs is always in effect: the root is the host's system directories (or the image rootfs) bound read-only; only the workspace, rw mounts, /tmp and /home are writable",
 		"commands run as uid 0 without capabilities inside a user namespace of their own; on the host that is the unprivileged user "+b.sandboxUserName()+", never root",
 		"network: on gives each session a network namespace of its own behind slirp4netns (no access to the host's loopback); off gives an empty one",

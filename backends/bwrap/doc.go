@@ -42,8 +42,8 @@
 //     --disable-userns when a user namespace of our own is available, and
 //     uid 0 inside it; with network on, bwrap is started inside the
 //     session's network namespace and shares that one (never the host's);
-//   - --die-with-parent (a session's processes end with boxrt, persistent
-//     sessions' included; Adopt keeps their files) and --new-session,
+//   - --die-with-parent unless the session is persistent (whose sandbox
+//     outlives boxrt and is adopted by the next: persist.go), --new-session,
 //     --cap-drop ALL, --clearenv with a fixed PATH and HOME=/home; each
 //     command gets that environment plus the request's env from the agent;
 //   - the host's /usr, /bin, /sbin, /lib* and a short list of /etc

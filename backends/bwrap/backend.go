@@ -516,6 +516,7 @@ func (b *Backend) quiesce(ctx context.Context, key string) (release func(), _ er
 		b.mu.Unlock()
 	}
 
+	b.killUnadopted(key)
 	for _, r := range runs {
 		r.markStopped()
 		r.kill()

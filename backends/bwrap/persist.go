@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -170,6 +171,33 @@ func (b *Backend) adoptResident(ctx context.Context, sf *sessionFiles, dir strin
 		return nil, boxerr.Failure("bwrap: cannot take over the sandbox of session %s: %v", info.SessionID, err).Wrap(err)
 	}
 	return &machine{r: r, conn: conn}, nil
+}
+
+// killUnadopted kills the sandbox an earlier boxrt left running for the
+// session under key, when no call took it over yet (quiesce: the session
+// is being stopped or suspended before its first use).
+func (b *Backend) killUnadopted(key string) {
+	recs := []sandboxRecord{}
+	if rec, ok := b.takeAdoptable(key); ok {
+		recs = append(recs, rec)
+	}
+	b.mu.Lock()
+	sf := b.open[key]
+	b.mu.Unlock()
+	if sf != nil {
+		if rec := sf.takeAdopted(); rec != nil {
+			recs = append(recs, *rec)
+		}
+	}
+	for _, rec := range recs {
+		p, err := os.FindProcess(rec.PID)
+		if err != nil || !rec.alive() {
+			continue
+		}
+		inits := killInit(p)
+		_ = p.Kill()
+		awaitExit(inits, 10*time.Second)
+	}
 }
 
 // waitAdopted waits for an adopted bwrap (not boxrt's child, so not

@@ -200,3 +200,29 @@ func TestPersistentSandboxOutlivesBackend(t *testing.T) {
 		}
 	}
 }
+
+// TestUnadoptedSandboxStopped: a persistent session's sandbox left by an
+// earlier Backend is killed when the session is stopped before any call
+// took it over.
+func TestUnadoptedSandboxStopped(t *testing.T) {
+	t.Parallel()
+	stateDir, instance := t.TempDir(), testInstanceID(t)
+	b1 := newBackendAt(t, stateDir, instance)
+	info := newSession(t, b1, func(s *backends.SandboxSpec) { s.Persistent = true })
+	marker := mark("300.0433")
+	mustRun(t, b1, info, "sleep "+marker+" >/dev/null 2>&1 &")
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(hostProcsWith("sleep "+marker)) == 0 {
+		t.Fatal("the persistent session's process did not outlive its backend")
+	}
+	b2 := newBackendAt(t, stateDir, instance)
+	if _, err := b2.Adopt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.StopSession(context.Background(), info); err != nil {
+		t.Fatal(err)
+	}
+	assertNoHostProcs(t, "sleep "+marker)
+}

@@ -122,7 +122,7 @@ func (b *Backend) sandbox(ctx context.Context, dir string, info backends.Session
 		res.r, res.conn = nil, nil
 		res.dropListener()
 	}
-	m, err := b.startResident(ctx, sf, dir, info)
+	m, err := b.startResident(ctx, sf, dir, info, info.Persistent)
 	if err != nil {
 		return nil, err
 	}
@@ -132,8 +132,9 @@ func (b *Backend) sandbox(ctx context.Context, dir string, info backends.Session
 }
 
 // startResident starts the session's sandbox with the agent as its
-// command and waits for the agent's hello. res.mu is held.
-func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir string, info backends.Session) (*machine, error) {
+// command and waits for the agent's hello; persist: one that outlives
+// boxrt (persist.go). res.mu is held.
+func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir string, info backends.Session, persist bool) (*machine, error) {
 	if b.cfg.AgentBinary == "" {
 		return nil, boxerr.BackendUnavailable("bwrap: no agent binary configured (Config.AgentBinary)")
 	}
@@ -165,7 +166,7 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 		env:       agentEnv,
 		lim:       limitsOf(info, 0),
 		agent:     &agentMounts{bin: bin, sock: sockDir},
-		persist:   info.Persistent,
+		persist:   persist,
 		stdout:    out,
 		stderr:    out,
 	})
@@ -193,15 +194,16 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 		n, _ := out.ReadAt(msg, 0)
 		return nil, boxerr.Failure("bwrap: the sandbox of session %s did not start: %s", info.SessionID, oneLine(string(msg[:n]), err)).Wrap(err)
 	}
-	if info.Persistent {
-		if err := b.recordSandbox(dir, r, sf); err != nil {
-			r.kill()
-			<-r.done
-			_ = conn.Close()
-			return nil, backends.StateDirError("bwrap: session "+info.SessionID+": recording its sandbox", err)
-		}
+	if persist && b.recordSandbox(dir, r, sf) != nil {
+		// A state directory that cannot record it (full, say) would leave
+		// a sandbox nobody adopts: one that ends with boxrt instead.
+		r.kill()
+		<-r.done
+		_ = conn.Close()
+		res.dropListener()
+		return b.startResident(ctx, sf, dir, info, false)
 	}
-	res.persist = info.Persistent
+	res.persist = persist
 	return &machine{r: r, conn: conn}, nil
 }
 

@@ -226,3 +226,27 @@ func TestUnadoptedSandboxStopped(t *testing.T) {
 	}
 	assertNoHostProcs(t, "sleep "+marker)
 }
+
+// TestClaimedPersistentGetsPersistentSandbox: a pooled session's sandbox
+// (which ends with boxrt) is replaced when a persistent session claims it.
+func TestClaimedPersistentGetsPersistentSandbox(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, nil)
+	mustRun(t, b, info, "true")
+	spec := backends.DefaultSandboxSpec()
+	spec.SessionID = info.SessionID
+	spec.Persistent = true
+	claimed, err := b.Claim(context.Background(), info, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, b, claimed, "true")
+	res := &b.files(claimed.BackendSessionID).res
+	res.mu.Lock()
+	persist := res.persist
+	res.mu.Unlock()
+	if !persist {
+		t.Fatal("the claimed persistent session runs in the pool's sandbox, which ends with boxrt")
+	}
+}

@@ -73,8 +73,10 @@ func TestManagedProcessOnSessionLoopback(t *testing.T) {
 	}
 }
 
-// killAgent kills the session agent from inside the sandbox.
-const killAgent = `for p in /proc/[0-9]*; do [ "$(readlink $p/exe)" = /run/boxrt-agent/boxrt ] && kill -9 ${p#/proc/}; done; sleep 5`
+// killAgent kills the session agent from inside the sandbox. The agent is
+// not dumpable, so its exe link is closed to the session: it is found by
+// its command line.
+const killAgent = `for p in /proc/[0-9]*; do [ "$(tr '\0' '\n' < $p/cmdline 2>/dev/null | head -1)" = /run/boxrt-agent/boxrt ] && kill -9 ${p#/proc/}; done; sleep 5`
 
 // TestAgentKilledFromInside: the sandbox is started again, the call (or
 // the next) says restarted, files are kept and processes are not.

@@ -237,6 +237,11 @@ type TTYSize struct {
 type ExitStatus struct {
 	ExitCode int
 	TimedOut bool
+	// Restarted: the session's sandbox was started afresh for (or during)
+	// this command because the previous one was lost (its agent died or
+	// misbehaved, or a kill from the host ended it): what earlier commands
+	// left running is gone, the files are kept.
+	Restarted bool
 }
 
 // ProcessSpec is a managed process (an stdio MCP server, typically).

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -74,6 +75,11 @@ type Config struct {
 	// GVisorRuntime serves specs asking for isolation "gvisor"; "" refuses
 	// them.
 	GVisorRuntime string
+	// AgentBinary is a static boxrt binary on the engine's host, bound
+	// read-only into every session's container as its entrypoint (the
+	// session agent, see agent.go). "" (or no StateDir, or a remote
+	// engine) runs commands through Engine execs instead.
+	AgentBinary string
 }
 
 // MaxTmpSizeMB bounds Config.TmpSizeMB.
@@ -108,6 +114,9 @@ type Backend struct {
 	secOpts   []string   // containers' SecurityOpt, nil until worked out (seccomp.go)
 
 	fileSystem // the file API (files.go)
+
+	agentBinary string   // Config.AgentBinary, symlinks resolved
+	links       sync.Map // container name → *agentLink or noAgent (agent.go)
 
 	// legacy holds the adopted containers an earlier boxrt made without
 	// pidDir (container name → true): their pid files go to /tmp.
@@ -157,6 +166,14 @@ func New(cfg Config) (*Backend, error) {
 	if tmp == 0 {
 		tmp = DefaultTmpSizeMB
 	}
+	agentBin := strings.TrimSpace(cfg.AgentBinary)
+	if agentBin != "" {
+		resolved, err := filepath.EvalSymlinks(agentBin)
+		if err != nil {
+			return nil, boxerr.Validation("agent_binary", "docker backend: agent binary %s: %v", agentBin, err)
+		}
+		agentBin = resolved
+	}
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return nil, boxerr.BackendUnavailable("docker backend: invalid Docker client settings (DOCKER_HOST, DOCKER_CERT_PATH, DOCKER_API_VERSION): %v", err).Wrap(err)
@@ -173,6 +190,7 @@ func New(cfg Config) (*Backend, error) {
 		defaultQuotaMB: cfg.DefaultWorkspaceQuotaMB,
 		runtime:        strings.TrimSpace(cfg.Runtime),
 		gvisorRuntime:  strings.TrimSpace(cfg.GVisorRuntime),
+		agentBinary:    agentBin,
 	}
 	b.fileSystem = newFileSystem(b)
 	b.background, b.cancelBackground = context.WithCancel(context.Background())
@@ -180,10 +198,15 @@ func New(cfg Config) (*Backend, error) {
 }
 
 // Close releases the client's connections, which ends the prestarted
-// execs. Sessions keep running.
+// execs, and the agents' connections and sockets. Sessions keep running:
+// their agents dial again until a boxrt listens at the same path.
 func (b *Backend) Close() error {
 	b.cancelBackground()
 	b.prestarts.EndAll()
+	b.links.Range(func(name, _ any) bool {
+		b.dropLink(name.(string))
+		return true
+	})
 	return b.cli.Close()
 }
 

@@ -200,7 +200,7 @@ func TestLegacyContainerPidFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	adopter, err := docker.New(testConfig(labels[docker.LabelInstance]))
+	adopter, err := docker.New(testConfig(t, labels[docker.LabelInstance]))
 	if err != nil {
 		t.Fatal(err)
 	}

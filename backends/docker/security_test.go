@@ -111,7 +111,7 @@ func TestHostPathSwappedForSymlink(t *testing.T) {
 			waitState(t, info.BackendSessionID, "exited")
 			swap(t, sub)
 
-			restarted, err := docker.New(testConfig(instanceOf(t, info)))
+			restarted, err := docker.New(testConfig(t, instanceOf(t, info)))
 			if err != nil {
 				t.Fatal(err)
 			}

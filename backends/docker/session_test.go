@@ -311,7 +311,7 @@ func TestAdopt(t *testing.T) {
 	}
 
 	// A restarted boxrt: a new backend with the same instance id.
-	restarted, err := docker.New(testConfig(instanceOf(t, s1)))
+	restarted, err := docker.New(testConfig(t, instanceOf(t, s1)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,6 +59,7 @@ func (b *Backend) Suspend(ctx context.Context, info backends.Session) error {
 		return backends.StateDirError("docker backend: suspending "+name, err)
 	}
 	b.prestarts.Drop(name)
+	b.suspendLink(name)
 	timeout := suspendStopSec
 	if err := b.cli.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout}); err != nil {
 		return b.apiError("stopping container "+name, err)

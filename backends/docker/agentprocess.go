@@ -40,14 +40,16 @@ func (b *Backend) agentStartProcess(ctx context.Context, info backends.Session, 
 	}
 	stdin := &agentStdin{f: sio.stdinW}
 	ep, outW, errW := execproc.New(stdin)
-	p := &agentProcess{Proc: ep, proc: proc}
+	p := &agentProcess{Proc: ep, proc: proc, pidFile: pidFile, env: env}
 	go p.run(l, conn, sio, outW, errW)
 	return p, nil
 }
 
 type agentProcess struct {
 	*execproc.Proc
-	proc *sandboxagent.Proc
+	proc    *sandboxagent.Proc
+	pidFile string
+	env     []string
 }
 
 // Signal delivers sig to the managed process's group; signalling a process
@@ -89,11 +91,23 @@ func (p *agentProcess) run(l *agentLink, conn *sandboxagent.Conn, sio *agentIO, 
 		p.Finish(-1, l.lost(ctx, conn))
 		return
 	}
+	p.removePidFile(conn)
 	code := r.exit.Code
 	if r.exit.Signal != 0 {
 		code = -r.exit.Signal
 	}
 	p.Finish(code, nil)
+}
+
+// removePidFile deletes the pid file of a process that ended (only a
+// running one is an orphan for a later boxrt to kill).
+func (p *agentProcess) removePidFile(conn *sandboxagent.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), helperTimeout)
+	defer cancel()
+	rm, err := conn.Spawn(ctx, sandboxagent.SpawnRequest{Argv: []string{"rm", "-f", p.pidFile}, Env: p.env, Dir: "/"})
+	if err == nil {
+		_, _ = rm.Wait(ctx)
+	}
 }
 
 // agentStdin is a managed process's stdin: boxrt's end of its pipe. A

@@ -78,6 +78,11 @@ func onGVisor(t *testing.T) bool {
 	return b.OnGVisor(backends.Sandbox{})
 }
 
+// usesAgent tells whether this matrix entry's sessions run their commands
+// through the session agent (everywhere but on gVisor, see
+// Backend.usesAgent).
+func usesAgent(t *testing.T) bool { return !onGVisor(t) }
+
 // onPodman tells whether the engine is Podman's Docker-compatible API.
 func onPodman(t *testing.T) bool {
 	v, err := rawClient(t).ServerVersion(context.Background())

@@ -3,6 +3,7 @@ package docker
 import (
 	"bytes"
 	"context"
+	"debug/elf"
 	"errors"
 	"io"
 	"os"
@@ -43,6 +44,30 @@ const (
 // agentEntrypoint runs the agent as the container's PID 1 (no engine
 // init): it reaps every process of the container.
 var agentEntrypoint = []string{agentBinaryPath, "agent", "--connect", agentSockDir + "/" + sandboxagent.SocketName}
+
+// agentBinary resolves Config.AgentBinary. A dynamically linked binary
+// (a boxrt built with cgo) cannot run in an arbitrary image: it is not
+// used, and off says why.
+func agentBinary(path string) (resolved, off string, err error) {
+	path = strings.TrimSpace(path)
+	if path == "" {
+		return "", "", nil
+	}
+	if resolved, err = filepath.EvalSymlinks(path); err != nil {
+		return "", "", boxerr.Validation("agent_binary", "docker backend: agent binary %s: %v", path, err)
+	}
+	f, err := elf.Open(resolved)
+	if err != nil {
+		return "", "", boxerr.Validation("agent_binary", "docker backend: agent binary %s is not an executable: %v", resolved, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return "", resolved + " is dynamically linked (build boxrt with CGO_ENABLED=0)", nil
+		}
+	}
+	return resolved, "", nil
+}
 
 // usesAgent says whether a new session of sb runs its commands through
 // the agent. The agent's socket is a host path, so the engine must be on
@@ -166,9 +191,31 @@ func (b *Backend) suspendLink(name string) {
 		if l, isLink := v.(*agentLink); isLink {
 			l.mu.Lock()
 			l.disconnect()
+			// What the stopping agent dials meanwhile must not be taken
+			// for its successor.
+			if l.ln != nil {
+				l.ln.Close()
+				l.ln = nil
+			}
 			l.mu.Unlock()
 		}
 	}
+}
+
+// resumeLink listens again for container name's agent before the
+// container starts.
+func (b *Backend) resumeLink(name string) error {
+	v, _ := b.links.Load(name)
+	l, ok := v.(*agentLink)
+	if !ok {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ln != nil {
+		return nil
+	}
+	return l.listen()
 }
 
 // removeAgentDir removes container name's socket directory.
@@ -283,16 +330,18 @@ func (l *agentLink) connect(ctx context.Context) error {
 func (l *agentLink) restart(ctx context.Context) error {
 	b := l.b
 	l.disconnect()
-	if err := l.listen(); err != nil {
-		return err
-	}
 	ctx, cancel := cleanupContext(ctx, 2*agentConnectTimeout)
 	defer cancel()
 	if err := b.cli.ContainerKill(ctx, l.name, "KILL"); err != nil && !b.stopped(ctx, l.info) {
 		return b.sessionError(l.info, "killing container "+l.name+" to restart it", err)
 	}
 	b.waitNotRunning(ctx, l.info, killGrace)
-	if err := b.Restart(ctx, l.info); err != nil {
+	// Only once the old processes are gone: what they dialled must not be
+	// queued on the new socket.
+	if err := l.listen(); err != nil {
+		return err
+	}
+	if err := b.startStopped(ctx, l.info); err != nil {
 		return err
 	}
 	l.restarted = true
@@ -304,37 +353,24 @@ func (l *agentLink) restart(ctx context.Context) error {
 func (l *agentLink) accept(ctx context.Context) error {
 	actx, cancel := context.WithTimeout(ctx, agentConnectTimeout)
 	defer cancel()
-	conn, err := l.ln.Accept(actx)
-	if err != nil {
-		return boxerr.Failure("docker backend: the agent of container %s did not connect: %v", l.name, err).Wrap(err)
-	}
-	env, err := pid1Env(actx, conn)
-	if err != nil {
+	for {
+		conn, err := l.ln.Accept(actx)
+		if err != nil {
+			return boxerr.Failure("docker backend: the agent of container %s did not connect: %v", l.name, err).Wrap(err)
+		}
+		env, err := pid1Env(actx, conn)
+		if err == nil {
+			l.conn, l.env = conn, env
+			return nil
+		}
 		conn.Close()
-		return boxerr.Failure("docker backend: reading the environment of container %s: %v", l.name, err).Wrap(err)
+		if !errors.Is(err, sandboxagent.ErrAgentLost) || actx.Err() != nil {
+			return boxerr.Failure("docker backend: reading the environment of container %s: %v", l.name, err).Wrap(err)
+		}
+		// A connection queued by an agent that is gone since (the
+		// container stopped after it dialled): the next one is its
+		// successor's.
 	}
-	l.conn, l.env = conn, env
-	go l.watch(conn)
-	return nil
-}
-
-// watch restarts the container when its agent goes away while no call is
-// using it (killed from inside, or hostile), so that the session stays
-// alive for the runtime's checks.
-func (l *agentLink) watch(conn *sandboxagent.Conn) {
-	select {
-	case <-conn.Done():
-	case <-l.b.background.Done():
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.conn != conn || l.b.background.Err() != nil {
-		return // suspended, dropped, or a call already restarted it
-	}
-	ctx, cancel := context.WithTimeout(l.b.background, 2*agentConnectTimeout)
-	defer cancel()
-	_ = l.restart(ctx)
 }
 
 // pid1Env reads the environment the engine gave the container's PID 1 (the

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -115,7 +114,8 @@ type Backend struct {
 
 	fileSystem // the file API (files.go)
 
-	agentBinary string   // Config.AgentBinary, symlinks resolved
+	agentBinary string   // Config.AgentBinary, symlinks resolved; "" when not usable
+	agentOff    string   // why a configured agent binary is not used
 	links       sync.Map // container name → *agentLink or noAgent (agent.go)
 
 	// legacy holds the adopted containers an earlier boxrt made without
@@ -166,13 +166,9 @@ func New(cfg Config) (*Backend, error) {
 	if tmp == 0 {
 		tmp = DefaultTmpSizeMB
 	}
-	agentBin := strings.TrimSpace(cfg.AgentBinary)
-	if agentBin != "" {
-		resolved, err := filepath.EvalSymlinks(agentBin)
-		if err != nil {
-			return nil, boxerr.Validation("agent_binary", "docker backend: agent binary %s: %v", agentBin, err)
-		}
-		agentBin = resolved
+	agentBin, agentOff, err := agentBinary(cfg.AgentBinary)
+	if err != nil {
+		return nil, err
 	}
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
@@ -191,6 +187,7 @@ func New(cfg Config) (*Backend, error) {
 		runtime:        strings.TrimSpace(cfg.Runtime),
 		gvisorRuntime:  strings.TrimSpace(cfg.GVisorRuntime),
 		agentBinary:    agentBin,
+		agentOff:       agentOff,
 	}
 	b.fileSystem = newFileSystem(b)
 	b.background, b.cancelBackground = context.WithCancel(context.Background())
@@ -232,6 +229,9 @@ func (b *Backend) Describe() backends.Description {
 	if b.isGVisor(b.runtime) || b.gvisorRuntime != "" {
 		d.Notes = append(d.Notes, "gVisor sessions: memory and pids limits apply to the sandbox as a whole (its kernel's threads count, pids_limit is scaled); "+
 			"hitting them ends the whole sandbox and the next call starts it again (files kept, processes gone)")
+	}
+	if b.agentOff != "" {
+		d.Notes = append(d.Notes, "commands run through Engine execs, not the session agent: "+b.agentOff)
 	}
 	if b.cpuLimit {
 		d.EnforcedLimits = append(d.EnforcedLimits, "cpus")

@@ -195,8 +195,10 @@ func TestLegacyContainerPidFiles(t *testing.T) {
 	hc := container.HostConfig{Runtime: c.HostConfig.Runtime, Init: &init, NetworkMode: "none", CapDrop: []string{"ALL"}}
 	labels := maps.Clone(c.Config.Labels)
 	labels[docker.LabelSession] += "-legacy"
+	delete(labels, docker.LabelAgent)
 	cfg := *c.Config
 	cfg.Labels = labels
+	cfg.Entrypoint = []string{"sh", "-c", "while :; do sleep 3600; done"}
 	name := info.BackendSessionID + "-legacy"
 	if _, err := cli.ContainerCreate(ctx, &cfg, &hc, nil, nil, name); err != nil {
 		t.Fatal(err)

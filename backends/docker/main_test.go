@@ -78,6 +78,10 @@ func onGVisor(t *testing.T) bool {
 	return b.OnGVisor(backends.Sandbox{})
 }
 
+// engineExecs makes a backend run commands through Engine execs, as it
+// does where the agent cannot serve (gVisor, a remote engine).
+func engineExecs(c *docker.Config) { c.AgentBinary = "" }
+
 // usesAgent tells whether this matrix entry's sessions run their commands
 // through the session agent (everywhere but on gVisor, see
 // Backend.usesAgent).

@@ -229,6 +229,25 @@ func (b *Backend) removeAgentDir(name string) error {
 	return nil
 }
 
+// collectAgentDirs removes the socket directories of this instance's
+// containers that are gone (a removal that failed half-way, a crash),
+// except those of containers being created.
+func (b *Backend) collectAgentDirs(keep map[string]bool) {
+	if b.stateDir == "" {
+		return
+	}
+	parent := filepath.Dir(b.agentDir("x"))
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if name := e.Name(); e.IsDir() && strings.HasPrefix(name, containerPrefix) && !keep[name] && !b.creating.Has(name) {
+			_ = os.RemoveAll(filepath.Join(parent, name))
+		}
+	}
+}
+
 func (l *agentLink) listen() error {
 	if l.ln != nil {
 		l.ln.Close()

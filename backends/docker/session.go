@@ -732,6 +732,7 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 	b.collectVolumes(ctx, keep)
 	b.collectQuotas(keep)
 	b.collectMarks(keep)
+	b.collectAgentDirs(keep)
 	if len(refused) > 0 {
 		return out, boxerr.Failure("docker backend: adopting: %v", errors.Join(refused...)).Wrap(errors.Join(refused...))
 	}

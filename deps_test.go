@@ -11,7 +11,7 @@ import (
 // main → internal/cli → internal/server → actions → runtime → backends,
 // with rpc, relay, reconnect and the error package at the edges, and
 // internal/ leaves (clip, keyed, fdsafe, statelock, atomicfile, logsink,
-// controltoken) any of them may use. Each package lists the boxrt
+// controltoken, sandboxagent) any of them may use. Each package lists the boxrt
 // packages it may import; a package missing from the table fails, so a new
 // one is placed deliberately.
 func TestDependencyDirection(t *testing.T) {
@@ -55,7 +55,7 @@ func TestDependencyDirection(t *testing.T) {
 		"test/fixtures/escape":        {},
 
 		// The session agent and the static binary tests run it from.
-		"internal/sandboxagent":           {},
+		"internal/sandboxagent":           {"internal/fdsafe"},
 		"internal/sandboxagent/agenttest": {},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...").Output()

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/boxrt/boxrt/internal/fdsafe"
 )
 
 // maxBackoff caps the wait between two dials.
@@ -23,7 +25,9 @@ const maxBackoff = time.Second
 // Main is the agent: `boxrt agent --connect PATH`. It dials PATH (again
 // and again, with a backoff capped at 1 s, while the connection is down)
 // and serves the host until it is killed. It returns only on a usage error
-// (status 2) or when it cannot set itself up (status 1).
+// (status 2). It is to be started with stdin, stdout and stderr only: a
+// descriptor it inherits beyond those stays open in it (boxrt's main has
+// marked it close-on-exec, so no child gets it).
 func Main(args []string) int {
 	fs := flag.NewFlagSet("boxrt agent", flag.ContinueOnError)
 	connect := fs.String("connect", "", "the agent socket to dial, as seen inside the sandbox")
@@ -34,19 +38,20 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "boxrt agent: usage: boxrt agent --connect PATH")
 		return 2
 	}
-	a, err := newAgent(*connect)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "boxrt agent: "+err.Error())
-		return 1
-	}
-	a.run()
-	return 0 // not reached: run returns only when the process is killed
+	newAgent(*connect).run()
+	return 0 // not reached: run never returns
 }
 
 // RunIfAgent lets a test binary act as the agent: called first in
 // TestMain, when os.Args[1] is "agent" it runs Main(os.Args[2:]) and exits.
 func RunIfAgent() {
 	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		// What boxrt's main does first, so that a test's agent hands
+		// on no descriptor the test binary inherited either.
+		if err := fdsafe.Seal(); err != nil {
+			fmt.Fprintln(os.Stderr, "boxrt agent: "+err.Error())
+			os.Exit(1)
+		}
 		os.Exit(Main(os.Args[2:]))
 	}
 }
@@ -68,17 +73,19 @@ type agent struct {
 	gone []uint64       // exited ids, oldest first, to bound ids
 }
 
-func newAgent(path string) (*agent, error) {
+func newAgent(path string) *agent {
 	// Orphans of the session reparent to the agent, which reaps them,
-	// also when it is not the sandbox's PID 1.
+	// also when it is not the sandbox's PID 1. Without it (a seccomp
+	// filter may refuse prctl) they go to the sandbox's init, which reaps
+	// them as well: worth a line, not a failure.
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return nil, fmt.Errorf("PR_SET_CHILD_SUBREAPER: %w", err)
+		fmt.Fprintf(os.Stderr, "boxrt agent: PR_SET_CHILD_SUBREAPER: %v\n", err)
 	}
 	a := &agent{path: path}
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, unix.SIGCHLD)
 	go a.reap(chld)
-	return a, nil
+	return a
 }
 
 // run dials and serves, forever.
@@ -112,8 +119,8 @@ func dial(path string) (*net.UnixConn, error) {
 		return nil, err
 	}
 	defer d.Close()
-	short := "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/" + filepath.Base(path)
-	return net.DialUnix("unix", nil, &net.UnixAddr{Name: short, Net: "unix"})
+	via := "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/" + filepath.Base(path)
+	return net.DialUnix("unix", nil, &net.UnixAddr{Name: via, Net: "unix"})
 }
 
 // serve says hello on fc and serves it until it fails.

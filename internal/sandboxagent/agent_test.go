@@ -162,29 +162,61 @@ func TestExitCodes(t *testing.T) {
 // in the background gets it too.
 func TestSignalGroup(t *testing.T) {
 	s := newSession(t, t.TempDir())
-	outR, outW := pipe(t)
-	p := spawn(t, s.c, SpawnRequest{Argv: sh("sleep 1000 & echo $!; wait"), Env: testEnv, Stdout: outW})
-	outW.Close()
-	var grandchild int
-	if _, err := fmt.Fscan(bufio.NewReader(outR), &grandchild); err != nil {
-		t.Fatalf("reading the background pid: %v", err)
-	}
+	p, grandchild := spawnWithBackground(t, s.c, "wait")
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if e := wait(t, p); e.Signal != int(syscall.SIGTERM) {
 		t.Errorf("exit %+v, want killed by SIGTERM", e)
 	}
-	// The agent, a subreaper, reaps it too: gone means no zombie either.
-	deadline := time.Now().Add(5 * time.Second)
-	for unix.Kill(grandchild, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("background process %d still exists", grandchild)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitGone(t, grandchild)
 	if err := p.Signal(0); err == nil {
 		t.Error("signal 0 accepted")
+	}
+}
+
+// TestSignalAfterExit: the group outlives its leader, and so does the
+// way to signal it (a command's timeout kills what it left behind).
+func TestSignalAfterExit(t *testing.T) {
+	s := newSession(t, t.TempDir())
+	p, grandchild := spawnWithBackground(t, s.c, "exit 0")
+	if e := wait(t, p); e != (Exit{}) {
+		t.Fatalf("exit %+v", e)
+	}
+	if err := unix.Kill(grandchild, 0); err != nil {
+		t.Fatalf("the background process is already gone: %v", err)
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, grandchild)
+}
+
+// spawnWithBackground runs a shell that starts sleep in the background,
+// then runs then; it returns the shell and sleep's pid.
+func spawnWithBackground(t *testing.T, c *Conn, then string) (*Proc, int) {
+	t.Helper()
+	outR, outW := pipe(t)
+	p := spawn(t, c, SpawnRequest{Argv: sh("sleep 1000 >/dev/null & echo $!; " + then), Env: testEnv, Stdout: outW})
+	outW.Close()
+	var grandchild int
+	if _, err := fmt.Fscan(bufio.NewReader(outR), &grandchild); err != nil {
+		t.Fatalf("reading the background pid: %v", err)
+	}
+	t.Cleanup(func() { unix.Kill(grandchild, unix.SIGKILL) })
+	return p, grandchild
+}
+
+// waitGone waits for pid to be gone. The agent, a subreaper, reaps it:
+// gone means no zombie either.
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for unix.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still exists", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -403,7 +435,15 @@ func TestListenStaleSocket(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Listen over a stale socket: %v", err)
 	}
-	l.Close()
+	again, err := Listen(dir)
+	if err != nil {
+		t.Fatalf("Listen over a live socket of this process: %v", err)
+	}
+	l.Close() // the older one: leaves again's socket alone
+	if _, err := os.Lstat(filepath.Join(dir, SocketName)); err != nil {
+		t.Errorf("closing a replaced Listener removed its successor's socket: %v", err)
+	}
+	again.Close()
 
 	other := t.TempDir()
 	if err := os.WriteFile(filepath.Join(other, SocketName), nil, 0o644); err != nil {
@@ -426,5 +466,53 @@ func TestAcceptCancel(t *testing.T) {
 	defer cancel()
 	if _, err := l.Accept(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Accept: %v", err)
+	}
+}
+
+// TestPeerPID: the kernel's word on who connected agrees with the agent's.
+func TestPeerPID(t *testing.T) {
+	s := newSession(t, t.TempDir())
+	if s.c.PeerPID() != s.agent.Process.Pid {
+		t.Errorf("PeerPID %d, the agent is %d", s.c.PeerPID(), s.agent.Process.Pid)
+	}
+}
+
+// TestAgentKeepsNoDescriptor: once a process started, the agent has
+// closed the pipe and the pty it was passed, and holds one connection.
+func TestAgentKeepsNoDescriptor(t *testing.T) {
+	s := newSession(t, t.TempDir())
+	_, outW := pipe(t)
+	master, slave, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(outW.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	passed := map[string]bool{fmt.Sprintf("pipe:[%d]", st.Ino): true, slave.Name(): true}
+	p1 := spawn(t, s.c, SpawnRequest{Argv: []string{"true"}, Env: testEnv, Stdout: outW})
+	p2 := spawn(t, s.c, SpawnRequest{Argv: []string{"true"}, Env: testEnv, TTY: true, Stdin: slave})
+	slave.Close()
+	wait(t, p1)
+	wait(t, p2)
+	fdDir := fmt.Sprintf("/proc/%d/fd", s.agent.Process.Pid)
+	entries, err := os.ReadDir(fdDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sockets := 0
+	for _, e := range entries {
+		target, _ := os.Readlink(filepath.Join(fdDir, e.Name()))
+		switch {
+		case strings.HasPrefix(target, "socket:"):
+			sockets++
+		case passed[target]:
+			t.Errorf("the agent still holds descriptor %s: %s", e.Name(), target)
+		}
+	}
+	if sockets != 1 {
+		t.Errorf("the agent holds %d sockets, want its one connection", sockets)
 	}
 }

@@ -18,6 +18,7 @@ import (
 type Conn struct {
 	fc       *frameConn
 	agentPID int
+	peerPID  int
 	timeout  time.Duration
 
 	done       chan struct{}
@@ -43,10 +44,11 @@ type spawnAnswer struct {
 	failure string
 }
 
-func newConn(fc *frameConn, agentPID int, timeout time.Duration) *Conn {
+func newConn(fc *frameConn, agentPID, peerPID int, timeout time.Duration) *Conn {
 	c := &Conn{
 		fc:         fc,
 		agentPID:   agentPID,
+		peerPID:    peerPID,
 		timeout:    timeout,
 		done:       make(chan struct{}),
 		readerDone: make(chan struct{}),
@@ -60,6 +62,13 @@ func newConn(fc *frameConn, agentPID int, timeout time.Duration) *Conn {
 // AgentPID is the pid the agent said it has in the sandbox (validated to
 // be in 1..4194304; it is the agent's word, nothing more).
 func (c *Conn) AgentPID() int { return c.agentPID }
+
+// PeerPID is the pid of the process that connected, in boxrt's pid
+// namespace, as the kernel saw it at connect time (SO_PEERCRED); 0 if the
+// kernel could not say. Unlike AgentPID it is not the agent's word: a
+// backend that knows its sandbox's first process can check that it, and
+// not some other process of the session, is the one connected.
+func (c *Conn) PeerPID() int { return c.peerPID }
 
 // Done is closed when the connection is lost or closed.
 func (c *Conn) Done() <-chan struct{} { return c.done }
@@ -259,6 +268,9 @@ func (c *Conn) Spawn(ctx context.Context, req SpawnRequest) (*Proc, error) {
 	if err := req.validate(); err != nil {
 		return nil, fmt.Errorf("sandbox spawn: %w", err)
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	files, release, err := req.files()
 	defer release()
 	if err != nil {
@@ -372,6 +384,12 @@ func (c *Conn) signal(id uint64, sig syscall.Signal) error {
 		return err
 	}
 	return c.send(payload, nil)
+}
+
+// Exit is how a process ended.
+type Exit struct {
+	Code   int // 0..255; 128+Signal when killed by a signal
+	Signal int // 0 unless killed by a signal
 }
 
 // Proc is a process the agent started.

@@ -8,13 +8,28 @@
 // pty itself and passes the child's ends over the socket (SCM_RIGHTS), so
 // a command's output never flows through the agent.
 //
-// The agent runs next to the session's code, as the same user: the host
-// treats everything it says as hostile. Frames are bounded (4-byte
-// big-endian length, at most 64 KiB of JSON), decoded strictly, validated,
-// and every wait for an answer has a deadline; a descriptor the agent sends
-// is closed. A violation is a *ProtocolError and ends the connection; a
-// lost connection is ErrAgentLost. Either fails every pending Proc.Wait.
+// The wire: a frame is a 4-byte big-endian length and that many bytes (at
+// most 64 KiB) of one JSON object whose "op" names its type; descriptors
+// ride on a frame's bytes, at most 3.
 //
-// It is a leaf: it imports the standard library, golang.org/x/sys/unix
-// and github.com/creack/pty only.
+//	agent → host  hello   {version, pid}          first, within 5 s
+//	host → agent  spawn   {id, argv, env, dir, tty} + stdin, stdout, stderr (or the pty slave)
+//	agent → host  started {id, pid} | failed {id, error}   within 5 s
+//	agent → host  exited  {id, code, signal}
+//	host → agent  signal  {id, signal}            to the process's group; no answer
+//
+// The agent runs next to the session's code, as the same user: the host
+// treats everything it says as hostile. Frames are bounded, decoded
+// strictly (a type per op, unknown fields refused), validated, and every
+// wait for an answer has a deadline; a descriptor the agent sends is
+// closed. A violation is a *ProtocolError and ends the connection; a lost
+// connection is ErrAgentLost. Either fails every pending Proc.Wait.
+//
+// Ids belong to one connection. When it drops, the agent's children keep
+// running and the agent dials again; a new connection (a restarted boxrt
+// counts ids from 1 again) knows none of them, and their exits are reaped
+// without being reported.
+//
+// It is a leaf: it imports the standard library, golang.org/x/sys/unix,
+// internal/fdsafe (another leaf) and github.com/creack/pty (in its tests).
 package sandboxagent

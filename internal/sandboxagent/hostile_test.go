@@ -55,6 +55,17 @@ func (f fake) spawnID() (uint64, error) {
 	return m.ID, nil
 }
 
+// readJSON reads one frame of the host's without descriptors.
+func (f fake) readJSON() (string, error) {
+	var head [4]byte
+	if _, err := io.ReadFull(f.c, head[:]); err != nil {
+		return "", err
+	}
+	body := make([]byte, binary.BigEndian.Uint32(head[:]))
+	_, err := io.ReadFull(f.c, body)
+	return string(body), err
+}
+
 // answer reads the spawn and sends a frame of each format with its id.
 func (f fake) answer(formats ...string) error {
 	id, err := f.spawnID()
@@ -177,7 +188,7 @@ func hostile(t *testing.T, script func(fake) error) error {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	l.timeout = 300 * time.Millisecond
+	l.timeout = time.Second
 	fakeDone := make(chan error, 1)
 	go func() { fakeDone <- runFake(filepath.Join(l.dir.Name(), SocketName), script) }()
 	hostErr := host(l)
@@ -243,4 +254,71 @@ func openCopies(path string) int {
 		}
 	}
 	return n
+}
+
+// TestSpawnAbandoned: a Spawn whose ctx ends before the answer returns
+// ctx's error, and the process the agent starts after all is killed; its
+// exit is taken quietly.
+func TestSpawnAbandoned(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Listen(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	abandoned, exitSent := make(chan struct{}), make(chan struct{})
+	fakeDone := make(chan error, 1)
+	go func() {
+		fakeDone <- runFake(filepath.Join(dir, SocketName), func(f fake) error {
+			defer close(exitSent)
+			if err := f.hello(); err != nil {
+				return err
+			}
+			id, err := f.spawnID()
+			if err != nil {
+				return err
+			}
+			<-abandoned
+			if err := f.send(fmt.Sprintf(`{"op":"started","id":%d,"pid":4242}`, id)); err != nil {
+				return err
+			}
+			if got, err := f.readJSON(); err != nil || got != fmt.Sprintf(`{"op":"signal","id":%d,"signal":9}`, id) {
+				return fmt.Errorf("after the abandoned start: %s, %v; want a SIGKILL", got, err)
+			}
+			return f.send(fmt.Sprintf(`{"op":"exited","id":%d,"code":137,"signal":9}`, id))
+		})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := l.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancelShort()
+	if _, err := c.Spawn(short, SpawnRequest{Argv: []string{"true"}}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Spawn: %v, want its ctx's error", err)
+	}
+	close(abandoned)
+	// The started process was tracked (the SIGKILL came after it was) until
+	// its exit, which is no violation.
+	<-exitSent
+	deadline := time.Now().Add(5 * time.Second)
+	for tracked(c) != 0 || c.Err() != nil {
+		if time.Now().After(deadline) || c.Err() != nil {
+			t.Fatalf("the abandoned process's exit: %d tracked, connection error %v", tracked(c), c.Err())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.Close()
+	if err := <-fakeDone; err != nil {
+		t.Error(err)
+	}
+}
+
+// tracked is the number of processes c waits for.
+func tracked(c *Conn) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.procs)
 }

@@ -13,6 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// SocketName is the name of the socket Listen creates in its directory.
+const SocketName = "agent.sock"
+
 // answerTimeout bounds every wait for the agent: its hello after it
 // connected, its answer to a spawn.
 const answerTimeout = 5 * time.Second
@@ -21,6 +24,7 @@ const answerTimeout = 5 * time.Second
 type Listener struct {
 	ln  *net.UnixListener
 	dir *os.File // O_PATH: the socket is named and removed relative to it
+	ino uint64   // the socket file's: Close removes this one only
 	// timeout is answerTimeout; tests shorten it.
 	timeout  time.Duration
 	acceptMu sync.Mutex
@@ -35,44 +39,50 @@ func Listen(dir string) (*Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent socket directory: %w", err)
 	}
-	ln, err := listenIn(d)
+	ln, ino, err := listenIn(d)
 	if err != nil {
 		d.Close()
 		return nil, fmt.Errorf("agent socket in %s: %w", dir, err)
 	}
-	return &Listener{ln: ln, dir: d, timeout: answerTimeout}, nil
+	return &Listener{ln: ln, dir: d, ino: ino, timeout: answerTimeout}, nil
 }
 
-func listenIn(d *os.File) (*net.UnixListener, error) {
+// listenIn binds and listens on d's SocketName and returns the socket
+// file's inode number.
+func listenIn(d *os.File) (*net.UnixListener, uint64, error) {
 	dirfd := int(d.Fd())
 	var st unix.Stat_t
 	err := unix.Fstatat(dirfd, SocketName, &st, unix.AT_SYMLINK_NOFOLLOW)
 	switch {
 	case err == nil && st.Mode&unix.S_IFMT != unix.S_IFSOCK:
-		return nil, fmt.Errorf("%s exists and is not a socket; remove it", SocketName)
+		return nil, 0, fmt.Errorf("%s exists and is not a socket; remove it", SocketName)
 	case err == nil:
 		// A boxrt that died left it; nothing listens on it any more
 		// (the state directory's lock keeps a second boxrt out).
 		if err := unix.Unlinkat(dirfd, SocketName, 0); err != nil {
-			return nil, fmt.Errorf("removing the stale socket: %w", err)
+			return nil, 0, fmt.Errorf("removing the stale socket: %w", err)
 		}
 	case !errors.Is(err, unix.ENOENT):
-		return nil, err
+		return nil, 0, err
 	}
 	path := "/proc/self/fd/" + strconv.Itoa(dirfd) + "/" + SocketName
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	// The path it was bound by means nothing once dirfd is closed: Close
 	// removes the socket through the directory instead.
 	ln.SetUnlinkOnClose(false)
-	if err := unix.Fchmodat(dirfd, SocketName, 0o666, 0); err != nil {
+	err = unix.Fchmodat(dirfd, SocketName, 0o666, 0)
+	if err == nil {
+		err = unix.Fstatat(dirfd, SocketName, &st, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	if err != nil {
 		ln.Close()
 		unix.Unlinkat(dirfd, SocketName, 0)
-		return nil, err
+		return nil, 0, err
 	}
-	return ln, nil
+	return ln, st.Ino, nil
 }
 
 // Accept waits for an agent to connect and say a valid hello (at most 5 s
@@ -100,7 +110,23 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 		c.Close()
 		return nil, err
 	}
-	return newConn(fc, pid, l.timeout), nil
+	return newConn(fc, pid, peerPID(c), l.timeout), nil
+}
+
+// peerPID is the connected process's pid from the kernel, 0 if unknown.
+func peerPID(c *net.UnixConn) int {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var cred *unix.Ucred
+	raw.Control(func(fd uintptr) {
+		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err != nil || cred == nil {
+		return 0
+	}
+	return int(cred.Pid)
 }
 
 // readHello reads the agent's first frame, which must be a valid hello.
@@ -144,12 +170,16 @@ func readError(err error) error {
 	return fmt.Errorf("%w: %v", ErrAgentLost, err)
 }
 
-// Close stops listening and removes the socket file. Connections it
-// accepted stay open.
+// Close stops listening and removes the socket file, unless another
+// Listener has since replaced it. Connections it accepted stay open.
 func (l *Listener) Close() error {
 	err := l.ln.Close()
-	if uerr := unix.Unlinkat(int(l.dir.Fd()), SocketName, 0); uerr != nil && !errors.Is(uerr, unix.ENOENT) && err == nil {
-		err = uerr
+	dirfd := int(l.dir.Fd())
+	var st unix.Stat_t
+	if unix.Fstatat(dirfd, SocketName, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Ino == l.ino {
+		if uerr := unix.Unlinkat(dirfd, SocketName, 0); uerr != nil && err == nil {
+			err = uerr
+		}
 	}
 	l.dir.Close()
 	return err

@@ -21,12 +21,21 @@ const maxRemembered = 4096
 // answers started or failed. It closes fds.
 func (a *agent) spawn(m *spawnMsg, fds []int) error {
 	defer closeFDs(fds)
+	// Outside the lock: a stat in the sandbox may be slow (a hung mount),
+	// and the reaper must not wait for it.
+	argv0, attr, err := prepare(m, fds)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, used := a.ids[m.ID]; used || m.ID == 0 {
-		return a.sendLocked(failedMsg{Op: opFailed, ID: m.ID, Error: fmt.Sprintf("spawn id %d is already used", m.ID)})
+		return a.sendLocked(failedMsg{Op: opFailed, ID: m.ID, Error: fmt.Sprintf("spawn id %d is 0 or already used", m.ID)})
 	}
-	pid, err := start(m, fds)
+	var pid int
+	if err == nil {
+		pid, err = syscall.ForkExec(argv0, m.Argv, attr)
+		if err != nil {
+			err = fmt.Errorf("cannot run %q: %v", m.Argv[0], err)
+		}
+	}
 	if err != nil {
 		return a.sendLocked(failedMsg{Op: opFailed, ID: m.ID, Error: cut(err.Error())})
 	}
@@ -35,49 +44,47 @@ func (a *agent) spawn(m *spawnMsg, fds []int) error {
 	return a.sendLocked(startedMsg{Op: opStarted, ID: m.ID, PID: pid})
 }
 
-// start forks and execs m: a session leader (its pgid is its pid, for
-// signals to its group), with the pty slave as its controlling terminal.
-func start(m *spawnMsg, fds []int) (int, error) {
+// prepare checks m and makes its fork's attributes: a session leader (its
+// pgid is its pid, for signals to its group), with the pty slave as its
+// controlling terminal.
+func prepare(m *spawnMsg, fds []int) (string, *syscall.ProcAttr, error) {
 	if len(m.Argv) == 0 {
-		return 0, errors.New("argv is empty")
+		return "", nil, errors.New("argv is empty")
 	}
 	if err := checkStrings("argv", m.Argv); err != nil {
-		return 0, err
+		return "", nil, err
 	}
 	if err := checkStrings("env", m.Env); err != nil {
-		return 0, err
+		return "", nil, err
 	}
 	dir := m.Dir
 	if dir == "" {
 		dir = "/"
 	}
 	if !filepath.IsAbs(dir) {
-		return 0, fmt.Errorf("working directory %q is not absolute", dir)
+		return "", nil, fmt.Errorf("working directory %q is not absolute", dir)
 	}
 	if st, err := os.Stat(dir); err != nil {
-		return 0, fmt.Errorf("working directory %q: %v", dir, errors.Unwrap(err))
+		return "", nil, fmt.Errorf("working directory %q: %v", dir, errors.Unwrap(err))
 	} else if !st.IsDir() {
-		return 0, fmt.Errorf("working directory %q is not a directory", dir)
+		return "", nil, fmt.Errorf("working directory %q is not a directory", dir)
 	}
 	argv0, err := lookPath(m.Argv[0], m.Env, dir)
 	if err != nil {
-		return 0, err
+		return "", nil, err
 	}
+	// Three descriptors are stdin, stdout and stderr; the one pty slave
+	// is all three.
 	files := make([]uintptr, 3)
 	for i := range files {
 		files[i] = uintptr(fds[min(i, len(fds)-1)])
 	}
-	attr := &syscall.ProcAttr{
+	return argv0, &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   m.Env,
 		Files: files,
 		Sys:   &syscall.SysProcAttr{Setsid: true, Setctty: m.TTY, Ctty: 0},
-	}
-	pid, err := syscall.ForkExec(argv0, m.Argv, attr)
-	if err != nil {
-		return 0, fmt.Errorf("cannot run %q: %v", m.Argv[0], err)
-	}
-	return pid, nil
+	}, nil
 }
 
 // lookPath finds name as the child's execve would with env's PATH; a
@@ -163,6 +170,14 @@ func (a *agent) exited(pid int, ws syscall.WaitStatus) {
 	if err := a.sendLocked(exitedMsg{Op: opExited, ID: id, Code: &e.Code, Signal: &e.Signal}); err != nil {
 		a.fc.c.Close()
 	}
+}
+
+// exitOf is the Exit of a wait status.
+func exitOf(ws syscall.WaitStatus) Exit {
+	if ws.Signaled() {
+		return Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
+	}
+	return Exit{Code: ws.ExitStatus()}
 }
 
 // cut bounds a text the agent sends, keeping it UTF-8.

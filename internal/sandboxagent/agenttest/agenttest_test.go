@@ -10,9 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/boxrt/boxrt/internal/sandboxagent"
 	"github.com/boxrt/boxrt/internal/sandboxagent/agenttest"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestBinary: the binary is static, is built once, and works as the
 // agent through the boxrt agent command.

@@ -1,12 +1,6 @@
 package sandboxagent
 
-import (
-	"errors"
-	"syscall"
-)
-
-// SocketName is the name of the socket Listen creates in its directory.
-const SocketName = "agent.sock"
+import "errors"
 
 // ErrAgentLost is the error of a connection that ended without a protocol
 // violation (the agent exited, was killed, or the host closed the Conn),
@@ -25,17 +19,3 @@ func (e *ProtocolError) Error() string { return "sandbox agent protocol error: "
 type SpawnError struct{ Reason string }
 
 func (e *SpawnError) Error() string { return "cannot start the process in the sandbox: " + e.Reason }
-
-// Exit is how a process ended.
-type Exit struct {
-	Code   int // 0..255; 128+Signal when killed by a signal
-	Signal int // 0 unless killed by a signal
-}
-
-// exitOf is the Exit of a wait status.
-func exitOf(ws syscall.WaitStatus) Exit {
-	if ws.Signaled() {
-		return Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
-	}
-	return Exit{Code: ws.ExitStatus()}
-}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"debug/elf"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -368,14 +369,33 @@ func (l *agentLink) restart(ctx context.Context) error {
 }
 
 // accept takes the agent's connection and reads the container's
-// environment. Locked.
+// environment. Only the container's first process (its host pid, from
+// the engine, against the kernel's word on who connected) is the agent:
+// any other process of the container may dial the socket too, and its
+// connection is dropped, as is one that says a wrong hello (which cannot
+// tell who it was) or one queued by an agent that is gone since; the
+// next may be the agent's. Locked.
 func (l *agentLink) accept(ctx context.Context) error {
 	actx, cancel := context.WithTimeout(ctx, agentConnectTimeout)
 	defer cancel()
+	c, err := l.b.inspectOwned(actx, l.info)
+	if err != nil {
+		return err
+	}
+	var lastErr error
 	for {
 		conn, err := l.ln.Accept(actx)
-		if err != nil {
-			return boxerr.Failure("docker backend: the agent of container %s did not connect: %v", l.name, err).Wrap(err)
+		var pe *sandboxagent.ProtocolError
+		switch {
+		case errors.As(err, &pe) && actx.Err() == nil:
+			lastErr = err
+			continue
+		case err != nil:
+			return boxerr.Failure("docker backend: the agent of container %s did not connect: %v (before: %v)", l.name, err, lastErr).Wrap(err)
+		case c.State != nil && c.State.Pid > 0 && conn.PeerPID() > 0 && conn.PeerPID() != c.State.Pid:
+			conn.Close()
+			lastErr = fmt.Errorf("a connection from pid %d, not the container's first process (%d)", conn.PeerPID(), c.State.Pid)
+			continue
 		}
 		env, err := pid1Env(actx, conn)
 		if err == nil {
@@ -386,9 +406,7 @@ func (l *agentLink) accept(ctx context.Context) error {
 		if !errors.Is(err, sandboxagent.ErrAgentLost) || actx.Err() != nil {
 			return boxerr.Failure("docker backend: reading the environment of container %s: %v", l.name, err).Wrap(err)
 		}
-		// A connection queued by an agent that is gone since (the
-		// container stopped after it dialled): the next one is its
-		// successor's.
+		lastErr = err
 	}
 }
 

@@ -212,3 +212,47 @@ func checkAgentContainer(t *testing.T, c container.InspectResponse) {
 		t.Errorf("agent binds missing or writable: %+v", c.Mounts)
 	}
 }
+
+// freezeAgentScript stops every thread of PID 1 (the agent) by tracing it
+// (the same user may; PID 1's immunity covers signals, not ptrace), prints
+// how many it holds, and keeps them stopped.
+const freezeAgentScript = `
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+held = set()
+for _ in range(20):
+    for t in os.listdir("/proc/1/task"):
+        if int(t) not in held and libc.ptrace(16, int(t), None, None) == 0:
+            held.add(int(t))
+    time.sleep(0.01)
+print(len(held), flush=True)
+time.sleep(120)
+`
+
+// TestAgentTimeoutWithoutTheAgent: a timeout does not rely on the agent.
+// With the agent frozen (traced by the command), the command outlives the
+// kill the agent was asked for; after the grace its container is killed
+// through the engine and started again, and the result says timed out
+// and restarted. The files are kept and the next command runs.
+func TestAgentTimeoutWithoutTheAgent(t *testing.T) {
+	t.Parallel()
+	if !usesAgent(t) {
+		t.Skip("!!! SKIPPED: gVisor sessions run without the agent !!!")
+	}
+	b := newBackend(t)
+	info := startSession(t, b, withSandboxImage)
+	mustRun(t, b, info, "echo kept > /workspace/f")
+	r := run(t, b, info, "python3 -c '"+freezeAgentScript+"'", 2*time.Second)
+	if r.err != nil || !r.status.TimedOut || !r.status.Restarted || r.stdout == "0\n" || r.stdout == "" {
+		t.Fatalf("status %+v err %v stdout %q stderr %q; want timed out, restarted, agent threads held", r.status, r.err, r.stdout, r.stderr)
+	}
+	t.Logf("timed out and restarted after %v (threads held: %s)", r.elapsed, strings.TrimSpace(r.stdout))
+	if r.elapsed > 40*time.Second {
+		t.Errorf("took %v", r.elapsed)
+	}
+	r = run(t, b, info, "cat /workspace/f", 30*time.Second)
+	if r.err != nil || r.stdout != "kept\n" {
+		t.Fatalf("next exec: status %+v err %v stdout %q", r.status, r.err, r.stdout)
+	}
+}

@@ -117,8 +117,8 @@ type agentLink struct {
 	restarted bool
 }
 
-// links maps container names to *agentLink, or to noAgent for containers
-// served through Engine execs.
+// noAgent is what Backend.links holds for a container served through
+// Engine execs.
 type noAgentT struct{}
 
 var noAgent = noAgentT{}
@@ -327,6 +327,9 @@ func (l *agentLink) connect(ctx context.Context) error {
 		return err
 	}
 	if c.State == nil || !c.State.Running {
+		if l.b.suspended(l.name) {
+			return containerGone(l.info, -1) // Resume starts it, not a command
+		}
 		return l.restart(ctx)
 	}
 	if l.ln == nil {

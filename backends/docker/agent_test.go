@@ -32,7 +32,13 @@ func fetchLoop(url string) string {
 // a background process holding the command's output delays its end by
 // a bounded grace only.
 func TestAgentSessionIsAMachine(t *testing.T) {
-	t.Parallel()
+	if !onGVisor(t) {
+		// Measured on runsc 20221219: while this session of the python
+		// image starts, sessions of the busybox image started beside it
+		// fail now and then with "failed to find initial working
+		// directory /workspace: permission denied"; alone it is fine.
+		t.Parallel()
+	}
 	b := newBackend(t)
 	info := startSession(t, b, withSandboxImage)
 	mustRun(t, b, info, "echo served > /workspace/index.txt && cd /workspace && (python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 &)")

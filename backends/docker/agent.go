@@ -401,6 +401,12 @@ func (l *agentLink) accept(ctx context.Context) error {
 			continue
 		}
 		env, err := pid1Env(actx, conn)
+		var noCat *sandboxagent.SpawnError
+		if errors.As(err, &noCat) && c.Config != nil {
+			// An image without cat: the engine's own list (the image's
+			// and the container's variables, no HOME or HOSTNAME).
+			env, err = c.Config.Env, nil
+		}
 		if err == nil {
 			l.conn, l.env = conn, env
 			return nil

@@ -6,8 +6,9 @@
 // loop-mounted ext4 image under the state directory when the workspace has
 // a quota), the labels that let a restarted boxrt re-adopt its own
 // containers (re-checking their host paths and killing the managed
-// processes a dead boxrt left behind), exec streaming, and killing a
-// command's process tree inside a container. Nothing else in boxrt talks to
+// processes a dead boxrt left behind), the session agent's socket and
+// restarts, exec streaming, and killing a command's process tree inside a
+// container. Nothing else in boxrt talks to
 // Docker.
 //
 // It speaks the Engine API through github.com/docker/docker/client rather than
@@ -18,12 +19,17 @@
 // works unchanged against a remote engine or Podman's Docker-compatible socket
 // via DOCKER_HOST.
 //
-// A plain exec runs in an exec started after the session's previous one
-// (a shell waiting for its command line, see prestart.go): starting an
-// exec is most of a warm exec's cost, and this way it is paid between
-// commands instead of on the next one's path.
+// A session container's PID 1 is the session agent (internal/sandboxagent,
+// see agent.go): commands and managed processes are started through it
+// over a unix socket bound from the state directory, with pipes or a
+// terminal boxrt made, so a command costs no Engine API call; a lost or
+// misbehaving agent restarts the container. Where it cannot serve (gVisor,
+// a remote engine, another process user, containers of an older boxrt)
+// commands run as Engine execs: a plain one in an exec started after the
+// session's previous one (a shell waiting for its command line, see
+// prestart.go), paying the exec's start between commands.
 //
-// Killing inside the container is done with small POSIX sh scripts that use
+// Killing inside the container without the agent is done with small POSIX sh scripts that use
 // only shell builtins (read, kill, test) to walk /proc, so they work in a
 // busybox-only image, on kernels without /proc/<pid>/task/*/children, and
 // while a fork bomb holds every pid the container's pids limit allows.

@@ -74,6 +74,11 @@ type Config struct {
 	// GVisorRuntime serves specs asking for isolation "gvisor"; "" refuses
 	// them.
 	GVisorRuntime string
+	// AgentBinary is a static boxrt binary on the engine's host, bound
+	// read-only into every session's container as its entrypoint (the
+	// session agent, see agent.go). "" (or no StateDir, or a remote
+	// engine) runs commands through Engine execs instead.
+	AgentBinary string
 }
 
 // MaxTmpSizeMB bounds Config.TmpSizeMB.
@@ -108,6 +113,10 @@ type Backend struct {
 	secOpts   []string   // containers' SecurityOpt, nil until worked out (seccomp.go)
 
 	fileSystem // the file API (files.go)
+
+	agentBinary string   // Config.AgentBinary, symlinks resolved; "" when not usable
+	agentOff    string   // why a configured agent binary is not used
+	links       sync.Map // container name → *agentLink or noAgent (agent.go)
 
 	// legacy holds the adopted containers an earlier boxrt made without
 	// pidDir (container name → true): their pid files go to /tmp.
@@ -157,6 +166,10 @@ func New(cfg Config) (*Backend, error) {
 	if tmp == 0 {
 		tmp = DefaultTmpSizeMB
 	}
+	agentBin, agentOff, err := agentBinary(cfg.AgentBinary)
+	if err != nil {
+		return nil, err
+	}
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return nil, boxerr.BackendUnavailable("docker backend: invalid Docker client settings (DOCKER_HOST, DOCKER_CERT_PATH, DOCKER_API_VERSION): %v", err).Wrap(err)
@@ -173,6 +186,8 @@ func New(cfg Config) (*Backend, error) {
 		defaultQuotaMB: cfg.DefaultWorkspaceQuotaMB,
 		runtime:        strings.TrimSpace(cfg.Runtime),
 		gvisorRuntime:  strings.TrimSpace(cfg.GVisorRuntime),
+		agentBinary:    agentBin,
+		agentOff:       agentOff,
 	}
 	b.fileSystem = newFileSystem(b)
 	b.background, b.cancelBackground = context.WithCancel(context.Background())
@@ -180,10 +195,15 @@ func New(cfg Config) (*Backend, error) {
 }
 
 // Close releases the client's connections, which ends the prestarted
-// execs. Sessions keep running.
+// execs, and the agents' connections and sockets. Sessions keep running:
+// their agents dial again until a boxrt listens at the same path.
 func (b *Backend) Close() error {
 	b.cancelBackground()
 	b.prestarts.EndAll()
+	b.links.Range(func(name, _ any) bool {
+		b.dropLink(name.(string))
+		return true
+	})
 	return b.cli.Close()
 }
 
@@ -209,6 +229,9 @@ func (b *Backend) Describe() backends.Description {
 	if b.isGVisor(b.runtime) || b.gvisorRuntime != "" {
 		d.Notes = append(d.Notes, "gVisor sessions: memory and pids limits apply to the sandbox as a whole (its kernel's threads count, pids_limit is scaled); "+
 			"hitting them ends the whole sandbox and the next call starts it again (files kept, processes gone)")
+	}
+	if b.agentOff != "" {
+		d.Notes = append(d.Notes, "commands run through Engine execs, not the session agent: "+b.agentOff)
 	}
 	if b.cpuLimit {
 		d.EnforcedLimits = append(d.EnforcedLimits, "cpus")

@@ -58,6 +58,14 @@ func execArgv(script, workdir, cmd, pidFile, mode string) []string {
 // container, with its files, stays. A plain exec runs in the exec started
 // after the session's previous one (see prestartNext) and starts the next.
 func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.ExecRequest) (backends.ExitStatus, error) {
+	if err := ctx.Err(); err != nil {
+		return backends.ExitStatus{}, err
+	}
+	if l, err := b.link(ctx, info); err != nil {
+		return backends.ExitStatus{}, err
+	} else if l != nil {
+		return b.agentExec(ctx, info, l, req)
+	}
 	status, err := b.exec(ctx, info, req)
 	if err == nil && req.Plain() {
 		b.prestartNext(info)

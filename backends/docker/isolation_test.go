@@ -54,7 +54,7 @@ func TestIsolationGVisorPerSession(t *testing.T) {
 		t.Errorf("exec on gVisor: %q", got)
 	}
 	// Re-adoption rebuilds the level from the label.
-	restarted, err := docker.New(testConfig(instanceOf(t, info)))
+	restarted, err := docker.New(testConfig(t, instanceOf(t, info)))
 	if err != nil {
 		t.Fatal(err)
 	}

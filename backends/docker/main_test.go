@@ -22,6 +22,7 @@ import (
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/backendtest"
 	"github.com/boxrt/boxrt/backends/docker"
+	"github.com/boxrt/boxrt/internal/sandboxagent/agenttest"
 )
 
 // testImage is built by scripts/build-test-image: static busybox, USER
@@ -56,19 +57,35 @@ func matrixName() string {
 
 // testConfig is the backend configuration every test starts from: the
 // matrix entry's runtime, the test image, and the given instance id.
-func testConfig(instance string) docker.Config {
-	return docker.Config{InstanceID: instance, DefaultImage: testImage, Runtime: matrixRuntime, GVisorRuntime: matrixRuntime}
+// Sessions run their commands through the session agent: a static boxrt
+// built for the test, with its sockets under a state directory shared by
+// every backend of the test process (tests that need their own set one).
+func testConfig(t testing.TB, instance string) docker.Config {
+	return docker.Config{InstanceID: instance, DefaultImage: testImage, Runtime: matrixRuntime, GVisorRuntime: matrixRuntime,
+		AgentBinary: agenttest.Binary(t), StateDir: sharedStateDir}
 }
+
+// sharedStateDir is made by TestMain and removed after the tests.
+var sharedStateDir string
 
 // onGVisor tells whether this matrix entry runs sessions under gVisor.
 func onGVisor(t *testing.T) bool {
-	b, err := docker.New(testConfig("x"))
+	b, err := docker.New(testConfig(t, "x"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	return b.OnGVisor(backends.Sandbox{})
 }
+
+// engineExecs makes a backend run commands through Engine execs, as it
+// does where the agent cannot serve (gVisor, a remote engine).
+func engineExecs(c *docker.Config) { c.AgentBinary = "" }
+
+// usesAgent tells whether this matrix entry's sessions run their commands
+// through the session agent (everywhere but on gVisor, see
+// Backend.usesAgent).
+func usesAgent(t *testing.T) bool { return !onGVisor(t) }
 
 // onPodman tells whether the engine is Podman's Docker-compatible API.
 func onPodman(t *testing.T) bool {
@@ -87,7 +104,7 @@ func onPodman(t *testing.T) bool {
 // cgroupPids is the pids cgroup limit a session with pids_limit n gets in
 // this matrix entry (scaled on gVisor, see Backend.PidsCgroupLimit).
 func cgroupPids(t *testing.T, n int) int64 {
-	b, err := docker.New(testConfig("x"))
+	b, err := docker.New(testConfig(t, "x"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +120,12 @@ func TestMain(m *testing.M) {
 		os.Setenv("DOCKER_HOST", matrixHost)
 	}
 	fmt.Fprintf(os.Stderr, "backends/docker: testing against %s\n", matrixName())
+	dir, err := os.MkdirTemp("", "boxrt-docker-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	sharedStateDir = dir
 	if testing.Short() {
 		fmt.Fprintln(os.Stderr, "\n!!! -short: SKIPPING every Docker Engine integration test in backends/docker !!!")
 	} else {
@@ -111,7 +134,10 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "\n!!! backends/docker: Docker Engine integration tests cannot run: %v !!!\n\n", setupErr)
 		}
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		os.RemoveAll(sharedStateDir)
+		os.Exit(code)
+	}))
 }
 
 // setup checks the engine and builds the test image when it is missing.
@@ -178,7 +204,7 @@ func instanceID() string {
 func newBackend(t *testing.T, mutate ...func(*docker.Config)) *docker.Backend {
 	t.Helper()
 	needEngine(t)
-	cfg := testConfig(instanceID())
+	cfg := testConfig(t, instanceID())
 	for _, m := range mutate {
 		m(&cfg)
 	}

@@ -68,6 +68,9 @@ func streamOpen(hj types.HijackedResponse) (open, known bool) {
 // plain exec runs in an exec started now (or already on its way: every
 // plain exec starts the next one, see Exec).
 func (b *Backend) PrestartExec(ctx context.Context, info backends.Session) error {
+	if l, err := b.link(ctx, info); err != nil || l != nil {
+		return err // an agent starts a command without an Engine call
+	}
 	return b.prestartNext(info)(ctx)
 }
 

@@ -20,7 +20,7 @@ import (
 // still works.
 func TestPrestartExec(t *testing.T) {
 	needEngine(t)
-	b := newBackend(t)
+	b := newBackend(t, engineExecs)
 	info := startSession(t, b)
 	ctx := context.Background()
 
@@ -80,7 +80,7 @@ func TestPrestartExec(t *testing.T) {
 // nothing behind (the backend's Close waits for it: goleak would see it).
 func TestPlainExecPrestartsTheNext(t *testing.T) {
 	needEngine(t)
-	b := newBackend(t)
+	b := newBackend(t, engineExecs)
 	info := startSession(t, b)
 	ctx := context.Background()
 
@@ -120,8 +120,8 @@ func TestPlainExecPrestartsTheNext(t *testing.T) {
 // ends when its backend closes (boxrt's exit): nothing is left running.
 func TestPrestartExecEndsWithBackend(t *testing.T) {
 	needEngine(t)
-	info := startSession(t, newBackend(t))
-	b := newBackend(t)
+	info := startSession(t, newBackend(t, engineExecs))
+	b := newBackend(t, engineExecs)
 	if err := b.PrestartExec(context.Background(), info); err != nil {
 		t.Fatal(err)
 	}

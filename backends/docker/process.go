@@ -30,6 +30,15 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 	if strings.TrimSpace(spec.Command) == "" {
 		return nil, boxerr.Validation("command", "command must not be empty")
 	}
+	if b.processUser == "" {
+		// Another process user needs an Engine exec: the agent runs as
+		// the sessions' user and cannot change it.
+		if l, err := b.link(ctx, info); err != nil {
+			return nil, err
+		} else if l != nil {
+			return b.agentStartProcess(ctx, info, l, spec)
+		}
+	}
 	cwd, pidFile := execproc.Paths(info, spec.Cwd, "proc", b.pidDirOf(info.BackendSessionID))
 	cmd := append([]string{"sh", "-c", procScript, "boxrt-proc", cwd, pidFile, spec.Command}, spec.Args...)
 	env := spec.Env

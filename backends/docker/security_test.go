@@ -21,10 +21,14 @@ import (
 	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
-// TestExecOnStoppedContainer: an exec whose container is stopped, or stops
-// under it, is a typed "session gone" error (which the runtime answers by
-// recreating the session), never a completed result carrying the engine's
-// error text or the kill signal of the container's end.
+// TestExecOnStoppedContainer: through Engine execs, an exec whose
+// container is stopped, or stops under it, is a typed "session gone"
+// error (which the runtime answers by recreating the session), never a
+// completed result carrying the engine's error text or the kill signal of
+// the container's end. Through the agent, whose death (kill 1) stops the
+// container, the container is started again with its files: an exec on a
+// stopped one runs and says restarted; one whose agent died under it is a
+// typed error and the next exec says restarted.
 func TestExecOnStoppedContainer(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -52,12 +56,31 @@ func TestExecOnStoppedContainer(t *testing.T) {
 			t.Parallel()
 			b := newBackend(t)
 			info := startSession(t, b)
+			mustRun(t, b, info, "echo kept > /workspace/f")
 			if tc.before != nil {
 				tc.before(t, info.BackendSessionID)
 			}
 			r := run(t, b, info, tc.cmd, 30*time.Second)
-			if !isKind(r.err, boxerr.ErrSessionNotFound) {
-				t.Fatalf("exec: status %+v err %v stdout %q stderr %q; want BoxSessionNotFoundError", r.status, r.err, r.stdout, r.stderr)
+			if !usesAgent(t) {
+				if !isKind(r.err, boxerr.ErrSessionNotFound) {
+					t.Fatalf("exec: status %+v err %v stdout %q stderr %q; want BoxSessionNotFoundError", r.status, r.err, r.stdout, r.stderr)
+				}
+				return
+			}
+			if tc.before == nil {
+				if !isKind(r.err, boxerr.ErrBox) || strings.Contains(r.stdout, "survived") {
+					t.Fatalf("exec: status %+v err %v stdout %q; want a BoxError saying the agent was lost", r.status, r.err, r.stdout)
+				}
+				r = run(t, b, info, "echo hi", 30*time.Second)
+			}
+			if r.err != nil || r.stdout != "hi\n" || !r.status.Restarted {
+				t.Fatalf("exec: status %+v err %v stdout %q stderr %q; want hi, restarted", r.status, r.err, r.stdout, r.stderr)
+			}
+			if got := mustRun(t, b, info, "cat /workspace/f"); got != "kept\n" {
+				t.Fatalf("after the restart: %q", got)
+			}
+			if !b.Alive(context.Background(), info) {
+				t.Fatal("session not alive after the restart")
 			}
 		})
 	}
@@ -111,7 +134,7 @@ func TestHostPathSwappedForSymlink(t *testing.T) {
 			waitState(t, info.BackendSessionID, "exited")
 			swap(t, sub)
 
-			restarted, err := docker.New(testConfig(instanceOf(t, info)))
+			restarted, err := docker.New(testConfig(t, instanceOf(t, info)))
 			if err != nil {
 				t.Fatal(err)
 			}

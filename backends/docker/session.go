@@ -125,13 +125,24 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		User:   b.user,
 		Labels: labels,
 		// Overriding the entrypoint (not just the command) keeps an image's
-		// own ENTRYPOINT from swallowing the keep-alive loop.
+		// own ENTRYPOINT from swallowing the keep-alive loop (or the agent).
 		Entrypoint: []string{"sh", "-c", keepAlive},
 	}
 	hc, err := b.hostConfig(ctx, spec, mounts)
 	if err != nil {
 		b.removeSession(ctx, name)
 		return backends.Session{}, err
+	}
+	agent := b.usesAgent(spec.Sandbox)
+	if agent {
+		am, err := b.agentMounts(name)
+		if err != nil {
+			b.removeSession(ctx, name)
+			return backends.Session{}, err
+		}
+		agentHostConfig(hc, am)
+		cfg.Entrypoint = agentEntrypoint
+		labels[LabelAgent] = "1"
 	}
 	if err := recheckBinds(info); err != nil {
 		b.removeSession(ctx, name)
@@ -153,9 +164,26 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		b.removeSession(ctx, name)
 		return backends.Session{}, err
 	}
+	var link *agentLink
+	if agent {
+		// Listening before the start: the agent dials at once.
+		if link, err = b.addLink(info, b.agentDir(name)); err != nil {
+			b.removeSession(ctx, name)
+			return backends.Session{}, err
+		}
+	}
 	if err := b.cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
 		b.removeSession(ctx, name)
 		return backends.Session{}, b.apiError("starting container for session "+spec.SessionID, err)
+	}
+	if link != nil {
+		link.mu.Lock()
+		err := link.accept(ctx)
+		link.mu.Unlock()
+		if err != nil {
+			b.removeSession(ctx, name)
+			return backends.Session{}, err
+		}
 	}
 	return info, nil
 }
@@ -511,12 +539,13 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 		return b.apiError("inspecting container "+name, err)
 	}
 	b.prestarts.Drop(name)
+	b.dropLink(name)
 	if err := b.removeContainer(ctx, name); err != nil {
 		return err
 	}
 	b.legacy.Delete(name)
 	b.dropMarks(name)
-	return errors.Join(b.removeVolumes(ctx, name), b.removeQuota(name))
+	return errors.Join(b.removeVolumes(ctx, name), b.removeQuota(name), b.removeAgentDir(name))
 }
 
 func (b *Backend) removeContainer(ctx context.Context, name string) error {
@@ -565,9 +594,11 @@ func (b *Backend) removeVolume(ctx context.Context, name string) error {
 func (b *Backend) removeSession(ctx context.Context, name string) {
 	ctx, cancel := cleanupContext(ctx, cleanupTimeout)
 	defer cancel()
+	b.dropLink(name)
 	if b.removeContainer(ctx, name) == nil {
 		_ = b.removeVolumes(ctx, name)
 		_ = b.removeQuota(name)
+		_ = b.removeAgentDir(name)
 	}
 }
 
@@ -631,6 +662,13 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 		info, infoErr := infoFromLabels(name, c.Labels)
 		if infoErr == nil {
 			info = b.applyClaim(info)
+			if dir := agentDirOf(c.Mounts); c.Labels[LabelAgent] == "1" && dir != "" && b.usesAgent(info.Sandbox) {
+				// Listening now lets the agent dial back while the session
+				// is idle; its processes kept running.
+				if _, err := b.addLink(info, dir); err != nil {
+					refused = append(refused, err)
+				}
+			}
 		}
 		if infoErr == nil && b.suspended(name) {
 			// A suspended session stays stopped until it is needed; a
@@ -682,16 +720,19 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 				}
 				continue
 			}
+			b.dropLink(name)
 			if b.removeContainer(ctx, name) == nil {
 				delete(keep, name)
 				_ = b.removeVolumes(ctx, name)
 				_ = b.removeQuota(name)
+				_ = b.removeAgentDir(name)
 			}
 		}
 	}
 	b.collectVolumes(ctx, keep)
 	b.collectQuotas(keep)
 	b.collectMarks(keep)
+	b.collectAgentDirs(keep)
 	if len(refused) > 0 {
 		return out, boxerr.Failure("docker backend: adopting: %v", errors.Join(refused...)).Wrap(errors.Join(refused...))
 	}

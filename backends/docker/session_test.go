@@ -184,7 +184,9 @@ func TestStartSessionHardening(t *testing.T) {
 			if !slices.Contains(hc.SecurityOpt, "no-new-privileges") {
 				t.Errorf("SecurityOpt %v", hc.SecurityOpt)
 			}
-			if hc.Init == nil || !*hc.Init {
+			if usesAgent(t) {
+				checkAgentContainer(t, c)
+			} else if hc.Init == nil || !*hc.Init {
 				t.Error("Init not set")
 			}
 			if matrixRuntime != "" && hc.Runtime != matrixRuntime {
@@ -310,8 +312,10 @@ func TestAdopt(t *testing.T) {
 		waitState(t, name, "exited")
 	}
 
-	// A restarted boxrt: a new backend with the same instance id.
-	restarted, err := docker.New(testConfig(instanceOf(t, s1)))
+	// A restarted boxrt: a new backend with the same instance id, the
+	// first one gone (its agents' sockets too).
+	_ = b.Close()
+	restarted, err := docker.New(testConfig(t, instanceOf(t, s1)))
 	if err != nil {
 		t.Fatal(err)
 	}

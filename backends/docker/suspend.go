@@ -59,6 +59,7 @@ func (b *Backend) Suspend(ctx context.Context, info backends.Session) error {
 		return backends.StateDirError("docker backend: suspending "+name, err)
 	}
 	b.prestarts.Drop(name)
+	b.suspendLink(name)
 	timeout := suspendStopSec
 	if err := b.cli.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout}); err != nil {
 		return b.apiError("stopping container "+name, err)
@@ -75,6 +76,22 @@ func (b *Backend) Resume(ctx context.Context, info backends.Session) error {
 	if err := b.owned(ctx, info); err != nil {
 		return err
 	}
+	if err := b.resumeLink(name); err != nil {
+		return err
+	}
+	if err := b.startStopped(ctx, info); err != nil {
+		return err
+	}
+	if err := os.Remove(b.suspendMark(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return boxerr.Failure("docker backend: resuming %s: %v", name, err).Wrap(err)
+	}
+	return nil
+}
+
+// startStopped starts a stopped container after checking its host paths
+// again and mounting its quota disk when a reboot unmounted it.
+func (b *Backend) startStopped(ctx context.Context, info backends.Session) error {
+	name := info.BackendSessionID
 	if err := recheckBinds(info); err != nil {
 		return err
 	}
@@ -85,9 +102,6 @@ func (b *Backend) Resume(ctx context.Context, info backends.Session) error {
 	}
 	if err := b.cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
 		return b.apiError("starting container "+name, err)
-	}
-	if err := os.Remove(b.suspendMark(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return boxerr.Failure("docker backend: resuming %s: %v", name, err).Wrap(err)
 	}
 	return nil
 }

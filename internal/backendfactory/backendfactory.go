@@ -21,6 +21,9 @@ import (
 func New(name string, cfg runtime.Config, instanceID, stateDir string) (backends.Backend, error) {
 	switch name {
 	case "docker":
+		// The running boxrt is the sessions' agent (`boxrt agent`), bound
+		// into each container; without its path commands use Engine execs.
+		agent, _ := os.Executable()
 		return docker.New(docker.Config{
 			InstanceID:              instanceID,
 			DefaultImage:            cfg.Docker.Image,
@@ -32,6 +35,7 @@ func New(name string, cfg runtime.Config, instanceID, stateDir string) (backends
 			DefaultWorkspaceQuotaMB: cfg.Docker.WorkspaceQuotaMB,
 			Runtime:                 cfg.Docker.Runtime,
 			GVisorRuntime:           cfg.Docker.GVisorRuntime,
+			AgentBinary:             agent,
 		})
 	case "bwrap":
 		// The running boxrt is the sessions' agent (`boxrt agent`): a

@@ -1,0 +1,368 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/internal/execproc"
+	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/sandboxagent"
+)
+
+// outputGrace is how long a command's output is still read after its
+// process exited, for what a background process it left still holds (the
+// Engine gives such a stream two seconds).
+const outputGrace = time.Second
+
+// agentExecScript makes and enters the workdir, then becomes the command's
+// login shell ($1 workdir, $2 command): the process the agent started
+// stays the command's, so its exit status is the command's and its
+// process group (the agent makes it a session leader) is the command's
+// tree.
+const agentExecScript = `{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || exit
+exec sh -lc "$2"`
+
+// agentExec runs req through the container's agent. Plain execs leave
+// what they started in the background running (it is the session's);
+// live and interactive ones end their whole process group when they end,
+// as their Engine-exec wrappers do.
+func (b *Backend) agentExec(ctx context.Context, info backends.Session, l *agentLink, req backends.ExecRequest) (backends.ExitStatus, error) {
+	conn, env, restarted, err := l.get(ctx)
+	if err != nil {
+		return backends.ExitStatus{}, err
+	}
+	workdir, _ := execproc.Paths(info, req.Workdir, "exec", "")
+	sio, err := newAgentIO(req.TTY, req.Stdin != nil)
+	if err != nil {
+		return backends.ExitStatus{}, boxerr.Failure("docker backend: making the command's stdio: %v", err).Wrap(err)
+	}
+	defer sio.close()
+	proc, err := conn.Spawn(ctx, sandboxagent.SpawnRequest{
+		Argv:  []string{"sh", "-c", agentExecScript, "boxrt-exec", workdir, req.Cmd},
+		Env:   mergeEnv(env, req.Env),
+		Dir:   "/",
+		TTY:   req.TTY != nil,
+		Stdin: sio.childIn, Stdout: sio.childOut, Stderr: sio.childErr,
+	})
+	sio.closeChildEnds()
+	if err != nil {
+		return backends.ExitStatus{}, b.spawnError(ctx, l, conn, err)
+	}
+	r := watchRun(proc, sio, req)
+	defer r.stop()
+	status, ended, err := execproc.Await(ctx, req, execproc.Running{
+		Ended:  r.ended,
+		Resize: sio.resize,
+		Signal: func(sig syscall.Signal) { _ = proc.Signal(sig) },
+		Kill:   func() { restarted = r.kill(ctx, l, conn) || restarted },
+	})
+	status.Restarted = restarted
+	if !ended {
+		return status, err
+	}
+	if werr := r.writeErr(); werr != nil {
+		status.Restarted = r.kill(ctx, l, conn) || restarted
+		return status, boxerr.Failure("writing command output: %v", werr).Wrap(werr)
+	}
+	<-r.exited
+	if r.waitErr != nil {
+		return backends.ExitStatus{}, l.lost(ctx, conn)
+	}
+	if req.Stdin != nil || req.TTY != nil || req.Signals != nil {
+		// What a live or interactive command left behind goes with it.
+		_ = proc.Signal(syscall.SIGKILL)
+	}
+	status.ExitCode = r.exit.Code
+	return status, nil
+}
+
+// spawnError is the error of a Spawn: the agent's refusal as such, a lost
+// or misbehaving agent as lost says.
+func (b *Backend) spawnError(ctx context.Context, l *agentLink, conn *sandboxagent.Conn, err error) error {
+	var refused *sandboxagent.SpawnError
+	switch {
+	case errors.As(err, &refused):
+		return boxerr.Failure("docker backend: %v", refused).Wrap(err)
+	case isContextErr(err):
+		return err
+	}
+	select {
+	case <-conn.Done():
+		return l.lost(ctx, conn)
+	default:
+		return boxerr.Failure("docker backend: starting the command: %v", err).Wrap(err)
+	}
+}
+
+// agentIO is a command's stdio: pipes, or a pseudo-terminal, made by boxrt
+// so that output never passes through the agent.
+type agentIO struct {
+	childIn, childOut, childErr *os.File // the command's ends, closed once passed
+	stdinW                      *os.File // boxrt's end of the command's stdin (no terminal)
+	master                      *os.File // the terminal's master (terminal)
+	readers                     []*os.File
+	tty                         bool
+}
+
+// newAgentIO makes the stdio of a command with terminal tty (nil: none)
+// and, without one, a stdin pipe when withStdin (else /dev/null).
+func newAgentIO(tty *backends.TTYSize, withStdin bool) (s *agentIO, err error) {
+	s = &agentIO{tty: tty != nil}
+	defer func() {
+		if err != nil {
+			s.closeChildEnds()
+			s.close()
+		}
+	}()
+	if s.tty {
+		if s.master, s.childIn, err = openPTY(*tty); err != nil {
+			return s, err
+		}
+		s.readers = []*os.File{s.master}
+		return s, nil
+	}
+	if withStdin {
+		if s.childIn, s.stdinW, err = os.Pipe(); err != nil {
+			return s, err
+		}
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return s, err
+	}
+	s.readers, s.childOut = append(s.readers, outR), outW
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return s, err
+	}
+	s.readers, s.childErr = append(s.readers, errR), errW
+	return s, nil
+}
+
+// openPTY opens a terminal of size: its master pollable (so that a read
+// can be cut short), its slave for the command.
+func openPTY(size backends.TTYSize) (master, slave *os.File, err error) {
+	m, slave, err := pty.Open()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer m.Close()
+	fd, err := unix.Dup(int(m.Fd()))
+	if err == nil {
+		unix.CloseOnExec(fd)
+		err = unix.SetNonblock(fd, true)
+	}
+	if err != nil {
+		slave.Close()
+		return nil, nil, err
+	}
+	master = os.NewFile(uintptr(fd), "ptmx")
+	if err := setWinsize(master, size); err != nil {
+		master.Close()
+		slave.Close()
+		return nil, nil, err
+	}
+	return master, slave, nil
+}
+
+// setWinsize sizes the terminal without Fd (which would make the master
+// blocking again).
+func setWinsize(master *os.File, size backends.TTYSize) error {
+	rc, err := master.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ioErr error
+	err = rc.Control(func(fd uintptr) {
+		ioErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: size.Rows, Col: size.Cols})
+	})
+	if err != nil {
+		return err
+	}
+	return ioErr
+}
+
+// resize takes effect before it returns: the terminal is boxrt's.
+func (s *agentIO) resize(size backends.TTYSize) error {
+	if s.master == nil {
+		return boxerr.Validation("resize", "the command has no terminal")
+	}
+	return setWinsize(s.master, size)
+}
+
+func (s *agentIO) closeChildEnds() {
+	for _, f := range []*os.File{s.childIn, s.childOut, s.childErr} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	s.childIn, s.childOut, s.childErr = nil, nil, nil
+}
+
+func (s *agentIO) close() {
+	if s.stdinW != nil {
+		s.stdinW.Close()
+	}
+	for _, f := range s.readers {
+		f.Close()
+	}
+}
+
+// agentRun follows a started command: its exit (through the agent), its
+// output (copied from boxrt's ends) and its stdin.
+type agentRun struct {
+	proc    *sandboxagent.Proc
+	sio     *agentIO
+	exited  chan struct{}
+	exit    sandboxagent.Exit // valid after exited
+	waitErr error             // valid after exited
+	// ended closes once the command exited and its output was read (to
+	// EOF, or for outputGrace), or once writing its output failed.
+	ended    chan struct{}
+	copies   sync.WaitGroup
+	failed   chan struct{}
+	failOnce sync.Once
+	writers  []*trackingWriter
+	stdin    func() // ends the stdin copy
+}
+
+func watchRun(proc *sandboxagent.Proc, sio *agentIO, req backends.ExecRequest) *agentRun {
+	r := &agentRun{proc: proc, sio: sio, exited: make(chan struct{}), ended: make(chan struct{}), failed: make(chan struct{})}
+	go func() {
+		r.exit, r.waitErr = proc.Wait(context.Background())
+		close(r.exited)
+	}()
+	dests := []io.Writer{execproc.OrDiscard(req.Stdout), execproc.OrDiscard(req.Stderr)}
+	for i, f := range sio.readers {
+		w := &trackingWriter{w: dests[i]}
+		r.writers = append(r.writers, w)
+		r.copies.Add(1)
+		go func() {
+			defer r.copies.Done()
+			if _, err := io.Copy(w, f); err != nil && w.err != nil {
+				r.failOnce.Do(func() { close(r.failed) })
+			}
+		}()
+	}
+	r.stdin = func() {}
+	if req.Stdin != nil {
+		r.stdin = feedAgentStdin(req.Stdin, sio)
+	}
+	go r.end()
+	return r
+}
+
+// end closes ended: output read to its end after the exit, or cut
+// outputGrace later.
+func (r *agentRun) end() {
+	defer close(r.ended)
+	select {
+	case <-r.exited:
+	case <-r.failed:
+		return
+	}
+	drained := make(chan struct{})
+	go func() { r.copies.Wait(); close(drained) }()
+	t := time.NewTimer(outputGrace)
+	defer t.Stop()
+	select {
+	case <-drained:
+	case <-t.C:
+		r.cut()
+		<-drained
+	case <-r.failed:
+	}
+}
+
+// cut ends the output copies now.
+func (r *agentRun) cut() {
+	for _, f := range r.sio.readers {
+		_ = f.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// stop ends what still runs on boxrt's side and waits for it.
+func (r *agentRun) stop() {
+	r.stdin()
+	r.cut()
+	r.copies.Wait()
+	<-r.ended
+}
+
+func (r *agentRun) writeErr() error {
+	for _, w := range r.writers {
+		if w.err != nil {
+			return w.err
+		}
+	}
+	return nil
+}
+
+// kill kills the command's process group through the agent; a command
+// still there after killGrace (the agent did not do it, or cannot) ends
+// with its container, which is started again. restarted says whether it
+// was.
+func (r *agentRun) kill(ctx context.Context, l *agentLink, conn *sandboxagent.Conn) (restarted bool) {
+	_ = r.proc.Signal(syscall.SIGKILL)
+	t := time.NewTimer(killGrace)
+	defer t.Stop()
+	select {
+	case <-r.exited:
+	case <-t.C:
+		restarted = l.restartFor(ctx, conn)
+		<-r.exited
+	}
+	return restarted
+}
+
+// restartFor restarts the container if conn is still its agent's, for the
+// caller to report; false when someone else did.
+func (l *agentLink) restartFor(ctx context.Context, conn *sandboxagent.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != conn {
+		conn.Close()
+		return false
+	}
+	if err := l.restart(ctx); err != nil {
+		l.disconnect()
+	}
+	l.restarted = false
+	return true
+}
+
+// feedAgentStdin copies stdin to the command until EOF, then closes the
+// command's stdin (on a terminal, which has no half-close, it types the
+// end-of-file character). The returned func ends the copy and waits for it.
+func feedAgentStdin(stdin io.ReadCloser, sio *agentIO) func() {
+	dst := sio.stdinW
+	if sio.tty {
+		dst = sio.master
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := io.Copy(dst, stdin); err != nil {
+			return
+		}
+		if sio.tty {
+			_, _ = dst.Write([]byte{veof})
+			return
+		}
+		_ = dst.Close()
+	}()
+	return func() {
+		stdin.Close()
+		_ = dst.SetWriteDeadline(time.Unix(1, 0))
+		<-done
+	}
+}

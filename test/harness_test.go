@@ -37,6 +37,17 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building boxrt failed:", err)
 		os.Exit(1)
 	}
+	// The race build links libc; the sessions' agent must run in any
+	// image, so it is a static build of the same code.
+	agent := filepath.Join(dir, "boxrt-agent")
+	build = exec.Command("go", "build", "-o", agent, "..")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the static agent failed:", err)
+		os.Exit(1)
+	}
+	os.Setenv("BOXRT_AGENT_BINARY", agent)
 	code := m.Run()
 	os.RemoveAll(dir)
 	if code == 0 {

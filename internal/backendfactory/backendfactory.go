@@ -21,9 +21,8 @@ import (
 func New(name string, cfg runtime.Config, instanceID, stateDir string) (backends.Backend, error) {
 	switch name {
 	case "docker":
-		// The running boxrt is the sessions' agent (`boxrt agent`), bound
-		// into each container; without its path commands use Engine execs.
-		agent, _ := os.Executable()
+		// Without an agent binary commands use Engine execs.
+		agent, _ := AgentBinary()
 		return docker.New(docker.Config{
 			InstanceID:              instanceID,
 			DefaultImage:            cfg.Docker.Image,
@@ -38,9 +37,7 @@ func New(name string, cfg runtime.Config, instanceID, stateDir string) (backends
 			AgentBinary:             agent,
 		})
 	case "bwrap":
-		// The running boxrt is the sessions' agent (`boxrt agent`): a
-		// release build is static (CGO_ENABLED=0), so it runs in any image.
-		agent, err := os.Executable()
+		agent, err := AgentBinary()
 		if err != nil {
 			return nil, fmt.Errorf("bwrap: cannot find boxrt's own binary for the session agent: %w", err)
 		}
@@ -51,6 +48,18 @@ func New(name string, cfg runtime.Config, instanceID, stateDir string) (backends
 		return host.New(host.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir)})
 	}
 	return nil, fmt.Errorf("unknown backend %q", name)
+}
+
+// AgentBinary is the program bound into sessions as their agent (`boxrt
+// agent`): boxrt itself, whose release build is static (CGO_ENABLED=0) and
+// so runs in any image, unless BOXRT_AGENT_BINARY names another build — a
+// static one beside a boxrt built with cgo, as the race-enabled test build
+// is.
+func AgentBinary() (string, error) {
+	if p := os.Getenv("BOXRT_AGENT_BINARY"); p != "" {
+		return p, nil
+	}
+	return os.Executable()
 }
 
 // KubeConfig maps the kube config section onto the backend's Config; the

@@ -17,12 +17,17 @@ import (
 func TestDependencyDirection(t *testing.T) {
 	const module = "github.com/boxrt/boxrt"
 	allowed := map[string][]string{
-		".":                           {"internal/cli", "internal/fdsafe"},
-		"internal/cli":                {"actions", "backends", "backends/kube", "internal/backendfactory", "internal/controltoken", "internal/logsink", "internal/sandboxagent", "internal/server", "reconnect", "runtime"},
-		"internal/server":             {"actions", "internal/backendfactory", "internal/clip", "internal/controltoken", "internal/statelock", "relay", "rpc", "runtime", "runtime/skills"},
-		"internal/backendfactory":     {"backends", "backends/bwrap", "backends/docker", "backends/host", "backends/kube", "runtime"},
-		"internal/controltoken":       {"internal/atomicfile"},
-		"internal/logsink":            {},
+		".":                            {"internal/cli", "internal/fdsafe"},
+		"internal/cli":                 {"actions", "backends", "backends/kube", "internal/backendfactory", "internal/controltoken", "internal/logsink", "internal/sandboxagent", "internal/server", "reconnect", "runtime"},
+		"internal/server":              {"actions", "internal/backendfactory", "internal/clip", "internal/controltoken", "internal/statelock", "relay", "rpc", "runtime", "runtime/skills"},
+		"internal/backendfactory":      {"backends", "backends/bwrap", "backends/docker", "backends/host", "backends/kube", "runtime"},
+		"internal/controltoken":        {"internal/atomicfile"},
+		"internal/logsink":             {},
+		"internal/e2bapi/envd":         {},
+		"internal/e2bapi/envd/process": {},
+		"internal/e2bapi/envd/process/processconnect":       {"internal/e2bapi/envd/process"},
+		"internal/e2bapi/envd/filesystem":                   {},
+		"internal/e2bapi/envd/filesystem/filesystemconnect": {"internal/e2bapi/envd/filesystem"},
 		"actions":                     {"rpc", "runtime", "runtime/skills", "runtime/snapshots", "internal/boxerr", "runtime/tenant", "backends", "internal/clip"},
 		"runtime":                     {"backends", "runtime/skills", "runtime/snapshots", "internal/boxerr", "runtime/tenant", "internal/clip", "internal/keyed", "internal/atomicfile"},
 		"runtime/skills":              {"internal/boxerr", "internal/keyed"},

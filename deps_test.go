@@ -19,10 +19,11 @@ func TestDependencyDirection(t *testing.T) {
 	allowed := map[string][]string{
 		".":                            {"internal/cli", "internal/fdsafe"},
 		"internal/cli":                 {"actions", "backends", "backends/kube", "internal/backendfactory", "internal/controltoken", "internal/logsink", "internal/sandboxagent", "internal/server", "reconnect", "runtime"},
-		"internal/server":              {"actions", "internal/backendfactory", "internal/clip", "internal/controltoken", "internal/statelock", "relay", "rpc", "runtime", "runtime/skills"},
+		"internal/server":              {"actions", "internal/backendfactory", "internal/e2bapi", "internal/clip", "internal/controltoken", "internal/statelock", "relay", "rpc", "runtime", "runtime/skills"},
 		"internal/backendfactory":      {"backends", "backends/bwrap", "backends/docker", "backends/host", "backends/kube", "runtime"},
 		"internal/controltoken":        {"internal/atomicfile"},
 		"internal/logsink":             {},
+		"internal/e2bapi":              {"backends", "internal/boxerr", "internal/e2bapi/envd/process", "internal/e2bapi/envd/process/processconnect", "internal/e2bapi/envd/filesystem", "internal/e2bapi/envd/filesystem/filesystemconnect", "runtime", "runtime/tenant"},
 		"internal/e2bapi/envd":         {},
 		"internal/e2bapi/envd/process": {},
 		"internal/e2bapi/envd/process/processconnect":       {"internal/e2bapi/envd/process"},

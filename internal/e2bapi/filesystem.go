@@ -1,0 +1,120 @@
+package e2bapi
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"path"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/e2bapi/envd/filesystem"
+)
+
+// filesystemService is envd's filesystem.Filesystem over the runtime's
+// file API (its path checks and symlink safety). Watching is not served.
+type filesystemService struct{ h *Handler }
+
+func entryOf(fi backends.FileInfo) *filesystem.EntryInfo {
+	e := &filesystem.EntryInfo{Name: fi.Name, Path: fi.Path, Size: fi.Size, Mode: fi.Mode,
+		Permissions: fs.FileMode(fi.Mode).Perm().String(), ModifiedTime: timestamppb.New(fi.MTime)}
+	if e.Name == "" {
+		e.Name = path.Base(fi.Path)
+	}
+	switch fi.Type {
+	case backends.FileTypeFile:
+		e.Type = filesystem.FileType_FILE_TYPE_FILE
+	case backends.FileTypeDir:
+		e.Type = filesystem.FileType_FILE_TYPE_DIRECTORY
+		e.Permissions = "d" + e.Permissions[1:]
+	case backends.FileTypeSymlink:
+		e.Type = filesystem.FileType_FILE_TYPE_SYMLINK
+	}
+	return e
+}
+
+func (f *filesystemService) stat(ctx context.Context, p string) (*filesystem.EntryInfo, error) {
+	fi, err := f.h.rt.Files().Stat(ctx, sandboxOf(ctx).logical, p)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return entryOf(fi), nil
+}
+
+func (f *filesystemService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
+	e, err := f.stat(ctx, req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&filesystem.StatResponse{Entry: e}), nil
+}
+
+func (f *filesystemService) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
+	p := req.Msg.GetPath()
+	// The SDK reads AlreadyExists as "made nothing" (makeDir → false).
+	if _, err := f.h.rt.Files().Stat(ctx, sandboxOf(ctx).logical, p); err == nil {
+		return nil, connect.NewError(connect.CodeAlreadyExists, errors.New("path "+p+" already exists"))
+	} else if !errors.Is(err, boxerr.ErrFileNotFound) {
+		return nil, connectError(err)
+	}
+	if err := f.h.rt.Files().Mkdir(ctx, sandboxOf(ctx).logical, p); err != nil {
+		return nil, connectError(err)
+	}
+	e, err := f.stat(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: e}), nil
+}
+
+func (f *filesystemService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
+	if err := f.h.rt.Files().Rename(ctx, sandboxOf(ctx).logical, req.Msg.GetSource(), req.Msg.GetDestination()); err != nil {
+		return nil, connectError(err)
+	}
+	e, err := f.stat(ctx, req.Msg.GetDestination())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&filesystem.MoveResponse{Entry: e}), nil
+}
+
+func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
+	depth := max(1, int(req.Msg.GetDepth()))
+	entries, _, err := f.h.rt.Files().List(ctx, sandboxOf(ctx).logical, req.Msg.GetPath(), depth)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	out := &filesystem.ListDirResponse{}
+	for _, fi := range entries {
+		out.Entries = append(out.Entries, entryOf(fi))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
+	if err := f.h.rt.Files().Remove(ctx, sandboxOf(ctx).logical, req.Msg.GetPath(), true); err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
+}
+
+var errNoWatch = connect.NewError(connect.CodeUnimplemented, errors.New("watching directories is not implemented by boxrt's envd yet (see docs/protocol.md, E2B API)"))
+
+func (f *filesystemService) WatchDir(context.Context, *connect.Request[filesystem.WatchDirRequest], *connect.ServerStream[filesystem.WatchDirResponse]) error {
+	return errNoWatch
+}
+
+func (f *filesystemService) CreateWatcher(context.Context, *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
+	return nil, errNoWatch
+}
+
+func (f *filesystemService) GetWatcherEvents(context.Context, *connect.Request[filesystem.GetWatcherEventsRequest]) (*connect.Response[filesystem.GetWatcherEventsResponse], error) {
+	return nil, errNoWatch
+}
+
+func (f *filesystemService) RemoveWatcher(context.Context, *connect.Request[filesystem.RemoveWatcherRequest]) (*connect.Response[filesystem.RemoveWatcherResponse], error) {
+	return nil, errNoWatch
+}

@@ -1,0 +1,169 @@
+package e2bapi
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"time"
+
+	"github.com/boxrt/boxrt/internal/e2bapi/envd/process"
+	"github.com/boxrt/boxrt/runtime/tenant"
+)
+
+// sandbox is the E2B view of one session. Its fields after mu are guarded
+// by mu; the others never change.
+type sandbox struct {
+	physical  string
+	logical   string
+	placement tenant.Placement
+	scoped    bool
+	token     string
+	template  string
+	started   time.Time
+	envs      map[string]string
+	metadata  map[string]string
+
+	mu      sync.Mutex
+	endAt   time.Time
+	timer   *time.Timer
+	nextPID uint32
+	procs   map[uint32]*command
+}
+
+// command is one process the SDK started, by the pid it was given.
+type command struct {
+	execID string
+	config *process.ProcessConfig
+	tag    string
+}
+
+// maxCommands bounds the commands a sandbox remembers; the oldest ended
+// ones are forgotten first (the runtime forgets their execs too).
+const maxCommands = 4096
+
+func (s *sandbox) addCommand(execID string, cfg *process.ProcessConfig, tag string) uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextPID++
+	if len(s.procs) >= maxCommands {
+		for pid := range s.procs {
+			if pid < s.nextPID-maxCommands/2 {
+				delete(s.procs, pid)
+			}
+		}
+	}
+	s.procs[s.nextPID] = &command{execID: execID, config: cfg, tag: tag}
+	return s.nextPID
+}
+
+// lookup finds a command by pid or tag.
+func (s *sandbox) lookup(sel *process.ProcessSelector) (uint32, *command, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch v := sel.GetSelector().(type) {
+	case *process.ProcessSelector_Pid:
+		c, ok := s.procs[v.Pid]
+		return v.Pid, c, ok
+	case *process.ProcessSelector_Tag:
+		for pid, c := range s.procs {
+			if c.tag != "" && c.tag == v.Tag {
+				return pid, c, true
+			}
+		}
+	}
+	return 0, nil, false
+}
+
+// commands returns the known commands by pid.
+func (s *sandbox) commands() map[uint32]*command {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[uint32]*command, len(s.procs))
+	for pid, c := range s.procs {
+		out[pid] = c
+	}
+	return out
+}
+
+func (s *sandbox) deadline() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.endAt
+}
+
+// registry holds the sandboxes by physical session id.
+type registry struct {
+	mu     sync.Mutex
+	byID   map[string]*sandbox
+	closed bool
+}
+
+func newRegistry() *registry { return &registry{byID: map[string]*sandbox{}} }
+
+func (r *registry) get(physical string) *sandbox {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byID[physical]
+}
+
+// put adds s unless a sandbox of that id is there already, and returns
+// the one kept.
+func (r *registry) put(s *sandbox) *sandbox {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old := r.byID[s.physical]; old != nil {
+		return old
+	}
+	r.byID[s.physical] = s
+	return s
+}
+
+func (r *registry) remove(physical string) {
+	r.mu.Lock()
+	s := r.byID[physical]
+	delete(r.byID, physical)
+	r.mu.Unlock()
+	if s != nil {
+		s.mu.Lock()
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// close stops every timer; no sandbox expires after it.
+func (r *registry) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	for _, s := range r.byID {
+		s.mu.Lock()
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// setTimeout makes s end d from now, calling expire then.
+func (r *registry) setTimeout(s *sandbox, d time.Duration, now time.Time, expire func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endAt = now.Add(d)
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	if !r.closed {
+		s.timer = time.AfterFunc(d, expire)
+	}
+}
+
+// randomHex is n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}

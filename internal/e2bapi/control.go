@@ -107,15 +107,15 @@ func decodeBody(r *http.Request, v any) error {
 	return nil
 }
 
-// templateImage maps an E2B template to an image: "base" is the default
-// image, other names come from the configuration's e2b.templates.
+// templateImage maps an E2B template to an image: the configuration's
+// e2b.templates names them; "base", unless named there, is the default
+// image.
 func (h *Handler) templateImage(template string) (string, bool) {
-	if template == "base" {
-		return "", true
-	}
 	templates, _ := h.rt.Config().E2B["templates"].(map[string]any)
-	image, ok := templates[template].(string)
-	return image, ok && image != ""
+	if image, ok := templates[template].(string); ok && image != "" {
+		return image, true
+	}
+	return "", template == "base"
 }
 
 func timeoutOf(sec *int) (time.Duration, error) {
@@ -157,11 +157,12 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeRuntimeError(w, err)
 		return
 	}
-	if _, err := h.rt.CreateSession(ctx, spec); err != nil {
+	created, err := h.rt.CreateSession(ctx, spec)
+	if err != nil {
 		writeRuntimeError(w, err)
 		return
 	}
-	sb, err := h.adopt(ctx, spec.SessionID, body.TemplateID)
+	sb, err := h.adopt(ctx, spec.SessionID, created.SessionInfo, body.TemplateID)
 	if err != nil {
 		writeRuntimeError(w, err)
 		return
@@ -173,7 +174,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 
 // adopt returns the E2B record of a session, making one (with a fresh
 // access token) for a session created elsewhere (JSON-RPC, LangBot).
-func (h *Handler) adopt(ctx context.Context, id, template string) (*sandbox, error) {
+func (h *Handler) adopt(ctx context.Context, id string, info runtime.SessionInfo, template string) (*sandbox, error) {
 	physical, err := tenant.Resolve(ctx, "sandboxID", id)
 	if err != nil {
 		return nil, err
@@ -183,7 +184,7 @@ func (h *Handler) adopt(ctx context.Context, id, template string) (*sandbox, err
 	}
 	p, scoped := tenant.FromContext(ctx)
 	sb := &sandbox{physical: physical, logical: id, placement: p, scoped: scoped, token: randomHex(24),
-		template: template, started: time.Now(), procs: map[uint32]*command{}}
+		template: template, started: time.Now(), box: info.Sandbox, procs: map[uint32]*command{}}
 	return h.sandboxes.put(sb), nil
 }
 
@@ -268,7 +269,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		writeRuntimeError(w, err)
 		return
 	}
-	if _, err := h.adopt(ctx, id, "base"); err != nil {
+	if _, err := h.adopt(ctx, id, details.SessionInfo, "base"); err != nil {
 		writeRuntimeError(w, err)
 		return
 	}
@@ -302,7 +303,7 @@ func (h *Handler) withSandbox(w http.ResponseWriter, r *http.Request, fn func(*s
 		writeRuntimeError(w, err)
 		return
 	}
-	sb, err := h.adopt(ctx, id, "base")
+	sb, err := h.adopt(ctx, id, details.SessionInfo, "base")
 	if err != nil {
 		writeRuntimeError(w, err)
 		return

@@ -49,8 +49,8 @@ func (h *Handler) envd() http.Handler {
 			return
 		}
 		var sb *sandbox
-		if _, err := h.rt.GetSession(ctx, id); err == nil {
-			sb, err = h.adopt(ctx, id, "base")
+		if details, err := h.rt.GetSession(ctx, id); err == nil {
+			sb, err = h.adopt(ctx, id, details.SessionInfo, "base")
 			if err != nil {
 				sb = nil
 			}

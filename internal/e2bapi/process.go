@@ -44,6 +44,7 @@ func execSpec(sb *sandbox, cfg *process.ProcessConfig) (runtime.Spec, error) {
 	}
 	spec := runtime.DefaultSpec()
 	spec.SessionID = sb.logical
+	spec.Sandbox = sb.box
 	spec.Cmd = strings.Join(words, " ")
 	spec.TimeoutSec = commandTimeout
 	spec.Env = maps.Clone(sb.envs)

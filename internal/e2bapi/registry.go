@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/e2bapi/envd/process"
 	"github.com/boxrt/boxrt/runtime/tenant"
 )
@@ -20,8 +21,11 @@ type sandbox struct {
 	token     string
 	template  string
 	started   time.Time
-	envs      map[string]string
-	metadata  map[string]string
+	// box is the session's sandbox, which every exec's spec repeats (the
+	// runtime refuses a spec that differs from its session's).
+	box      backends.Sandbox
+	envs     map[string]string
+	metadata map[string]string
 
 	mu      sync.Mutex
 	endAt   time.Time

@@ -55,6 +55,22 @@ await step('kill', async () => {
   assert.equal(await sbx.commands.kill(999999), false)
 })
 
+await step('pty: stty size, resize', async () => {
+  let out = ''
+  const dec = new TextDecoder()
+  const term = await sbx.pty.create({ rows: 24, cols: 80, onData: (d) => { out += dec.decode(d) } })
+  const enc = new TextEncoder()
+  await sbx.pty.sendInput(term.pid, enc.encode('stty size\n'))
+  // The shell reads its input when it gets to it: resize only after the
+  // first answer.
+  for (let i = 0; i < 100 && !/24 80/.test(out); i++) await new Promise((r) => setTimeout(r, 100))
+  await sbx.pty.resize(term.pid, { rows: 30, cols: 100 })
+  await sbx.pty.sendInput(term.pid, enc.encode('stty size; exit\n'))
+  await term.wait()
+  assert.match(out, /24 80/, out)
+  assert.match(out, /30 100/, out)
+})
+
 await step('files write and read', async () => {
   await sbx.files.write('/tmp/e2b/hello.txt', 'hello from the SDK\n')
   assert.equal(await sbx.files.read('/tmp/e2b/hello.txt'), 'hello from the SDK\n')

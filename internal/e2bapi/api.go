@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/boxrt/boxrt/actions"
 	"github.com/boxrt/boxrt/runtime"
 	"github.com/boxrt/boxrt/runtime/tenant"
 )
@@ -35,7 +36,9 @@ type Options struct {
 	Token string
 	// Scope is the placement a request runs in (as the relay's), or none.
 	Scope func(*http.Request) (tenant.Placement, bool)
-	Log   zerolog.Logger
+	// Watches is the budget directory watches share (box_fs_watch's).
+	Watches *actions.WatchBudget
+	Log     zerolog.Logger
 }
 
 // Handler serves E2B's API; Close stops its timers.

@@ -97,6 +97,18 @@ await step('files list, exists, makeDir, rename, remove', async () => {
   assert.equal(await sbx.files.exists('/tmp/e2b/dir'), false)
 })
 
+await step('watchDir events', async () => {
+  await sbx.files.makeDir('/tmp/e2b/watched')
+  const events = []
+  const handle = await sbx.files.watchDir('/tmp/e2b/watched', (e) => events.push(e), { recursive: true })
+  await sbx.files.write('/tmp/e2b/watched/new.txt', 'x')
+  await sbx.commands.run('mkdir /tmp/e2b/watched/sub && echo y > /tmp/e2b/watched/sub/deep.txt')
+  for (let i = 0; i < 100 && !events.some((e) => e.name === 'sub/deep.txt'); i++) await new Promise((r) => setTimeout(r, 100))
+  await handle.stop()
+  assert.ok(events.some((e) => e.name === 'new.txt' && e.type === 'create'), JSON.stringify(events))
+  assert.ok(events.some((e) => e.name === 'sub/deep.txt' && e.type === 'create'), JSON.stringify(events))
+})
+
 await step('Sandbox.list and getInfo', async () => {
   const items = await Sandbox.list().nextItems()
   assert.ok(items.some((s) => s.sandboxId === sbx.sandboxId), JSON.stringify(items))

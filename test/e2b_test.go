@@ -150,7 +150,11 @@ func TestE2BBadInput(t *testing.T) {
 	status, body = e2bCall(t, "DELETE", api+"/sandboxes/nope", key, nil)
 	e2bError(t, status, body, 404)
 	status, body = e2bCall(t, "POST", api+"/sandboxes/nope/fork", key, nil)
+	e2bError(t, status, body, 404)
+	status, body = e2bCall(t, "GET", api+"/sandboxes/nope/metrics", key, nil)
 	e2bError(t, status, body, 501)
+	status, body = e2bCall(t, "GET", api+"/no/such/route", key, nil)
+	e2bError(t, status, body, 404)
 	status, body = e2bCall(t, "GET", api+"/sandboxes", map[string]string{"X-API-Key": "e2b_00"}, nil)
 	e2bError(t, status, body, 401)
 

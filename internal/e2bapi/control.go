@@ -37,7 +37,7 @@ func (h *Handler) mountControl(mux *http.ServeMux) {
 		"GET /sandboxes/metrics":          notImplemented("sandbox metrics"),
 		"GET /sandboxes/{id}/logs":        notImplemented("sandbox logs"),
 		"GET /v2/sandboxes/{id}/logs":     notImplemented("sandbox logs"),
-		"POST /sandboxes/{id}/fork":       notImplemented("fork"),
+		"POST /sandboxes/{id}/fork":       h.fork,
 		"POST /sandboxes/{id}/snapshots":  notImplemented("snapshots"),
 		"GET /snapshots":                  notImplemented("snapshots"),
 		"PUT /sandboxes/{id}/network":     notImplemented("network updates"),
@@ -118,6 +118,9 @@ func (h *Handler) templateImage(template string) (string, bool) {
 	return "", template == "base"
 }
 
+// newSandboxID is a fresh sandbox (session) id.
+func newSandboxID() string { return "i" + randomHex(10) }
+
 func timeoutOf(sec *int) (time.Duration, error) {
 	if sec == nil {
 		return defaultTimeout, nil
@@ -151,7 +154,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	spec := runtime.DefaultSpec()
-	spec.SessionID = "i" + randomHex(10)
+	spec.SessionID = newSandboxID()
 	spec.Image = image
 	if err := spec.Normalize(); err != nil {
 		writeRuntimeError(w, err)

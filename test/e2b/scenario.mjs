@@ -123,6 +123,15 @@ await step('a second handle connects', async () => {
   assert.equal(res.stdout.trim(), String(3 << 20))
 })
 
+await step('fork copies the files', async () => {
+  const [forked] = await sbx.fork()
+  assert.ok(forked instanceof Sandbox, String(forked))
+  assert.notEqual(forked.sandboxId, sbx.sandboxId)
+  const res = await forked.commands.run('wc -c < /tmp/e2b/blob.bin')
+  assert.equal(res.stdout.trim(), String(3 << 20))
+  await forked.kill()
+})
+
 await step('pause, then connect resumes with the files kept', async () => {
   assert.equal(await sbx.pause(), true)
   assert.equal((await sbx.getInfo()).state, 'paused')

@@ -38,8 +38,8 @@ func (h *Handler) mountControl(mux *http.ServeMux) {
 		"GET /sandboxes/{id}/logs":        notImplemented("sandbox logs"),
 		"GET /v2/sandboxes/{id}/logs":     notImplemented("sandbox logs"),
 		"POST /sandboxes/{id}/fork":       h.fork,
-		"POST /sandboxes/{id}/snapshots":  notImplemented("snapshots"),
-		"GET /snapshots":                  notImplemented("snapshots"),
+		"POST /sandboxes/{id}/snapshots":  h.snapshot,
+		"GET /snapshots":                  h.listSnapshots,
 		"PUT /sandboxes/{id}/network":     notImplemented("network updates"),
 		"POST /sandboxes/{id}/refreshes":  h.refresh,
 	}
@@ -64,6 +64,7 @@ func notImplemented(what string) func(http.ResponseWriter, *http.Request) {
 // serve (network, mcp, volume mounts, auto-pause) are ignored.
 type newSandbox struct {
 	TemplateID string            `json:"templateID"`
+	AutoPause  bool              `json:"autoPause"`
 	Timeout    *int              `json:"timeout"`
 	Metadata   map[string]string `json:"metadata"`
 	EnvVars    map[string]string `json:"envVars"`
@@ -147,15 +148,17 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "templateID is required (\"base\" is boxrt's default image)")
 		return
 	}
-	image, ok := h.templateImage(body.TemplateID)
-	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("template '%s' not found: boxrt knows \"base\" and the names under e2b.templates in its configuration", body.TemplateID))
-		return
-	}
 	ctx := r.Context()
 	spec := runtime.DefaultSpec()
 	spec.SessionID = newSandboxID()
-	spec.Image = image
+	if image, ok := h.templateImage(body.TemplateID); ok {
+		spec.Image = image
+	} else if _, err := h.rt.Snapshots().Get(ctx, body.TemplateID); err == nil {
+		spec.FromSnapshot = body.TemplateID
+	} else {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("template '%s' not found: boxrt knows \"base\", the names under e2b.templates in its configuration and its snapshots' ids", body.TemplateID))
+		return
+	}
 	if err := spec.Normalize(); err != nil {
 		writeRuntimeError(w, err)
 		return
@@ -165,19 +168,29 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeRuntimeError(w, err)
 		return
 	}
-	sb, err := h.adopt(ctx, spec.SessionID, created.SessionInfo, body.TemplateID)
+	sb, err := h.adopt(ctx, spec.SessionID, created.SessionInfo, sandboxInit{template: body.TemplateID, envs: body.EnvVars,
+		metadata: body.Metadata, autoPause: body.AutoPause})
 	if err != nil {
 		writeRuntimeError(w, err)
 		return
 	}
-	sb.envs, sb.metadata = body.EnvVars, body.Metadata
 	h.sandboxes.setTimeout(sb, timeout, time.Now(), func() { h.expire(sb) })
 	writeJSON(w, http.StatusCreated, sb.json())
 }
 
+// sandboxInit is what a new record starts with; an adopted session has
+// template base and nothing else.
+type sandboxInit struct {
+	template       string
+	envs, metadata map[string]string
+	autoPause      bool
+}
+
+var adopted = sandboxInit{template: "base"}
+
 // adopt returns the E2B record of a session, making one (with a fresh
 // access token) for a session created elsewhere (JSON-RPC, LangBot).
-func (h *Handler) adopt(ctx context.Context, id string, info runtime.SessionInfo, template string) (*sandbox, error) {
+func (h *Handler) adopt(ctx context.Context, id string, info runtime.SessionInfo, first sandboxInit) (*sandbox, error) {
 	physical, err := tenant.Resolve(ctx, "sandboxID", id)
 	if err != nil {
 		return nil, err
@@ -187,7 +200,8 @@ func (h *Handler) adopt(ctx context.Context, id string, info runtime.SessionInfo
 	}
 	p, scoped := tenant.FromContext(ctx)
 	sb := &sandbox{physical: physical, logical: id, placement: p, scoped: scoped, token: randomHex(24),
-		template: template, started: time.Now(), box: info.Sandbox, procs: map[uint32]*command{}}
+		template: first.template, envs: first.envs, metadata: first.metadata, autoPause: first.autoPause, started: time.Now(),
+		box: info.Sandbox, procs: map[uint32]*command{}}
 	return h.sandboxes.put(sb), nil
 }
 
@@ -196,11 +210,19 @@ func (sb *sandbox) json() sandboxJSON {
 		EnvdAccessToken: sb.token}
 }
 
-// expire kills the sandbox at its timeout, in the placement it was made.
+// expire kills (or with autoPause, pauses) the sandbox at its timeout,
+// in the placement it was made.
 func (h *Handler) expire(sb *sandbox) {
 	ctx := context.Background()
 	if sb.scoped {
 		ctx = tenant.WithPlacement(ctx, sb.placement)
+	}
+	if sb.autoPause {
+		h.sandboxes.stopTimer(sb)
+		if _, err := h.rt.SuspendSession(ctx, sb.logical); err != nil {
+			h.opts.Log.Warn().Err(err).Str("sandbox_id", sb.logical).Msg("e2b: the sandbox's timeout could not pause it")
+		}
+		return
 	}
 	if err := h.rt.DeleteSession(ctx, sb.logical); err != nil && !errors.Is(err, boxerr.ErrSessionNotFound) {
 		h.opts.Log.Warn().Err(err).Str("sandbox_id", sb.logical).Msg("e2b: the sandbox's timeout could not kill it")
@@ -272,7 +294,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		writeRuntimeError(w, err)
 		return
 	}
-	if _, err := h.adopt(ctx, id, details.SessionInfo, "base"); err != nil {
+	if _, err := h.adopt(ctx, id, details.SessionInfo, adopted); err != nil {
 		writeRuntimeError(w, err)
 		return
 	}
@@ -306,7 +328,7 @@ func (h *Handler) withSandbox(w http.ResponseWriter, r *http.Request, fn func(*s
 		writeRuntimeError(w, err)
 		return
 	}
-	sb, err := h.adopt(ctx, id, details.SessionInfo, "base")
+	sb, err := h.adopt(ctx, id, details.SessionInfo, adopted)
 	if err != nil {
 		writeRuntimeError(w, err)
 		return
@@ -376,6 +398,7 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 			writeRuntimeError(w, err)
 			return
 		}
+		h.sandboxes.stopTimer(sb)
 		w.WriteHeader(http.StatusNoContent)
 	})
 }
@@ -386,7 +409,7 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
 }
 
 // connect resumes a paused sandbox (201) or answers a running one (200);
-// the timeout is only ever extended.
+// the timeout, when given, is only ever extended.
 func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 	h.resumeOrConnect(w, r, true)
 }
@@ -418,7 +441,11 @@ func (h *Handler) resumeOrConnect(w http.ResponseWriter, r *http.Request, runnin
 				return
 			}
 		}
-		h.extend(sb, timeout)
+		// Without a timeout the sandbox keeps what it has (a session made
+		// by JSON-RPC: none).
+		if body.Timeout != nil {
+			h.extend(sb, timeout)
+		}
 		writeJSON(w, status, sb.json())
 	})
 }

@@ -50,7 +50,7 @@ func (h *Handler) envd() http.Handler {
 		}
 		var sb *sandbox
 		if details, err := h.rt.GetSession(ctx, id); err == nil {
-			sb, err = h.adopt(ctx, id, details.SessionInfo, "base")
+			sb, err = h.adopt(ctx, id, details.SessionInfo, adopted)
 			if err != nil {
 				sb = nil
 			}

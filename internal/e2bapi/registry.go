@@ -26,6 +26,8 @@ type sandbox struct {
 	box      backends.Sandbox
 	envs     map[string]string
 	metadata map[string]string
+	// autoPause: the timeout pauses the sandbox instead of killing it.
+	autoPause bool
 
 	mu      sync.Mutex
 	endAt   time.Time
@@ -163,6 +165,18 @@ func (r *registry) setTimeout(s *sandbox, d time.Duration, now time.Time, expire
 	if !r.closed {
 		s.timer = time.AfterFunc(d, expire)
 	}
+}
+
+// stopTimer cancels s's timeout: a paused sandbox does not expire (a
+// resume sets a new one).
+func (r *registry) stopTimer(s *sandbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+	s.endAt = time.Time{}
 }
 
 // randomHex is n random bytes in hex.

@@ -132,6 +132,23 @@ await step('fork copies the files', async () => {
   await forked.kill()
 })
 
+await step('snapshot, then create from it', async () => {
+  const snap = await sbx.createSnapshot()
+  assert.ok(snap.snapshotId, JSON.stringify(snap))
+  const restored = await Sandbox.create(snap.snapshotId, { timeoutMs: 60_000 })
+  const res = await restored.commands.run('wc -c < /tmp/e2b/blob.bin')
+  assert.equal(res.stdout.trim(), String(3 << 20))
+  await restored.kill()
+})
+
+await step('setTimeout: the sandbox is killed when it passes', async () => {
+  const short = await Sandbox.create('base', { timeoutMs: 60_000 })
+  await short.setTimeout(1_000)
+  await new Promise((r) => setTimeout(r, 2_500))
+  assert.equal(await short.isRunning(), false)
+  assert.equal(await Sandbox.kill(short.sandboxId), false)
+})
+
 await step('pause, then connect resumes with the files kept', async () => {
   assert.equal(await sbx.pause(), true)
   assert.equal((await sbx.getInfo()).state, 'paused')

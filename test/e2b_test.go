@@ -223,6 +223,45 @@ func TestE2BBadInput(t *testing.T) {
 	// Still serving after all of it.
 	status, body = e2bCall(t, "POST", envd+"/process.Process/List", ok, []byte(`{}`))
 	assert.Equal(t, 200, status, "%s", body)
-	status, _ = e2bCall(t, "GET", envd+"/health", map[string]string{"E2b-Sandbox-Id": sb.SandboxID}, nil)
+	status, _ = e2bCall(t, "GET", envd+"/health", rpc(sb.SandboxID, sb.EnvdAccessToken, ""), nil)
 	assert.Equal(t, 204, status)
+}
+
+// TestE2BTenantKeys: a key of e2b.api_keys works in its own Workspace,
+// whose sandboxes no other key (nor the control token) sees.
+func TestE2BTenantKeys(t *testing.T) {
+	p := Start(t, Options{Config: `{"backend":"bwrap","e2b":{"api_keys":{"key-a":"workspace-a","key-b":"workspace-b"}}}`})
+	api := "http://" + p.Addr + "/e2b"
+	as := func(key string) map[string]string { return map[string]string{"X-API-Key": key, "Content-Type": "application/json"} }
+	status, body := e2bCall(t, "POST", api+"/sandboxes", as("key-a"), []byte(`{"templateID":"base","timeout":120}`))
+	require.Equal(t, 201, status, "%s", body)
+	var sb struct {
+		SandboxID       string `json:"sandboxID"`
+		EnvdAccessToken string `json:"envdAccessToken"`
+	}
+	require.NoError(t, json.Unmarshal(body, &sb))
+	t.Cleanup(func() { e2bCall(t, "DELETE", api+"/sandboxes/"+sb.SandboxID, as("key-a"), nil) })
+
+	listed := func(key string) bool {
+		status, body := e2bCall(t, "GET", api+"/v2/sandboxes", as(key), nil)
+		require.Equal(t, 200, status, "%s", body)
+		return strings.Contains(string(body), sb.SandboxID)
+	}
+	assert.True(t, listed("key-a"))
+	assert.False(t, listed("key-b"), "another key's sandboxes are invisible")
+	assert.False(t, listed(p.Token), "the control token's namespace is not a key's")
+	for _, key := range []string{"key-b", p.Token} {
+		status, _ = e2bCall(t, "GET", api+"/sandboxes/"+sb.SandboxID, as(key), nil)
+		assert.Equal(t, 404, status)
+		status, _ = e2bCall(t, "DELETE", api+"/sandboxes/"+sb.SandboxID, as(key), nil)
+		assert.Equal(t, 404, status)
+	}
+	status, _ = e2bCall(t, "GET", api+"/v2/sandboxes", as("key-c"), nil)
+	assert.Equal(t, 401, status)
+
+	h := map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "X-Access-Token": sb.EnvdAccessToken, "Content-Type": "application/json"}
+	status, body = e2bCall(t, "POST", api+"/envd/process.Process/List", h, []byte(`{}`))
+	assert.Equal(t, 200, status, "%s", body)
+	status, body = e2bCall(t, "GET", api+"/sandboxes/"+sb.SandboxID, as("key-a"), nil)
+	assert.Equal(t, 200, status, "%s", body)
 }

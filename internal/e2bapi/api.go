@@ -73,14 +73,40 @@ func (h *Handler) scoped(r *http.Request) context.Context {
 	return ctx
 }
 
-// control wraps a control route: the API key, then the scope.
+// TenantInstance is the instance of the placements E2B API keys name: a
+// key's Workspace is its own, apart from LangBot's Workspaces.
+const TenantInstance = "e2b"
+
+func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
+
+// keyScope is the context a control request with API key runs in: the
+// control token's is the request's scope; a key of the configuration's
+// e2b.api_keys (key → Workspace) runs in that Workspace, whose sandboxes
+// no other key sees.
+func (h *Handler) keyScope(r *http.Request, key string) (context.Context, bool) {
+	if key == "" {
+		return nil, false
+	}
+	if equal(key, h.opts.Token) {
+		return h.scoped(r), true
+	}
+	keys, _ := h.rt.Config().E2B["api_keys"].(map[string]any)
+	for k, v := range keys {
+		if ws, _ := v.(string); ws != "" && k != "" && equal(key, k) {
+			return tenant.WithPlacement(r.Context(), tenant.Placement{Instance: TenantInstance, Workspace: ws, Generation: 1}), true
+		}
+	}
+	return nil, false
+}
+
+// control wraps a control route: the API key, then its scope.
 func (h *Handler) control(fn func(http.ResponseWriter, *http.Request)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get("X-API-Key")
-		if key == "" || subtle.ConstantTimeCompare([]byte(key), []byte(h.opts.Token)) != 1 {
-			writeError(w, http.StatusUnauthorized, "Invalid API key: send boxrt's control token as X-API-Key (E2B_API_KEY)")
+		ctx, ok := h.keyScope(r, r.Header.Get("X-API-Key"))
+		if !ok {
+			writeError(w, http.StatusUnauthorized, "Invalid API key: send boxrt's control token or a key of e2b.api_keys as X-API-Key (E2B_API_KEY)")
 			return
 		}
-		fn(w, r.WithContext(h.scoped(r)))
+		fn(w, r.WithContext(ctx))
 	})
 }

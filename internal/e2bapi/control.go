@@ -210,13 +210,18 @@ func (sb *sandbox) json() sandboxJSON {
 		EnvdAccessToken: sb.token}
 }
 
+// context is ctx in the placement sb was made in.
+func (sb *sandbox) context(ctx context.Context) context.Context {
+	if sb.scoped {
+		return tenant.WithPlacement(ctx, sb.placement)
+	}
+	return ctx
+}
+
 // expire kills (or with autoPause, pauses) the sandbox at its timeout,
 // in the placement it was made.
 func (h *Handler) expire(sb *sandbox) {
-	ctx := context.Background()
-	if sb.scoped {
-		ctx = tenant.WithPlacement(ctx, sb.placement)
-	}
+	ctx := sb.context(context.Background())
 	if sb.autoPause {
 		h.sandboxes.stopTimer(sb)
 		if _, err := h.rt.SuspendSession(ctx, sb.logical); err != nil {

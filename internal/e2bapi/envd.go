@@ -2,12 +2,13 @@ package e2bapi
 
 import (
 	"context"
-	"crypto/subtle"
+	"errors"
 	"net/http"
 	"strings"
 
 	"connectrpc.com/connect"
 
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/internal/e2bapi/envd/filesystem/filesystemconnect"
 	"github.com/boxrt/boxrt/internal/e2bapi/envd/process/processconnect"
 )
@@ -25,7 +26,8 @@ func sandboxOf(ctx context.Context) *sandbox {
 }
 
 // envd is the in-sandbox API: the sandbox is the one E2b-Sandbox-Id names
-// within the request's scope, and the caller must hold its access token.
+// and whose access token the caller holds (the control API made or gave
+// it); the call runs in that sandbox's placement.
 func (h *Handler) envd() http.Handler {
 	mux := http.NewServeMux()
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxMessage), connect.WithSendMaxBytes(maxMessage)}
@@ -42,36 +44,34 @@ func (h *Handler) envd() http.Handler {
 				writeError(w, status, msg)
 			}
 		}
-		ctx := h.scoped(r)
 		id := r.Header.Get("E2b-Sandbox-Id")
 		if id == "" {
 			refuse(http.StatusBadRequest, connect.CodeInvalidArgument, "the E2b-Sandbox-Id header must name the sandbox")
 			return
 		}
-		var sb *sandbox
-		if details, err := h.rt.GetSession(ctx, id); err == nil {
-			sb, err = h.adopt(ctx, id, details.SessionInfo, adopted)
-			if err != nil {
-				sb = nil
-			}
-		}
-		if r.URL.Path == "/health" && r.Method == http.MethodGet {
-			if sb == nil {
-				refuse(http.StatusBadGateway, connect.CodeUnavailable, "sandbox "+id+" is not running")
+		sb, known := h.sandboxes.find(id, r.Header.Get("X-Access-Token"))
+		var ctx context.Context
+		if sb != nil {
+			ctx = sb.context(r.Context())
+			if _, err := h.rt.GetSession(ctx, id); errors.Is(err, boxerr.ErrSessionNotFound) {
+				h.sandboxes.remove(sb.physical)
+				sb, known = nil, false
+			} else if err != nil {
+				refuse(boxerr.HTTPStatus(err), connect.CodeOf(connectError(err)), err.Error())
 				return
 			}
-			w.WriteHeader(http.StatusNoContent)
-			return
 		}
-		if sb == nil {
-			// E2B's proxy answers a sandbox that is gone with 502; its SDKs
-			// read that as "sandbox not found".
-			refuse(http.StatusBadGateway, connect.CodeUnavailable, "sandbox "+id+" not found")
-			return
-		}
-		tok := r.Header.Get("X-Access-Token")
-		if tok == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(sb.token)) != 1 {
+		switch {
+		case sb == nil && known:
 			refuse(http.StatusUnauthorized, connect.CodeUnauthenticated, "the sandbox's envdAccessToken must be sent as X-Access-Token")
+			return
+		case sb == nil:
+			// E2B's proxy answers a sandbox that is gone with 502; its SDKs
+			// read that as "sandbox not running".
+			refuse(http.StatusBadGateway, connect.CodeUnavailable, "sandbox "+id+" is not running")
+			return
+		case r.URL.Path == "/health" && r.Method == http.MethodGet:
+			w.WriteHeader(http.StatusNoContent)
 			return
 		}
 		mux.ServeHTTP(w, r.WithContext(context.WithValue(ctx, sandboxKey{}, sb)))

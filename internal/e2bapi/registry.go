@@ -112,6 +112,24 @@ func (r *registry) get(physical string) *sandbox {
 	return r.byID[physical]
 }
 
+// find returns the sandbox of logical id whose access token is token
+// (ids of different namespaces may be equal: the token tells them apart),
+// and whether any sandbox has that id.
+func (r *registry) find(id, token string) (_ *sandbox, known bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.byID {
+		if s.logical != id {
+			continue
+		}
+		known = true
+		if token != "" && equal(token, s.token) {
+			return s, true
+		}
+	}
+	return nil, known
+}
+
 // put adds s unless a sandbox of that id is there already, and returns
 // the one kept.
 func (r *registry) put(s *sandbox) *sandbox {

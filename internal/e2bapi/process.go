@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strings"
 	"syscall"
 	"time"
@@ -20,9 +21,16 @@ import (
 // event, so proxies and the SDK's idle timers see it alive.
 const keepaliveEvery = 30 * time.Second
 
-// commandTimeout is the runtime timeout of a command: E2B's commands run
-// until they end or are killed; the SDK's own timeout closes the stream.
-const commandTimeout = runtime.MaxTimeoutSec
+// commandTimeout is the runtime timeout of a command: the Start call's
+// deadline (the SDK's timeoutMs, sent as Connect-Timeout-Ms), after which
+// E2B's envd ends the command too; without one, the runtime's longest.
+func commandTimeout(ctx context.Context) int {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return runtime.MaxTimeoutSec
+	}
+	return min(max(1, int(math.Ceil(time.Until(d).Seconds()))), runtime.MaxTimeoutSec)
+}
 
 // processService is envd's process.Process over the runtime's live execs.
 type processService struct{ h *Handler }
@@ -34,7 +42,7 @@ func shellWord(s string) string {
 
 // execSpec is the exec of a ProcessConfig in sb: cmd and args quoted into
 // one command line, the sandbox's envs under the command's.
-func execSpec(sb *sandbox, cfg *process.ProcessConfig) (runtime.Spec, error) {
+func execSpec(ctx context.Context, sb *sandbox, cfg *process.ProcessConfig) (runtime.Spec, error) {
 	if cfg.GetCmd() == "" {
 		return runtime.Spec{}, connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd must not be empty"))
 	}
@@ -46,7 +54,7 @@ func execSpec(sb *sandbox, cfg *process.ProcessConfig) (runtime.Spec, error) {
 	spec.SessionID = sb.logical
 	spec.Sandbox = sb.box
 	spec.Cmd = strings.Join(words, " ")
-	spec.TimeoutSec = commandTimeout
+	spec.TimeoutSec = commandTimeout(ctx)
 	spec.Env = maps.Clone(sb.envs)
 	if spec.Env == nil {
 		spec.Env = map[string]string{}
@@ -88,7 +96,7 @@ func chunkSink(ctx context.Context, ch chan<- runtime.ExecChunk) runtime.ChunkSi
 
 func (p *processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
 	sb := sandboxOf(ctx)
-	spec, err := execSpec(sb, req.Msg.GetProcess())
+	spec, err := execSpec(ctx, sb, req.Msg.GetProcess())
 	if err != nil {
 		return connectError(err)
 	}

@@ -4,7 +4,7 @@
 // failure.
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
-import { Sandbox, CommandExitError, AuthenticationError } from 'e2b'
+import { Sandbox, CommandExitError, AuthenticationError, TimeoutError } from 'e2b'
 
 const step = async (name, fn) => {
   await fn()
@@ -53,6 +53,17 @@ await step('kill', async () => {
   assert.equal(await h.kill(), true)
   await assert.rejects(h.wait(), CommandExitError)
   assert.equal(await sbx.commands.kill(999999), false)
+})
+
+await step('timeoutMs ends the command', async () => {
+  await assert.rejects(sbx.commands.run('sleep 30', { timeoutMs: 1500 }), TimeoutError)
+  let left = []
+  for (let i = 0; i < 50; i++) {
+    left = (await sbx.commands.list()).filter((p) => p.args.includes('sleep 30'))
+    if (left.length === 0) break
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  assert.deepEqual(left, [])
 })
 
 await step('pty: stty size, resize', async () => {

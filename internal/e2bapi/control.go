@@ -163,6 +163,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeRuntimeError(w, err)
 		return
 	}
+	h.prune()
 	created, err := h.rt.CreateSession(ctx, spec)
 	if err != nil {
 		writeRuntimeError(w, err)
@@ -208,6 +209,16 @@ func (h *Handler) adopt(ctx context.Context, id string, info runtime.SessionInfo
 func (sb *sandbox) json() sandboxJSON {
 	return sandboxJSON{TemplateID: sb.template, SandboxID: sb.logical, ClientID: "boxrt", EnvdVersion: envdVersion,
 		EnvdAccessToken: sb.token}
+}
+
+// prune forgets the records of sessions that ended another way, so the
+// records stay as many as the sessions.
+func (h *Handler) prune() {
+	live := map[string]bool{}
+	for _, s := range h.rt.Internal().Sessions() {
+		live[s.SessionID] = true
+	}
+	h.sandboxes.retain(live)
 }
 
 // context is ctx in the placement sb was made in.

@@ -70,3 +70,22 @@ func TestTimeoutBounds(t *testing.T) {
 		assert.Error(t, err, bad)
 	}
 }
+
+func TestRegistryRetain(t *testing.T) {
+	r := newRegistry()
+	for _, id := range []string{"a", "b", "c"} {
+		r.put(&sandbox{physical: id, logical: id, token: "t-" + id, procs: map[uint32]*command{}})
+	}
+	r.retain(map[string]bool{"b": true})
+	assert.Nil(t, r.get("a"))
+	assert.NotNil(t, r.get("b"))
+	assert.Nil(t, r.get("c"))
+	sb, known := r.find("b", "t-b")
+	assert.True(t, known)
+	assert.Same(t, r.get("b"), sb)
+	sb, known = r.find("b", "wrong")
+	assert.True(t, known)
+	assert.Nil(t, sb)
+	_, known = r.find("a", "t-a")
+	assert.False(t, known)
+}

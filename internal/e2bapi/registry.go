@@ -156,6 +156,22 @@ func (r *registry) remove(physical string) {
 	}
 }
 
+// retain forgets the sandboxes whose session is no longer live (deleted
+// through another API or reaped).
+func (r *registry) retain(live map[string]bool) {
+	r.mu.Lock()
+	var gone []string
+	for id := range r.byID {
+		if !live[id] {
+			gone = append(gone, id)
+		}
+	}
+	r.mu.Unlock()
+	for _, id := range gone {
+		r.remove(id)
+	}
+}
+
 // close stops every timer; no sandbox expires after it.
 func (r *registry) close() {
 	r.mu.Lock()

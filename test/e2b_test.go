@@ -232,7 +232,9 @@ func TestE2BBadInput(t *testing.T) {
 func TestE2BTenantKeys(t *testing.T) {
 	p := Start(t, Options{Config: `{"backend":"bwrap","e2b":{"api_keys":{"key-a":"workspace-a","key-b":"workspace-b"}}}`})
 	api := "http://" + p.Addr + "/e2b"
-	as := func(key string) map[string]string { return map[string]string{"X-API-Key": key, "Content-Type": "application/json"} }
+	as := func(key string) map[string]string {
+		return map[string]string{"X-API-Key": key, "Content-Type": "application/json"}
+	}
 	status, body := e2bCall(t, "POST", api+"/sandboxes", as("key-a"), []byte(`{"templateID":"base","timeout":120}`))
 	require.Equal(t, 201, status, "%s", body)
 	var sb struct {

@@ -214,11 +214,40 @@ func TestE2BBadInput(t *testing.T) {
 		status, body := e2bCall(t, "POST", envd+"/filesystem.Filesystem/Stat", ok, big)
 		connectError(t, status, body, 429, "resource_exhausted")
 	})
-	t.Run("unknown process and unimplemented watch", func(t *testing.T) {
+	t.Run("unknown process and watcher", func(t *testing.T) {
 		status, body := e2bCall(t, "POST", envd+"/process.Process/SendSignal", ok, []byte(`{"process":{"pid":4242},"signal":"SIGNAL_SIGKILL"}`))
 		connectError(t, status, body, 404, "not_found")
-		status, body = e2bCall(t, "POST", envd+"/filesystem.Filesystem/CreateWatcher", ok, []byte(`{"path":"/tmp"}`))
-		connectError(t, status, body, 501, "unimplemented")
+		status, body = e2bCall(t, "POST", envd+"/filesystem.Filesystem/GetWatcherEvents", ok, []byte(`{"watcherId":"w-nope"}`))
+		connectError(t, status, body, 404, "not_found")
+		status, body = e2bCall(t, "POST", envd+"/filesystem.Filesystem/CreateWatcher", ok, []byte(`{"path":"/tmp/no/such/dir"}`))
+		connectError(t, status, body, 404, "not_found")
+	})
+	t.Run("polled watcher", func(t *testing.T) {
+		status, body := e2bCall(t, "POST", envd+"/filesystem.Filesystem/MakeDir", ok, []byte(`{"path":"/tmp/polled"}`))
+		require.Equal(t, 200, status, "%s", body)
+		status, body = e2bCall(t, "POST", envd+"/filesystem.Filesystem/CreateWatcher", ok, []byte(`{"path":"/tmp/polled"}`))
+		require.Equal(t, 200, status, "%s", body)
+		var cw struct {
+			WatcherID string `json:"watcherId"`
+		}
+		require.NoError(t, json.Unmarshal(body, &cw))
+		status, body = e2bCall(t, "POST", envd+"/files?path=/tmp/polled/a.txt", rpc(sb.SandboxID, sb.EnvdAccessToken, "application/octet-stream"), []byte("a"))
+		require.Equal(t, 200, status, "%s", body)
+		type event struct{ Name, Type string }
+		var events []event
+		for i := 0; i < 50 && len(events) == 0; i++ {
+			time.Sleep(100 * time.Millisecond)
+			status, body = e2bCall(t, "POST", envd+"/filesystem.Filesystem/GetWatcherEvents", ok, []byte(`{"watcherId":"`+cw.WatcherID+`"}`))
+			require.Equal(t, 200, status, "%s", body)
+			var got struct{ Events []event }
+			require.NoError(t, json.Unmarshal(body, &got))
+			events = append(events, got.Events...)
+		}
+		assert.Equal(t, []event{{Name: "a.txt", Type: "EVENT_TYPE_CREATE"}}, events)
+		status, body = e2bCall(t, "POST", envd+"/filesystem.Filesystem/RemoveWatcher", ok, []byte(`{"watcherId":"`+cw.WatcherID+`"}`))
+		assert.Equal(t, 200, status, "%s", body)
+		status, body = e2bCall(t, "POST", envd+"/filesystem.Filesystem/GetWatcherEvents", ok, []byte(`{"watcherId":"`+cw.WatcherID+`"}`))
+		connectError(t, status, body, 404, "not_found")
 	})
 	// Still serving after all of it.
 	status, body = e2bCall(t, "POST", envd+"/process.Process/List", ok, []byte(`{}`))

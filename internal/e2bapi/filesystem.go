@@ -10,12 +10,10 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/boxrt/boxrt/actions"
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/internal/e2bapi/envd/filesystem"
 	"github.com/boxrt/boxrt/runtime"
-	"github.com/boxrt/boxrt/runtime/tenant"
 )
 
 // filesystemService is envd's filesystem.Filesystem over the runtime's
@@ -105,7 +103,8 @@ func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[fil
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
 }
 
-var errNoWatcher = connect.NewError(connect.CodeUnimplemented, errors.New("polled watchers are not implemented by boxrt's envd yet: use WatchDir (see docs/protocol.md, E2B API)"))
+// maxWatchDepth is the depth of a recursive watch: box_fs_list's deepest.
+const maxWatchDepth = backends.MaxListDepth
 
 // eventTypes maps the runtime's file events to envd's.
 var eventTypes = map[string]filesystem.EventType{
@@ -114,59 +113,36 @@ var eventTypes = map[string]filesystem.EventType{
 	runtime.FileRemoved:  filesystem.EventType_EVENT_TYPE_REMOVE,
 }
 
+// fileEvents are a poll's events as envd's, named relative to root.
+func fileEvents(root string, events []runtime.FileEvent, withEntry bool) []*filesystem.FilesystemEvent {
+	out := make([]*filesystem.FilesystemEvent, 0, len(events))
+	for _, ev := range events {
+		name, err := filepath.Rel(root, ev.Path)
+		if err != nil {
+			name = ev.Path
+		}
+		fe := &filesystem.FilesystemEvent{Name: name, Type: eventTypes[ev.Event]}
+		if withEntry && ev.Event != runtime.FileRemoved {
+			fe.Entry = entryOf(ev.FileInfo)
+		}
+		out = append(out, fe)
+	}
+	return out
+}
+
 // WatchDir is box_fs_watch on a stream: the same polling watch, in the
-// same budget, its events named relative to the watched directory. It
-// ends with the stream, or with an error when the directory or sandbox
-// goes.
+// same budget. It ends with the stream, or with an error when the
+// directory or sandbox goes.
 func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
-	sb := sandboxOf(ctx)
-	depth := 1
-	if req.Msg.GetRecursive() {
-		depth = backends.MaxListDepth
+	start := func() error {
+		return stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}})
 	}
-	w, err := f.h.rt.Files().Watch(ctx, sb.logical, req.Msg.GetPath(), depth)
-	if err != nil {
-		return connectError(err)
-	}
-	defer w.Close()
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	id, scope, interval := "e2b-"+randomHex(16), tenant.Scope(ctx), actions.DefaultWatchInterval
-	if err := f.h.opts.Watches.Add(id, scope, stop, actions.WatchCost(w.Entries(), interval)); err != nil {
-		return connectError(err)
-	}
-	defer f.h.opts.Watches.Remove(id, scope)
-	if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}}); err != nil {
-		return err
-	}
-	root := req.Msg.GetPath()
-	err = f.h.opts.Watches.Run(ctx, id, scope, w, interval, func(events []runtime.FileEvent) error {
-		for _, ev := range events {
-			name, err := filepath.Rel(root, ev.Path)
-			if err != nil {
-				name = ev.Path
-			}
-			fe := &filesystem.FilesystemEvent{Name: name, Type: eventTypes[ev.Event]}
-			if req.Msg.GetIncludeEntry() && ev.Event != runtime.FileRemoved {
-				fe.Entry = entryOf(ev.FileInfo)
-			}
+	return f.watch(ctx, req.Msg.GetPath(), req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), start, func(evs []*filesystem.FilesystemEvent) error {
+		for _, fe := range evs {
 			if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: fe}}); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	return connectError(err)
-}
-
-func (f *filesystemService) CreateWatcher(context.Context, *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
-	return nil, errNoWatcher
-}
-
-func (f *filesystemService) GetWatcherEvents(context.Context, *connect.Request[filesystem.GetWatcherEventsRequest]) (*connect.Response[filesystem.GetWatcherEventsResponse], error) {
-	return nil, errNoWatcher
-}
-
-func (f *filesystemService) RemoveWatcher(context.Context, *connect.Request[filesystem.RemoveWatcherRequest]) (*connect.Response[filesystem.RemoveWatcherResponse], error) {
-	return nil, errNoWatcher
 }

@@ -34,6 +34,8 @@ type sandbox struct {
 	timer   *time.Timer
 	nextPID uint32
 	procs   map[uint32]*command
+	// watchers are the polled watches (CreateWatcher) by id.
+	watchers map[string]*watcher
 }
 
 // command is one process the SDK started, by the pid it was given.
@@ -153,6 +155,7 @@ func (r *registry) remove(physical string) {
 			s.timer.Stop()
 		}
 		s.mu.Unlock()
+		s.stopWatchers()
 	}
 }
 
@@ -172,17 +175,22 @@ func (r *registry) retain(live map[string]bool) {
 	}
 }
 
-// close stops every timer; no sandbox expires after it.
+// close stops every timer and watcher; no sandbox expires after it.
 func (r *registry) close() {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.closed = true
+	all := make([]*sandbox, 0, len(r.byID))
 	for _, s := range r.byID {
 		s.mu.Lock()
 		if s.timer != nil {
 			s.timer.Stop()
 		}
 		s.mu.Unlock()
+		all = append(all, s)
+	}
+	r.mu.Unlock()
+	for _, s := range all {
+		s.stopWatchers()
 	}
 }
 

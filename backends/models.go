@@ -152,6 +152,9 @@ type Session struct {
 	LastUsedAt time.Time `json:"last_used_at"`
 	// State is StateRunning or StateSuspended ("" reads as running).
 	State string `json:"state,omitempty"`
+	// Restarted: the session's sandbox was restarted since the session was
+	// made or resumed (see ExitStatus.Restarted); set by the runtime.
+	Restarted bool `json:"restarted,omitempty"`
 }
 
 // Session is the Session a backend reports for s: its active mounts only.
@@ -237,6 +240,11 @@ type TTYSize struct {
 type ExitStatus struct {
 	ExitCode int
 	TimedOut bool
+	// Restarted: the session's sandbox was started afresh for (or during)
+	// this command because the previous one was lost (its agent died or
+	// misbehaved, or a kill from the host ended it): what earlier commands
+	// left running is gone, the files are kept.
+	Restarted bool
 }
 
 // ProcessSpec is a managed process (an stdio MCP server, typically).

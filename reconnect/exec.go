@@ -71,6 +71,9 @@ type ExecResult struct {
 	StdoutBytes     int64  `json:"stdout_bytes"`
 	StderrBytes     int64  `json:"stderr_bytes"`
 	SessionCreated  bool   `json:"session_created"`
+	// Restarted: the session's sandbox was started afresh for or during
+	// this command; processes earlier commands left running are gone.
+	Restarted bool `json:"restarted"`
 }
 
 // ExecInfo describes a live exec (box_exec_start, _kill, _list).

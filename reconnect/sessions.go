@@ -29,6 +29,9 @@ type SessionInfo struct {
 	LastUsedAt  time.Time `json:"last_used_at"`
 	// State is running, suspended or lost (the sandbox was found gone).
 	State string `json:"state"`
+	// Restarted: the session's sandbox was restarted since the session was
+	// made or resumed (processes lost, files kept).
+	Restarted bool `json:"restarted,omitempty"`
 
 	// SessionCreated (box_create_session only) says this call created the
 	// session.

@@ -35,6 +35,9 @@ type ExecResult struct {
 	// SessionCreated: this call created the session (first use, or its
 	// sandbox was found gone), so the workspace is a fresh one.
 	SessionCreated bool `json:"session_created"`
+	// Restarted: the session's sandbox had to be started afresh for or
+	// during this command (see backends.ExitStatus.Restarted).
+	Restarted bool `json:"restarted"`
 }
 
 // ExecEvent describes a finished exec, for metrics.
@@ -153,7 +156,11 @@ func (e *Execs) execIn(ctx context.Context, s *session, spec Spec, opts ExecOpti
 		return ExecResult{}, false, errShuttingDown()
 	}
 	if !opts.live() {
-		return e.run(ctx, spec, b, info, nil)
+		res, gone, err := e.run(ctx, spec, b, info, nil)
+		if res.Restarted {
+			r.sessions.markRestarted(s)
+		}
+		return res, gone, err
 	}
 	x, xctx := newLiveExec(ctx, s, spec, opts, false, e.outputLimit(spec), r.clock.Now())
 	e.table.add(x)
@@ -162,6 +169,9 @@ func (e *Execs) execIn(ctx context.Context, s *session, spec Spec, opts ExecOpti
 		_, followed = x.follow(0, opts.Sink)
 	}
 	res, gone, err := e.run(xctx, spec, b, info, x)
+	if res.Restarted {
+		r.sessions.markRestarted(s)
+	}
 	if followed != nil {
 		<-followed // every chunk is out before the result
 	}
@@ -213,6 +223,7 @@ func (e *Execs) run(ctx context.Context, spec Spec, b backends.Backend, info bac
 		Status:      StatusCompleted,
 		DurationMS:  time.Since(start).Milliseconds(),
 	}
+	res.Restarted = status.Restarted
 	res.Stdout, res.StdoutTruncated, res.StdoutBytes = stdout.snapshot()
 	res.Stderr, res.StderrTruncated, res.StderrBytes = stderr.snapshot()
 	if res.StdoutTruncated || res.StderrTruncated {

@@ -481,3 +481,33 @@ func TestSkillStoreRoot(t *testing.T) {
 	assert.True(t, filepath.IsAbs(DefaultConfig().SkillStoreRoot()), "without a state directory: the reference's ./data/box, made absolute")
 	assert.Equal(t, "skills", filepath.Base(DefaultConfig().SkillStoreRoot()))
 }
+
+// TestExecReportsRestarted: a backend that had to start the session's
+// sandbox afresh says so in the exec's result, and the session's info
+// says so from then on.
+func TestExecReportsRestarted(t *testing.T) {
+	ctx := context.Background()
+	fb := newFake()
+	rt, _ := newTestRuntime(t, fb, "")
+	s := spec("s")
+	s.Cmd = "true"
+	res, err := rt.Execs().Exec(ctx, s)
+	require.NoError(t, err)
+	assert.False(t, res.Restarted)
+	d, err := rt.GetSession(ctx, "s")
+	require.NoError(t, err)
+	assert.False(t, d.Restarted)
+
+	fb.execFn = func(context.Context, backends.Session, backends.ExecRequest) (backends.ExitStatus, error) {
+		return backends.ExitStatus{Restarted: true}, nil
+	}
+	res, err = rt.Execs().Exec(ctx, s)
+	require.NoError(t, err)
+	assert.True(t, res.Restarted)
+	d, err = rt.GetSession(ctx, "s")
+	require.NoError(t, err)
+	assert.True(t, d.Restarted)
+	data, err := json.Marshal(d)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), `"restarted":true`)
+}

@@ -145,6 +145,14 @@ func (t *sessionTable) sandboxInfo(s *session) backends.Session {
 	return s.sandboxInfo()
 }
 
+// markRestarted records that s's sandbox was restarted (its info then
+// says so until the session is made afresh or resumed).
+func (t *sessionTable) markRestarted(s *session) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s.info.Restarted = true
+}
+
 func (t *sessionTable) isDeleting(s *session) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -424,6 +432,7 @@ func (t *sessionTable) resumed(s *session) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s.info.State = backends.StateRunning
+	s.info.Restarted = false // a resume starts the processes afresh, as asked
 	s.info.LastUsedAt = t.clock.Now()
 	s.resumeProcs = nil
 	t.counters.resumed.Add(1)

@@ -176,7 +176,14 @@ func TestExecSemantics(t *testing.T) {
 					t.Logf("peak processes in the sandbox: %d", peak)
 					assert.Greater(t, peak, 2, "the bomb ran")
 					// +2: bwrap's own init and monitor live in the sandbox's cgroup too.
-					assert.LessOrEqual(t, peak, 32+2, "no pid namespace ever held more than pids_limit processes")
+					// bwrap: its init and the session agent are in the sandbox's pid
+					// namespace besides the commands' 32, and this /proc scan is not
+					// atomic under the bomb's churn (+1).
+					slack := 2
+					if backend == "bwrap" {
+						slack = 3
+					}
+					assert.LessOrEqual(t, peak, 32+slack, "no pid namespace ever held more than pids_limit processes")
 					p.MustCall("box_delete_session", map[string]any{"session_id": sid + "-pids"}, nil)
 					return
 				case <-time.After(20 * time.Millisecond):

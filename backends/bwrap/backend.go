@@ -35,6 +35,10 @@ type Config struct {
 	StateDir string
 	// BwrapPath is the bubblewrap binary; empty means "bwrap" from PATH.
 	BwrapPath string
+	// AgentBinary is the statically linked boxrt binary each session's
+	// sandbox runs as its agent (`boxrt agent`), bound read-only at
+	// /run/boxrt-agent/boxrt; the sandbox user must be able to read it.
+	AgentBinary string
 }
 
 // Backend runs sessions as bubblewrap sandboxes. It is safe for concurrent
@@ -53,8 +57,7 @@ type Backend struct {
 	diskQuota bool
 	mkfs      string
 	noDiskWhy string
-	pool      diskPool                        // default-size disks made ahead (diskpool.go)
-	prestarts backends.Prestarts[*prestarted] // sandboxes spawned ahead of a pooled session's first exec (prestart.go)
+	pool      diskPool // default-size disks made ahead (diskpool.go)
 	stageOnce sync.Once
 	stageErr  error
 	idmapOnce sync.Once
@@ -67,7 +70,6 @@ type Backend struct {
 	// token makes this Backend's cgroup leaf names unique even for sessions
 	// adopted from an earlier boxrt process (whose leaves may linger).
 	token string
-	seq   atomic.Uint64
 	// subreaper: boxrt adopts orphaned bwrap inits and reaps them (reap.go).
 	subreaper bool
 
@@ -75,6 +77,9 @@ type Backend struct {
 	sessions map[string]*sessionRuns  // by session directory name
 	open     map[string]*sessionFiles // by session directory name
 	creating backends.Creating        // session directories StartSession is making
+	// adoptable: persistent sessions' sandboxes Adopt found still
+	// running (persist.go), by session directory name.
+	adoptable map[string]sandboxRecord
 }
 
 // sessionRuns tracks the bwrap processes of one session, so StopSession can
@@ -158,7 +163,7 @@ func (b *Backend) Describe() backends.Description {
 		notes = append(notes, "swap accounting is off: the memory limit does not cap swap use")
 	}
 	notes = append(notes,
-		"each exec and managed process is a fresh bwrap sandbox (new user, pid, ipc, uts, mount and cgroup namespaces, no capabilities); no daemon",
+		"each session is one resident bwrap sandbox (new user, pid, ipc, uts, mount and cgroup namespaces, no capabilities) whose agent starts the session's execs and managed processes: they share its pid namespace and loopback, and what one command leaves running is there for the next; a persistent session's sandbox outlives boxrt and is adopted by the next boxrt on the same state directory, others end with boxrt",
 		"read_only_rootfs is always in effect: the root is the host's system directories (or the image rootfs) bound read-only; only the workspace, rw mounts, /tmp and /home are writable",
 		"commands run as uid 0 without capabilities inside a user namespace of their own; on the host that is the unprivileged user "+b.sandboxUserName()+", never root",
 		"network: on gives each session a network namespace of its own behind slirp4netns (no access to the host's loopback); off gives an empty one",
@@ -432,7 +437,7 @@ func (b *Backend) lookup(info backends.Session) (string, error) {
 }
 
 // Alive implements backends.Backend: a bwrap session is alive while its
-// state directory exists (there is no long-running sandbox process).
+// state directory exists (its sandbox is started again when it is gone).
 func (b *Backend) Alive(_ context.Context, info backends.Session) bool {
 	_, err := b.lookup(info)
 	return err == nil
@@ -484,7 +489,6 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 // this Backend does not track (left by an earlier boxrt process of the same
 // installation) are removed too. release must be called even on error.
 func (b *Backend) quiesce(ctx context.Context, key string) (release func(), _ error) {
-	b.prestarts.Drop(key) // its run is killed below with the others
 	b.mu.Lock()
 	sr := b.sessions[key]
 	if sr == nil {
@@ -512,6 +516,7 @@ func (b *Backend) quiesce(ctx context.Context, key string) (release func(), _ er
 		b.mu.Unlock()
 	}
 
+	b.killUnadopted(key)
 	for _, r := range runs {
 		r.markStopped()
 		r.kill()
@@ -543,6 +548,7 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 		return nil, boxerr.Failure("bwrap: cannot read %s: %v", b.root, err).Wrap(err)
 	}
 	out := []backends.Session{}
+	keep := map[string]bool{} // cgroup leaves of running sandboxes
 	var halfMade []error
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
@@ -567,6 +573,10 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 			continue
 		}
 		info := st.Session
+		if st.Sandbox != nil && info.Persistent && st.Sandbox.alive() {
+			b.setAdoptable(e.Name(), *st.Sandbox)
+			keep[st.Sandbox.Leaf] = true
+		}
 		if fi, err := os.Stat(filepath.Join(dir, sessionFile)); err == nil {
 			info.LastUsedAt = fi.ModTime().UTC()
 		}
@@ -578,7 +588,7 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 	// Leaves carry the token of the Backend that made them; any other
 	// token is a previous boxrt process of this installation.
 	for _, leaf := range b.cg.leaves(b.cfg.InstanceID) {
-		if !strings.Contains(leaf, "."+b.token+".") {
+		if !strings.Contains(leaf, "."+b.token+".") && !keep[leaf] {
 			b.cg.existing(b.cfg.InstanceID, leaf).remove()
 		}
 	}

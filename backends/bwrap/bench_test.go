@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/sandboxagent/agenttest"
 )
 
 // reportP50 runs fn b.N times and reports the median latency, which the
@@ -69,7 +70,7 @@ func BenchmarkBareBwrap(b *testing.B) {
 }
 
 func benchSession(b *testing.B, network backends.NetworkMode) (*Backend, backends.Session) {
-	be, err := New(Config{InstanceID: "bench-" + string(network), StateDir: b.TempDir()})
+	be, err := New(Config{InstanceID: "bench-" + string(network), StateDir: b.TempDir(), AgentBinary: agenttest.Binary(b)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -76,7 +76,9 @@ func TestExecBasics(t *testing.T) {
 		{"workdir in tmp", backends.ExecRequest{Cmd: "pwd", Workdir: "/tmp/x"}, 0, "/tmp/x\n", ""},
 		{"request env", backends.ExecRequest{Cmd: `printf '%s|%s' "$FOO" "$HOME"`, Env: map[string]string{"FOO": "a b=c"}}, 0, "a b=c|/home", ""},
 		{"signal exit", backends.ExecRequest{Cmd: "kill -9 $$"}, 137, "", ""},
-		{"pid namespace", backends.ExecRequest{Cmd: "echo $$"}, 0, "2\n", ""},
+		// pid 1 is bwrap's init, 2 the session's agent.
+		{"pid namespace", backends.ExecRequest{Cmd: "tr '\\0' '\\n' < /proc/2/cmdline | head -1"}, 0, agentBinPath + "\n", ""},
+		{"agent not traceable", backends.ExecRequest{Cmd: "readlink /proc/2/exe 2>/dev/null || echo closed"}, 0, "closed\n", ""},
 		{"hostname", backends.ExecRequest{Cmd: "cat /proc/sys/kernel/hostname"}, 0, "boxrt\n", ""},
 		{"no capabilities", backends.ExecRequest{Cmd: "grep CapEff /proc/self/status"}, 0, "CapEff:\t0000000000000000\n", ""},
 	}
@@ -811,7 +813,11 @@ func TestAdopt(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A restarted boxrt of the same installation.
+	// A restarted boxrt of the same installation: the first one stops
+	// (its persistent session's sandbox is left to the next).
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
 	restarted := newBackendAt(t, state, ours)
 	got, err := restarted.Adopt(context.Background())
 	if err != nil {

@@ -58,11 +58,16 @@ const cgroupParentName = "boxrt"
 // cpuPeriodUS is the CFS period used for the cpus limit (the kernel default).
 const cpuPeriodUS = 100000
 
-// pidsOverhead is added to the session's pids limit so that bwrap's own two
-// processes (the outer monitor and the namespace's init), which live in the
-// same cgroup, do not eat into what a command may fork. Execs running at
-// the same time share the session's cgroup, and each brings its own two.
-const pidsOverhead = 2
+// pidsOverhead is added to the session's pids limit so that the resident
+// sandbox's own tasks, which live in the same cgroup, do not eat into what
+// the session's commands may fork: bwrap's two processes (the outer monitor
+// and the namespace's init) and the agent's threads (a Go program run with
+// GOMAXPROCS=1: agentEnv).
+const pidsOverhead = 2 + agentThreads
+
+// agentThreads bounds the agent's threads: the Go runtime's few, one per
+// processor (one) and those blocked in system calls.
+const agentThreads = 8
 
 // cgroupManager knows where boxrt's cgroups live on this machine and which
 // controllers it can use. It is built once by New (a handful of small reads
@@ -386,6 +391,12 @@ func (m *cgroupManager) enforcedLimits() []string {
 type cgroup struct {
 	m    *cgroupManager
 	dirs []string // leaf directory per base, same order as m.bases
+	// cmds is the commands' child of the leaf in the v1 pids hierarchy
+	// ("": none), limited to the session's pids limit, while the leaf
+	// itself allows pidsOverhead more: the sandbox's own tasks (the
+	// agent's threads above all, whose creation must never fail) keep
+	// their room when the commands exhaust theirs. See placeCommand.
+	cmds string
 }
 
 // create makes <base>/boxrt/<instance>/<leaf> in every hierarchy and applies
@@ -407,7 +418,54 @@ func (m *cgroupManager) create(instance, leaf string, lim limits) (*cgroup, erro
 		cg.remove()
 		return nil, err
 	}
+	if err := cg.makeCommands(lim); err != nil {
+		cg.remove()
+		return nil, err
+	}
 	return cg, nil
+}
+
+// makeCommands makes cg.cmds (v1 with a pids limit only: on v2 a cgroup
+// with processes cannot have limited children).
+func (cg *cgroup) makeCommands(lim limits) error {
+	if cg.m.version != cgroupV1 || lim.pids <= 0 {
+		return nil
+	}
+	for i, b := range cg.m.bases {
+		if !slices.Contains(b.controllers, "pids") {
+			continue
+		}
+		dir := filepath.Join(cg.dirs[i], commandsCgroup)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return fmt.Errorf("create cgroup %s: %w", dir, err)
+		}
+		cg.cmds = dir
+		if err := writeFile(filepath.Join(dir, "pids.max"), strconv.Itoa(lim.pids)); err != nil {
+			return fmt.Errorf("set cgroup limit pids.max=%d: %w", lim.pids, err)
+		}
+	}
+	return nil
+}
+
+// commandsCgroup names cgroup.cmds.
+const commandsCgroup = "cmds"
+
+// placeCommand moves the process with pid nsPid in the sandbox's pid
+// namespace (the agent's word: only processes of the leaf are searched)
+// into cg.cmds. The process waits for that before it runs the command
+// (commandsGate), so everything the command forks is born there.
+func (cg *cgroup) placeCommand(nsPid int) {
+	if cg == nil || cg.cmds == "" {
+		return
+	}
+	for _, w := range readWords(filepath.Join(filepath.Dir(cg.cmds), "cgroup.procs")) {
+		pid, err := strconv.Atoi(w)
+		if err != nil || nsPidOf(pid) != nsPid {
+			continue
+		}
+		_ = writeFile(filepath.Join(cg.cmds, "cgroup.procs"), w)
+		return
+	}
 }
 
 func (m *cgroupManager) mkLeaf(b cgroupBase, instance, leaf string) (string, error) {
@@ -578,7 +636,11 @@ func (cg *cgroup) pids() []int {
 		return nil
 	}
 	var out []int
-	for _, d := range cg.dirs {
+	dirs := cg.dirs
+	if cg.cmds != "" {
+		dirs = append([]string{cg.cmds}, dirs...)
+	}
+	for _, d := range dirs {
 		for _, w := range readWords(filepath.Join(d, "cgroup.procs")) {
 			if pid, err := strconv.Atoi(w); err == nil && !slices.Contains(out, pid) {
 				out = append(out, pid)
@@ -650,7 +712,11 @@ func (cg *cgroup) pidsLimitHits() int64 {
 	if cg == nil {
 		return 0
 	}
-	return cg.counter("pids.events", "max")
+	n := cg.counter("pids.events", "max")
+	if cg.cmds != "" {
+		n += (&cgroup{m: cg.m, dirs: []string{cg.cmds}}).counter("pids.events", "max")
+	}
+	return n
 }
 
 // remove kills what is left and removes the leaf (and on v1 the empty
@@ -661,18 +727,27 @@ func (cg *cgroup) remove() {
 		return
 	}
 	cg.killAll()
+	if cg.cmds != "" {
+		rmdirCgroup(cg.cmds)
+	}
 	for i, d := range cg.dirs {
-		deadline := time.Now().Add(3 * time.Second)
-		for {
-			err := syscall.Rmdir(d)
-			if err == nil || errors.Is(err, syscall.ENOENT) || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		rmdirCgroup(d)
 		if i < len(cg.m.bases) && cg.m.bases[i].prune {
 			cg.m.pruneParents(d)
 		}
+	}
+}
+
+// rmdirCgroup removes an emptied cgroup, retrying up to 3 s while its
+// killed tasks are still being torn down (EBUSY).
+func rmdirCgroup(d string) {
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		err := syscall.Rmdir(d)
+		if err == nil || errors.Is(err, syscall.ENOENT) || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -712,7 +787,11 @@ func (m *cgroupManager) leaves(instance string) []string {
 func (m *cgroupManager) existing(instance, leaf string) *cgroup {
 	cg := &cgroup{m: m}
 	for _, b := range m.bases {
-		cg.dirs = append(cg.dirs, filepath.Join(b.dir, cgroupParentName, instance, leaf))
+		dir := filepath.Join(b.dir, cgroupParentName, instance, leaf)
+		cg.dirs = append(cg.dirs, dir)
+		if cmds := filepath.Join(dir, commandsCgroup); m.version == cgroupV1 && exists(cmds) {
+			cg.cmds = cmds
+		}
 	}
 	return cg
 }

@@ -43,6 +43,25 @@ func sandboxPids(t *testing.T, marker string, want int) []string {
 	}
 }
 
+// residentPids lists the processes of a session's resident sandbox: bwrap
+// and its descendants.
+func residentPids(b *Backend, info backends.Session) []string {
+	res := &b.files(info.BackendSessionID).res
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	if res.r == nil {
+		return nil
+	}
+	res.r.mu.Lock()
+	outer := res.r.cmd.Process.Pid
+	res.r.mu.Unlock()
+	pids := []string{fmt.Sprint(outer)}
+	for _, p := range descendants(outer) {
+		pids = append(pids, fmt.Sprint(p))
+	}
+	return pids
+}
+
 // TestCgroupPlacement checks that every process of a sandbox — bwrap
 // itself included — is in the exec's leaf in every hierarchy we use.
 func TestCgroupPlacement(t *testing.T) {
@@ -58,10 +77,13 @@ func TestCgroupPlacement(t *testing.T) {
 	go func() {
 		done <- execIn(t, b, info, backends.ExecRequest{Cmd: "sleep " + marker, Timeout: 20 * time.Second})
 	}()
-	// The outer bwrap, its init, the shell and sleep all carry the marker in
-	// their command lines (dash may exec sleep directly: at least three).
-	pids := sandboxPids(t, marker, 3)
-	if len(pids) < 3 {
+	// The command runs once its sleep does; then bwrap, its init, the
+	// agent, the shell and sleep are the sandbox's processes.
+	if pids := sandboxPids(t, marker, 1); len(pids) < 1 {
+		t.Fatalf("the command's process not found")
+	}
+	pids := residentPids(b, info)
+	if len(pids) < 4 {
 		t.Fatalf("sandbox processes not found: %v", pids)
 	}
 	leafPrefix := "/" + cgroupParentName + "/" + b.cfg.InstanceID + "/" + info.BackendSessionID + "."
@@ -92,10 +114,12 @@ func TestCgroupPlacement(t *testing.T) {
 	if len(leaves) != 1 {
 		t.Fatalf("want one leaf while the exec runs, got %v", leaves)
 	}
-	// The session defaults: 512 MiB, 128 pids (+2 for bwrap), 1 cpu.
+	// The session defaults: 512 MiB, 128 pids (+ bwrap and the agent),
+	// 1 cpu.
+	pidsMax := fmt.Sprint(128 + pidsOverhead)
 	want := map[cgroupVersion]map[string][2]string{
-		cgroupV1: {"memory": {"memory.limit_in_bytes", "536870912"}, "pids": {"pids.max", "130"}, "cpu": {"cpu.cfs_quota_us", "100000"}},
-		cgroupV2: {"memory": {"memory.max", "536870912"}, "pids": {"pids.max", "130"}, "cpu": {"cpu.max", "100000 100000"}},
+		cgroupV1: {"memory": {"memory.limit_in_bytes", "536870912"}, "pids": {"pids.max", pidsMax}, "cpu": {"cpu.cfs_quota_us", "100000"}},
+		cgroupV2: {"memory": {"memory.max", "536870912"}, "pids": {"pids.max", pidsMax}, "cpu": {"cpu.max", "100000 100000"}},
 	}[b.cg.version]
 	// The thread that forked bwrap went back home (v1 moves it as "0",
 	// itself): no thread of ours is left in the leaf.
@@ -172,6 +196,7 @@ func TestCgroupV2Mechanics(t *testing.T) {
 		t.Run(fmt.Sprintf("cloneInto=%v", cloneInto), func(t *testing.T) {
 			// false: the join script, as on kernels without CLONE_INTO_CGROUP
 			b.cg.noCloneInto.Store(!cloneInto)
+			b.files(info.BackendSessionID).res.close() // the next exec starts the sandbox this way
 			if got := mustRun(t, b, info, "echo v2"); got != "v2\n" {
 				t.Fatalf("exec: %q", got)
 			}
@@ -180,8 +205,11 @@ func TestCgroupV2Mechanics(t *testing.T) {
 			go func() {
 				done <- execIn(t, b, info, backends.ExecRequest{Cmd: "sleep " + marker + " & sleep " + marker, Timeout: 1500 * time.Millisecond})
 			}()
-			pids := sandboxPids(t, marker, 4)
-			if len(pids) < 3 {
+			if pids := sandboxPids(t, marker, 2); len(pids) < 2 {
+				t.Fatalf("the command's processes not found: %v", pids)
+			}
+			pids := residentPids(b, info)
+			if len(pids) < 5 {
 				t.Fatalf("sandbox processes not found: %v", pids)
 			}
 			leaf := "/" + cgroupParentName + "/" + b.cfg.InstanceID + "/" + info.BackendSessionID + "."
@@ -201,7 +229,7 @@ func TestCgroupV2Mechanics(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sandboxPids(t, marker, 4)
+			sandboxPids(t, marker, 2)
 			if err := p.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
@@ -254,54 +282,11 @@ func TestAdoptRemovesStaleCgroups(t *testing.T) {
 	<-done
 }
 
-// TestProcessMemoryOverride: ProcessSpec.MemoryMB > 0 replaces the
-// session's memory limit for that managed process only.
-func TestProcessMemoryOverride(t *testing.T) {
-	t.Parallel()
-	requireRoot(t)
-	b := newBackend(t)
-	if !slices.Contains(b.cg.controllers, "memory") {
-		t.Skip("SKIPPED: no usable memory controller here")
-	}
-	info := newSession(t, b, nil) // 512 MiB
-	marker := mark("60.0471")
-	p, err := b.StartProcess(context.Background(), info, backends.ProcessSpec{Command: "sleep", Args: []string{marker}, MemoryMB: 96})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = p.Signal(syscall.SIGKILL)
-		_, _ = p.Wait()
-		_ = p.Stdin().Close()
-		_, _ = io.ReadAll(p.Stdout())
-		_, _ = io.ReadAll(p.Stderr())
-	}()
-	sandboxPids(t, marker, 3)
-	var memBase cgroupBase
-	for _, base := range b.cg.bases {
-		if slices.Contains(base.controllers, "memory") {
-			memBase = base
-		}
-	}
-	leaves := b.cg.leaves(b.cfg.InstanceID)
-	if len(leaves) != 1 || !strings.Contains(leaves[0], ".p") {
-		t.Fatalf("want the process's leaf, got %v", leaves)
-	}
-	file := "memory.limit_in_bytes"
-	if b.cg.version == cgroupV2 {
-		file = "memory.max"
-	}
-	got := strings.TrimSpace(readString(filepath.Join(memBase.dir, cgroupParentName, b.cfg.InstanceID, leaves[0], file)))
-	if got != "100663296" {
-		t.Fatalf("managed process memory limit %s = %q, want 96 MiB", file, got)
-	}
-}
-
 // TestQuickExecsKeepThePidsLimit: every exec of a session shares the
-// session's cgroup, and bwrap's namespace init outlives bwrap briefly. A
-// quick series of execs must not pile those inits up against the session's
-// pids limit (they did, until boxrt reaped them itself: the host's init
-// reaps orphans when it gets to it).
+// session's cgroup with its resident sandbox (bwrap, its init, the
+// agent's threads, which pidsOverhead leaves room for). A quick series of
+// execs must not pile their exited processes up against the session's pids
+// limit: the agent reaps each at once.
 func TestQuickExecsKeepThePidsLimit(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)

@@ -182,11 +182,22 @@ func (b *Backend) removeStalePools() {
 	}
 }
 
-// Close releases what the Backend holds besides sessions: the disks
-// waiting in its pool and the prestarted sandboxes (which end on their
-// own once their stdin closes). Sessions stay (Adopt finds them again).
+// Close releases what the Backend holds besides sessions' files: the disks
+// waiting in its pool and the sessions' resident sandboxes (processes end,
+// as they would with boxrt). Sessions stay (Adopt finds them again).
 func (b *Backend) Close() error {
-	b.prestarts.EndAll()
+	b.mu.Lock()
+	open := make([]*sessionFiles, 0, len(b.open))
+	for _, sf := range b.open {
+		open = append(open, sf)
+	}
+	b.mu.Unlock()
+	for _, sf := range open {
+		if sf.res.closeOrDetach() {
+			// As when boxrt exits: the next one starts it again.
+			sf.stopSlirp()
+		}
+	}
 	b.pool.close(b.poolDir())
 	return nil
 }

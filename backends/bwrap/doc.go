@@ -8,10 +8,26 @@
 // sessions after a restart) and, as root, disk.img: the session's own ext4
 // filesystem (workspace/, tmp/, home/; workspace_quota_mb, DefaultQuotaMB
 // when 0), loop-mounted once per session (disk.go). As root, everything a
-// session's sandboxes bind — its disk, clones of its host directories, its
-// network namespace — is mounted in its stage,
-// /run/boxrt/bwrap/<InstanceID>/<session dir>/ (stage.go). Nothing runs
-// between commands except a network: on session's slirp4netns (net.go).
+// session's sandbox binds — its disk, clones of its host directories, its
+// network namespace, the agent binary — is mounted in its stage,
+// /run/boxrt/bwrap/<InstanceID>/<session dir>/ (stage.go), which also
+// holds the agent's socket directory (agent/).
+//
+// A session is one resident sandbox (resident.go): a bwrap started on the
+// session's first use (or a pool's warm-up exec) whose command is the
+// session agent (internal/sandboxagent: boxrt's own binary bound read-only
+// at /run/boxrt-agent/boxrt, running `boxrt agent`, pid 2 under bwrap's
+// init), connected back to a socket boxrt listens on in the stage (bound
+// read-only at /run/boxrt-agent/sock). Every exec and managed process is
+// started by the agent inside it, as a session leader with the
+// pipes or terminal boxrt made (only the command's ends enter the
+// sandbox; a terminal is opened in the sandbox's own devpts: pty.go). So
+// what a command leaves running is there for the next one, and a session's
+// processes share one pid namespace, one set of mounts and one loopback.
+// A sandbox whose agent died or broke the protocol is killed and started
+// again on the next call, which says Restarted; so is one whose mounts
+// changed (a new skill, a host directory re-created). Besides the sandboxes
+// only a network: on session's slirp4netns runs (net.go).
 //
 // Host directories (host_path, extra mounts, skills, a rootfs image) are
 // opened once per session and mode (ro, rw) without following symlinks
@@ -19,15 +35,17 @@
 // mounts and the working directory are created below their parent's
 // descriptor, never through a symlink (mounts.go).
 //
-// Every exec and every managed process is a fresh bwrap process, run as
-// the unprivileged host user SandboxUser (identity.go):
+// The sandbox is a bwrap process run as the unprivileged host user
+// SandboxUser (identity.go):
 //
 //   - --unshare-all (user, pid, net, ipc, uts, cgroup namespaces) plus
 //     --disable-userns when a user namespace of our own is available, and
 //     uid 0 inside it; with network on, bwrap is started inside the
 //     session's network namespace and shares that one (never the host's);
-//   - --die-with-parent and --new-session, --cap-drop ALL, --clearenv with
-//     a fixed PATH, HOME=/home and the request's env;
+//   - --die-with-parent unless the session is persistent (whose sandbox
+//     outlives boxrt and is adopted by the next: persist.go), --new-session,
+//     --cap-drop ALL, --clearenv with a fixed PATH and HOME=/home; each
+//     command gets that environment plus the request's env from the agent;
 //   - the host's /usr, /bin, /sbin, /lib* and a short list of /etc
 //     essentials read-only (resolv.conf naming slirp's DNS with network),
 //     or, when the image is an absolute path to a directory, that rootfs
@@ -46,31 +64,36 @@
 //
 // Limits use cgroups below <hierarchy>/boxrt/<InstanceID>/ (v1: inside
 // boxrt's own cgroup of each hierarchy when writable): one per session,
-// <session dir>.<backend token>.s, made on the session's first exec and
-// shared by all its execs (sessionFiles.cgroup), and one per managed
-// process, <session dir>.<backend token>.p<n>: cgroup v2 (memory.max,
-// memory.swap.max=0, pids.max, cpu.max) when the unified hierarchy has the
-// controllers, else cgroup v1 (memory and memsw, pids.max, CFS quota), else
-// none (Describe then reports no enforced limits). Placement is race-free:
-// on v2 bwrap is cloned directly into its cgroup (CLONE_INTO_CGROUP; a
-// shell joins and execs bwrap on kernels without it); on v1 bwrap is
-// forked by a thread moved into the cgroup for that (cgroup.enterThread).
+// <session dir>.<backend token>.s, holding the resident sandbox and with
+// it every exec and managed process of the session (a managed process's
+// memory_mb is not applied): cgroup v2 (memory.max, memory.swap.max=0,
+// pids.max, cpu.max) when the unified hierarchy has the controllers, else
+// cgroup v1 (memory and memsw, pids.max, CFS quota), else none (Describe
+// then reports no enforced limits). Placement is race-free: on v2 bwrap is
+// cloned directly into its cgroup (CLONE_INTO_CGROUP; a shell joins and
+// execs bwrap on kernels without it); on v1 bwrap is forked by a thread
+// moved into the cgroup for that (cgroup.enterThread). The leaf's pids
+// limit leaves room for bwrap and the agent's threads (pidsOverhead); on
+// v1 the commands run in its child cmds/, limited to the session's pids
+// limit, so a fork bomb never starves the agent: boxrt moves each command
+// there as the agent started it, and the command waits for that before it
+// runs (commandsGate). On v2 the commands share the leaf with the agent.
 // boxrt is a child subreaper and reaps each sandbox's namespace init
 // itself, which outlives bwrap by a few milliseconds (reap.go).
 //
 // Default-size disks come from a pool kept ready in the background
 // (diskpool.go): copies of a template formatted once, mounted detached.
 //
-// Killing (timeout, cancellation, StopSession, Signal(SIGKILL)) ends the
-// pid namespace's init, whose death takes every process of the sandbox:
-// bwrap is stopped, its init SIGKILLed directly and bwrap killed, and the
-// kill returns once init, and with it the namespace, is gone; a managed
-// process's own cgroup is also killed (v2 cgroup.kill) and swept, then
-// removed. The session's cgroup is never swept for one exec. Without
-// cgroups the pid namespace alone still guarantees that
-// nothing survives. A timeout only ends the command: the session directory
-// stays. Signal with any other signal reaches every process of the
-// sandbox except bwrap and its init, so a managed process can shut down
-// gracefully. StopSession also detaches the session's stage (its disk and
-// loop device go with it) and removes its directory.
+// A timeout, a cancellation or a kill of one command signals that
+// command's process group through the agent (a live exec's group is also
+// swept when it ends, as on docker); a command not gone killGrace after
+// its SIGKILL (the agent stuck or hostile) gets the whole sandbox killed
+// from the host, reported as Restarted. Killing the sandbox (that,
+// StopSession, Suspend) ends the pid namespace's init, whose death takes
+// every process of the sandbox: bwrap is stopped, its init SIGKILLed
+// directly and bwrap killed, and the kill returns once init, and with it
+// the namespace, is gone. Without cgroups the pid namespace alone still
+// guarantees that nothing survives. StopSession also detaches the
+// session's stage (its disk and loop device go with it) and removes its
+// directory.
 package bwrap

@@ -10,6 +10,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/sandboxagent"
 )
 
 // limitsOf is the cgroup limits of a session (memoryMB overrides when > 0).
@@ -21,10 +22,13 @@ func limitsOf(info backends.Session, memoryMB int) limits {
 	return lim
 }
 
-// Exec implements backends.Backend. Output streams into req.Stdout and
-// req.Stderr as it arrives. On timeout (ExitStatus.TimedOut) or ctx
-// cancellation (ctx.Err()) the whole sandbox is killed; the session's files
-// are untouched.
+// Exec implements backends.Backend: the command runs as /bin/sh -lc in
+// the session's resident sandbox (resident.go), started by its agent in a
+// process group of its own, with pipes or a pseudo-terminal boxrt made.
+// Output streams into req.Stdout and req.Stderr as it arrives. On timeout
+// (ExitStatus.TimedOut) or ctx cancellation (ctx.Err()) the command's
+// process group is killed — and the whole sandbox when that does not end
+// it (ExitStatus.Restarted); the session's files are untouched.
 func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.ExecRequest) (backends.ExitStatus, error) {
 	if err := ctx.Err(); err != nil {
 		return backends.ExitStatus{}, err
@@ -39,108 +43,131 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	if err != nil {
 		return backends.ExitStatus{}, err
 	}
-	xio, err := newExecIO(req)
+	lay, err := b.commandLayout(dir, info, req.Workdir, req.Env)
 	if err != nil {
 		return backends.ExitStatus{}, err
 	}
-	defer xio.finish()
-	r, ok := b.usePrestarted(ctx, dir, info, req)
-	if !ok {
-		if r, err = b.startExec(dir, info, req, xio); err != nil {
-			return backends.ExitStatus{}, err
+	var xio *execIO
+	defer func() {
+		if xio != nil {
+			xio.finish()
 		}
+	}()
+	// Its streams are made for the sandbox that runs it: a terminal lives
+	// in that sandbox's devpts.
+	m, p, err := b.spawn(ctx, dir, info, func(m *machine) (sandboxagent.SpawnRequest, error) {
+		if xio != nil {
+			xio.finish()
+		}
+		if xio, err = newExecIO(req, m.openPTY); err != nil {
+			return sandboxagent.SpawnRequest{}, err
+		}
+		// -l as the reference does (sh -lc): a profile in the image or in
+		// /home/.profile applies.
+		return xio.spawnRequest([]string{"/bin/sh", "-lc", req.Cmd}, lay), nil
+	})
+	if xio != nil {
+		xio.started()
 	}
-	xio.started()
-	timedOut, canceled := r.await(ctx, req, xio)
+	if err != nil {
+		return backends.ExitStatus{}, err
+	}
+	touch(dir)
+	oom, pids := m.r.cg.oomKills(), m.r.cg.pidsLimitHits()
+	exit, timedOut, canceled, hostKilled := m.awaitExec(ctx, p, req, xio)
+	if live(req) {
+		// What a live exec left in its process group goes with it, as on
+		// docker; a plain exec's background jobs keep running.
+		_ = p.Signal(syscall.SIGKILL)
+	}
+	xio.ended()
 	switch {
-	case r.wasStopped():
+	case m.r.wasStopped():
 		return backends.ExitStatus{}, boxerr.Failure("session %s was stopped while the command was running", info.SessionID)
 	case canceled:
 		return backends.ExitStatus{}, ctx.Err()
 	}
-	r.explainLimits(req.Stderr, info)
+	explainLimits(req.Stderr, info, m.r.cg.oomKills()-oom, m.r.cg.pidsLimitHits()-pids)
+	restarted := m.restarted || hostKilled || !m.alive()
 	if timedOut {
-		return backends.ExitStatus{TimedOut: true}, nil
+		return backends.ExitStatus{TimedOut: true, Restarted: restarted}, nil
 	}
-	if r.state == nil {
-		return backends.ExitStatus{}, boxerr.Failure("bwrap: %v", r.waitErr).Wrap(r.waitErr)
-	}
-	code := r.state.ExitCode()
-	if ws, ok := r.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		code = 128 + int(ws.Signal()) // shell convention, as bwrap reports its child's
-	}
-	return backends.ExitStatus{ExitCode: code}, nil
+	return backends.ExitStatus{ExitCode: exit.Code, Restarted: restarted}, nil
 }
 
-// startExec starts req's command in a fresh sandbox of the session.
-func (b *Backend) startExec(dir string, info backends.Session, req backends.ExecRequest, xio *execIO) (*run, error) {
-	return b.start(launch{
-		sessionID: info.SessionID,
-		key:       info.BackendSessionID,
-		dir:       dir,
-		info:      info,
-		workdir:   req.Workdir,
-		env:       req.Env,
-		// -l as the reference does (sh -lc): a profile in the image or in
-		// /home/.profile applies.
-		argv:   []string{"/bin/sh", "-lc", req.Cmd},
-		lim:    limitsOf(info, 0),
-		kind:   kindExec,
-		stdin:  xio.stdin,
-		stdout: xio.stdout,
-		stderr: xio.stderr,
-	})
+// live reports an exec a host can drive while it runs (stdin, a terminal,
+// signals): box_exec_start's, not a plain box_exec.
+func live(req backends.ExecRequest) bool {
+	return req.Stdin != nil || req.TTY != nil || req.Signals != nil
 }
 
-// await waits for the exec's end, its timeout or ctx's cancellation,
+// commandLayout is the session's layout for one command: its working
+// directory (made, as the sandbox user, when it lies in a writable mount:
+// prepareMounts) and its environment (checked).
+func (b *Backend) commandLayout(dir string, info backends.Session, workdir string, env map[string]string) (layout, error) {
+	lay, err := b.layoutFor(b.files(info.BackendSessionID), dir, info, workdir, env)
+	if err != nil {
+		return layout{}, err
+	}
+	if err := prepareMounts(lay, b.id); err != nil {
+		return layout{}, err
+	}
+	return lay, nil
+}
+
+// awaitExec waits for the exec's end, its timeout or ctx's cancellation,
 // serving req's resizes and signals meanwhile; on timeout or cancellation
-// the sandbox is killed. It returns once the run is done.
-func (r *run) await(ctx context.Context, req backends.ExecRequest, xio *execIO) (timedOut, canceled bool) {
+// the command is killed (machine.end).
+func (m *machine) awaitExec(ctx context.Context, p *sandboxagent.Proc, req backends.ExecRequest, xio *execIO) (exit sandboxagent.Exit, timedOut, canceled, hostKilled bool) {
 	var timeout <-chan time.Time
 	if req.Timeout > 0 {
 		t := time.NewTimer(req.Timeout)
 		defer t.Stop()
 		timeout = t.C
 	}
-	for waiting := true; waiting; {
+	waited := waitProc(p)
+	for {
 		select {
-		case <-r.done:
-			waiting = false
+		case exit = <-waited:
+			return exit, false, false, false
 		case <-timeout:
 			select {
-			case <-r.done: // finished in the same instant: a completion
+			case exit = <-waited: // finished in the same instant: a completion
+				return exit, false, false, false
 			default:
-				timedOut = true
-				r.kill()
 			}
-			waiting = false
+			exit, hostKilled = m.end(p, waited)
+			return exit, true, false, hostKilled
 		case <-ctx.Done():
-			canceled = true
-			r.kill()
-			waiting = false
+			exit, hostKilled = m.end(p, waited)
+			return exit, false, true, hostKilled
 		case rs := <-req.Resize:
 			rs.Done <- xio.resize(rs.Size)
 		case sig := <-req.Signals:
+			if sig == syscall.SIGKILL {
+				exit, hostKilled = m.end(p, waited)
+				return exit, false, false, hostKilled
+			}
 			// A signal that finds nobody to receive it (the command is
 			// ending) is not the exec's failure.
-			_ = r.signal(sig)
+			_ = p.Signal(sig)
 		}
 	}
-	<-r.done
-	return timedOut, canceled
 }
 
-// explainLimits says on stderr (nil: nowhere) why a finished run's
-// command may have failed, in the stream the caller (often an LLM) reads:
-// a bare exit status 137 or a timeout explains nothing.
-func (r *run) explainLimits(stderr io.Writer, info backends.Session) {
+// explainLimits says on stderr (nil: nowhere) why a finished command may
+// have failed, in the stream the caller (often an LLM) reads: a bare exit
+// status 137 or a timeout explains nothing. The counts are the session
+// cgroup's changes while the command ran: another command of the session
+// running at the same time is counted too.
+func explainLimits(stderr io.Writer, info backends.Session, oomKills, pidsHits int64) {
 	if stderr == nil {
 		return
 	}
-	if r.oomKills > 0 {
-		fmt.Fprintf(stderr, "\nboxrt: the memory limit (%d MiB) killed %d process(es)\n", limitsOf(info, 0).memoryMB, r.oomKills)
+	if oomKills > 0 {
+		fmt.Fprintf(stderr, "\nboxrt: the memory limit (%d MiB) killed %d process(es)\n", limitsOf(info, 0).memoryMB, oomKills)
 	}
-	if r.pidsHits > 0 {
-		fmt.Fprintf(stderr, "\nboxrt: the process limit (%d) refused %d fork(s)\n", info.PidsLimit, r.pidsHits)
+	if pidsHits > 0 {
+		fmt.Fprintf(stderr, "\nboxrt: the process limit (%d) refused %d fork(s)\n", info.PidsLimit, pidsHits)
 	}
 }

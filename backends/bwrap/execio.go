@@ -4,11 +4,13 @@ import (
 	"io"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/creack/pty"
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/sandboxagent"
 )
 
 // veof is the terminal's end-of-file character (^D in the default line
@@ -16,69 +18,96 @@ import (
 // input never ends otherwise.
 const veof = 0x04
 
-// execIO is the plumbing of one exec's standard streams beyond plain
-// output writers: a stdin pipe fed from ExecRequest.Stdin, or a
-// pseudo-terminal whose slave is all three streams of the command and
-// whose master boxrt reads and writes.
+// drainGrace is how long output is still read after the command exited:
+// what it wrote is in the pipe by then and reads at once, but a process it
+// left in the background may hold the pipe (or terminal) open for good.
+const drainGrace = 100 * time.Millisecond
+
+// execIO is the plumbing of one exec's standard streams, made by boxrt
+// and handed to the agent (only the command's ends enter the sandbox):
+// output pipes copied to the request's writers, a stdin pipe fed from
+// ExecRequest.Stdin, or a pseudo-terminal whose slave is all three streams
+// of the command and whose master boxrt reads and writes.
 type execIO struct {
-	req    backends.ExecRequest
-	stdin  *os.File  // the command's end (nil: /dev/null)
-	stdout io.Writer // what the sandbox writes to
-	stderr io.Writer
-	feed   *os.File // our end of the stdin pipe
-	master *os.File // pty master (TTY only)
-	wg     sync.WaitGroup
+	req            backends.ExecRequest
+	stdin          *os.File // the command's ends (nil: /dev/null)
+	stdout, stderr *os.File
+	outR, errR     *os.File // our ends of the output pipes
+	feed           *os.File // our end of the stdin pipe
+	master         *os.File // pty master (TTY only)
+	wg             sync.WaitGroup
 }
 
-func newExecIO(req backends.ExecRequest) (*execIO, error) {
-	x := &execIO{req: req, stdout: req.Stdout, stderr: req.Stderr}
-	switch {
-	case req.TTY != nil:
-		master, slave, err := pty.Open()
+// newExecIO makes req's streams; a terminal comes from openPTY (the
+// sandbox's own devpts: machine.openPTY).
+func newExecIO(req backends.ExecRequest, openPTY func() (master, slave *os.File, err error)) (_ *execIO, err error) {
+	x := &execIO{req: req}
+	defer func() {
+		if err != nil {
+			x.closeAll()
+		}
+	}()
+	if req.TTY != nil {
+		master, slave, err := openPTY()
 		if err != nil {
 			return nil, boxerr.Failure("bwrap: cannot open a pseudo-terminal: %v", err).Wrap(err)
 		}
+		x.master, x.stdin = master, slave
 		if err := pty.Setsize(master, winsize(*req.TTY)); err != nil {
-			master.Close()
-			slave.Close()
 			return nil, boxerr.Failure("bwrap: cannot size the pseudo-terminal: %v", err).Wrap(err)
 		}
-		x.master = master
-		x.stdin, x.stdout, x.stderr = slave, slave, slave
-	case req.Stdin != nil:
-		rd, wr, err := os.Pipe()
-		if err != nil {
+		return x, nil
+	}
+	if req.Stdin != nil {
+		if x.stdin, x.feed, err = os.Pipe(); err != nil {
 			return nil, boxerr.Failure("bwrap: pipe: %v", err).Wrap(err)
 		}
-		x.stdin, x.feed = rd, wr
+	}
+	if req.Stdout != nil {
+		if x.outR, x.stdout, err = os.Pipe(); err != nil {
+			return nil, boxerr.Failure("bwrap: pipe: %v", err).Wrap(err)
+		}
+	}
+	if req.Stderr != nil {
+		if x.errR, x.stderr, err = os.Pipe(); err != nil {
+			return nil, boxerr.Failure("bwrap: pipe: %v", err).Wrap(err)
+		}
 	}
 	return x, nil
+}
+
+// spawnRequest is argv in lay's working directory and environment with
+// these streams.
+func (x *execIO) spawnRequest(argv []string, lay layout) sandboxagent.SpawnRequest {
+	return sandboxagent.SpawnRequest{
+		Argv: argv, Env: sandboxEnv(lay.env), Dir: lay.workdir, TTY: x.master != nil,
+		Stdin: x.stdin, Stdout: x.stdout, Stderr: x.stderr,
+	}
 }
 
 // started closes the command's ends (the sandbox holds its own copies, and
 // ours would keep EOF from coming) and starts copying.
 func (x *execIO) started() {
-	if x.stdin != nil {
-		x.stdin.Close()
+	for _, f := range []*os.File{x.stdin, x.stdout, x.stderr} {
+		if f != nil {
+			f.Close()
+		}
 	}
+	x.stdin, x.stdout, x.stderr = nil, nil, nil
+	x.copyOut(x.outR, x.req.Stdout)
+	x.copyOut(x.errR, x.req.Stderr)
+	// A terminal's output ends with EIO once every holder of the slave is
+	// gone.
+	x.copyOut(x.master, x.req.Stdout)
 	switch {
-	case x.master != nil:
+	case x.master != nil && x.req.Stdin != nil:
 		x.wg.Add(1)
 		go func() {
 			defer x.wg.Done()
-			// Ends with EIO once every holder of the slave is gone, which
-			// the sandbox's end guarantees.
-			_, _ = io.Copy(orDiscard(x.req.Stdout), x.master)
+			if _, err := io.Copy(x.master, x.req.Stdin); err == nil {
+				_, _ = x.master.Write([]byte{veof})
+			}
 		}()
-		if x.req.Stdin != nil {
-			x.wg.Add(1)
-			go func() {
-				defer x.wg.Done()
-				if _, err := io.Copy(x.master, x.req.Stdin); err == nil {
-					_, _ = x.master.Write([]byte{veof})
-				}
-			}()
-		}
 	case x.feed != nil:
 		x.wg.Add(1)
 		go func() {
@@ -86,6 +115,34 @@ func (x *execIO) started() {
 			_, _ = io.Copy(x.feed, x.req.Stdin)
 			x.feed.Close()
 		}()
+	}
+}
+
+func (x *execIO) copyOut(r *os.File, w io.Writer) {
+	if r == nil {
+		return
+	}
+	x.wg.Add(1)
+	go func() {
+		defer x.wg.Done()
+		_, _ = io.Copy(orDiscard(w), r)
+	}()
+}
+
+// ended bounds the copies once the command has exited: output still
+// buffered is read within drainGrace, a stdin nobody reads any more is
+// given up.
+func (x *execIO) ended() {
+	deadline := time.Now().Add(drainGrace)
+	for _, f := range []*os.File{x.outR, x.errR, x.master} {
+		if f != nil {
+			_ = f.SetReadDeadline(deadline)
+		}
+	}
+	for _, f := range []*os.File{x.feed, x.master} {
+		if f != nil {
+			_ = f.SetWriteDeadline(deadline)
+		}
 	}
 }
 
@@ -100,21 +157,22 @@ func (x *execIO) resize(sz backends.TTYSize) error {
 }
 
 // finish runs once the command has ended (or never started): it ends a
-// pending read of the caller's stdin, waits for the copies (the terminal's
-// output is drained to the end) and closes what is left.
+// pending read of the caller's stdin, waits for the copies (bounded by
+// ended) and closes what is left.
 func (x *execIO) finish() {
 	if x.req.Stdin != nil {
 		x.req.Stdin.Close()
 	}
-	if x.stdin != nil {
-		x.stdin.Close() // never started: the slave would keep the master open
-	}
+	x.ended()
 	x.wg.Wait()
-	if x.master != nil {
-		x.master.Close()
-	}
-	if x.feed != nil {
-		x.feed.Close()
+	x.closeAll()
+}
+
+func (x *execIO) closeAll() {
+	for _, f := range []*os.File{x.stdin, x.stdout, x.stderr, x.outR, x.errR, x.feed, x.master} {
+		if f != nil {
+			f.Close()
+		}
 	}
 }
 

@@ -17,9 +17,14 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/backendtest"
+	"github.com/boxrt/boxrt/internal/sandboxagent/agenttest"
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		// Started as a session's agent (TestHostileAgent).
+		os.Exit(testAgent(os.Args[2:]))
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -85,7 +90,7 @@ func conformanceEnv(t *testing.T) backendtest.Env {
 
 func newBackendAt(t *testing.T, stateDir, instance string) *Backend {
 	t.Helper()
-	b, err := New(Config{InstanceID: instance, StateDir: stateDir})
+	b, err := New(Config{InstanceID: instance, StateDir: stateDir, AgentBinary: agenttest.Binary(t)})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -3,7 +3,6 @@ package bwrap
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -58,7 +57,7 @@ func (b *Backend) fdBase() int { return fdProcs + len(b.cg.bases) }
 // with bwrap), so this only matters if that guarantee were broken.
 const waitDelay = 10 * time.Second
 
-// launch is one bwrap process to start.
+// launch is one bwrap process to start: a session's resident sandbox.
 type launch struct {
 	sessionID string
 	key       string // session directory name
@@ -68,19 +67,11 @@ type launch struct {
 	env       map[string]string
 	argv      []string // the command inside the sandbox
 	lim       limits
-	kind      string // kindExec or kindProcess
-	stdin     *os.File
+	agent     *agentMounts
+	persist   bool // see layout.persist
 	stdout    io.Writer
 	stderr    io.Writer
 }
-
-// Kinds of launch. A managed process gets a cgroup of its own,
-// <session dir>.<backend token>.p<n>, with its own memory limit; every
-// exec of a session joins the session's cgroup (sessionFiles.cgroup).
-const (
-	kindExec    = "x"
-	kindProcess = "p"
-)
 
 // argsFile puts bwrap's options on an anonymous memory file for --args, so
 // they never appear on a command line.
@@ -145,6 +136,7 @@ func (b *Backend) start(l launch) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
+	lay.agent, lay.persist = l.agent, l.persist
 	if err := prepareMounts(lay, b.id); err != nil {
 		return nil, err
 	}
@@ -169,28 +161,14 @@ func (b *Backend) start(l launch) (*run, error) {
 	}
 	defer af.Close()
 
-	var cg *cgroup
-	if l.kind == kindExec {
-		cg, err = sf.cgroup(b, l.lim)
-		r.oomBefore, r.pidsBefore = cg.oomKills(), cg.pidsLimitHits()
-	} else {
-		r.leaf = fmt.Sprintf("%s.%s.%s%d", l.key, b.token, l.kind, b.seq.Add(1))
-		cg, err = b.cg.create(b.cfg.InstanceID, r.leaf, l.lim)
-		r.own = true
-	}
+	cg, err := sf.cgroup(b, l.lim)
 	if err != nil {
 		return nil, boxerr.Failure("bwrap: cannot create the sandbox cgroup: %v", err).Wrap(err)
 	}
 	r.cg = cg
-	dropCgroup := func() {
-		if r.own {
-			cg.remove()
-		}
-	}
 
 	cmd, statusR, err := b.startPlaced(r, l, af, fds, cg, lay.netns)
 	if err != nil {
-		dropCgroup()
 		return nil, err
 	}
 	if infoR != nil {
@@ -203,7 +181,6 @@ func (b *Backend) start(l launch) (*run, error) {
 		if !joined {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
-			dropCgroup()
 			return nil, boxerr.Failure("bwrap: could not place the sandbox into its cgroups (%v)", cg.procsFiles())
 		}
 	}
@@ -239,8 +216,8 @@ func (b *Backend) startCmd(r *run, l launch, af *os.File, fds *fdList, cg *cgrou
 	}
 	cmd := b.bwrapCmd(context.Background(), af, fds, l.argv)
 	cmd.Stdout, cmd.Stderr = l.stdout, l.stderr
-	if l.stdin != nil {
-		cmd.Stdin = l.stdin
+	if l.persist {
+		cmd.SysProcAttr.Pdeathsig = 0
 	}
 	extra, bwrapArgv := cmd.ExtraFiles, cmd.Args
 	var statusR, statusW *os.File

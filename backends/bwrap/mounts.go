@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -64,14 +65,24 @@ type sessionFiles struct {
 	net           *sessionNet
 	cg            *cgroup
 	host          map[hostKey]*os.File
-	staged        int // h<n> names used so far
+	staged        int  // h<n> names used so far
+	opened        int  // host directories opened so far (generation)
+	agentStaged   bool // the agent binary is mounted in the stage
 	closed        bool
+	// adopted: a persistent session's sandbox an earlier boxrt left
+	// running, to take over on first use (persist.go).
+	adopted *sandboxRecord
+
+	res resident // the session's resident sandbox (its own lock)
 }
 
 // init makes the session's stage on first use (under sf.mu).
 func (sf *sessionFiles) init(b *Backend) error {
 	if sf.closed {
 		return errSessionClosed
+	}
+	if !sf.ready {
+		sf.adoptStage(b)
 	}
 	if !sf.ready {
 		stage, err := b.stageFor(sf.key)
@@ -86,6 +97,7 @@ func (sf *sessionFiles) init(b *Backend) error {
 // close closes the descriptors and detaches the stage with everything
 // mounted in it (the disk, and with it its loop device).
 func (sf *sessionFiles) close() error {
+	sf.res.close() // before the stage goes: its socket lies there
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
 	sf.closed = true
@@ -104,6 +116,15 @@ func (sf *sessionFiles) close() error {
 		return nil
 	}
 	return unstage(sf.stage)
+}
+
+// stopSlirp ends the session's slirp4netns, leaving its network
+// namespace pinned (a detached sandbox keeps using it).
+func (sf *sessionFiles) stopSlirp() {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	sf.net.close()
+	sf.net = nil
 }
 
 // hostDir returns the descriptor of a host directory, opening (and
@@ -156,7 +177,16 @@ func (sf *sessionFiles) hostDir(b *Backend, field, path string, create, owned bo
 		sf.host = map[hostKey]*os.File{}
 	}
 	sf.host[key] = f
+	sf.opened++
 	return f, nil
+}
+
+// generation changes whenever a host directory is opened (afresh): a
+// sandbox started before binds what may be a deleted directory.
+func (sf *sessionFiles) generation() string {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	return strconv.Itoa(sf.opened)
 }
 
 // removed tells whether the directory open as f was deleted (no links

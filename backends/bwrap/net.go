@@ -62,6 +62,11 @@ func (b *Backend) makeNet(stage string) (_ *sessionNet, err error) {
 		return nil, b.slirpUnavailable()
 	}
 	path := filepath.Join(stage, netnsFile)
+	if pinned(path) {
+		// An adopted sandbox's namespace (persist.go): its slirp4netns
+		// died with the boxrt that started it.
+		return b.reconnectNet(path)
+	}
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		return nil, err
 	}
@@ -76,6 +81,26 @@ func (b *Backend) makeNet(stage string) (_ *sessionNet, err error) {
 	if out, err := exec.Command(b.unshare, "--net="+path, "true").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("create the network namespace: %v: %s", err, out)
 	}
+	ns, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := b.startSlirp(path)
+	if err != nil {
+		ns.Close()
+		return nil, err
+	}
+	return &sessionNet{ns: ns, slirp: s}, nil
+}
+
+// pinned reports whether a network namespace is mounted at path.
+func pinned(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
+}
+
+// reconnectNet starts slirp4netns again on the namespace pinned at path.
+func (b *Backend) reconnectNet(path string) (*sessionNet, error) {
 	ns, err := os.Open(path)
 	if err != nil {
 		return nil, err

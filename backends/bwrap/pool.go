@@ -27,5 +27,11 @@ func (b *Backend) Claim(_ context.Context, info backends.Session, spec backends.
 	if err := writeState(dir, st); err != nil {
 		return info, boxerr.Failure("bwrap: claiming pooled session %s: %v", info.BackendSessionID, err).Wrap(err)
 	}
+	if claimed.Persistent {
+		// The pool's sandbox ends with boxrt; a persistent session's must
+		// not (persist.go): its first call starts that one. Nothing of the
+		// new owner runs in it yet.
+		b.files(info.BackendSessionID).res.close()
+	}
 	return claimed, nil
 }

@@ -11,11 +11,14 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/sandboxagent"
 )
 
-// StartProcess implements backends.Backend: a managed process in a fresh
-// sandbox of the session (with the session's mounts, network and limits;
-// spec.MemoryMB > 0 overrides the memory limit), with real pipes.
+// StartProcess implements backends.Backend: a managed process started by
+// the agent in the session's resident sandbox (resident.go), with real
+// pipes. It shares the session's mounts, network, loopback, pid namespace
+// and cgroup: spec.MemoryMB cannot bound it apart from the session's other
+// processes and is not applied.
 func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec backends.ProcessSpec) (backends.Process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -32,6 +35,10 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 		return nil, boxerr.Validation("memory_mb", "memory_mb must be 0 or at least %d, got %d", backends.MinMemoryMB, spec.MemoryMB)
 	}
 	dir, err := b.lookup(info)
+	if err != nil {
+		return nil, err
+	}
+	lay, err := b.commandLayout(dir, info, strings.TrimSpace(spec.Cwd), spec.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -59,68 +66,66 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 	// profile, like the reference's sh -lc) and then becomes it, so signals
 	// reach the server itself.
 	argv := append([]string{"/bin/sh", "-lc", `exec "$0" "$@"`, spec.Command}, spec.Args...)
-	r, err := b.start(launch{
-		sessionID: info.SessionID,
-		key:       info.BackendSessionID,
-		dir:       dir,
-		info:      info,
-		workdir:   strings.TrimSpace(spec.Cwd),
-		env:       spec.Env,
-		argv:      argv,
-		lim:       limitsOf(info, spec.MemoryMB),
-		kind:      kindProcess,
-		stdin:     inR,
-		stdout:    outW,
-		stderr:    errW,
+	m, p, err := b.spawn(ctx, dir, info, func(*machine) (sandboxagent.SpawnRequest, error) {
+		return sandboxagent.SpawnRequest{
+			Argv: argv, Env: sandboxEnv(lay.env), Dir: lay.workdir, Stdin: inR, Stdout: outW, Stderr: errW,
+		}, nil
 	})
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
 	// The child holds its ends now; ours would keep EOF from ever coming.
 	inR.Close()
 	outW.Close()
 	errW.Close()
-	return &process{r: r, stdin: inW, stdout: &eofCloser{f: outR}, stderr: &eofCloser{f: errR}}, nil
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	touch(dir)
+	return &process{m: m, p: p, waited: waitProc(p), stdin: inW, stdout: &eofCloser{f: outR}, stderr: &eofCloser{f: errR}}, nil
 }
 
 // process is a managed process (backends.Process).
 type process struct {
-	r      *run
+	m      *machine
+	p      *sandboxagent.Proc
+	waited <-chan sandboxagent.Exit
 	stdin  *os.File
 	stdout io.Reader
 	stderr io.Reader
+
+	once sync.Once
+	exit sandboxagent.Exit
 }
 
 func (p *process) Stdin() io.WriteCloser { return p.stdin }
 func (p *process) Stdout() io.Reader     { return p.stdout }
 func (p *process) Stderr() io.Reader     { return p.stderr }
 
-// Wait returns the exit code: the command's status as bwrap relays it, or
-// the negative signal number when the process was killed by a signal —
-// either bwrap itself (SIGKILL through Signal or StopSession) or the
-// command by a signal sent with Signal (bwrap reports that as 128+n).
+// Wait returns the exit code, or the negative signal number when the
+// process was killed by a signal (a sandbox lost meanwhile reads as
+// SIGKILL).
 func (p *process) Wait() (int, error) {
-	r := p.r
-	<-r.done
-	if r.state == nil {
-		return -1, boxerr.Failure("bwrap: %v", r.waitErr).Wrap(r.waitErr)
+	p.once.Do(func() { p.exit = <-p.waited })
+	if p.exit.Signal != 0 {
+		return -p.exit.Signal, nil
 	}
-	if ws, ok := r.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return -int(ws.Signal()), nil
-	}
-	code := r.state.ExitCode()
-	r.mu.Lock()
-	last := r.lastSignal
-	r.mu.Unlock()
-	if last != 0 && code == 128+int(last) {
-		return -int(last), nil
-	}
-	return code, nil
+	return p.exit.Code, nil
 }
 
-// Signal sends sig to the whole process tree (SIGKILL: the whole sandbox).
-func (p *process) Signal(sig syscall.Signal) error { return p.r.signal(sig) }
+// Signal sends sig to the process's group (what it started, unless that
+// left the group); SIGKILL ends the whole sandbox when the group does not
+// die within killGrace.
+func (p *process) Signal(sig syscall.Signal) error {
+	if sig != syscall.SIGKILL {
+		return p.p.Signal(sig)
+	}
+	ended := make(chan sandboxagent.Exit, 1)
+	go func() {
+		_, _ = p.Wait()
+		ended <- p.exit
+	}()
+	p.m.end(p.p, ended)
+	return nil
+}
 
 // eofCloser closes its pipe once it has been read to the end, so a
 // consumer that drains the stream does not leak the descriptor (Process

@@ -47,6 +47,29 @@ func parseStatPPID(stat string) int {
 	return pp
 }
 
+// nsPidOf is pid's pid in its own (innermost) pid namespace, from
+// /proc/<pid>/status, or -1 when it is in boxrt's own namespace (or gone).
+func nsPidOf(pid int) int {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return -1
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) < 2 {
+				return -1
+			}
+			n, err := strconv.Atoi(f[len(f)-1])
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
+}
+
 // children lists the direct children of pid from /proc.
 func children(pid int) []int {
 	var out []int

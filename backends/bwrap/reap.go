@@ -11,38 +11,16 @@ import (
 	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
-// wait reaps bwrap, then clears an own cgroup, then unregisters the run.
-// Once bwrap is gone its pid namespace is too: its init died through
-// --die-with-parent (or with the command), and a pid namespace dies with
-// its init. The cgroup kill in remove is the second line of defence.
-//
-// The limit counters of a shared (session) cgroup are read as the change
-// since the start: an OOM kill or refused fork of another exec of the
-// session running at the same time is counted too.
-//
-// Init outlives bwrap briefly: tearing down the namespaces (the mount
-// namespace's dozens of mounts above all) takes a few milliseconds more.
-// An own cgroup is removed only after init is reaped; with the session's
-// cgroup the run is done before that, as a bare bwrap's caller is, and the
-// reaping follows at once.
+// wait reaps bwrap, then unregisters the run. Once bwrap is gone its pid
+// namespace is too: its init died through --die-with-parent (or with the
+// agent), and a pid namespace dies with its init. Init outlives bwrap
+// briefly (tearing down the namespaces takes a few milliseconds): it is
+// reaped right after.
 func (r *run) wait() {
-	err := r.cmd.Wait()
-	r.state = r.cmd.ProcessState
-	r.waitErr = err
-	r.mu.Lock()
-	oomBefore, pidsBefore := r.oomBefore, r.pidsBefore
-	r.mu.Unlock()
-	r.oomKills = r.cg.oomKills() - oomBefore
-	r.pidsHits = r.cg.pidsLimitHits() - pidsBefore
-	if r.own {
-		reapInit(r.init)
-		r.cg.remove()
-	}
+	_ = r.cmd.Wait()
 	r.b.unregister(r)
 	close(r.done)
-	if !r.own {
-		reapInit(r.init)
-	}
+	reapInit(r.init)
 }
 
 // bwrap's outer process exits as soon as its namespace init reports the

@@ -51,7 +51,9 @@ var (
 )
 
 // imageSkip are rootfs entries replaced by our own mounts.
-var imageSkip = []string{"proc", "dev", "tmp", "home"}
+// (/run: the agent's binds are made below it, which an image's read-only
+// /run would not allow.)
+var imageSkip = []string{"proc", "dev", "tmp", "home", "run"}
 
 // bind is a host directory bound into the sandbox through its descriptor.
 type bind struct {
@@ -71,6 +73,10 @@ type layout struct {
 	binds   []bind   // workspace and extra mounts, shallow first
 	workdir string
 	env     map[string]string
+	agent   *agentMounts // the session agent's binds (resident sandbox only)
+	// persist: the sandbox outlives boxrt (a persistent session's: see
+	// persist.go), so no --die-with-parent.
+	persist bool
 }
 
 // fdList collects the descriptors bwrap inherits, numbered from next in
@@ -243,8 +249,10 @@ func bwrapArgs(l layout, fds *fdList) ([]string, error) {
 		// never the host's.
 		a = append(a, "--share-net")
 	}
+	if !l.persist {
+		a = append(a, "--die-with-parent") // bwrap's death (boxrt's, our kill) takes the namespace down
+	}
 	a = append(a,
-		"--die-with-parent", // bwrap's death (our kill) takes the namespace down
 		"--new-session",     // no controlling terminal: no TIOCSTI injection
 		"--cap-drop", "ALL", // root in the sandbox keeps no capabilities
 		"--hostname", "boxrt",
@@ -285,6 +293,9 @@ func bwrapArgs(l layout, fds *fdList) ([]string, error) {
 		}
 		a = append(a, op, fds.add(m.dir, false), m.dst)
 	}
+	if l.agent != nil {
+		a = append(a, "--ro-bind", l.agent.bin, agentBinPath, "--ro-bind", l.agent.sock, agentSockDir)
+	}
 	// bwrap builds the new root on a writable tmpfs (it has to create mount
 	// points in it); seal it once every mount point exists. Not recursive:
 	// the binds above keep their own modes.
@@ -298,17 +309,9 @@ func bwrapArgs(l layout, fds *fdList) ([]string, error) {
 		a = append(a, "--chdir", l.workdir)
 	}
 	a = append(a, "--clearenv")
-	env := map[string]string{"PATH": defaultPath, "HOME": "/home", "PYTHONUNBUFFERED": "1"}
-	for k, v := range l.env {
-		env[k] = v
-	}
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		a = append(a, "--setenv", k, env[k])
+	for _, kv := range sandboxEnv(l.env) {
+		k, v, _ := strings.Cut(kv, "=")
+		a = append(a, "--setenv", k, v)
 	}
 	for _, s := range a {
 		if strings.ContainsRune(s, 0) {
@@ -316,6 +319,21 @@ func bwrapArgs(l layout, fds *fdList) ([]string, error) {
 		}
 	}
 	return a, nil
+}
+
+// sandboxEnv is the complete environment of a sandboxed command, sorted:
+// a fixed PATH, HOME=/home and env (checked by layoutFor) over them.
+func sandboxEnv(env map[string]string) []string {
+	all := map[string]string{"PATH": defaultPath, "HOME": "/home", "PYTHONUNBUFFERED": "1"}
+	for k, v := range env {
+		all[k] = v
+	}
+	out := make([]string, 0, len(all))
+	for k, v := range all {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // freshTmpfsBytes bounds a /tmp or /home that is a fresh tmpfs rather than

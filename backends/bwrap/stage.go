@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/boxrt/boxrt/internal/sandboxagent"
 )
 
 // bwrap runs as the sandbox user and (Debian's 0.8 included) resolves the
@@ -142,6 +144,10 @@ func unstage(dir string) error {
 		rm := unix.Rmdir
 		if !e.IsDir() {
 			rm = unix.Unlink // the network namespace's pin
+		}
+		if e.Name() == agentHostDir {
+			// The agent's socket an earlier boxrt left.
+			_ = unix.Unlink(filepath.Join(p, sandboxagent.SocketName))
 		}
 		if err := rm(p); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", p, err))

@@ -88,6 +88,8 @@ type stateFile struct {
 	Format     int              `json:"format"`
 	InstanceID string           `json:"instance_id"`
 	Session    backends.Session `json:"session"`
+	// Sandbox is a persistent session's running sandbox (persist.go).
+	Sandbox *sandboxRecord `json:"sandbox,omitempty"`
 }
 
 func writeState(dir string, st stateFile) error {

@@ -46,6 +46,7 @@ func (b *Backend) setState(ctx context.Context, info backends.Session, state str
 		return boxerr.Failure("bwrap: session %s: %v", info.SessionID, err).Wrap(err)
 	}
 	st.Session.State = state
+	st.Sandbox = nil // ended by quiesce
 	if err := writeState(dir, st); err != nil {
 		return backends.StateDirError("bwrap: session "+info.SessionID+": writing its state", err)
 	}

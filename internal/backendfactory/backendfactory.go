@@ -2,6 +2,7 @@ package backendfactory
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -33,7 +34,13 @@ func New(name string, cfg runtime.Config, instanceID, stateDir string) (backends
 			GVisorRuntime:           cfg.Docker.GVisorRuntime,
 		})
 	case "bwrap":
-		return bwrap.New(bwrap.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir)})
+		// The running boxrt is the sessions' agent (`boxrt agent`): a
+		// release build is static (CGO_ENABLED=0), so it runs in any image.
+		agent, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("bwrap: cannot find boxrt's own binary for the session agent: %w", err)
+		}
+		return bwrap.New(bwrap.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir), AgentBinary: agent})
 	case "kube":
 		return kube.New(KubeConfig(cfg.Kube, instanceID))
 	case host.Name:

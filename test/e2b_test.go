@@ -166,6 +166,14 @@ func TestE2BBadInput(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(body, &sb))
 	t.Cleanup(func() { e2bCall(t, "DELETE", api+"/sandboxes/"+sb.SandboxID, key, nil) })
+	for _, list := range []string{"/sandboxes", "/v2/sandboxes", "/v2/sandboxes?state=running", "/sandboxes?metadata=k%3Dv"} {
+		status, body := e2bCall(t, "GET", api+list, key, nil)
+		require.Equal(t, 200, status, "%s", body)
+		assert.Equal(t, list != "/sandboxes?metadata=k%3Dv", strings.Contains(string(body), sb.SandboxID), "%s: %s", list, body)
+	}
+	status, body = e2bCall(t, "GET", api+"/v2/sandboxes?state=paused", key, nil)
+	require.Equal(t, 200, status, "%s", body)
+	assert.Equal(t, "[]\n", string(body))
 
 	envd := api + "/envd"
 	rpc := func(id, token, ctype string) map[string]string {

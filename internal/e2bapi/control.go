@@ -281,11 +281,14 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "metadata must be a URL-encoded query such as user=abc&app=prod: "+err.Error())
 		return
 	}
+	// The deprecated /sandboxes lists running sandboxes only.
+	if len(states) == 0 && r.URL.Path == Prefix+"/sandboxes" {
+		states["running"] = true
+	}
 	out := []detailJSON{}
 	for _, info := range h.rt.ListSessions(ctx) {
 		d := h.detail(ctx, info, false)
-		if (len(states) == 0 && d.State == "running" && r.URL.Path == Prefix+"/sandboxes") ||
-			(len(states) > 0 && !states[d.State]) || !metadataMatches(d.Metadata, want) {
+		if (len(states) > 0 && !states[d.State]) || !metadataMatches(d.Metadata, want) {
 			continue
 		}
 		out = append(out, d)

@@ -145,6 +145,8 @@ func TestE2BBadInput(t *testing.T) {
 	e2bError(t, status, body, 404)
 	status, body = e2bCall(t, "POST", api+"/sandboxes", key, []byte(`{"templateID":"base","timeout":-5}`))
 	e2bError(t, status, body, 400)
+	status, body = e2bCall(t, "POST", api+"/sandboxes", key, []byte(`{"templateID":"base","envVars":{"A=B":"x"}}`))
+	e2bError(t, status, body, 400)
 	status, body = e2bCall(t, "GET", api+"/sandboxes/nope", key, nil)
 	e2bError(t, status, body, 404)
 	status, body = e2bCall(t, "DELETE", api+"/sandboxes/nope", key, nil)

@@ -163,6 +163,14 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeRuntimeError(w, err)
 		return
 	}
+	// envVars go into every command's spec: refused here, not at the first
+	// command.
+	probe := runtime.DefaultSpec()
+	probe.SessionID, probe.Env = spec.SessionID, body.EnvVars
+	if err := probe.Normalize(); err != nil {
+		writeError(w, http.StatusBadRequest, "envVars: "+err.Error())
+		return
+	}
 	h.prune()
 	created, err := h.rt.CreateSession(ctx, spec)
 	if err != nil {

@@ -28,7 +28,7 @@ type Dispatcher struct {
 	server  Server
 	methods map[string]handler
 	errors  errorRing
-	watches watchSet
+	watches WatchBudget
 }
 
 // New returns a Dispatcher with every method registered: the runtime's and
@@ -127,3 +127,7 @@ func (d *Dispatcher) record(req *rpc.Request, err error) error {
 	}
 	return err
 }
+
+// Watches is the directory watches' shared budget, for the other APIs
+// that watch (E2B's WatchDir).
+func (d *Dispatcher) Watches() *WatchBudget { return &d.watches }

@@ -37,15 +37,16 @@ const (
 	DefaultWatchInterval = time.Second
 	minWatchInterval     = 200 * time.Millisecond
 	maxWatchInterval     = time.Minute
-	// watchFailures: consecutive failed polls (other than the directory
+	// WatchFailures: consecutive failed polls (other than the directory
 	// or session being gone) that end a watch.
-	watchFailures = 5
+	WatchFailures = 5
 )
 
-// watchSet is the running watches by id, with what each costs (entries
-// listed per second, see MaxWatchScanRate). Each belongs to the namespace
-// it was made in (tenant.Scope): another namespace's unwatch finds none.
-type watchSet struct {
+// WatchBudget is the running watches by id, with what each costs
+// (entries listed per second, see MaxWatchScanRate). Each belongs to the
+// namespace it was made in (tenant.Scope): another namespace's unwatch
+// finds none. box_fs_watch and E2B's WatchDir share one.
+type WatchBudget struct {
 	mu    sync.Mutex
 	stop  map[string]watchEntry
 	total int
@@ -57,12 +58,13 @@ type watchEntry struct {
 	cost  int
 }
 
-// watchCost is the scan rate of a watch listing entries every interval.
-func watchCost(entries int, interval time.Duration) int {
+// WatchCost is the scan rate of a watch listing entries every interval.
+func WatchCost(entries int, interval time.Duration) int {
 	return int(int64(max(entries, minWatchCost)) * int64(time.Second) / int64(interval))
 }
 
-func (s *watchSet) add(id, scope string, stop context.CancelFunc, cost int) error {
+// Add admits a watch of cost, stopped by stop when removed.
+func (s *WatchBudget) Add(id, scope string, stop context.CancelFunc, cost int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.stop) >= MaxWatches {
@@ -81,9 +83,9 @@ func (s *watchSet) add(id, scope string, stop context.CancelFunc, cost int) erro
 	return nil
 }
 
-// update records a watch's new cost and returns by how much its interval
+// Update records a watch's new cost and returns by how much its interval
 // must stretch for all watches to stay within MaxWatchScanRate (1: not).
-func (s *watchSet) update(id string, cost int) float64 {
+func (s *WatchBudget) Update(id string, cost int) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w, ok := s.stop[id]
@@ -96,8 +98,8 @@ func (s *watchSet) update(id string, cost int) float64 {
 	return max(1, float64(s.total)/MaxWatchScanRate)
 }
 
-// remove stops and forgets a watch of scope; false when there was none.
-func (s *watchSet) remove(id, scope string) bool {
+// Remove stops and forgets a watch of scope; false when there was none.
+func (s *WatchBudget) Remove(id, scope string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w, ok := s.stop[id]
@@ -163,56 +165,66 @@ func (d *Dispatcher) fsWatch(ctx context.Context, p fsWatchParams) (fsWatchResul
 	wctx, stop := context.WithCancel(rpc.ConnContext(ctx))
 	interval := time.Duration(p.IntervalMS) * time.Millisecond
 	scope := tenant.Scope(ctx)
-	if err := d.watches.add(id, scope, stop, watchCost(w.Entries(), interval)); err != nil {
+	if err := d.watches.Add(id, scope, stop, WatchCost(w.Entries(), interval)); err != nil {
 		stop()
 		w.Close()
 		return fsWatchResult{}, err
 	}
 	go func() {
-		defer d.watches.remove(id, scope)
+		defer d.watches.Remove(id, scope)
 		defer w.Close()
 		d.runWatch(wctx, id, scope, p.SessionID, w, interval)
 	}()
 	return fsWatchResult{WatchID: id}, nil
 }
 
-// runWatch polls until the watch is stopped or ends, notifying changes.
+// runWatch polls until the watch is stopped or ends, notifying changes;
+// the last notification says why it ended.
 func (d *Dispatcher) runWatch(ctx context.Context, id, scope, sessionID string, w *runtime.FileWatch, interval time.Duration) {
+	err := d.watches.Run(ctx, id, scope, w, interval, func(events []runtime.FileEvent) error {
+		for i := range events {
+			events[i].FileInfo = events[i].FileInfo.Encoded()
+		}
+		return rpc.Notify(ctx, "box_fs_event", fsEvent{WatchID: id, SessionID: sessionID, Events: events})
+	})
+	if err != nil {
+		_ = rpc.Notify(ctx, "box_fs_event", fsEvent{WatchID: id, SessionID: sessionID, Events: []runtime.FileEvent{},
+			Ended: &fsEnded{Type: boxerr.TypeOf(err), Message: err.Error()}})
+	}
+}
+
+// Run polls the watch id (admitted by Add) every interval, stretched to
+// keep all watches within MaxWatchScanRate, and hands each poll's changes
+// to emit. It returns nil when ctx ends or emit fails (the receiver is
+// gone), and the error that ended the watch otherwise (its directory or
+// session gone, or WatchFailures failed polls in a row), after removing
+// it from the budget, so that a remove sent after the end finds none.
+func (s *WatchBudget) Run(ctx context.Context, id, scope string, w *runtime.FileWatch, interval time.Duration, emit func([]runtime.FileEvent) error) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	failures := 0
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 		}
 		events, err := w.Poll(ctx)
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
-		stretch := d.watches.update(id, watchCost(w.Entries(), interval))
+		stretch := s.Update(id, WatchCost(w.Entries(), interval))
 		t.Reset(time.Duration(float64(interval) * stretch))
 		if err != nil {
-			if failures++; failures < watchFailures && !errors.Is(err, boxerr.ErrSessionNotFound) && !errors.Is(err, boxerr.ErrFileNotFound) {
+			if failures++; failures < WatchFailures && !errors.Is(err, boxerr.ErrSessionNotFound) && !errors.Is(err, boxerr.ErrFileNotFound) {
 				continue
 			}
-			// Gone from the set before the host hears of the end, so an
-			// unwatch sent after the last notification finds no watch.
-			d.watches.remove(id, scope)
-			_ = rpc.Notify(ctx, "box_fs_event", fsEvent{WatchID: id, SessionID: sessionID, Events: []runtime.FileEvent{},
-				Ended: &fsEnded{Type: boxerr.TypeOf(err), Message: err.Error()}})
-			return
+			s.Remove(id, scope)
+			return err
 		}
 		failures = 0
-		if len(events) == 0 {
-			continue
-		}
-		for i := range events {
-			events[i].FileInfo = events[i].FileInfo.Encoded()
-		}
-		if rpc.Notify(ctx, "box_fs_event", fsEvent{WatchID: id, SessionID: sessionID, Events: events}) != nil {
-			return // the connection is gone
+		if len(events) > 0 && emit(events) != nil {
+			return nil
 		}
 	}
 }
@@ -224,7 +236,7 @@ type fsUnwatchParams struct {
 // fsUnwatch: box_fs_unwatch {"watch_id"} → {}; an unknown id is a
 // BoxValidationError on watch_id.
 func (d *Dispatcher) fsUnwatch(ctx context.Context, p fsUnwatchParams) (struct{}, error) {
-	if !d.watches.remove(p.WatchID, tenant.Scope(ctx)) {
+	if !d.watches.Remove(p.WatchID, tenant.Scope(ctx)) {
 		return struct{}{}, boxerr.Validation("watch_id", "no running watch %q", p.WatchID)
 	}
 	return struct{}{}, nil

@@ -10,7 +10,8 @@ import (
 )
 
 // routes is the HTTP listener's mux: health, /rpc/ws (unless stdio is the
-// control channel), the relay, the files endpoint and the metrics.
+// control channel), the relay, the files endpoint, E2B's API and the
+// metrics.
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	// The health probes need no token, so they say nothing beyond
@@ -38,6 +39,9 @@ func (s *Server) routes() *http.ServeMux {
 	for _, m := range []string{"GET", "PUT"} { // GET serves HEAD too
 		mux.Handle(m+" "+runtime.FilesEndpoint, files)
 	}
+	// E2B's API (control under /e2b, envd under /e2b/envd): the control
+	// token as X-API-Key, each sandbox's own token for envd.
+	s.e2b.Mount(mux)
 	if s.opts.MetricsPublic {
 		mux.Handle("GET /metrics", s.metrics.handler())
 	} else {

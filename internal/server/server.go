@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/boxrt/boxrt/actions"
+	"github.com/boxrt/boxrt/internal/e2bapi"
 	"github.com/boxrt/boxrt/internal/statelock"
 	"github.com/boxrt/boxrt/relay"
 	"github.com/boxrt/boxrt/rpc"
@@ -88,6 +89,7 @@ type Server struct {
 	rpc     *rpc.Server
 	auth    *rpc.Authenticator
 	relay   *relay.Handler
+	e2b     *e2bapi.Handler
 	http    *http.Server
 }
 
@@ -168,6 +170,7 @@ func (s *Server) Close(ctx context.Context) error {
 	if s.http != nil {
 		_ = s.http.Shutdown(ctx)
 	}
+	s.e2b.Close()
 	err := s.rt.Close(ctx)
 	s.release()
 	return err

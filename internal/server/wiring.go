@@ -7,6 +7,7 @@ import (
 
 	"github.com/boxrt/boxrt/actions"
 	"github.com/boxrt/boxrt/internal/backendfactory"
+	"github.com/boxrt/boxrt/internal/e2bapi"
 	"github.com/boxrt/boxrt/relay"
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
@@ -92,6 +93,8 @@ func (s *Server) wire() {
 		relayOpts = append(relayOpts, relay.WithMaxFrame(langbotMaxRelayFrame))
 	}
 	s.relay = relay.New(s.rt, relayOpts...)
+	s.e2b = e2bapi.New(s.rt, e2bapi.Options{Token: s.token.value, Scope: s.tenancy.RequestPlacement,
+		Watches: dispatcher.Watches(), Log: s.log.With().Str("component", "e2b").Logger()})
 	if s.ln != nil {
 		s.http = &http.Server{Handler: s.guard.Wrap(s.routes()), ReadHeaderTimeout: 10 * time.Second}
 	}

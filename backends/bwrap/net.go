@@ -81,16 +81,7 @@ func (b *Backend) makeNet(stage string) (_ *sessionNet, err error) {
 	if out, err := exec.Command(b.unshare, "--net="+path, "true").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("create the network namespace: %v: %s", err, out)
 	}
-	ns, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	s, err := b.startSlirp(path)
-	if err != nil {
-		ns.Close()
-		return nil, err
-	}
-	return &sessionNet{ns: ns, slirp: s}, nil
+	return b.reconnectNet(path)
 }
 
 // pinned reports whether a network namespace is mounted at path.
@@ -99,7 +90,8 @@ func pinned(path string) bool {
 	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
 }
 
-// reconnectNet starts slirp4netns again on the namespace pinned at path.
+// reconnectNet starts slirp4netns on the namespace pinned at path: a new
+// one, or one an earlier boxrt left to a persistent sandbox.
 func (b *Backend) reconnectNet(path string) (*sessionNet, error) {
 	ns, err := os.Open(path)
 	if err != nil {

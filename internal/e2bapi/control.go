@@ -133,6 +133,23 @@ func timeoutOf(sec *int) (time.Duration, error) {
 	return d, nil
 }
 
+// optionalBody decodes a request body that may be absent into body and
+// checks the timeout it holds; on a bad one it answers 400 and says false.
+func optionalBody(w http.ResponseWriter, r *http.Request, body any, timeoutSec **int) (time.Duration, bool) {
+	if r.ContentLength != 0 {
+		if err := decodeBody(r, body); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return 0, false
+		}
+	}
+	timeout, err := timeoutOf(*timeoutSec)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return 0, false
+	}
+	return timeout, true
+}
+
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	var body newSandbox
 	if err := decodeBody(r, &body); err != nil {
@@ -443,15 +460,8 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) resumeOrConnect(w http.ResponseWriter, r *http.Request, running bool) {
 	var body timeoutBody
-	if r.ContentLength != 0 {
-		if err := decodeBody(r, &body); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-	}
-	timeout, err := timeoutOf(body.Timeout)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	timeout, ok := optionalBody(w, r, &body, &body.Timeout)
+	if !ok {
 		return
 	}
 	h.withSandbox(w, r, func(sb *sandbox, info runtime.SessionInfo) {

@@ -28,15 +28,8 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 		Timeout *int `json:"timeout"`
 		Count   *int `json:"count"`
 	}{}
-	if r.ContentLength != 0 {
-		if err := decodeBody(r, &body); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-	}
-	timeout, err := timeoutOf(body.Timeout)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	timeout, ok := optionalBody(w, r, &body, &body.Timeout)
+	if !ok {
 		return
 	}
 	count := 1

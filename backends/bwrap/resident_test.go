@@ -73,9 +73,8 @@ func TestManagedProcessOnSessionLoopback(t *testing.T) {
 	}
 }
 
-// killAgent kills the session agent from inside the sandbox. The agent is
-// not dumpable, so its exe link is closed to the session: it is found by
-// its command line.
+// killAgent kills the session agent from inside the sandbox, found by its
+// command line.
 const killAgent = `for p in /proc/[0-9]*; do [ "$(tr '\0' '\n' < $p/cmdline 2>/dev/null | head -1)" = /run/boxrt-agent/boxrt ] && kill -9 ${p#/proc/}; done; sleep 5`
 
 // TestAgentKilledFromInside: the sandbox is started again, the call (or

@@ -81,13 +81,6 @@ func newAgent(path string) *agent {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintf(os.Stderr, "boxrt agent: PR_SET_CHILD_SUBREAPER: %v\n", err)
 	}
-	// Code in the session runs as the agent's user: a dumpable agent
-	// could be traced, or its connection taken with pidfd_getfd, by any
-	// of its own children. Not dumpable, only a capability the session
-	// lacks reaches it.
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		fmt.Fprintf(os.Stderr, "boxrt agent: PR_SET_DUMPABLE: %v\n", err)
-	}
 	a := &agent{path: path}
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, unix.SIGCHLD)

@@ -371,14 +371,11 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 	if err == nil {
 		err = prepareMounts(l, b.id)
 	}
-	if err == nil && callerDirs(info) {
-		var out string
-		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		out, err = b.dryRun(dctx, l)
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			err = boxerr.Failure("bwrap cannot build the sandbox of session %s: %s", spec.SessionID, oneLine(out, err)).Wrap(err)
-		}
+	if err == nil {
+		// The session is its resident sandbox, started here: a session
+		// that cannot run fails at create, and its first command only
+		// enters it.
+		_, err = b.sandbox(ctx, dir, info)
 	}
 	if err != nil {
 		b.discard(name, dir)
@@ -388,13 +385,6 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		return backends.Session{}, err
 	}
 	return info, nil
-}
-
-// callerDirs reports whether a session's sandbox binds directories the
-// caller chose.
-func callerDirs(info backends.Session) bool {
-	image, _ := resolveImage(info.Image, false)
-	return image != "" || (info.HostPath != "" && info.HostPathMode != backends.MountNone) || len(info.ExtraMounts) > 0
 }
 
 // populate makes the session's storage and records the session.

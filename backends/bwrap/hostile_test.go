@@ -75,6 +75,9 @@ func TestHostileAgent(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(workspaceOnHost(b, info), ".hostile"), []byte(mode), 0o644); err != nil {
 				t.Fatal(err)
 			}
+			// The session's sandbox started with the real agent; the
+			// next one starts with the hostile one.
+			execIn(t, b, info, backends.ExecRequest{Cmd: killAgent})
 			start := time.Now()
 			_, err := b.Exec(context.Background(), info, backends.ExecRequest{Cmd: "true", Timeout: time.Minute})
 			if err == nil || boxerr.TypeOf(err) == "" {

@@ -83,9 +83,20 @@ func onGVisor(t *testing.T) bool {
 func engineExecs(c *docker.Config) { c.AgentBinary = "" }
 
 // usesAgent tells whether this matrix entry's sessions run their commands
-// through the session agent (everywhere but on gVisor, see
-// Backend.usesAgent).
-func usesAgent(t *testing.T) bool { return !onGVisor(t) }
+// through the session agent: everywhere, on gVisor too when the engine
+// registered its runtime with --host-uds=open (scripts/setup does).
+func usesAgent(t *testing.T) bool {
+	b, err := docker.New(testConfig(t, "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	agent, err := b.UsesAgent(context.Background(), backends.Sandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return agent
+}
 
 // onPodman tells whether the engine is Podman's Docker-compatible API.
 func onPodman(t *testing.T) bool {

@@ -167,10 +167,10 @@ func agentOffFor(rt string, runtimes map[string][]string) string {
 func hostUDSOpen(args []string) bool {
 	open := false
 	for i := 0; i < len(args); i++ {
-		name, val, hasVal := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
 		if !strings.HasPrefix(args[i], "-") {
 			continue
 		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
 		switch name {
 		case "host-uds":
 			if !hasVal && i+1 < len(args) {

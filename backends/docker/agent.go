@@ -388,7 +388,7 @@ func (l *agentLink) restart(ctx context.Context) error {
 	l.disconnect()
 	ctx, cancel := cleanupContext(ctx, 2*agentConnectTimeout)
 	defer cancel()
-	if err := b.cli.ContainerKill(ctx, l.name, "KILL"); err != nil && !b.stopped(ctx, l.info) {
+	if err := b.killContainer(ctx, l.info); err != nil && !b.stopped(ctx, l.info) {
 		return b.sessionError(l.info, "killing container "+l.name+" to restart it", err)
 	}
 	b.waitNotRunning(ctx, l.info, killGrace)

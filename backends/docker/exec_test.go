@@ -325,13 +325,14 @@ func TestExecForkBombIsContainedAndKilled(t *testing.T) {
 		// gVisor's own threads share the container's pids cgroup: when
 		// the bomb fills it, the sentry cannot start a thread and the
 		// whole sandbox ends. Contained, but the session is gone, which
-		// the runtime answers by recreating it.
+		// the runtime answers by recreating it; through the agent, the
+		// agent is lost with it and the container restarted.
 		// The exec may also fail to start (exit 128) when the bomb of an
 		// earlier instant already holds every pid.
 		t.Logf("fork bomb on gVisor: status %+v err %v after %v", r.status, r.err, r.elapsed)
 		switch {
-		case r.err != nil && !isKind(r.err, boxerr.ErrSessionNotFound):
-			t.Fatalf("fork bomb: %v, want a timeout or BoxSessionNotFoundError", r.err)
+		case r.err != nil && !sandboxEnded(r.err):
+			t.Fatalf("fork bomb: %v, want a timeout, BoxSessionNotFoundError or the sandbox restarted", r.err)
 		case r.err == nil && !r.status.TimedOut && r.status.ExitCode != 128:
 			t.Fatalf("fork bomb ended by itself (status %+v, stdout %q, stderr %q): want a timeout, exit 128 or the sandbox gone", r.status, r.stdout, r.stderr)
 		}
@@ -342,8 +343,8 @@ func TestExecForkBombIsContainedAndKilled(t *testing.T) {
 		}
 		// Contained: the sandbox is either gone (typed) or still serves.
 		after := run(t, b, info, "echo after", 60*time.Second)
-		if after.err != nil && !isKind(after.err, boxerr.ErrSessionNotFound) {
-			t.Fatalf("after the fork bomb: %v, want the session working or BoxSessionNotFoundError", after.err)
+		if after.err != nil && !sandboxEnded(after.err) {
+			t.Fatalf("after the fork bomb: %v, want the session working, BoxSessionNotFoundError or the sandbox restarted", after.err)
 		}
 		if after.err == nil && after.stdout != "after\n" {
 			t.Errorf("after the fork bomb: status %+v stdout %q", after.status, after.stdout)

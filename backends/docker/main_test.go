@@ -22,6 +22,7 @@ import (
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/backendtest"
 	"github.com/boxrt/boxrt/backends/docker"
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/internal/sandboxagent/agenttest"
 )
 
@@ -96,6 +97,13 @@ func usesAgent(t *testing.T) bool {
 		t.Fatal(err)
 	}
 	return agent
+}
+
+// sandboxEnded tells whether err says the session's sandbox ended as a
+// whole: gone (Engine execs) or restarted after its agent was lost.
+func sandboxEnded(err error) bool {
+	var be *boxerr.Error
+	return isKind(err, boxerr.ErrSessionNotFound) || errors.As(err, &be) && be.Details["restarted"] == true
 }
 
 // onPodman tells whether the engine is Podman's Docker-compatible API.

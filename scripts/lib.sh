@@ -99,7 +99,7 @@ configure_dockerd() {
 		log "daemon.json: runtimes changed, reloading dockerd (SIGHUP)"
 		kill -HUP "$pid"
 		for _ in $(seq 1 20); do
-			docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"' && return 0
+			docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q -- '--host-uds=open' && return 0
 			sleep 0.5
 		done
 		die "dockerd did not pick up the runsc runtime after SIGHUP (see its log)"

@@ -15,10 +15,13 @@ import (
 // TestDockerDaemonConfig: scripts/docker-daemon-config merges boxrt's keys
 // into daemon.json without losing the operator's, rewrites nothing when
 // nothing changes, and says what dockerd must do: reload (SIGHUP) for
-// runtimes, restart for experimental. runsc always gets --oci-seccomp. A broken file is refused, untouched.
+// runtimes, restart for experimental. runsc always gets --oci-seccomp and
+// --host-uds=open (another --host-uds is replaced). A broken file is
+// refused, untouched.
 func TestDockerDaemonConfig(t *testing.T) {
-	// gVisor applies a container's seccomp profile only with this flag.
-	seccomp := []any{"--oci-seccomp"}
+	// gVisor applies a container's seccomp profile only with the first
+	// flag; the second lets the session agent dial its host socket.
+	seccomp := []any{"--oci-seccomp", "--host-uds=open"}
 	tests := []struct {
 		name, before string
 		args         []string
@@ -27,11 +30,13 @@ func TestDockerDaemonConfig(t *testing.T) {
 	}{
 		{"no file", "", nil, "restart", seccomp},
 		{"experimental already on", `{"experimental":true}`, nil, "reload", seccomp},
-		{"up to date", `{"experimental":true,"runtimes":{"runsc":{"path":"/usr/bin/runsc","runtimeArgs":["--oci-seccomp"]}}}`, nil, "none", seccomp},
+		{"up to date", `{"experimental":true,"runtimes":{"runsc":{"path":"/usr/bin/runsc","runtimeArgs":["--oci-seccomp","--host-uds=open"]}}}`, nil, "none", seccomp},
+		{"host-uds flag added", `{"experimental":true,"runtimes":{"runsc":{"path":"/usr/bin/runsc","runtimeArgs":["--oci-seccomp"]}}}`, nil, "reload", seccomp},
+		{"wider host-uds narrowed", `{"experimental":true,"runtimes":{"runsc":{"path":"/usr/bin/runsc","runtimeArgs":["--host-uds=all","--oci-seccomp"]}}}`, nil, "reload", seccomp},
 		{"seccomp flag added", `{"experimental":true,"runtimes":{"runsc":{"path":"/usr/bin/runsc"}}}`, nil, "reload", seccomp},
 		{"keeps other keys and args", `{"log-level":"warn","experimental":true,"runtimes":{"x":{"path":"/x"},"runsc":{"path":"/usr/bin/runsc","runtimeArgs":["--debug"]}}}`,
-			[]string{"--runsc-network-host"}, "reload", []any{"--debug", "--oci-seccomp", "--network=host"}},
-		{"network arg dropped again", `{"experimental":true,"runtimes":{"runsc":{"path":"/usr/bin/runsc","runtimeArgs":["--oci-seccomp","--network=host"]}}}`,
+			[]string{"--runsc-network-host"}, "reload", []any{"--debug", "--oci-seccomp", "--host-uds=open", "--network=host"}},
+		{"network arg dropped again", `{"experimental":true,"runtimes":{"runsc":{"path":"/usr/bin/runsc","runtimeArgs":["--oci-seccomp","--host-uds=open","--network=host"]}}}`,
 			nil, "reload", seccomp},
 	}
 	for _, tc := range tests {

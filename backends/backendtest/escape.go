@@ -111,8 +111,13 @@ func verdict(out, attempt string) string {
 }
 
 // sessionEnded is a sandbox a limit brought down as a whole (gVisor's
-// sentry is what the OOM killer or the pids limit hits): contained.
-func sessionEnded(o outcome) bool { return errors.Is(o.err, boxerr.ErrSessionNotFound) }
+// sentry is what the OOM killer or the pids limit hits): contained. The
+// backend says so as a gone session, or, where a session agent ran the
+// command, as an error saying the sandbox was restarted.
+func sessionEnded(o outcome) bool {
+	var be *boxerr.Error
+	return errors.Is(o.err, boxerr.ErrSessionNotFound) || errors.As(o.err, &be) && be.Details["restarted"] == true
+}
 
 const (
 	escapePidsLimit = 32

@@ -72,11 +72,24 @@ func agentBinary(path string) (resolved, off string, err error) {
 
 // usesAgent says whether a new session of sb runs its commands through
 // the agent. The agent's socket is a host path, so the engine must be on
-// this host; runsc refuses a sandbox's connect to a host socket unless it
-// is run with --host-uds (measured: EPERM with the runsc 20221219
-// registered by scripts/setup), so gVisor sessions use Engine execs.
-func (b *Backend) usesAgent(sb backends.Sandbox) bool {
-	return b.agentBinary != "" && b.stateDir != "" && b.localEngine() && !b.OnGVisor(sb)
+// this host; under gVisor the runtime must be registered to let the
+// sandbox reach a host socket (gvisorAgentOff).
+func (b *Backend) usesAgent(ctx context.Context, sb backends.Sandbox) (bool, error) {
+	if b.agentBinary == "" || b.stateDir == "" || !b.localEngine() {
+		return false, nil
+	}
+	if !b.OnGVisor(sb) {
+		return true, nil
+	}
+	off, err := b.gvisorAgentOff(ctx, b.runtimeFor(sb))
+	return off == "", err
+}
+
+// UsesAgent tells whether a new session of sb runs its commands through
+// the session agent rather than Engine execs (Describe's notes say why
+// not).
+func (b *Backend) UsesAgent(ctx context.Context, sb backends.Sandbox) (bool, error) {
+	return b.usesAgent(ctx, sb)
 }
 
 // agentDir is container name's socket directory on the host.
@@ -137,11 +150,31 @@ func (b *Backend) link(ctx context.Context, info backends.Session) (*agentLink, 
 		return nil, b.sessionError(info, "inspecting container "+name, err)
 	}
 	dir := agentDirOf(c.Mounts)
-	if c.Config == nil || c.Config.Labels[LabelAgent] != "1" || dir == "" || !b.usesAgent(info.Sandbox) {
+	agent, err := b.usesAgent(ctx, info.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	if c.Config == nil || c.Config.Labels[LabelAgent] != "1" || dir == "" || !agent {
 		b.links.Store(name, noAgent)
 		return nil, nil
 	}
 	return b.addLink(info, dir)
+}
+
+// relisten listens again for the agent of an adopted container that has
+// one (by its labels and mounts): the agent dials back while the session
+// is idle, and its processes kept running.
+func (b *Backend) relisten(ctx context.Context, info backends.Session, labels map[string]string, mounts []container.MountPoint) error {
+	dir := agentDirOf(mounts)
+	if labels[LabelAgent] != "1" || dir == "" {
+		return nil
+	}
+	agent, err := b.usesAgent(ctx, info.Sandbox)
+	if err != nil || !agent {
+		return err
+	}
+	_, err = b.addLink(info, dir)
+	return err
 }
 
 // agentDirOf is the host directory bound at agentSockDir among a
@@ -355,7 +388,7 @@ func (l *agentLink) restart(ctx context.Context) error {
 	l.disconnect()
 	ctx, cancel := cleanupContext(ctx, 2*agentConnectTimeout)
 	defer cancel()
-	if err := b.cli.ContainerKill(ctx, l.name, "KILL"); err != nil && !b.stopped(ctx, l.info) {
+	if err := b.killContainer(ctx, l.info); err != nil && !b.stopped(ctx, l.info) {
 		return b.sessionError(l.info, "killing container "+l.name+" to restart it", err)
 	}
 	b.waitNotRunning(ctx, l.info, killGrace)
@@ -377,7 +410,12 @@ func (l *agentLink) restart(ctx context.Context) error {
 // any other process of the container may dial the socket too, and its
 // connection is dropped, as is one that says a wrong hello (which cannot
 // tell who it was) or one queued by an agent that is gone since; the
-// next may be the agent's. Locked.
+// next may be the agent's. Under gVisor the host kernel sees every
+// process of the sandbox connect as the sandbox's gofer (runsc makes the
+// connection for it), so the pid tells nothing and is not checked: the
+// first valid hello is taken, which after a boxrt restart may be a
+// program of the session's, with no more power than the agent has (see
+// docs/operations.md, the agent's trust boundary). Locked.
 func (l *agentLink) accept(ctx context.Context) error {
 	actx, cancel := context.WithTimeout(ctx, agentConnectTimeout)
 	defer cancel()
@@ -386,6 +424,7 @@ func (l *agentLink) accept(ctx context.Context) error {
 		return err
 	}
 	var lastErr error
+	checkPid := c.State != nil && c.State.Pid > 0 && !l.b.OnGVisor(l.info.Sandbox)
 	for {
 		conn, err := l.ln.Accept(actx)
 		var pe *sandboxagent.ProtocolError
@@ -395,7 +434,7 @@ func (l *agentLink) accept(ctx context.Context) error {
 			continue
 		case err != nil:
 			return boxerr.Failure("docker backend: the agent of container %s did not connect: %v (before: %v)", l.name, err, lastErr).Wrap(err)
-		case c.State != nil && c.State.Pid > 0 && conn.PeerPID() > 0 && conn.PeerPID() != c.State.Pid:
+		case checkPid && conn.PeerPID() > 0 && conn.PeerPID() != c.State.Pid:
 			conn.Close()
 			lastErr = fmt.Errorf("a connection from pid %d, not the container's first process (%d)", conn.PeerPID(), c.State.Pid)
 			continue

@@ -75,7 +75,7 @@ func (b *Backend) agentExec(ctx context.Context, info backends.Session, l *agent
 	}
 	<-r.exited
 	if r.waitErr != nil {
-		return backends.ExitStatus{}, l.lost(ctx, conn)
+		return b.lostExec(ctx, l, conn)
 	}
 	if req.Stdin != nil || req.TTY != nil || req.Signals != nil {
 		// What a live or interactive command left behind goes with it.
@@ -83,6 +83,32 @@ func (b *Backend) agentExec(ctx context.Context, info backends.Session, l *agent
 	}
 	status.ExitCode = r.exit.Code
 	return status, nil
+}
+
+// lostExec is the result of a command whose agent connection ended under
+// it: lost's error, except for a gVisor sandbox the memory cgroup's OOM
+// killer ended as a whole (the sentry holds all its memory, and the agent
+// went with it): the command was killed for memory, as runc's OOM killer
+// would have killed it, so it reads as 137, as on the Engine-exec path
+// (sandboxDied), and the container is started again (files kept,
+// processes gone: restarted).
+func (b *Backend) lostExec(ctx context.Context, l *agentLink, conn *sandboxagent.Conn) (backends.ExitStatus, error) {
+	if !b.OnGVisor(l.info.Sandbox) || !errors.Is(conn.Err(), sandboxagent.ErrAgentLost) || l.b.background.Err() != nil {
+		return backends.ExitStatus{}, l.lost(ctx, conn)
+	}
+	b.waitNotRunning(ctx, l.info, killGrace)
+	if st, err := b.sandboxDied(ctx, l.info); err != nil || st.ExitCode != 137 {
+		return backends.ExitStatus{}, l.lost(ctx, conn)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == conn {
+		if err := l.restart(ctx); err != nil {
+			return backends.ExitStatus{}, err
+		}
+		l.restarted = false // this result says it
+	}
+	return backends.ExitStatus{ExitCode: 137, Restarted: true}, nil
 }
 
 // spawnError is the error of a Spawn: the agent's refusal as such, a lost

@@ -23,8 +23,10 @@
 // see agent.go): commands and managed processes are started through it
 // over a unix socket bound from the state directory, with pipes or a
 // terminal boxrt made, so a command costs no Engine API call; a lost or
-// misbehaving agent restarts the container. Where it cannot serve (gVisor,
-// a remote engine, another process user, containers of an older boxrt)
+// misbehaving agent restarts the container. Where it cannot serve (gVisor
+// whose runtime the engine runs without host unix sockets, a terminal
+// command on gVisor, a remote engine, another process user, containers of
+// an older boxrt)
 // commands run as Engine execs: a plain one in an exec started after the
 // session's previous one (a shell waiting for its command line, see
 // prestart.go), paying the exec's start between commands.

@@ -101,9 +101,10 @@ type Backend struct {
 	defaultQuotaMB int
 
 	runtime, gvisorRuntime string
-	runtimesMu             sync.Mutex // guards runtimesOK, engineDefaultRuntime
-	runtimesOK             bool       // the engine has every configured runtime
-	engineDefaultRuntime   string     // as the engine reported it, "" until probed
+	runtimesMu             sync.Mutex          // guards runtimesOK, engineDefaultRuntime, runtimeArgs
+	runtimesOK             bool                // the engine has every configured runtime
+	engineDefaultRuntime   string              // as the engine reported it, "" until probed
+	runtimeArgs            map[string][]string // the engine's runtimes and their registered arguments, nil until read
 
 	netMu    sync.Mutex // guards netReady, netMode
 	netReady bool       // the sandbox network is made (network.go)
@@ -232,6 +233,9 @@ func (b *Backend) Describe() backends.Description {
 	}
 	if b.agentOff != "" {
 		d.Notes = append(d.Notes, "commands run through Engine execs, not the session agent: "+b.agentOff)
+	} else if off := b.gvisorAgentNote(); off != "" {
+		d.Notes = append(d.Notes, "gVisor sessions run commands through Engine execs, not the session agent: "+off+
+			"; runsc applies the seccomp profile to the container's init only, so those commands are not under it (a root docker.user can leave setuid files in host directories)")
 	}
 	if b.cpuLimit {
 		d.EnforcedLimits = append(d.EnforcedLimits, "cpus")

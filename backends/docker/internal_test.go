@@ -171,12 +171,25 @@ func unixPair(t *testing.T) (net.Conn, net.Conn) {
 // TestSeccompProfile: the profile every container gets allows no
 // mode-setting syscall unconditionally (only with S_ISUID and S_ISGID
 // clear), makes openat2 ENOSYS and allows socket only for families other
-// than AF_VSOCK.
+// than AF_VSOCK; clone3 is ENOSYS, except in gVisor's variant, where it is
+// allowed (runsc answers any rule's errno as EPERM; its sentry answers
+// clone3 ENOSYS itself) and nothing else differs.
 func TestSeccompProfile(t *testing.T) {
-	raw, err := seccompProfile()
-	if err != nil {
-		t.Fatal(err)
+	for _, gvisor := range []bool{false, true} {
+		t.Run(map[bool]string{false: "runc", true: "gvisor"}[gvisor], func(t *testing.T) {
+			raw, err := seccompProfile()
+			if gvisor {
+				raw, err = gvisorSeccompProfile()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSeccompProfile(t, raw, gvisor)
+		})
 	}
+}
+
+func checkSeccompProfile(t *testing.T, raw []byte, gvisor bool) {
 	var p struct {
 		DefaultAction string `json:"defaultAction"`
 		Syscalls      []struct {
@@ -198,7 +211,7 @@ func TestSeccompProfile(t *testing.T) {
 	if p.DefaultAction != "SCMP_ACT_ERRNO" {
 		t.Errorf("default action %s", p.DefaultAction)
 	}
-	guarded := map[string]bool{"openat2": true, "socket": true}
+	guarded := map[string]bool{"openat2": true, "socket": true, "clone3": true}
 	for name := range backends.ModeArgument {
 		guarded[name] = true
 	}
@@ -210,9 +223,13 @@ func TestSeccompProfile(t *testing.T) {
 			}
 			seen[n] = true
 			switch {
-			case n == "openat2":
+			case n == "openat2" || n == "clone3" && !gvisor:
 				if r.Action != "SCMP_ACT_ERRNO" || r.ErrnoRet == nil || *r.ErrnoRet != uint(unix.ENOSYS) {
-					t.Errorf("openat2: %+v, want ENOSYS", r)
+					t.Errorf("%s: %+v, want ENOSYS", n, r)
+				}
+			case n == "clone3":
+				if r.Action != "SCMP_ACT_ALLOW" || len(r.Args) != 0 {
+					t.Errorf("clone3 on gVisor: %+v, want allowed", r)
 				}
 			case r.Action != "SCMP_ACT_ALLOW":
 			case len(r.Args) != 1:
@@ -233,5 +250,36 @@ func TestSeccompProfile(t *testing.T) {
 		if !seen[n] {
 			t.Errorf("no rule for %s", n)
 		}
+	}
+}
+
+// TestGVisorAgentOff: the agent serves gVisor sessions only when the
+// engine registered the runtime with host unix sockets open, however the
+// flag is spelled (the last one counts, as in runsc's own parsing).
+func TestGVisorAgentOff(t *testing.T) {
+	tests := []struct {
+		args []string
+		open bool
+	}{
+		{nil, false},
+		{[]string{"--oci-seccomp", "--network=host"}, false},
+		{[]string{"--oci-seccomp", "--host-uds=open"}, true},
+		{[]string{"-host-uds=all"}, true},
+		{[]string{"--host-uds", "open"}, true},
+		{[]string{"--host-uds=create"}, false},
+		{[]string{"--host-uds=none"}, false},
+		{[]string{"--host-uds=open", "--host-uds=none"}, false},
+		{[]string{"--fsgofer-host-uds"}, true},
+		{[]string{"--fsgofer-host-uds=false"}, false},
+		{[]string{"--debug-log=/x", "host-uds=open"}, false},
+	}
+	for _, tc := range tests {
+		off := agentOffFor("runsc", map[string][]string{"runsc": tc.args})
+		if (off == "") != tc.open {
+			t.Errorf("args %q: %q, want open %v", tc.args, off, tc.open)
+		}
+	}
+	if off := agentOffFor("runsc", map[string][]string{"runc": nil}); !strings.Contains(off, "no runtime") {
+		t.Errorf("a missing runtime: %q", off)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/backendtest"
 	"github.com/boxrt/boxrt/backends/docker"
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/internal/sandboxagent/agenttest"
 )
 
@@ -83,9 +84,27 @@ func onGVisor(t *testing.T) bool {
 func engineExecs(c *docker.Config) { c.AgentBinary = "" }
 
 // usesAgent tells whether this matrix entry's sessions run their commands
-// through the session agent (everywhere but on gVisor, see
-// Backend.usesAgent).
-func usesAgent(t *testing.T) bool { return !onGVisor(t) }
+// through the session agent: everywhere, on gVisor too when the engine
+// registered its runtime with --host-uds=open (scripts/setup does).
+func usesAgent(t *testing.T) bool {
+	b, err := docker.New(testConfig(t, "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	agent, err := b.UsesAgent(context.Background(), backends.Sandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return agent
+}
+
+// sandboxEnded tells whether err says the session's sandbox ended as a
+// whole: gone (Engine execs) or restarted after its agent was lost.
+func sandboxEnded(err error) bool {
+	var be *boxerr.Error
+	return isKind(err, boxerr.ErrSessionNotFound) || errors.As(err, &be) && be.Details["restarted"] == true
+}
 
 // onPodman tells whether the engine is Podman's Docker-compatible API.
 func onPodman(t *testing.T) bool {

@@ -1,10 +1,15 @@
 package docker
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
@@ -46,10 +51,12 @@ func (b *Backend) runtimeLabel() string {
 	return "engine default runtime"
 }
 
-// checkRuntimes reads the engine's runtimes once: the default (for
-// Describe) and whether every runtime boxrt was configured with is
-// registered, as a missing one would otherwise surface as an engine error
-// at the first session create, naming no setting.
+// checkRuntimes reads the engine's runtimes until every runtime boxrt was
+// configured with is registered (then the reading is kept): the default
+// (for Describe), and each runtime's arguments (whether gVisor allows the
+// agent's socket, see gvisorAgentOff). A missing runtime would otherwise
+// surface as an engine error at the first session create, naming no
+// setting.
 func (b *Backend) checkRuntimes(ctx context.Context) error {
 	var want []string
 	for _, r := range []string{b.runtime, b.gvisorRuntime} {
@@ -62,11 +69,9 @@ func (b *Backend) checkRuntimes(ctx context.Context) error {
 	if b.runtimesOK {
 		return nil
 	}
-	info, err := b.cli.Info(ctx)
-	if err != nil {
-		return b.apiError("reading the engine's runtimes", err)
+	if err := b.readRuntimes(ctx); err != nil {
+		return err
 	}
-	b.engineDefaultRuntime = info.DefaultRuntime
 	if len(want) > 0 {
 		podman, err := b.isPodman(ctx)
 		if err != nil {
@@ -79,8 +84,8 @@ func (b *Backend) checkRuntimes(ctx context.Context) error {
 			return podmanRuntimeError(b.cli.DaemonHost(), want)
 		}
 	}
-	have := make([]string, 0, len(info.Runtimes))
-	for name := range info.Runtimes {
+	have := make([]string, 0, len(b.runtimeArgs))
+	for name := range b.runtimeArgs {
 		have = append(have, name)
 	}
 	sort.Strings(have)
@@ -93,6 +98,95 @@ func (b *Backend) checkRuntimes(ctx context.Context) error {
 	}
 	b.runtimesOK = true
 	return nil
+}
+
+// readRuntimes reads the engine's default runtime and its runtimes'
+// registered arguments. Locked.
+func (b *Backend) readRuntimes(ctx context.Context) error {
+	info, err := b.cli.Info(ctx)
+	if err != nil {
+		return b.apiError("reading the engine's runtimes", err)
+	}
+	b.engineDefaultRuntime = info.DefaultRuntime
+	b.runtimeArgs = make(map[string][]string, len(info.Runtimes))
+	for name, r := range info.Runtimes {
+		b.runtimeArgs[name] = r.Args
+	}
+	return nil
+}
+
+// gvisorAgentOff says why sessions under gVisor runtime rt cannot use the
+// session agent ("" when they can): runsc refuses a sandbox's connect() to
+// a host unix socket, the agent's, unless the engine runs it with
+// --host-uds=open (or all; measured with runsc 20221219: EPERM without,
+// descriptors pass with it). The engine's registration is read once, with
+// the other runtimes; a change needs a boxrt restart to be seen.
+func (b *Backend) gvisorAgentOff(ctx context.Context, rt string) (string, error) {
+	b.runtimesMu.Lock()
+	defer b.runtimesMu.Unlock()
+	if b.runtimeArgs == nil {
+		if err := b.readRuntimes(ctx); err != nil {
+			return "", err
+		}
+	}
+	return agentOffFor(rt, b.runtimeArgs), nil
+}
+
+// gvisorAgentNote is gvisorAgentOff for Describe, which does no I/O: ""
+// when no gVisor runtime is configured, the agent is not used anyway, or
+// the engine's runtimes were not read yet.
+func (b *Backend) gvisorAgentNote() string {
+	rt := b.gvisorRuntime
+	if b.isGVisor(b.runtime) {
+		rt = b.runtime
+	}
+	if rt == "" || b.agentBinary == "" || b.stateDir == "" || !b.localEngine() {
+		return ""
+	}
+	b.runtimesMu.Lock()
+	defer b.runtimesMu.Unlock()
+	if b.runtimeArgs == nil {
+		return ""
+	}
+	return agentOffFor(rt, b.runtimeArgs)
+}
+
+// agentOffFor is gvisorAgentOff's verdict on the engine's registered
+// runtimes.
+func agentOffFor(rt string, runtimes map[string][]string) string {
+	args, ok := runtimes[rt]
+	switch {
+	case !ok:
+		return fmt.Sprintf("the engine has no runtime %q", rt)
+	case !hostUDSOpen(args):
+		return fmt.Sprintf("gVisor runtime %q is registered without --host-uds=open (runtimeArgs %q), so runsc refuses the agent's connect() "+
+			"to its host socket; scripts/setup registers it with the flag", rt, args)
+	}
+	return ""
+}
+
+// hostUDSOpen tells whether runsc arguments let the sandbox connect to
+// host unix sockets: --host-uds open or all (the last one given counts,
+// as in runsc's flag parsing), or the deprecated --fsgofer-host-uds.
+func hostUDSOpen(args []string) bool {
+	open := false
+	for i := 0; i < len(args); i++ {
+		if !strings.HasPrefix(args[i], "-") {
+			continue
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		switch name {
+		case "host-uds":
+			if !hasVal && i+1 < len(args) {
+				i++
+				val = args[i]
+			}
+			open = val == "open" || val == "all"
+		case "fsgofer-host-uds":
+			open = !hasVal || val == "true"
+		}
+	}
+	return open
 }
 
 // isGVisor tells whether an engine runtime name is gVisor's: the one the
@@ -155,6 +249,37 @@ func (b *Backend) exitWatch(ctx context.Context, info backends.Session) (<-chan 
 		}
 	}()
 	return exited, cancel
+}
+
+// killContainer kills a session's container through the engine. A gVisor
+// sandbox whose pids are exhausted (a fork bomb) cannot serve runsc's kill,
+// which asks the sandbox itself, and the engine's kill then hangs
+// (measured: over 30 s with runsc 20221219); after killGrace its sandbox
+// process is killed from the host instead, which ends the container. That
+// process is the engine's pid for the container, taken only when its
+// command line is runsc's sandbox of this container (a reused pid is not).
+func (b *Backend) killContainer(ctx context.Context, info backends.Session) error {
+	if !b.OnGVisor(info.Sandbox) || !b.localEngine() {
+		return b.cli.ContainerKill(ctx, info.BackendSessionID, "KILL")
+	}
+	kctx, cancel := context.WithTimeout(ctx, killGrace)
+	err := b.cli.ContainerKill(kctx, info.BackendSessionID, "KILL")
+	cancel()
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		return err
+	}
+	c, ierr := b.cli.ContainerInspect(ctx, info.BackendSessionID)
+	if ierr != nil || c.State == nil || c.State.Pid <= 0 {
+		return err
+	}
+	cmdline, rerr := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c.State.Pid))
+	if rerr != nil || !bytes.HasPrefix(cmdline, []byte("runsc-sandbox\x00")) || !bytes.Contains(cmdline, []byte(c.ID)) {
+		return err
+	}
+	if kerr := syscall.Kill(c.State.Pid, syscall.SIGKILL); kerr != nil {
+		return err
+	}
+	return nil
 }
 
 // isPodman tells whether the engine is Podman's Docker-compatible API.

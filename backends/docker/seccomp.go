@@ -27,10 +27,21 @@ import (
 // the container's user, root with docker.user "0:0"), and openat2, whose
 // mode sits in memory a filter cannot read, is ENOSYS so libc and Go fall
 // back to openat. An engine that does not know a syscall of the profile
-// skips it; gVisor (runsc) applies its own filter and ignores this one.
-var seccompProfile = sync.OnceValues(buildSeccompProfile)
+// skips it. gVisor (runsc with --oci-seccomp) applies it inside the
+// sandbox, to the container's first process and what it starts.
+var seccompProfile = sync.OnceValues(func() ([]byte, error) { return buildSeccompProfile(false) })
 
-func buildSeccompProfile() ([]byte, error) {
+// gvisorSeccompProfile is seccompProfile for gVisor sessions. runsc
+// 20221219 ignores a rule's errno and answers EPERM (measured): clone3's
+// ENOSYS, on which glibc falls back to clone, would become EPERM, and no
+// program could start a thread. clone3 is allowed there instead: the
+// sentry answers it ENOSYS itself (measured, unconfined), and what it
+// could otherwise do unchecked, namespaces, would be the sentry's own, as
+// unshare already is. openat2 stays denied (EPERM: glibc and Go do not
+// use it).
+var gvisorSeccompProfile = sync.OnceValues(func() ([]byte, error) { return buildSeccompProfile(true) })
+
+func buildSeccompProfile(gvisor bool) ([]byte, error) {
 	p := seccomp.DefaultProfile()
 	guarded := func(name string) bool {
 		_, ok := backends.ModeArgument[name]
@@ -39,6 +50,9 @@ func buildSeccompProfile() ([]byte, error) {
 	for _, s := range p.Syscalls {
 		if s.Action == specs.ActAllow && len(s.Args) == 0 {
 			s.Names = slices.DeleteFunc(s.Names, guarded)
+		}
+		if gvisor && s.Action == specs.ActErrno && slices.Equal(s.Names, []string{"clone3"}) {
+			s.Action, s.ErrnoRet = specs.ActAllow, nil
 		}
 	}
 	for name, arg := range backends.ModeArgument {
@@ -61,12 +75,21 @@ func buildSeccompProfile() ([]byte, error) {
 	return b, nil
 }
 
-// securityOpts are a container's SecurityOpt: no new privileges and the
-// seccomp profile, worked out once per backend. Docker takes the profile inline; Podman's
-// Docker API reads seccomp=<value> as a file name, so on a Podman engine
-// of this host the profile is written to a file it can read, and a remote
-// Podman keeps its own default profile (there is no way to hand it one).
-func (b *Backend) securityOpts(ctx context.Context) ([]string, error) {
+// securityOpts are the SecurityOpt of a container of sb: no new
+// privileges and the seccomp profile, worked out once per backend. Docker
+// takes the profile inline; Podman's Docker API reads seccomp=<value> as a
+// file name, so on a Podman engine of this host the profile is written to
+// a file it can read, and a remote Podman keeps its own default profile
+// (there is no way to hand it one). gVisor sessions get their variant
+// (never on Podman, which cannot run them: checkRuntimes).
+func (b *Backend) securityOpts(ctx context.Context, sb backends.Sandbox) ([]string, error) {
+	if b.OnGVisor(sb) {
+		profile, err := gvisorSeccompProfile()
+		if err != nil {
+			return nil, err
+		}
+		return []string{"no-new-privileges", "seccomp=" + string(profile)}, nil
+	}
 	b.secOptsMu.Lock()
 	defer b.secOptsMu.Unlock()
 	if b.secOpts != nil {

@@ -378,11 +378,6 @@ func TestNoSetuidInHostPath(t *testing.T) {
 	if err := os.Chmod(old, 0o755|os.ModeSetuid); err != nil {
 		t.Fatal(err)
 	}
-	if onGVisor(t) {
-		t.Skip("KNOWN GAP on gVisor: runsc (Debian's 20221219, even with --oci-seccomp) applies the container's seccomp profile " +
-			"to its init only, not to docker-exec'd commands (measured: chmod 4755 in exec succeeds, in the init it is EPERM), " +
-			"so a root sandbox user can leave setuid files in a host directory; docs/operations.md says to use a non-root docker.user there")
-	}
 	b := newBackend(t, func(c *docker.Config) { c.User = "0:0" })
 	info := startSession(t, b, func(s *backends.SandboxSpec) { s.HostPath = dir })
 	r := run(t, b, info, "cd /workspace && id -u && touch f g && chmod 4755 f; chmod 2755 g; stat -c '%n %a' f g", 30*time.Second)

@@ -133,7 +133,11 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		b.removeSession(ctx, name)
 		return backends.Session{}, err
 	}
-	agent := b.usesAgent(spec.Sandbox)
+	agent, err := b.usesAgent(ctx, spec.Sandbox)
+	if err != nil {
+		b.removeSession(ctx, name)
+		return backends.Session{}, err
+	}
 	if agent {
 		am, err := b.agentMounts(name)
 		if err != nil {
@@ -191,7 +195,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 // hostConfig is the engine's side of the session's container: runtime,
 // init, dropped capabilities, security options, limits, network and mounts.
 func (b *Backend) hostConfig(ctx context.Context, spec backends.SandboxSpec, mounts []mount.Mount) (*container.HostConfig, error) {
-	secOpts, err := b.securityOpts(ctx)
+	secOpts, err := b.securityOpts(ctx, spec.Sandbox)
 	if err != nil {
 		return nil, err
 	}
@@ -662,12 +666,8 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 		info, infoErr := infoFromLabels(name, c.Labels)
 		if infoErr == nil {
 			info = b.applyClaim(info)
-			if dir := agentDirOf(c.Mounts); c.Labels[LabelAgent] == "1" && dir != "" && b.usesAgent(info.Sandbox) {
-				// Listening now lets the agent dial back while the session
-				// is idle; its processes kept running.
-				if _, err := b.addLink(info, dir); err != nil {
-					refused = append(refused, err)
-				}
+			if err := b.relisten(ctx, info, c.Labels, c.Mounts); err != nil {
+				refused = append(refused, err)
 			}
 		}
 		if infoErr == nil && b.suspended(name) {

@@ -12,8 +12,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,6 +161,8 @@ func Start(t *testing.T, o Options) *Proc {
 	if o.Config != "" {
 		cmd.Env = append(cmd.Env, "BOXRT_CONFIG="+o.Config)
 	}
+	// Runs after the Stop below (cleanups run last-registered first).
+	t.Cleanup(func() { reapSandboxes(t, o.StateDir) })
 	p := &Proc{t: t, cmd: cmd, stderr: &syncBuffer{}, Addr: addr, State: o.StateDir, done: make(chan struct{}),
 		waiters: map[string]chan Response{}, lines: make(chan []byte, 1024)}
 	cmd.Stderr = p.stderr
@@ -393,4 +398,51 @@ func (w *WS) Read(timeout time.Duration) Response {
 	var r Response
 	require.NoError(w.t, json.Unmarshal(data, &r), "frame: %s", data)
 	return r
+}
+
+// reapSandboxes ends what the bwrap sessions of stateDir left running
+// once its boxrt stopped: a persistent session's sandbox outlives boxrt by
+// design, so a test that does not delete its sessions would leave
+// processes and their stages' mounts behind. Every bwrap process of the
+// state directory's instances is killed (found by its cgroup, which
+// carries the instance id) and their stages are unmounted.
+func reapSandboxes(t *testing.T, stateDir string) {
+	instances, _ := os.ReadDir(filepath.Join(stateDir, "bwrap"))
+	for _, inst := range instances {
+		marker := "/boxrt/" + inst.Name() + "/"
+		procs, _ := os.ReadDir("/proc")
+		for _, e := range procs {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			if b, err := os.ReadFile("/proc/" + e.Name() + "/cgroup"); err == nil && strings.Contains(string(b), marker) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		stage := filepath.Join("/run/boxrt/bwrap", inst.Name())
+		for _, mp := range mountsBelow(stage) {
+			if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil {
+				t.Logf("unmount %s: %v", mp, err)
+			}
+		}
+		_ = os.RemoveAll(stage)
+	}
+}
+
+// mountsBelow lists the mount points at or below dir, deepest first.
+func mountsBelow(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			out = append(out, f[4])
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
 }

@@ -113,33 +113,28 @@ func checkTranscript(t *testing.T, ws *WS, lines []string, backend string) {
 // scripts/run execs), found at the default address with its generated
 // token: every bin/boxrt line of its sh blocks, then the wscat session.
 func TestReadmeWalk(t *testing.T) {
-	for _, backend := range []string{"bwrap", "docker"} {
-		t.Run(backend, func(t *testing.T) {
-			if backend == "docker" {
-				requireDockerImage(t)
-			}
-			u := newUserEnv(t, backend)
-			u.serve(t, "bin/boxrt serve")
-			require.NoError(t, os.WriteFile(filepath.Join(u.dir, "data.csv"), []byte("a,b\n1,2\n"), 0o644))
-			blocks := codeBlocks(t, "../README.md")
-			seen := map[string]bool{}
-			for _, b := range blocks {
-				for _, line := range b.lines {
-					if b.lang != "sh" || !strings.HasPrefix(line, "bin/boxrt ") {
-						continue
-					}
-					stdout, stderr, code := u.run(t, line)
-					require.Equal(t, 0, code, "%s\nstdout: %s\nstderr: %s", line, stdout, stderr)
-					checkReadmeLine(t, u, line, stdout, stderr, backend)
-					seen[strings.Fields(line)[1]] = true
+	onEachBackend(t, func(t *testing.T, backend string) {
+		u := newUserEnv(t, backend)
+		u.serve(t, "bin/boxrt serve")
+		require.NoError(t, os.WriteFile(filepath.Join(u.dir, "data.csv"), []byte("a,b\n1,2\n"), 0o644))
+		blocks := codeBlocks(t, "../README.md")
+		seen := map[string]bool{}
+		for _, b := range blocks {
+			for _, line := range b.lines {
+				if b.lang != "sh" || !strings.HasPrefix(line, "bin/boxrt ") {
+					continue
 				}
+				stdout, stderr, code := u.run(t, line)
+				require.Equal(t, 0, code, "%s\nstdout: %s\nstderr: %s", line, stdout, stderr)
+				checkReadmeLine(t, u, line, stdout, stderr, backend)
+				seen[strings.Fields(line)[1]] = true
 			}
-			for _, cmd := range []string{"exec", "sessions", "call", "cp"} {
-				assert.True(t, seen[cmd], "the README shows no bin/boxrt %s line", cmd)
-			}
-			walkWscat(t, u, blocks, backend)
-		})
-	}
+		}
+		for _, cmd := range []string{"exec", "sessions", "call", "cp"} {
+			assert.True(t, seen[cmd], "the README shows no bin/boxrt %s line", cmd)
+		}
+		walkWscat(t, u, blocks, backend)
+	})
 }
 
 // checkReadmeLine checks what a README line promises beyond exit status 0.
@@ -237,7 +232,11 @@ func TestReadmeScriptsRun(t *testing.T) {
 // boxrt serve line starts the runtime, the other boxrt lines and the
 // wscat line (its token path is this user's) run against it.
 func TestHelpQuickStart(t *testing.T) {
-	u := newUserEnv(t, "bwrap")
+	onEachBackend(t, helpQuickStart)
+}
+
+func helpQuickStart(t *testing.T, backend string) {
+	u := newUserEnv(t, backend)
 	help, _, code := u.run(t, "boxrt --help")
 	require.Equal(t, 0, code)
 	start := strings.Index(help, "Quick start")

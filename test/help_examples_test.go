@@ -59,10 +59,14 @@ func helpDescriptions(t *testing.T, u *userEnv) map[string]string {
 
 // TestHelpExamples runs every example command of every subcommand's
 // --help, as written (see helpExampleSubs), against a real runtime on
-// bwrap: each must exit 0 without an error answer. serve's configuration
+// bwrap and on docker: each must exit 0 without an error answer. serve's configuration
 // example is the configuration of a runtime that must start.
 func TestHelpExamples(t *testing.T) {
-	u := newUserEnv(t, "bwrap")
+	onEachBackend(t, helpExamples)
+}
+
+func helpExamples(t *testing.T, backend string) {
+	u := newUserEnv(t, backend)
 	descs := helpDescriptions(t, u)
 
 	// serve's example configuration starts a runtime (its own state
@@ -121,4 +125,17 @@ func TestHelpExamples(t *testing.T) {
 	}
 	t.Logf("examples run: %v", ran)
 	assert.FileExists(t, filepath.Join(u.dir, "report.pdf"), "cp's download example")
+}
+
+// onEachBackend runs fn as a subtest per backend a new user may have:
+// bwrap, and docker with its default image.
+func onEachBackend(t *testing.T, fn func(t *testing.T, backend string)) {
+	for _, backend := range []string{"bwrap", "docker"} {
+		t.Run(backend, func(t *testing.T) {
+			if backend == "docker" {
+				requireDockerImage(t)
+			}
+			fn(t, backend)
+		})
+	}
 }

@@ -6,47 +6,20 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/boxrt/boxrt/internal/sandboxagent"
 )
 
 // openPTY opens a pseudo-terminal pair in the sandbox's own devpts (bwrap
-// mounts a new instance at /dev/pts), so that inside, the command's
-// terminal has a name (/dev/pts/N) as on any machine, while the host's
-// terminals stay out of its reach. boxrt opens the master itself, through
-// the root of the sandbox's init with RESOLVE_IN_ROOT and no symlinks
-// followed, so nothing the sandbox plants leads elsewhere, and checks that
-// it got a ptmx; the slave comes from the master (TIOCGPTPEER), not from a
-// path.
+// mounts a new instance at /dev/pts), through the root of the sandbox's
+// namespace init.
 func (m *machine) openPTY() (master, slave *os.File, err error) {
 	root, err := m.r.openRoot()
 	if err != nil {
 		return nil, nil, err
 	}
 	defer unix.Close(root)
-	mfd, err := unix.Openat2(root, "dev/pts/ptmx", &unix.OpenHow{
-		Flags:   unix.O_RDWR | unix.O_NOCTTY | unix.O_CLOEXEC | unix.O_NONBLOCK,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("open the sandbox's /dev/pts/ptmx: %w", err)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(mfd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR ||
-		unix.Major(st.Rdev) != 5 || unix.Minor(st.Rdev) != 2 {
-		unix.Close(mfd)
-		return nil, nil, errors.New("the sandbox's /dev/pts/ptmx is not a terminal multiplexer")
-	}
-	if err := unix.IoctlSetPointerInt(mfd, unix.TIOCSPTLCK, 0); err != nil {
-		unix.Close(mfd)
-		return nil, nil, fmt.Errorf("unlock the pseudo-terminal: %w", err)
-	}
-	sfd, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(mfd), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
-	if errno != 0 {
-		unix.Close(mfd)
-		return nil, nil, fmt.Errorf("open the pseudo-terminal's slave: %w", errno)
-	}
-	// Non-blocking: the master is read through the runtime's poller, so
-	// read deadlines (execIO.ended) work.
-	return os.NewFile(uintptr(mfd), "/dev/ptmx"), os.NewFile(sfd, "pty"), nil
+	return sandboxagent.OpenPTY(root)
 }
 
 // openRoot opens (O_PATH) the root directory of the sandbox's namespace

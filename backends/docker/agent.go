@@ -15,6 +15,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
@@ -126,6 +127,9 @@ type agentLink struct {
 	ln   *sandboxagent.Listener
 	conn *sandboxagent.Conn // nil until the agent connected (again)
 	env  []string           // the environment of the container's PID 1
+	// pid is the agent's host pid, checked at accept to be the
+	// container's first process; 0 when it cannot be (gVisor).
+	pid int
 	// restarted: the container was restarted since an exec last said so.
 	restarted bool
 }
@@ -329,6 +333,29 @@ func (l *agentLink) get(ctx context.Context) (conn *sandboxagent.Conn, env []str
 	return l.conn, l.env, restarted, nil
 }
 
+// openRoot opens (O_PATH) the container's root as its agent sees it,
+// through /proc of the agent's host pid checked at accept, while conn is
+// still the agent's live connection.
+func (l *agentLink) openRoot(conn *sandboxagent.Conn) (int, error) {
+	l.mu.Lock()
+	pid, current := l.pid, l.conn == conn
+	l.mu.Unlock()
+	if pid <= 0 || !current {
+		return -1, errors.New("the agent's process is not known")
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/root", pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open the container's root: %w", err)
+	}
+	select {
+	case <-conn.Done():
+		unix.Close(fd)
+		return -1, errors.New("the agent is gone")
+	default:
+		return fd, nil
+	}
+}
+
 // lost is what a call says when conn went away under it: the container is
 // restarted (so that nothing the agent started runs unwatched, and the
 // session keeps its files), and the error says so; the next exec reports
@@ -447,7 +474,10 @@ func (l *agentLink) accept(ctx context.Context) error {
 			env, err = c.Config.Env, nil
 		}
 		if err == nil {
-			l.conn, l.env = conn, env
+			l.conn, l.env, l.pid = conn, env, 0
+			if checkPid {
+				l.pid = c.State.Pid
+			}
 			return nil
 		}
 		conn.Close()

@@ -9,7 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/backends"
@@ -41,7 +40,7 @@ func (b *Backend) agentExec(ctx context.Context, info backends.Session, l *agent
 		return backends.ExitStatus{}, err
 	}
 	workdir, _ := execproc.Paths(info, req.Workdir, "exec", "")
-	sio, err := newAgentIO(req.TTY, req.Stdin != nil)
+	sio, err := newAgentIO(req.TTY, req.Stdin != nil, func() (*os.File, *os.File, error) { return l.openPTY(conn) })
 	if err != nil {
 		return backends.ExitStatus{}, boxerr.Failure("docker backend: making the command's stdio: %v", err).Wrap(err)
 	}
@@ -139,9 +138,10 @@ type agentIO struct {
 	tty                         bool
 }
 
-// newAgentIO makes the stdio of a command with terminal tty (nil: none)
-// and, without one, a stdin pipe when withStdin (else /dev/null).
-func newAgentIO(tty *backends.TTYSize, withStdin bool) (s *agentIO, err error) {
+// newAgentIO makes the stdio of a command with terminal tty (nil: none),
+// opened by openTerminal, and, without one, a stdin pipe when withStdin
+// (else /dev/null).
+func newAgentIO(tty *backends.TTYSize, withStdin bool, openTerminal func() (master, slave *os.File, err error)) (s *agentIO, err error) {
 	s = &agentIO{tty: tty != nil}
 	defer func() {
 		if err != nil {
@@ -150,7 +150,10 @@ func newAgentIO(tty *backends.TTYSize, withStdin bool) (s *agentIO, err error) {
 		}
 	}()
 	if s.tty {
-		if s.master, s.childIn, err = openPTY(*tty); err != nil {
+		if s.master, s.childIn, err = openTerminal(); err != nil {
+			return s, err
+		}
+		if err = setWinsize(s.master, *tty); err != nil {
 			return s, err
 		}
 		s.readers = []*os.File{s.master}
@@ -174,30 +177,15 @@ func newAgentIO(tty *backends.TTYSize, withStdin bool) (s *agentIO, err error) {
 	return s, nil
 }
 
-// openPTY opens a terminal of size: its master pollable (so that a read
-// can be cut short), its slave for the command.
-func openPTY(size backends.TTYSize) (master, slave *os.File, err error) {
-	m, slave, err := pty.Open()
+// openPTY opens a terminal in the container's own devpts, so that inside
+// it has a name (/dev/pts/N) and the host's terminals stay out of reach.
+func (l *agentLink) openPTY(conn *sandboxagent.Conn) (master, slave *os.File, err error) {
+	root, err := l.openRoot(conn)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer m.Close()
-	fd, err := unix.Dup(int(m.Fd()))
-	if err == nil {
-		unix.CloseOnExec(fd)
-		err = unix.SetNonblock(fd, true)
-	}
-	if err != nil {
-		slave.Close()
-		return nil, nil, err
-	}
-	master = os.NewFile(uintptr(fd), "ptmx")
-	if err := setWinsize(master, size); err != nil {
-		master.Close()
-		slave.Close()
-		return nil, nil, err
-	}
-	return master, slave, nil
+	defer unix.Close(root)
+	return sandboxagent.OpenPTY(root)
 }
 
 // setWinsize sizes the terminal without Fd (which would make the master

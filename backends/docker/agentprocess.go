@@ -24,7 +24,7 @@ func (b *Backend) agentStartProcess(ctx context.Context, info backends.Session, 
 		return nil, err
 	}
 	cwd, pidFile := execproc.Paths(info, spec.Cwd, "proc", b.pidDirOf(info.BackendSessionID))
-	sio, err := newAgentIO(nil, true)
+	sio, err := newAgentIO(nil, true, nil)
 	if err != nil {
 		return nil, boxerr.Failure("docker backend: making the managed process's stdio: %v", err).Wrap(err)
 	}

@@ -66,6 +66,10 @@ func TestHelpExamples(t *testing.T) {
 }
 
 func helpExamples(t *testing.T, backend string) {
+	if backend == "docker" {
+		// A new user's sessions run in the default image.
+		backend = "docker-default"
+	}
 	u := newUserEnv(t, backend)
 	descs := helpDescriptions(t, u)
 
@@ -80,10 +84,10 @@ func helpExamples(t *testing.T, backend string) {
 	u.serve(t, "boxrt serve --listen 127.0.0.1:0 --state-dir "+filepath.Join(u.dir, "example-state")+" --config "+cfgFile)
 
 	u.serve(t, "boxrt serve")
-	// What the examples work on: a file to upload, a report and a Makefile
+	// What the examples work on: a file to upload, a report and a test script
 	// in session s1, a background exec to attach to.
 	require.NoError(t, os.WriteFile(filepath.Join(u.dir, "data.csv"), []byte("a,b\n1,2\n"), 0o644))
-	setup := `boxrt exec s1 -- 'mkdir -p /workspace/out && echo report > /workspace/out/report.pdf && printf "test:\n\t@echo tested\n" > /workspace/Makefile'`
+	setup := `boxrt exec s1 -- 'mkdir -p /workspace/out && echo report > /workspace/out/report.pdf && echo "echo tested" > /workspace/test.sh'`
 	_, stderr, code := u.run(t, setup)
 	require.Equal(t, 0, code, stderr)
 	started, stderr, code := u.run(t, `boxrt call box_exec_start '{"session_id":"s1","cmd":"echo attached"}'`)

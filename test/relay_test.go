@@ -26,9 +26,12 @@ import (
 // (runsc, registered by scripts/setup), so that sessions, relay, managed
 // processes and skill mounts are shown to work under gVisor too.
 var backendConfigs = map[string]string{
-	"bwrap":        `"backend":"bwrap"`,
-	"docker":       `"backend":"docker","docker":{"image":"boxrt-test:busybox"}`,
-	"docker-runsc": `"backend":"docker","docker":{"image":"boxrt-test:busybox","runtime":"runsc"}`,
+	"bwrap":  `"backend":"bwrap"`,
+	"docker": `"backend":"docker","docker":{"image":"boxrt-test:busybox"}`,
+	// docker-default: the default image, boxrt-sandbox:latest, as a new
+	// user's sessions get it.
+	"docker-default": `"backend":"docker"`,
+	"docker-runsc":   `"backend":"docker","docker":{"image":"boxrt-test:busybox","runtime":"runsc"}`,
 }
 
 // relayEnv is a stdio boxrt with a workspace directory the sandbox sees at

@@ -42,7 +42,7 @@ connection, which cancels the command. Flags may come anywhere before "--".
 Examples:
   boxrt exec s1 -- uname -a
   boxrt exec s1 -- 'cd /workspace && ls | wc -l'
-  boxrt exec s1 --timeout 10m --env CI=1 -- make -C /workspace test
+  boxrt exec s1 --timeout 10m --env CI=1 -- sh /workspace/test.sh
   boxrt exec s1 --spawn -- cat /etc/os-release`,
 		Flags: append(targetFlags(true),
 			&cli.DurationFlag{Name: "timeout", DefaultText: "the runtime's", Usage: "kill the command after this long (box_exec's timeout_sec)"},

@@ -212,13 +212,7 @@ func (b *Backend) addLink(info backends.Session, dir string) (*agentLink, error)
 func (b *Backend) dropLink(name string) {
 	v, ok := b.links.LoadAndDelete(name)
 	if l, isLink := v.(*agentLink); ok && isLink {
-		l.mu.Lock()
-		l.disconnect()
-		if l.ln != nil {
-			l.ln.Close()
-			l.ln = nil
-		}
-		l.mu.Unlock()
+		l.shut()
 	}
 }
 
@@ -227,15 +221,7 @@ func (b *Backend) dropLink(name string) {
 func (b *Backend) suspendLink(name string) {
 	if v, ok := b.links.Load(name); ok {
 		if l, isLink := v.(*agentLink); isLink {
-			l.mu.Lock()
-			l.disconnect()
-			// What the stopping agent dials meanwhile must not be taken
-			// for its successor.
-			if l.ln != nil {
-				l.ln.Close()
-				l.ln = nil
-			}
-			l.mu.Unlock()
+			l.shut()
 		}
 	}
 }
@@ -297,6 +283,18 @@ func (l *agentLink) listen() error {
 	}
 	l.ln = ln
 	return nil
+}
+
+// shut drops the agent's connection and stops listening: what the
+// stopping agent dials meanwhile must not be taken for its successor.
+func (l *agentLink) shut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.disconnect()
+	if l.ln != nil {
+		l.ln.Close()
+		l.ln = nil
+	}
 }
 
 // disconnect drops the connection without counting it lost (suspend,

@@ -109,46 +109,11 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 	info.CreatedAt = time.Now().UTC()
 	info.LastUsedAt = info.CreatedAt
 
-	mounts, err := b.mounts(ctx, spec, name, owner)
+	cfg, hc, agent, err := b.containerSpec(ctx, spec, info, owner)
+	if err == nil {
+		err = recheckBinds(info)
+	}
 	if err != nil {
-		b.removeSession(ctx, name)
-		return backends.Session{}, err
-	}
-	labels, err := b.labels(info)
-	if err != nil {
-		b.removeSession(ctx, name)
-		return backends.Session{}, err
-	}
-
-	cfg := &container.Config{
-		Image:  spec.Image,
-		User:   b.user,
-		Labels: labels,
-		// Overriding the entrypoint (not just the command) keeps an image's
-		// own ENTRYPOINT from swallowing the keep-alive loop (or the agent).
-		Entrypoint: []string{"sh", "-c", keepAlive},
-	}
-	hc, err := b.hostConfig(ctx, spec, mounts)
-	if err != nil {
-		b.removeSession(ctx, name)
-		return backends.Session{}, err
-	}
-	agent, err := b.usesAgent(ctx, spec.Sandbox)
-	if err != nil {
-		b.removeSession(ctx, name)
-		return backends.Session{}, err
-	}
-	if agent {
-		am, err := b.agentMounts(name)
-		if err != nil {
-			b.removeSession(ctx, name)
-			return backends.Session{}, err
-		}
-		agentHostConfig(hc, am)
-		cfg.Entrypoint = agentEntrypoint
-		labels[LabelAgent] = "1"
-	}
-	if err := recheckBinds(info); err != nil {
 		b.removeSession(ctx, name)
 		return backends.Session{}, err
 	}
@@ -190,6 +155,43 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		}
 	}
 	return info, nil
+}
+
+// containerSpec is the container of session info: its mounts, labels and
+// hardening and, where the agent serves, the agent as its entrypoint
+// (agent says so).
+func (b *Backend) containerSpec(ctx context.Context, spec backends.SandboxSpec, info backends.Session, o owner) (cfg *container.Config, hc *container.HostConfig, agent bool, err error) {
+	name := info.BackendSessionID
+	mounts, err := b.mounts(ctx, spec, name, o)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	labels, err := b.labels(info)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	cfg = &container.Config{
+		Image:  spec.Image,
+		User:   b.user,
+		Labels: labels,
+		// Overriding the entrypoint (not just the command) keeps an image's
+		// own ENTRYPOINT from swallowing the keep-alive loop (or the agent).
+		Entrypoint: []string{"sh", "-c", keepAlive},
+	}
+	if hc, err = b.hostConfig(ctx, spec, mounts); err != nil {
+		return nil, nil, false, err
+	}
+	if agent, err = b.usesAgent(ctx, spec.Sandbox); err != nil || !agent {
+		return cfg, hc, false, err
+	}
+	am, err := b.agentMounts(name)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	agentHostConfig(hc, am)
+	cfg.Entrypoint = agentEntrypoint
+	labels[LabelAgent] = "1"
+	return cfg, hc, true, nil
 }
 
 // hostConfig is the engine's side of the session's container: runtime,

@@ -331,18 +331,9 @@ func metadataMatches(have map[string]string, want url.Values) bool {
 }
 
 func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	id := r.PathValue("id")
-	details, err := h.rt.GetSession(ctx, id)
-	if err != nil {
-		writeRuntimeError(w, err)
-		return
-	}
-	if _, err := h.adopt(ctx, id, details.SessionInfo, adopted); err != nil {
-		writeRuntimeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, h.detail(ctx, details.SessionInfo, true))
+	h.withSandbox(w, r, func(_ *sandbox, info runtime.SessionInfo) {
+		writeJSON(w, http.StatusOK, h.detail(r.Context(), info, true))
+	})
 }
 
 func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {

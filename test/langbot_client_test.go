@@ -305,6 +305,8 @@ func startBox(t *testing.T, o lbOptions) *lbProc {
 	addr := freeAddr(t)
 	host, port, _ := strings.Cut(addr, ":")
 	state := t.TempDir()
+	// Runs after the stop registered below (cleanups run last first).
+	t.Cleanup(func() { reapSandboxes(t, state) })
 	args := []string{"box", "--host", host, "--ws-control-port", port, "--state-dir", state, "--log-level", "debug"}
 	if o.Stdio {
 		args = append(args, "-s")

@@ -13,8 +13,8 @@
 // /run/boxrt/bwrap/<InstanceID>/<session dir>/ (stage.go), which also
 // holds the agent's socket directory (agent/).
 //
-// A session is one resident sandbox (resident.go): a bwrap started on the
-// session's first use (or a pool's warm-up exec) whose command is the
+// A session is one resident sandbox (resident.go): a bwrap started when
+// the session is created (StartSession) whose command is the
 // session agent (internal/sandboxagent: boxrt's own binary bound read-only
 // at /run/boxrt-agent/boxrt, running `boxrt agent`, pid 2 under bwrap's
 // init), connected back to a socket boxrt listens on in the stage (bound

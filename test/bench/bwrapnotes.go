@@ -4,9 +4,11 @@ package main
 // goes, layer by layer, as measured while tuning the backend (2026-11-23,
 // this 2-core machine, cgroup v1, other engineers' work running: the
 // 1-minute load average was 2-8). They are fixed text, not this run's
-// measurements: the scenario rows are.
+// measurements: the scenario rows are. They describe the design before
+// the resident sandbox (a bwrap per exec), and say so.
 var bwrapCostNotes = []string{
-	"**bwrap: where the time goes** (measured 2026-11-23 by timing each step in-process and with `strace -f -tt`; " +
+	"**bwrap: where the time went with a sandbox per exec** (the design before each session became one resident sandbox " +
+		"entered through its agent; measured 2026-11-23 by timing each step in-process and with `strace -f -tt`; " +
 		"2 cores shared with other work, so ±1 ms). A warm exec of `true` is one bwrap run (~7 ms here, the bare row) plus " +
 		"boxrt's own steps: session lookup, layout and mount-point checks ~0.03 ms; bwrap options, seccomp and argument " +
 		"memfds ~0.1-0.2 ms; placing bwrap into the session's cgroup ~0.05 ms (a locked thread moved into the three v1 " +

@@ -48,16 +48,12 @@ func (b *Backend) ExportFiles(ctx context.Context, info backends.Session, opts b
 		}
 	}
 	if !info.HostWorkspace() || opts.HostPaths {
-		var excludes []string
-		for _, rel := range mountsBelow(info) {
-			excludes = append(excludes, "--exclude=./"+rel)
-		}
-		if err := b.exportDir(ctx, info, tw, mountPath(info), backends.ArchiveWorkspace, excludes, nil); err != nil {
+		if err := b.exportDir(ctx, info, tw, mountPath(info), backends.ArchiveWorkspace, underAny(mountsBelow(info))); err != nil {
 			return err
 		}
 	}
 	if ownTmp(info) {
-		if err := b.exportDir(ctx, info, tw, "/tmp", backends.ArchiveTmp, nil, legacyPidFile); err != nil {
+		if err := b.exportDir(ctx, info, tw, "/tmp", backends.ArchiveTmp, legacyPidFile); err != nil {
 			return err
 		}
 	}
@@ -71,12 +67,26 @@ func legacyPidFile(rel string) bool {
 	return !strings.Contains(rel, "/") && strings.HasPrefix(rel, ".boxrt-") && strings.HasSuffix(rel, ".pid")
 }
 
+// underAny reports whether rel is one of dirs or below one: the extra
+// mounts a workspace export leaves out. They are dropped as the stream
+// arrives because busybox tar, the smallest images' only tar, has no
+// --exclude.
+func underAny(dirs []string) func(rel string) bool {
+	return func(rel string) bool {
+		for _, d := range dirs {
+			if rel == d || strings.HasPrefix(rel, d+"/") {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // exportDir writes dir of the session's Pod to tw, its entries renamed
-// under prefix; tar leaves out excludes, skip (when set) the entries whose
-// path relative to dir it reports.
-func (b *Backend) exportDir(ctx context.Context, info backends.Session, tw *tar.Writer, dir, prefix string, excludes []string, skip func(rel string) bool) error {
-	args := append([]string{"tar", "-C", dir, "-cf", "-"}, excludes...)
-	run, err := fsRunner{b}.Run(ctx, info, nil, append(args, "."))
+// under prefix, leaving out those whose path relative to dir skip (when
+// set) reports.
+func (b *Backend) exportDir(ctx context.Context, info backends.Session, tw *tar.Writer, dir, prefix string, skip func(rel string) bool) error {
+	run, err := fsRunner{b}.Run(ctx, info, nil, []string{"tar", "-C", dir, "-cf", "-", "."})
 	if err != nil {
 		return err
 	}

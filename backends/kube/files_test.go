@@ -1,6 +1,7 @@
 package kube_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -247,31 +248,7 @@ func TestFilesSymlinkEscapes(t *testing.T) {
 // PersistentVolumeClaim mounted read-only) refuses writes, and reads.
 func TestFilesReadOnlyMount(t *testing.T) {
 	needCluster(t)
-	claim := "boxrt-ro-" + randomID()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: testNamespace},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("16Mi")}},
-		},
-	}
-	if _, err := admin.CoreV1().PersistentVolumeClaims(testNamespace).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = admin.CoreV1().PersistentVolumeClaims(testNamespace).Delete(context.Background(), claim, metav1.DeleteOptions{})
-	})
-	instance := "test-" + randomID()
-	b, err := kube.New(kube.Config{
-		InstanceID: instance, Kubeconfig: kubeconfig, Namespace: testNamespace, Image: testImage, ImagePullPolicy: "Never",
-		HostPathClaims: map[string]string{"/srv/shared": claim},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { assertNothingLeft(t, instance) })
+	b := backendWithClaim(t, "/srv/shared")
 	withMount := func(mode backends.MountMode) backends.Session {
 		s := spec("ro-" + randomID())
 		s.ExtraMounts = []backends.MountSpec{{HostPath: "/srv/shared", MountPath: "/shared", Mode: mode}}
@@ -301,4 +278,74 @@ func TestFilesReadOnlyMount(t *testing.T) {
 	if got, err := readAll(b, ro, "/shared/f", 0, -1); err != nil || string(got) != "ro" {
 		t.Fatalf("read from a ro mount: %q %v", got, err)
 	}
+}
+
+// TestExportLeavesOutMounts: an extra mount inside the workspace is not
+// part of the session's files, so its export leaves it out (with busybox
+// tar, which has no --exclude, in the test image).
+func TestExportLeavesOutMounts(t *testing.T) {
+	needCluster(t)
+	b := backendWithClaim(t, "/srv/shared")
+	s := spec("export-" + randomID())
+	s.ExtraMounts = []backends.MountSpec{{HostPath: "/srv/shared", MountPath: "/workspace/shared", Mode: backends.MountRW}}
+	info := start(t, b, s)
+	mustRun(t, b, info, "echo mine > /workspace/own && mkdir -p /workspace/shared/d && echo theirs > /workspace/shared/d/f && echo x > /workspace/shared-not")
+	var archive bytes.Buffer
+	if err := b.ExportFiles(context.Background(), info, backends.ExportOptions{}, &archive); err != nil {
+		t.Fatalf("ExportFiles: %v", err)
+	}
+	names := map[string]bool{}
+	tr := tar.NewReader(&archive)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names[hdr.Name] = true
+	}
+	for _, want := range []string{backends.ArchiveWorkspace + "own", backends.ArchiveWorkspace + "shared-not"} {
+		if !names[want] {
+			t.Errorf("export lacks %s: %v", want, names)
+		}
+	}
+	for n := range names {
+		if strings.HasPrefix(n, backends.ArchiveWorkspace+"shared/") || n == backends.ArchiveWorkspace+"shared" {
+			t.Errorf("export holds %s, inside the extra mount", n)
+		}
+	}
+}
+
+// backendWithClaim is a backend whose kube.host_path_claims maps hostPath
+// to a fresh 16 MiB PersistentVolumeClaim, removed at cleanup.
+func backendWithClaim(t *testing.T, hostPath string) *kube.Backend {
+	t.Helper()
+	claim := "boxrt-claim-" + randomID()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: testNamespace},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("16Mi")}},
+		},
+	}
+	if _, err := admin.CoreV1().PersistentVolumeClaims(testNamespace).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.CoreV1().PersistentVolumeClaims(testNamespace).Delete(context.Background(), claim, metav1.DeleteOptions{})
+	})
+	instance := "test-" + randomID()
+	b, err := kube.New(kube.Config{
+		InstanceID: instance, Kubeconfig: kubeconfig, Namespace: testNamespace, Image: testImage, ImagePullPolicy: "Never",
+		HostPathClaims: map[string]string{hostPath: claim},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { assertNothingLeft(t, instance) })
+	return b
 }

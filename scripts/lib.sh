@@ -42,6 +42,54 @@ TEST_IMAGE=${BOXRT_TEST_IMAGE:-boxrt-test:busybox}
 SANDBOX_IMAGE=boxrt-sandbox:latest
 IMAGE_LABEL=boxrt.built-by=boxrt-scripts
 
+# The E2B SDK (test/e2b, the bench's e2b scenario) needs Node.js 20.18.1 or
+# later, and Debian bookworm's is 18: scripts/setup then installs a newer
+# one from the npm registry (the node-linux-<arch> package, a plain node
+# binary) into SDK_NODE_DIR, and scripts/test and scripts/bench name it in
+# BOXRT_SDK_NODE (use_sdk_node), which runs the SDK's scripts (npm keeps
+# running on the machine's node).
+SDK_NODE_VERSION=22.23.5
+if is_root; then SDK_NODE_DIR=/var/cache/boxrt-node; else SDK_NODE_DIR=${XDG_CACHE_HOME:-$HOME/.cache}/boxrt-node; fi
+
+# node_fits_sdk is true when the node named $1 (default: node on PATH)
+# satisfies the SDK's engines field, ">=20.18.1 <21 || >=22".
+node_fits_sdk() {
+	local v major minor patch
+	v=$("${1:-node}" --version 2>/dev/null) || return 1
+	IFS=. read -r major minor patch <<<"${v#v}"
+	patch=${patch%%[!0-9]*}
+	((major >= 22 || (major == 20 && (minor > 18 || (minor == 18 && ${patch:-0} >= 1)))))
+}
+
+# ensure_sdk_node installs the SDK's Node.js into SDK_NODE_DIR when the
+# machine's is too old (npm, Debian's, must be there).
+ensure_sdk_node() {
+	node_fits_sdk && return 0
+	node_fits_sdk "$SDK_NODE_DIR/bin/node" && return 0
+	local arch
+	case $(uname -m) in
+	x86_64) arch=x64 ;;
+	aarch64) arch=arm64 ;;
+	*) log "no Node.js package for $(uname -m): the E2B SDK's tests will fail on node $(node --version)"; return 0 ;;
+	esac
+	log "node $(node --version) is older than the E2B SDK needs (20.18.1): installing node $SDK_NODE_VERSION into $SDK_NODE_DIR"
+	mkdir -p "$SDK_NODE_DIR"
+	npm install --no-audit --no-fund --no-save --prefix "$SDK_NODE_DIR/pkg" "node-linux-$arch@$SDK_NODE_VERSION" >&2
+	ln -sfn "pkg/node_modules/node-linux-$arch/bin" "$SDK_NODE_DIR/bin.tmp"
+	mv -T "$SDK_NODE_DIR/bin.tmp" "$SDK_NODE_DIR/bin"
+	node_fits_sdk "$SDK_NODE_DIR/bin/node" || die "the installed $SDK_NODE_DIR/bin/node does not run"
+}
+
+# use_sdk_node exports BOXRT_SDK_NODE, the node that runs the SDK's
+# scripts: the machine's when it fits, else the one setup installed.
+use_sdk_node() {
+	if ! node_fits_sdk && [[ -x $SDK_NODE_DIR/bin/node ]]; then
+		export BOXRT_SDK_NODE=$SDK_NODE_DIR/bin/node
+	else
+		export BOXRT_SDK_NODE=node
+	fi
+}
+
 # default_state_dir prints the state directory boxrt uses when --state-dir
 # is not given; it mirrors defaultStateDir in internal/cli/flags.go.
 default_state_dir() {

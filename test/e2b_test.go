@@ -50,6 +50,16 @@ func e2bSDK(t *testing.T) string {
 	return dir
 }
 
+// sdkNode is the node that runs the SDK's scripts: $BOXRT_SDK_NODE
+// (scripts/test names a newer one when the machine's is older than the
+// SDK needs), else node on PATH.
+func sdkNode() string {
+	if n := os.Getenv("BOXRT_SDK_NODE"); n != "" {
+		return n
+	}
+	return "node"
+}
+
 // e2bEnv is what an E2B user sets to point the SDK at p.
 func e2bEnv(p *Proc, key string) []string {
 	return append(os.Environ(), "E2B_API_URL=http://"+p.Addr+"/e2b", "E2B_SANDBOX_URL=http://"+p.Addr+"/e2b/envd",
@@ -63,7 +73,7 @@ func TestE2BSDK(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			p := Start(t, Options{Config: e2bConfigs[backend]})
 			require.NotEmpty(t, p.Token)
-			cmd := exec.Command("node", "scenario.mjs")
+			cmd := exec.Command(sdkNode(), "scenario.mjs")
 			cmd.Dir = dir
 			// boxrt's token is not E2B-shaped (e2b_ + hex); the SDK sends
 			// it as it is.

@@ -95,7 +95,7 @@ func main() {
 	fs.StringVar(&c.linkedEcho, "linked-echo", "", "test/bench/linkedecho built: the ping scenario's echo peer linked with boxrt's packages (scripts/bench builds it; without it that row is not measured)")
 	fs.StringVar(&c.out, "out", "docs/benchmarks.md", "where to write the report")
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: small counts, about a minute")
-	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,reconnect,scale,burst,burst64,durable,stream,files,kube,langbot,isolation (default all)")
+	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,reconnect,scale,burst,burst64,durable,stream,files,kube,langbot,isolation,e2b (default all)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster the kube scenario uses (default $BOXRT_TEST_KUBECONFIG, else scripts/kube-up's)")
 	fs.StringVar(&c.backends, "backends", "docker,bwrap", "comma-separated backends the exec and session scenarios measure: docker,bwrap")
 	fs.BoolVar(&c.keepWork, "keep-work", false, "keep the work directory (boxrt logs, state dirs)")
@@ -343,6 +343,7 @@ func run(c config) error {
 		{"kube", b.scenarioKube},
 		{"langbot", b.scenarioLangBot},
 		{"isolation", b.scenarioIsolation},
+		{"e2b", b.scenarioE2B},
 	}
 	for _, s := range steps {
 		if !b.want(s.name) {

@@ -50,7 +50,6 @@ func TestDependencyDirection(t *testing.T) {
 		"test":                        {"*"},
 		"test/bench":                  {"reconnect", "internal/boxerr", "internal/clip", "backends", "backends/bwrap", "backends/docker", "test/bench/echopeer"},
 		"test/bench/echopeer":         {},
-		"test/bench/linkedecho":       {"*"},
 		"internal/clip":               {},
 		"internal/keyed":              {},
 		"internal/fdsafe":             {},

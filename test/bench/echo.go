@@ -66,34 +66,33 @@ type echoPeer struct {
 	exited chan struct{}
 }
 
-// startEcho starts an echo peer reached over link from the executable
-// of role (echoExecutable); work is its -echo-work (stdio only).
-func (b *bench) startEcho(link pingLink, work time.Duration, role string) (*echoPeer, error) {
-	exe, err := b.echoExecutable(role)
+// startEcho starts an echo peer reached over link (from echoExecutable).
+func (b *bench) startEcho(link pingLink) (*echoPeer, error) {
+	exe, err := b.echoExecutable()
 	if err != nil {
 		return nil, err
 	}
-	return spawnEcho(command(link.oneCPU, exe, "-echo-peer", link.mode(), "-echo-work", work.String()), link)
+	return spawnEcho(command(link.oneCPU, exe, "-echo-peer", link.mode()), link)
 }
 
-// echoExecutable is the file the echo peers of role run from: a copy of
-// this harness's binary of their own, made once per run. A peer run from
+// echoExecutable is the file the echo peers run from: a copy of this
+// harness's binary, made once per run. A peer run from
 // the harness's own file shares its code pages with the client — the same
 // physical memory, so the same cache lines after every context switch —
 // and no server a host talks to can: with the caller and the peers on one
 // CPU, the harness's own file in boxrt's place measured 0.80–1.15× the
 // echo peer, a byte-identical copy 1.16–1.30× (where_time_goes.md).
-func (b *bench) echoExecutable(role string) (string, error) {
+func (b *bench) echoExecutable() (string, error) {
 	b.echoMu.Lock()
 	defer b.echoMu.Unlock()
-	if exe, ok := b.echoExes[role]; ok {
-		return exe, nil
+	if b.echoExe != "" {
+		return b.echoExe, nil
 	}
-	exe := filepath.Join(b.workDir, "echo-peer-"+role)
+	exe := filepath.Join(b.workDir, "echo-peer")
 	if err := copyExecutable(b.selfBin, exe); err != nil {
 		return "", fmt.Errorf("echo peer executable: %w", err)
 	}
-	b.echoExes[role] = exe
+	b.echoExe = exe
 	return exe, nil
 }
 

@@ -33,6 +33,7 @@ import (
 type config struct {
 	boxrtBin string
 	out      string
+	jsonOut  string
 	quick    bool
 	only     string
 	backends string
@@ -56,7 +57,7 @@ type config struct {
 	scaleReps    int
 	scaleConc    int
 	reconnectN   int // respawn/restart cycles per run (passed to the hook)
-	reconnectRep int // repetitions of the reconnect scenario (0 = -reps)
+	reconnectRep int // repetitions of the reconnect scenario
 	// burst: memory after many concurrent execs
 	burstSessions int
 	burstExecs    int
@@ -67,8 +68,6 @@ type config struct {
 	waitQuiet     time.Duration
 	kubeconfig    string
 
-	// linkedEcho is test/bench/linkedecho built (scripts/bench builds it).
-	linkedEcho string
 }
 
 func defaults(quick bool) config {
@@ -78,22 +77,23 @@ func defaults(quick bool) config {
 			scaleBwrap: 50, scaleReps: 1, scaleConc: 4, reconnectN: 2, reconnectRep: 1, burstSessions: 20, burstExecs: 60,
 			burstInFlight: 32, burstIdle: 5 * time.Second, burstReps: 1, timeoutTotal: 10 * time.Minute}
 	}
-	return config{reps: 3, pingN: 20000, pingConcN: 500, pingCallers: 64, execNDocker: 150, execNCLI: 20,
-		execNBwrap: 300, coldNDocker: 8, coldNBwrap: 30, relayN: 3000, streamSec: 3, execStreamMB: 200, scaleDocker: 200,
-		scaleBwrap: 1000, scaleReps: 3, scaleConc: 4, reconnectN: 6, burstSessions: 100, burstExecs: 300,
-		burstInFlight: 128, burstIdle: 30 * time.Second, burstReps: 1, timeoutTotal: 75 * time.Minute}
+	// Sized for a full run of about 20 minutes on 2 cores: enough calls
+	// that a p50 is stable to a few per cent, one pass of the slow scale
+	// and reconnect scenarios.
+	return config{reps: 3, pingN: 20000, pingConcN: 500, pingCallers: 64, execNDocker: 60, execNCLI: 10,
+		execNBwrap: 120, coldNDocker: 8, coldNBwrap: 30, relayN: 3000, streamSec: 3, execStreamMB: 200, scaleDocker: 200,
+		scaleBwrap: 1000, scaleReps: 1, scaleConc: 4, reconnectN: 6, reconnectRep: 1, burstSessions: 100, burstExecs: 300,
+		burstInFlight: 128, burstIdle: 15 * time.Second, burstReps: 1, timeoutTotal: 45 * time.Minute}
 }
 
 func main() {
 	var echoMode string
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
 	fs.StringVar(&echoMode, "echo-peer", "", "internal: run the echo baseline peer (stdio or ws)")
-	var echoWork time.Duration
-	fs.DurationVar(&echoWork, "echo-work", 0, "internal: the stdio echo peer spends this long on the CPU before each answer")
 	var c config
 	fs.StringVar(&c.boxrtBin, "boxrt", "bin/boxrt", "the boxrt binary to measure")
-	fs.StringVar(&c.linkedEcho, "linked-echo", "", "test/bench/linkedecho built: the ping scenario's echo peer linked with boxrt's packages (scripts/bench builds it; without it that row is not measured)")
 	fs.StringVar(&c.out, "out", "docs/benchmarks.md", "where to write the report")
+	fs.StringVar(&c.jsonOut, "json", filepath.Join(os.TempDir(), "boxrt-bench-runs.json"), "where to write every run's numbers (JSON)")
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: small counts, about a minute")
 	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,reconnect,scale,burst,burst64,durable,stream,files,kube,langbot,isolation,e2b (default all)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster the kube scenario uses (default $BOXRT_TEST_KUBECONFIG, else scripts/kube-up's)")
@@ -118,7 +118,7 @@ func main() {
 	fs.IntVar(&c.scaleReps, "scale-reps", d.scaleReps, "repetitions of the scale scenario")
 	fs.IntVar(&c.scaleConc, "scale-concurrency", d.scaleConc, "concurrent box_create_session callers in the scale scenario")
 	fs.IntVar(&c.reconnectN, "reconnect-n", d.reconnectN, "respawn/restart cycles per run (reconnect hook)")
-	fs.IntVar(&c.reconnectRep, "reconnect-reps", 0, "repetitions of the reconnect scenario (default: -reps; 1 with -quick)")
+	fs.IntVar(&c.reconnectRep, "reconnect-reps", d.reconnectRep, "repetitions of the reconnect scenario")
 	fs.IntVar(&c.burstSessions, "burst-sessions", d.burstSessions, "bwrap sessions in the burst scenario")
 	fs.IntVar(&c.burstExecs, "burst-execs", d.burstExecs, "execs in the burst scenario")
 	fs.IntVar(&c.burstInFlight, "burst-in-flight", d.burstInFlight, "concurrent box_exec callers in the burst scenario (at most 128, boxrt's per-connection bound)")
@@ -131,7 +131,7 @@ func main() {
 	switch echoMode {
 	case "":
 	case "stdio":
-		if err := echopeer.ServeLines(os.Stdin, os.Stdout, echoWork); err != nil {
+		if err := echopeer.ServeLines(os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "echo peer:", err)
 			os.Exit(1)
 		}
@@ -189,9 +189,7 @@ func main() {
 	c.burstReps = max(c.burstReps, 1)
 	c.burstInFlight = min(max(c.burstInFlight, 1), 128)
 	c.burstSessions = max(c.burstSessions, 1)
-	if c.reconnectRep <= 0 {
-		c.reconnectRep = c.reps
-	}
+	c.reconnectRep = max(c.reconnectRep, 1)
 
 	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -227,12 +225,10 @@ type bench struct {
 	// that scenario compares against.
 	warmExec map[string]*Measure
 
-	// linkedEcho is the -linked-echo binary ("": not given).
-	linkedEcho string
 
 	echoMu sync.Mutex
-	// echoExes are the echo peers' executables by role (echoExecutable).
-	echoExes map[string]string
+	// echoExe is the echo peers' executable (echoExecutable).
+	echoExe string
 }
 
 // wantBackend reports whether -backends selects a backend.
@@ -278,21 +274,13 @@ func (b *bench) runScenario(ctx context.Context, fn func(context.Context) *Scena
 }
 
 func run(c config) error {
-	b := &bench{cfg: c, start: time.Now(), instances: map[string]bool{}, warmExec: map[string]*Measure{}, echoExes: map[string]string{}}
+	b := &bench{cfg: c, start: time.Now(), instances: map[string]bool{}, warmExec: map[string]*Measure{}}
 	var err error
 	if b.boxrtBin, err = filepath.Abs(c.boxrtBin); err != nil {
 		return err
 	}
 	if _, err := os.Stat(b.boxrtBin); err != nil {
 		return fmt.Errorf("boxrt binary: %v (build it first: go build -o bin/boxrt .)", err)
-	}
-	if c.linkedEcho != "" {
-		if b.linkedEcho, err = filepath.Abs(c.linkedEcho); err != nil {
-			return err
-		}
-		if _, err := os.Stat(b.linkedEcho); err != nil {
-			return fmt.Errorf("linked echo peer: %v (build it first: go build -o bin/linkedecho ./test/bench/linkedecho)", err)
-		}
 	}
 	if b.selfBin, err = os.Executable(); err != nil {
 		return err

@@ -7,33 +7,32 @@ import (
 
 func TestPingLatencyGoal(t *testing.T) {
 	us := func(n int) time.Duration { return time.Duration(n) * time.Microsecond }
-	row := func(p50 time.Duration) Row {
-		if p50 == 0 {
-			return Row{Boxrt: newMeasure("not run")}
-		}
+	measure := func(p50 time.Duration) *Measure {
 		m := newMeasure("peer")
-		m.add(RunStats{N: 1, P50: p50})
-		return Row{Boxrt: m}
+		if p50 > 0 {
+			m.add(RunStats{N: 1, P50: p50})
+		}
+		return m
 	}
 	tests := []struct {
-		name              string
-		boxrt, echo, link time.Duration
-		wantMet, wantAt   bool
+		name        string
+		boxrt, echo time.Duration
+		want        *bool
 	}{
-		{"no slower than the echo peer", us(12), us(12), us(13), true, false},
-		{"slower than the echo peer, no slower than the linked one", us(13), us(12), us(13), false, true},
-		{"slower than the linked peer too", us(14), us(12), us(13), false, false},
-		{"no linked peer measured", us(13), us(12), 0, false, false},
-		{"over the absolute bound", us(45), us(44), us(50), false, false},
+		{"as fast as the echo peer", us(12), us(12), boolp(true)},
+		{"at the guard's bound", us(12), us(10), boolp(true)},
+		{"past the guard's bound", us(13), us(10), boolp(false)},
+		{"boxrt not measured", 0, us(10), nil},
+		{"echo peer not measured", us(10), 0, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := row(tc.boxrt)
-			r.Base = row(tc.echo).Boxrt
-			none := Row{}
-			g := pingLatencyGoal(r, none, none, row(tc.link), none, none)
-			if g.Met == nil || *g.Met != tc.wantMet || g.AtFloor != tc.wantAt {
-				t.Errorf("met %v, at floor %v, want %v, %v (%s)", g.Met != nil && *g.Met, g.AtFloor, tc.wantMet, tc.wantAt, g.Measured)
+			g := pingLatencyGoal(Row{Boxrt: measure(tc.boxrt), Base: measure(tc.echo)})
+			switch {
+			case tc.want == nil && g.Met != nil:
+				t.Errorf("met %v, want not measured (%s)", *g.Met, g.Measured)
+			case tc.want != nil && (g.Met == nil || *g.Met != *tc.want):
+				t.Errorf("met %v, want %v (%s)", g.Met, *tc.want, g.Measured)
 			}
 		})
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"time"
 )
 
 // Reply is the answer to the request req.
@@ -24,19 +23,13 @@ func Reply(req []byte) []byte {
 }
 
 // ServeLines answers each line of r on w, one write per answer (boxrt
-// flushes each answer too), until r ends. With work > 0 it busy-waits that
-// long before each answer: an echo that costs as much CPU per call as the
-// server it stands in for.
-func ServeLines(r io.Reader, w io.Writer, work time.Duration) error {
+// flushes each answer too), until r ends.
+func ServeLines(r io.Reader, w io.Writer) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 1 {
 			out := append(Reply(line[:len(line)-1]), '\n')
-			if work > 0 {
-				for t := time.Now(); time.Since(t) < work; {
-				}
-			}
 			if _, werr := w.Write(out); werr != nil {
 				return werr
 			}

@@ -61,16 +61,16 @@ func openRelay(size *termSize, fds []int, attr *syscall.ProcAttr) (_ *relay, err
 		}
 	}()
 	if r.master, r.slave, err = openTerminal(); err != nil {
-		return r, err
+		return nil, err
 	}
 	if r.in, err = pollable(fds[0], "stdin"); err != nil {
-		return r, err
+		return nil, err
 	}
 	if r.out, err = pollable(fds[1], "output"); err != nil {
-		return r, err
+		return nil, err
 	}
 	if err := r.resize(size); err != nil {
-		return r, fmt.Errorf("size the terminal: %v", err)
+		return nil, fmt.Errorf("size the terminal: %v", err)
 	}
 	attr.Files = []uintptr{uintptr(r.slave), uintptr(r.slave), uintptr(r.slave)}
 	attr.Sys.Setctty, attr.Sys.Ctty = true, 0

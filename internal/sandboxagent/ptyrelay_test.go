@@ -150,6 +150,23 @@ func TestTermRequestChecked(t *testing.T) {
 			}
 		})
 	}
+	// A spawn the agent refuses after it made the terminal leaves nothing
+	// open: the output pipe reads EOF once boxrt closed its write end.
+	inR, _ := pipe(t)
+	outR, outW := pipe(t)
+	passed := map[string]bool{pipeName(t, inR): true, pipeName(t, outW): true}
+	_, err := s.c.Spawn(context.Background(), SpawnRequest{Argv: []string{"/nonexistent"}, Term: &TermSize{Rows: 1, Cols: 1}, Stdin: inR, Stdout: outW})
+	var refused *SpawnError
+	if !errors.As(err, &refused) {
+		t.Fatalf("Spawn of /nonexistent: %v, want a SpawnError", err)
+	}
+	outW.Close()
+	outR.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if rest, err := io.ReadAll(outR); err != nil || len(rest) > 0 {
+		t.Errorf("output of a refused spawn: %q %v, want EOF", rest, err)
+	}
+	waitNoTerminal(t, s.agent.Process.Pid, passed)
+
 	p := spawn(t, s.c, SpawnRequest{Argv: []string{"true"}, Env: testEnv, Term: &TermSize{Rows: 1, Cols: 1}, Stdin: r, Stdout: w})
 	if err := p.Resize(context.Background(), TermSize{Rows: 0, Cols: 80}); err == nil || !strings.Contains(err.Error(), "outside") {
 		t.Errorf("Resize to 0 rows: %v", err)

@@ -40,7 +40,11 @@ func (b *Backend) agentExec(ctx context.Context, info backends.Session, l *agent
 		return backends.ExitStatus{}, err
 	}
 	workdir, _ := execproc.Paths(info, req.Workdir, "exec", "")
-	sio, err := newAgentIO(req.TTY, req.Stdin != nil, func() (*os.File, *os.File, error) { return l.openPTY(conn) })
+	openTerminal := func() (*os.File, *os.File, error) { return l.openPTY(conn) }
+	if b.OnGVisor(info.Sandbox) {
+		openTerminal = nil // the agent's own terminal, relayed (agentIO)
+	}
+	sio, err := newAgentIO(req.TTY, req.Stdin != nil, openTerminal)
 	if err != nil {
 		return backends.ExitStatus{}, boxerr.Failure("docker backend: making the command's stdio: %v", err).Wrap(err)
 	}
@@ -49,7 +53,8 @@ func (b *Backend) agentExec(ctx context.Context, info backends.Session, l *agent
 		Argv:  []string{"sh", "-c", agentExecScript, "boxrt-exec", workdir, req.Cmd},
 		Env:   mergeEnv(env, req.Env),
 		Dir:   "/",
-		TTY:   req.TTY != nil,
+		TTY:   req.TTY != nil && !sio.relayed,
+		Term:  sio.term(req.TTY),
 		Stdin: sio.childIn, Stdout: sio.childOut, Stderr: sio.childErr,
 	})
 	sio.closeChildEnds()
@@ -60,7 +65,7 @@ func (b *Backend) agentExec(ctx context.Context, info backends.Session, l *agent
 	defer r.stop()
 	status, ended, err := execproc.Await(ctx, req, execproc.Running{
 		Ended:  r.ended,
-		Resize: sio.resize,
+		Resize: func(size backends.TTYSize) error { return sio.resize(ctx, proc, size) },
 		Signal: func(sig syscall.Signal) { _ = proc.Signal(sig) },
 		Kill:   func() { restarted = r.kill(ctx, l, conn) || restarted },
 	})
@@ -129,27 +134,32 @@ func (b *Backend) spawnError(ctx context.Context, l *agentLink, conn *sandboxage
 }
 
 // agentIO is a command's stdio: pipes, or a pseudo-terminal, made by boxrt
-// so that output never passes through the agent.
+// so that output never passes through the agent; except under gVisor,
+// whose kernel does not take a host terminal for a controlling terminal:
+// there the agent makes the terminal in the sandbox and relays it to a
+// stdin and an output pipe of boxrt's (relayed), which boxrt reads and
+// bounds as any output.
 type agentIO struct {
 	childIn, childOut, childErr *os.File // the command's ends, closed once passed
-	stdinW                      *os.File // boxrt's end of the command's stdin (no terminal)
-	master                      *os.File // the terminal's master (terminal)
+	stdinW                      *os.File // boxrt's end of the command's stdin (no terminal of boxrt's)
+	master                      *os.File // the terminal's master (a terminal of boxrt's)
 	readers                     []*os.File
 	tty                         bool
+	relayed                     bool // the terminal is the agent's
 }
 
 // newAgentIO makes the stdio of a command with terminal tty (nil: none),
-// opened by openTerminal, and, without one, a stdin pipe when withStdin
-// (else /dev/null).
+// opened by openTerminal (nil: the agent's, relayed), and, without one, a
+// stdin pipe when withStdin (else /dev/null).
 func newAgentIO(tty *backends.TTYSize, withStdin bool, openTerminal func() (master, slave *os.File, err error)) (s *agentIO, err error) {
-	s = &agentIO{tty: tty != nil}
+	s = &agentIO{tty: tty != nil, relayed: tty != nil && openTerminal == nil}
 	defer func() {
 		if err != nil {
 			s.closeChildEnds()
 			s.close()
 		}
 	}()
-	if s.tty {
+	if s.tty && !s.relayed {
 		if s.master, s.childIn, err = openTerminal(); err != nil {
 			return s, err
 		}
@@ -159,7 +169,9 @@ func newAgentIO(tty *backends.TTYSize, withStdin bool, openTerminal func() (mast
 		s.readers = []*os.File{s.master}
 		return s, nil
 	}
-	if withStdin {
+	// A relayed terminal's stdin pipe stays open until the command ended:
+	// its end is the terminal's hangup.
+	if withStdin || s.relayed {
 		if s.childIn, s.stdinW, err = os.Pipe(); err != nil {
 			return s, err
 		}
@@ -169,6 +181,9 @@ func newAgentIO(tty *backends.TTYSize, withStdin bool, openTerminal func() (mast
 		return s, err
 	}
 	s.readers, s.childOut = append(s.readers, outR), outW
+	if s.relayed {
+		return s, nil // the terminal's output is one stream
+	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		return s, err
@@ -205,9 +220,25 @@ func setWinsize(master *os.File, size backends.TTYSize) error {
 	return ioErr
 }
 
-// resize takes effect before it returns: the terminal is boxrt's.
-func (s *agentIO) resize(size backends.TTYSize) error {
-	if s.master == nil {
+// term is the size of the terminal the agent makes for the command, nil
+// when it makes none.
+func (s *agentIO) term(tty *backends.TTYSize) *sandboxagent.TermSize {
+	if !s.relayed {
+		return nil
+	}
+	return &sandboxagent.TermSize{Rows: tty.Rows, Cols: tty.Cols}
+}
+
+// resize takes effect before it returns: the terminal is boxrt's, or the
+// agent says it sized its own.
+func (s *agentIO) resize(ctx context.Context, proc *sandboxagent.Proc, size backends.TTYSize) error {
+	switch {
+	case s.relayed:
+		if err := proc.Resize(ctx, sandboxagent.TermSize{Rows: size.Rows, Cols: size.Cols}); err != nil {
+			return boxerr.Failure("docker backend: resizing the command's terminal: %v", err).Wrap(err)
+		}
+		return nil
+	case s.master == nil:
 		return boxerr.Validation("resize", "the command has no terminal")
 	}
 	return setWinsize(s.master, size)
@@ -359,7 +390,7 @@ func (l *agentLink) restartFor(ctx context.Context, conn *sandboxagent.Conn) boo
 // end-of-file character). The returned func ends the copy and waits for it.
 func feedAgentStdin(stdin io.ReadCloser, sio *agentIO) func() {
 	dst := sio.stdinW
-	if sio.tty {
+	if sio.master != nil {
 		dst = sio.master
 	}
 	done := make(chan struct{})

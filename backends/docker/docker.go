@@ -230,6 +230,10 @@ func (b *Backend) Describe() backends.Description {
 	if b.isGVisor(b.runtime) || b.gvisorRuntime != "" {
 		d.Notes = append(d.Notes, "gVisor sessions: memory and pids limits apply to the sandbox as a whole (its kernel's threads count, pids_limit is scaled); "+
 			"hitting them ends the whole sandbox and the next call starts it again (files kept, processes gone)")
+		if b.agentOff == "" && b.agentBinary != "" {
+			d.Notes = append(d.Notes, "gVisor sessions served by the session agent (runsc registered with --host-uds=open): a terminal command runs on a terminal "+
+				"the agent makes inside the sandbox (runsc does not take a host terminal), so its output passes through the agent; boxrt reads it from a pipe and bounds it as any output")
+		}
 	}
 	if b.agentOff != "" {
 		d.Notes = append(d.Notes, "commands run through Engine execs, not the session agent: "+b.agentOff)

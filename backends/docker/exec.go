@@ -48,17 +48,6 @@ func ExecCommand(workdir, cmd, pidFile string) []string {
 	return execArgv(execScript, workdir, cmd, pidFile, "")
 }
 
-// terminalOnGVisor tells whether req is a terminal command of a gVisor
-// session, which runs as an Engine exec even where the agent serves:
-// runsc 20221219 does not take a host terminal passed into the sandbox
-// over a socket for a terminal (the child's TIOCSCTTY is ENOTTY,
-// measured), while its own exec makes one. Such a command is not under
-// the container's seccomp profile (runsc applies it to the container's
-// first process and its descendants only; docs/operations.md).
-func (b *Backend) terminalOnGVisor(info backends.Session, req backends.ExecRequest) bool {
-	return req.TTY != nil && b.OnGVisor(info.Sandbox)
-}
-
 func execArgv(script, workdir, cmd, pidFile, mode string) []string {
 	return []string{"sh", "-c", script, "boxrt-exec", workdir, cmd, pidFile, mode}
 }
@@ -74,7 +63,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	}
 	if l, err := b.link(ctx, info); err != nil {
 		return backends.ExitStatus{}, err
-	} else if l != nil && !b.terminalOnGVisor(info, req) {
+	} else if l != nil {
 		return b.agentExec(ctx, info, l, req)
 	}
 	status, err := b.exec(ctx, info, req)

@@ -1,9 +1,13 @@
 package docker_test
 
 import (
+	"context"
+	"io"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/backendtest"
 )
 
@@ -13,7 +17,10 @@ import (
 // of a live exec leaves nothing of the tree behind), and a command that
 // handles TERM ends with its own status — the wrapper around it must not
 // die of the forwarded signal (Podman ends the exec stream as soon as the
-// wrapper exits; dockerd 2 s later).
+// wrapper exits; dockerd 2 s later). A terminal command echoes what is
+// typed, ends with its own status and is under the container's seccomp
+// profile: on gVisor too, where the agent makes the terminal and relays
+// it (an Engine exec there would be outside the profile).
 func TestExecLive(t *testing.T) {
 	t.Parallel()
 	marker := backendtest.Marker(43)
@@ -52,7 +59,48 @@ func TestExecLive(t *testing.T) {
 			env.NoProcesses(t, r.Session, marker)
 		},
 	},
+		backendtest.LiveCase{
+			Name:  "terminal: typed input echoes, own exit code, under seccomp",
+			Cmd:   `grep Seccomp: /proc/self/status; read l; echo "got:$l"; exit 5`,
+			TTY:   true,
+			Stdin: true,
+			Drive: func(t *testing.T, l backendtest.Live) {
+				backendtest.WaitFor(t, l.Out, "Seccomp:")
+				_, _ = io.WriteString(l.In, "typed\r")
+			},
+			Check: func(t *testing.T, r backendtest.LiveResult) {
+				if r.Err != nil || r.Stdout != "Seccomp:\t2\r\ntyped\r\ngot:typed\r\n" || r.Status.ExitCode != 5 {
+					t.Fatalf("want seccomp 2, the echo, got:typed and exit 5, got %+v %q %v", r.Status, r.Stdout, r.Err)
+				}
+			},
+		},
+		backendtest.LiveCase{
+			Name:    "terminal: a timeout ends it",
+			Cmd:     "echo ready; sleep 60",
+			TTY:     true,
+			Timeout: 2 * time.Second,
+			Drive:   func(t *testing.T, l backendtest.Live) { backendtest.WaitFor(t, l.Out, "ready") },
+			Check: func(t *testing.T, r backendtest.LiveResult) {
+				if r.Err != nil || !r.Status.TimedOut || r.Status.Restarted {
+					t.Fatalf("want timed out (the session kept), got %+v %q %v", r.Status, r.Stdout, r.Err)
+				}
+			},
+		},
 		handlesTerm("a command that handles TERM ends with its own status", false),
 		handlesTerm("a command that handles TERM ends with its own status, with stdin", true),
 	)
+}
+
+// TestExecTerminalEngineExecs: where the agent cannot serve (here: no
+// agent binary; on gVisor also a runsc without --host-uds=open), a
+// terminal command runs as an Engine exec, on the engine's terminal.
+func TestExecTerminalEngineExecs(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, engineExecs)
+	info := startSession(t, b)
+	r := runCtx(context.Background(), t, b, info, backends.ExecRequest{Cmd: "test -t 0 && stty size; exit 4", Timeout: 30 * time.Second,
+		TTY: &backends.TTYSize{Rows: 24, Cols: 80}})
+	if r.err != nil || r.stdout != "24 80\r\n" || r.status.ExitCode != 4 {
+		t.Fatalf("got %+v %q %v, want 24 80 and exit 4", r.status, r.stdout, r.err)
+	}
 }

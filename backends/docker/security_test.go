@@ -366,9 +366,26 @@ func TestEscapes(t *testing.T) {
 // cannot leave a setuid or setgid file in its host directory, where it
 // would be a setuid-root program on the host: chmod and a creating open
 // with those bits are refused (EPERM) inside, and a file API write over
-// an existing setuid file keeps its mode without them, as on bwrap.
+// an existing setuid file keeps its mode without them, as on bwrap. The
+// same holds for a terminal command: on gVisor it runs on the agent's
+// terminal, under the seccomp profile (an Engine exec there is not).
 func TestNoSetuidInHostPath(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		tty  *backends.TTYSize
+	}{
+		{"plain", nil},
+		{"terminal", &backends.TTYSize{Rows: 24, Cols: 80}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			noSetuidInHostPath(t, tc.tty)
+		})
+	}
+}
+
+func noSetuidInHostPath(t *testing.T, tty *backends.TTYSize) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	old := filepath.Join(dir, "old")
@@ -380,7 +397,9 @@ func TestNoSetuidInHostPath(t *testing.T) {
 	}
 	b := newBackend(t, func(c *docker.Config) { c.User = "0:0" })
 	info := startSession(t, b, func(s *backends.SandboxSpec) { s.HostPath = dir })
-	r := run(t, b, info, "cd /workspace && id -u && touch f g && chmod 4755 f; chmod 2755 g; stat -c '%n %a' f g", 30*time.Second)
+	r := runCtx(ctx, t, b, info, backends.ExecRequest{Timeout: 30 * time.Second, TTY: tty,
+		Cmd: "cd /workspace && id -u && touch f g && chmod 4755 f; chmod 2755 g; stat -c '%n %a' f g"})
+	r.stdout = strings.ReplaceAll(r.stdout, "\r\n", "\n")
 	t.Logf("status %+v err %v\nstdout: %s\nstderr: %s", r.status, r.err, r.stdout, r.stderr)
 	if r.err != nil || !strings.HasPrefix(r.stdout, "0\n") {
 		t.Fatalf("the probe did not run as root: %+v %v %q", r.status, r.err, r.stdout)

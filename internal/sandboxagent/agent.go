@@ -71,6 +71,9 @@ type agent struct {
 	live map[int]uint64 // pid → id of the connection's running children
 	ids  map[uint64]int // id → pid, running or exited, for signals
 	gone []uint64       // exited ids, oldest first, to bound ids
+	// relays: pid → the terminal the agent relays for it, until the
+	// process exits (whichever connection spawned it).
+	relays map[int]*relay
 }
 
 func newAgent(path string) *agent {
@@ -81,7 +84,7 @@ func newAgent(path string) *agent {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintf(os.Stderr, "boxrt agent: PR_SET_CHILD_SUBREAPER: %v\n", err)
 	}
-	a := &agent{path: path}
+	a := &agent{path: path, relays: map[int]*relay{}}
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, unix.SIGCHLD)
 	go a.reap(chld)
@@ -160,9 +163,9 @@ func (a *agent) handle(fc *frameConn, payload []byte) error {
 		if err := decodeStrict(op, payload, &m); err != nil {
 			return err
 		}
-		n := 3
-		if m.TTY {
-			n = 1
+		n, err := m.descriptors()
+		if err != nil {
+			return err
 		}
 		fds, err := fc.claimFDs(n)
 		if err != nil {
@@ -176,6 +179,12 @@ func (a *agent) handle(fc *frameConn, payload []byte) error {
 		}
 		a.signal(&m)
 		return nil
+	case opResize:
+		var m resizeMsg
+		if err := decodeStrict(op, payload, &m); err != nil {
+			return err
+		}
+		return a.resizeTerm(&m)
 	}
 	return &ProtocolError{Reason: "unknown op " + short(op)}
 }

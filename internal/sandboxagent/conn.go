@@ -29,6 +29,10 @@ type Conn struct {
 	nextID uint64
 	spawns map[uint64]*pendingSpawn // sent, not answered
 	procs  map[uint64]*Proc         // started, not exited
+	// resizes: spawn id → the resizes sent and not answered, oldest
+	// first (ptyrelay_host.go).
+	resizes  map[uint64][]chan struct{}
+	resizeMu sync.Mutex // orders a resize's registration and its frame
 }
 
 // pendingSpawn is a spawn waiting for started or failed.
@@ -54,6 +58,7 @@ func newConn(fc *frameConn, agentPID, peerPID int, timeout time.Duration) *Conn 
 		readerDone: make(chan struct{}),
 		spawns:     map[uint64]*pendingSpawn{},
 		procs:      map[uint64]*Proc{},
+		resizes:    map[uint64][]chan struct{}{},
 	}
 	go c.read()
 	return c
@@ -100,6 +105,7 @@ func (c *Conn) fail(err error) {
 	procs := c.procs
 	c.procs = nil
 	c.spawns = nil
+	c.resizes = nil
 	close(c.done)
 	c.mu.Unlock()
 	for _, p := range procs {
@@ -160,6 +166,12 @@ func (c *Conn) handle(payload []byte) error {
 			return &ProtocolError{Reason: fmt.Sprintf("exited %d: %v", m.ID, err)}
 		}
 		return c.exited(m.ID, Exit{Code: *m.Code, Signal: *m.Signal})
+	case opResized:
+		var m resizedMsg
+		if err := decodeStrict(op, payload, &m); err != nil {
+			return err
+		}
+		return c.resized(m.ID)
 	}
 	return &ProtocolError{Reason: "unknown op " + short(op)}
 }
@@ -212,6 +224,13 @@ type SpawnRequest struct {
 	// TTY: Stdin is a pty slave, made the controlling terminal and the
 	// child's stdin, stdout and stderr; Stdout and Stderr must be nil.
 	TTY bool
+	// Term: the agent makes the child's terminal itself, in the sandbox,
+	// of this size, and relays between it and Stdin (a pipe's read end)
+	// and Stdout (a pipe's write end; the terminal's output); Stderr must
+	// be nil. For a sandbox whose kernel does not take a terminal passed
+	// in (gVisor); the terminal's output then passes through the agent
+	// (ptyrelay.go). Proc.Resize sizes it.
+	Term *TermSize
 	// The child's ends; nil is /dev/null. Spawn does not close them: the
 	// caller closes its copies once Spawn returned.
 	Stdin, Stdout, Stderr *os.File
@@ -226,6 +245,10 @@ func (req *SpawnRequest) validate() error {
 		return fmt.Errorf("dir %q is not absolute", req.Dir)
 	case req.TTY && (req.Stdin == nil || req.Stdout != nil || req.Stderr != nil):
 		return errors.New("with TTY, Stdin is the pty slave and Stdout and Stderr are nil")
+	case req.Term != nil:
+		if err := req.validateTerm(); err != nil {
+			return err
+		}
 	}
 	if err := checkStrings("argv", req.Argv); err != nil {
 		return err
@@ -238,6 +261,9 @@ func (req *SpawnRequest) validate() error {
 func (req *SpawnRequest) files() (files []*os.File, release func(), err error) {
 	if req.TTY {
 		return []*os.File{req.Stdin}, func() {}, nil
+	}
+	if req.Term != nil {
+		return []*os.File{req.Stdin, req.Stdout}, func() {}, nil
 	}
 	var null *os.File
 	release = func() {
@@ -346,7 +372,7 @@ func (c *Conn) abandon(id uint64, ps *pendingSpawn, err error) error {
 }
 
 func (c *Conn) sendSpawn(id uint64, req *SpawnRequest, files []*os.File) error {
-	payload, err := json.Marshal(spawnMsg{Op: opSpawn, ID: id, Argv: req.Argv, Env: req.Env, Dir: req.Dir, TTY: req.TTY})
+	payload, err := json.Marshal(spawnMsg{Op: opSpawn, ID: id, Argv: req.Argv, Env: req.Env, Dir: req.Dir, TTY: req.TTY, Term: req.Term.wire()})
 	if err != nil {
 		return err
 	}

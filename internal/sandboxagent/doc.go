@@ -6,17 +6,25 @@
 // sandbox when the host asks (spawn), signals their process groups
 // (signal) and reports their ends (exited). The host creates every pipe and
 // pty itself and passes the child's ends over the socket (SCM_RIGHTS), so
-// a command's output never flows through the agent.
+// a command's output never flows through the agent, with one exception: a
+// sandbox whose kernel does not take a host terminal (gVisor) gets a
+// terminal the agent makes in the sandbox and relays to a stdin and an
+// output pipe of the host's (term; ptyrelay.go), copying bytes and
+// nothing else.
 //
 // The wire: a frame is a 4-byte big-endian length and that many bytes (at
 // most 64 KiB) of one JSON object whose "op" names its type; descriptors
 // ride on a frame's bytes, at most 3.
 //
 //	agent → host  hello   {version, pid}          first, within 5 s
-//	host → agent  spawn   {id, argv, env, dir, tty} + stdin, stdout, stderr (or the pty slave)
+//	host → agent  spawn   {id, argv, env, dir, tty, term} + stdin, stdout, stderr
+//	                      (with tty: the pty slave; with term {rows, cols}: the stdin
+//	                      pipe's read end and the output pipe's write end)
 //	agent → host  started {id, pid} | failed {id, error}   within 5 s
 //	agent → host  exited  {id, code, signal}
 //	host → agent  signal  {id, signal}            to the process's group; no answer
+//	host → agent  resize  {id, rows, cols}        the term's size, 1..65535 each
+//	agent → host  resized {id}                    within 5 s, in order
 //
 // The agent runs next to the session's code, as the same user: the host
 // treats everything it says as hostile. Frames are bounded, decoded

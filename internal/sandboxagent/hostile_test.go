@@ -148,6 +148,7 @@ func TestHostileAgent(t *testing.T) {
 		{"code and signal disagree", then(hello, answers(started, `{"op":"exited","id":%d,"code":3,"signal":9}`)), "want 137"},
 		{"exit without code", then(hello, answers(started, `{"op":"exited","id":%d}`)), "code and signal are required"},
 		{"exited for unknown id", then(hello, sends(`{"op":"exited","id":42,"code":0,"signal":0}`)), "exited for id 42"},
+		{"resized unasked", then(hello, sends(`{"op":"resized","id":1}`)), "resized for id 1, which has no resize waiting"},
 		{"failed text too long", then(hello, answers(`{"op":"failed","id":%d,"error":"`+strings.Repeat("x", 2000)+`"}`)), "error text must be 1..1024 bytes"},
 		{"failed text empty", then(hello, answers(`{"op":"failed","id":%d,"error":""}`)), "error text"},
 		{"unknown op", then(hello, sends(`{"op":"spawn","id":1,"argv":["sh"]}`)), `unknown op "spawn"`},

@@ -19,8 +19,9 @@ const (
 	protocolVersion = 1
 	maxPID          = 4194304 // the kernel's PID_MAX_LIMIT
 	maxSignal       = 64
-	maxArgs         = 4096 // argv and env entries each
-	maxReason       = 1024 // a failed message's text
+	maxArgs         = 4096  // argv and env entries each
+	maxReason       = 1024  // a failed message's text
+	maxTermCells    = 65535 // a terminal's rows or columns (the kernel's winsize)
 )
 
 const (
@@ -30,6 +31,8 @@ const (
 	opFailed  = "failed"
 	opExited  = "exited"
 	opSignal  = "signal"
+	opResize  = "resize"
+	opResized = "resized"
 )
 
 // Agent to host.
@@ -51,6 +54,11 @@ type failedMsg struct {
 	Error string `json:"error"`
 }
 
+type resizedMsg struct {
+	Op string `json:"op"`
+	ID uint64 `json:"id"`
+}
+
 // exitedMsg's numbers are pointers so that a missing one is told from 0.
 type exitedMsg struct {
 	Op     string `json:"op"`
@@ -67,6 +75,48 @@ type spawnMsg struct {
 	Env  []string `json:"env"`
 	Dir  string   `json:"dir"`
 	TTY  bool     `json:"tty"`
+	// Term: the agent makes the terminal itself, of this size, and relays
+	// it to the stdin and output pipes sent (ptyrelay.go).
+	Term *termSize `json:"term,omitempty"`
+}
+
+// descriptors is how many descriptors a spawn carries: the pty slave;
+// the stdin and output pipes of a terminal the agent makes; or stdin,
+// stdout and stderr.
+func (m *spawnMsg) descriptors() (int, error) {
+	switch {
+	case m.TTY && m.Term != nil:
+		return 0, &ProtocolError{Reason: fmt.Sprintf("spawn %d: tty and term are exclusive", m.ID)}
+	case m.TTY:
+		return 1, nil
+	case m.Term != nil:
+		if err := m.Term.validate(); err != nil {
+			return 0, &ProtocolError{Reason: fmt.Sprintf("spawn %d: %v", m.ID, err)}
+		}
+		return 2, nil
+	}
+	return 3, nil
+}
+
+// termSize is a terminal's size in character cells, each 1..maxTermCells.
+type termSize struct {
+	Rows int `json:"rows"`
+	Cols int `json:"cols"`
+}
+
+func (s *termSize) validate() error {
+	if s.Rows < 1 || s.Rows > maxTermCells || s.Cols < 1 || s.Cols > maxTermCells {
+		return fmt.Errorf("terminal size %dx%d is outside 1..%d", s.Rows, s.Cols, maxTermCells)
+	}
+	return nil
+}
+
+// resizeMsg sizes the terminal the agent made for spawn id; the agent
+// answers resized once the size is set (or the terminal is gone).
+type resizeMsg struct {
+	Op string `json:"op"`
+	ID uint64 `json:"id"`
+	termSize
 }
 
 type signalMsg struct {

@@ -17,13 +17,19 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // maxRemembered bounds the exited ids the agent still signals by.
 const maxRemembered = 4096
 
-// spawn starts m with fds (the pty slave, or stdin, stdout and stderr) and
-// answers started or failed. It closes fds.
+// spawn starts m with fds (the pty slave; the stdin and output pipes of a
+// terminal it makes; or stdin, stdout and stderr) and answers started or
+// failed. It closes fds.
 func (a *agent) spawn(m *spawnMsg, fds []int) error {
 	defer closeFDs(fds)
 	// Outside the lock: a stat in the sandbox may be slow (a hung mount),
 	// and the reaper must not wait for it.
 	argv0, attr, err := prepare(m, fds)
+	var r *relay
+	if err == nil && m.Term != nil {
+		r, err = openRelay(m.Term, fds, attr)
+	}
+	defer r.release()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, used := a.ids[m.ID]; used || m.ID == 0 {
@@ -41,6 +47,10 @@ func (a *agent) spawn(m *spawnMsg, fds []int) error {
 	}
 	a.live[pid] = m.ID
 	a.ids[m.ID] = pid
+	if r != nil {
+		a.relays[pid] = r
+		r.start()
+	}
 	return a.sendLocked(startedMsg{Op: opStarted, ID: m.ID, PID: pid})
 }
 
@@ -155,6 +165,7 @@ func (a *agent) reap(chld <-chan os.Signal) {
 func (a *agent) exited(pid int, ws syscall.WaitStatus) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.relayExited(pid)
 	id, ok := a.live[pid]
 	if !ok {
 		return

@@ -344,7 +344,8 @@ func writeScenario(sb *strings.Builder, n int, s *Scenario) {
 		return
 	}
 	if s.Intro != "" {
-		sb.WriteString(strings.TrimSpace(s.Intro) + "\n\n")
+		// One paragraph per scenario, however its source wraps it.
+		sb.WriteString(strings.Join(strings.Fields(s.Intro), " ") + "\n\n")
 	}
 	if len(s.Rows) > 0 {
 		sb.WriteString(renderRows(s.Rows) + "\n")

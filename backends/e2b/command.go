@@ -17,14 +17,18 @@ import (
 	"github.com/boxrt/boxrt/internal/e2bapi/envd/process"
 )
 
-// Bounds of a command's stream.
-const (
+// Bounds of a command's stream (variables so that tests of a hostile
+// envd need not wait minutes).
+var (
 	// streamIdle is how long a command's stream may say nothing (no
 	// output, no keepalive: envd sends one well within it) before boxrt
 	// takes the sandbox for lost.
 	streamIdle = 3 * time.Minute
 	// killWait is how long a killed command gets to report its end.
 	killWait = 15 * time.Second
+)
+
+const (
 	// inputChunk is the largest stdin write sent in one call.
 	inputChunk = 64 << 10
 	// maxPID is the largest pid a command may have (Linux's pid_max
@@ -98,14 +102,14 @@ func (c *command) started(stream *connect.ServerStreamForClient[process.StartRes
 		if err := stream.Err(); err != nil {
 			return err
 		}
-		return errors.New("envd ended the command's stream before it started")
+		return errors.New("the command's stream ended before it started")
 	}
 	st := stream.Msg().GetEvent().GetStart()
 	if st == nil {
-		return fmt.Errorf("envd's first event for a command is not its start: %T", stream.Msg().GetEvent().GetEvent())
+		return fmt.Errorf("the first event of a command is not its start: %T", stream.Msg().GetEvent().GetEvent())
 	}
 	if st.GetPid() == 0 || st.GetPid() > maxPID {
-		return fmt.Errorf("envd reported pid %d for a command", st.GetPid())
+		return fmt.Errorf("pid %d reported for a command", st.GetPid())
 	}
 	c.pid = st.GetPid()
 	return nil

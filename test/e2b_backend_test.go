@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -361,5 +362,26 @@ func TestE2BBackendRuntime(t *testing.T) {
 	p.MustCall("box_fs_write", map[string]any{"session_id": "s1", "path": "/workspace/f", "data_base64": base64.StdEncoding.EncodeToString([]byte("via e2b"))}, nil)
 	p.MustCall("box_fs_read", map[string]any{"session_id": "s1", "path": "/workspace/f"}, &res)
 	assert.Equal(t, base64.StdEncoding.EncodeToString([]byte("via e2b")), res["data_base64"], "%v", res)
+
+	// A managed process runs as a background command; its exit is seen.
+	var got map[string]any
+	p.MustCall("box_start_managed_process", map[string]any{"session_id": "s1",
+		"spec": map[string]any{"process_id": "quitter", "command": "sh", "args": []string{"-c", "sleep 1; echo bye >&2; exit 3"}}}, nil)
+	require.Eventually(t, func() bool {
+		p.MustCall("box_get_managed_process", map[string]any{"session_id": "s1", "process_id": "quitter"}, &got)
+		return got["status"] == "exited"
+	}, 30*time.Second, 100*time.Millisecond)
+	assert.Equal(t, float64(3), got["exit_code"], "%v", got)
+	assert.Equal(t, "bye", got["stderr_preview"])
+
+	// Suspend is E2B's pause: files kept.
+	p.MustCall("box_suspend_session", map[string]any{"session_id": "s1"}, nil)
+	p.MustCall("box_exec", map[string]any{"session_id": "s1", "cmd": "cat /workspace/f"}, &res)
+	assert.Equal(t, "via e2b", res["stdout"], "%v", res)
 	p.MustCall("box_delete_session", map[string]any{"session_id": "s1"}, nil)
+	var list []map[string]any
+	status, body := e2bCall(t, "GET", "http://"+endpoint.Addr+"/e2b/v2/sandboxes", map[string]string{"X-API-Key": endpoint.Token}, nil)
+	require.Equal(t, 200, status)
+	require.NoError(t, json.Unmarshal(body, &list))
+	assert.Empty(t, list, "deleting the session killed its sandbox")
 }

@@ -93,7 +93,23 @@ func (b *Backend) start(ctx context.Context, sb *sandbox, req *process.StartRequ
 		return nil, c.streamError(err)
 	}
 	go c.read(stream, out)
+	go b.keepAlive(c)
 	return c, nil
+}
+
+// keepAlive extends the sandbox's E2B timeout while the command runs, so
+// a command longer than the timeout does not lose its sandbox.
+func (b *Backend) keepAlive(c *command) {
+	t := time.NewTicker(b.timeout / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+			b.touch(context.Background(), c.sb)
+		}
+	}
 }
 
 // started reads the stream's first event, which must be the start.

@@ -70,9 +70,12 @@ func startRequest(cmd, workdir string, env map[string]string, tty *backends.TTYS
 // positive, is sent as the stream's deadline, so the endpoint ends the
 // command even if boxrt cannot.
 func (b *Backend) start(ctx context.Context, sb *sandbox, req *process.StartRequest, out outputs, limit time.Duration) (*command, error) {
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// The stream outlives ctx (a cancel is a SIGKILL, sent by the caller).
+	sctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(nil)
 	if limit > 0 {
-		sctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), limit)
+		sctx, cancel = context.WithTimeout(sctx, limit)
+	} else {
+		sctx, cancel = context.WithCancel(sctx)
 	}
 	c := &command{sb: sb, cancel: cancel, done: make(chan struct{})}
 	watchdog := time.AfterFunc(streamIdle, func() { c.idle.Store(true); cancel() })
@@ -82,13 +85,18 @@ func (b *Backend) start(ctx context.Context, sb *sandbox, req *process.StartRequ
 		err = c.started(stream)
 	}
 	watchdog.Stop()
-	if !stop() || err != nil {
+	gaveUp := !stop()
+	if gaveUp && err == nil {
+		// The caller gave up as the command started: it must not run on.
+		_ = c.signal(ctx, syscall.SIGKILL)
+	}
+	if gaveUp || err != nil {
 		cancel()
 		if stream != nil {
 			_ = stream.Close()
 		}
-		if err == nil {
-			err = ctx.Err()
+		if gaveUp {
+			return nil, ctx.Err()
 		}
 		return nil, c.streamError(err)
 	}

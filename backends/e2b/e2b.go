@@ -68,6 +68,11 @@ type Config struct {
 	SessionTTL time.Duration
 }
 
+var (
+	_ backends.Suspender = (*Backend)(nil)
+	_ backends.Census    = (*Backend)(nil)
+)
+
 // Backend runs sessions as E2B sandboxes.
 type Backend struct {
 	cfg     Config
@@ -328,10 +333,8 @@ const maxAdopted = 1000
 // Adopt implements backends.Backend: the running and paused sandboxes
 // whose metadata names this installation.
 func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
-	q := url.Values{"metadata": {url.Values{metaInstance: {b.cfg.InstanceID}}.Encode()}, "state": {"running,paused"},
-		"limit": {fmt.Sprint(maxAdopted)}}
-	var list []sandboxJSON
-	if err := b.control(ctx, http.MethodGet, "/v2/sandboxes?"+q.Encode(), nil, &list); err != nil {
+	list, err := b.own(ctx)
+	if err != nil {
 		return nil, err
 	}
 	var out []backends.Session
@@ -347,6 +350,37 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// Existing implements backends.Census: one listing for all sessions.
+func (b *Backend) Existing(ctx context.Context) (map[string]bool, error) {
+	list, err := b.own(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(list))
+	for _, s := range list {
+		if s.Metadata[metaInstance] == b.cfg.InstanceID && sandboxID.MatchString(s.SandboxID) {
+			out[s.SandboxID] = true
+		}
+	}
+	return out, nil
+}
+
+// own lists the running and paused sandboxes whose metadata names this
+// installation (an endpoint that ignores the filter lists others too:
+// callers check).
+func (b *Backend) own(ctx context.Context) ([]sandboxJSON, error) {
+	q := url.Values{"metadata": {url.Values{metaInstance: {b.cfg.InstanceID}}.Encode()}, "state": {"running,paused"},
+		"limit": {fmt.Sprint(maxAdopted)}}
+	var list []sandboxJSON
+	if err := b.control(ctx, http.MethodGet, "/v2/sandboxes?"+q.Encode(), nil, &list); err != nil {
+		return nil, err
+	}
+	if len(list) > maxAdopted {
+		return nil, boxerr.Failure("e2b backend: the E2B API listed %d sandboxes, more than the %d asked for", len(list), maxAdopted)
+	}
+	return list, nil
 }
 
 // adopted is the session a listed sandbox holds; a sandbox of another

@@ -131,4 +131,6 @@ func E2BConfig(cfg runtime.Config, instanceID string) (e2b.Config, error) {
 var (
 	_ runtime.IsolationProber = (*docker.Backend)(nil)
 	_ runtime.IsolationProber = (*bwrap.Backend)(nil)
+	// The e2b backend serves the file API through envd.
+	_ runtime.FileSystem = (*e2b.Backend)(nil)
 )

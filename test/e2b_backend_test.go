@@ -165,6 +165,28 @@ func e2bExecCases(t *testing.T, b *e2b.Backend) {
 		}
 		e2bBackendEnv(t, b).NoProcesses(t, info, backendtest.Marker(52))
 	})
+	t.Run("a signal envd lacks arrives as SIGTERM", func(t *testing.T) {
+		sig := make(chan syscall.Signal)
+		var out backendtest.SyncBuffer
+		done := make(chan backends.ExitStatus, 1)
+		go func() {
+			st, err := b.Exec(context.Background(), info, backends.ExecRequest{Cmd: `trap 'echo got TERM; exit 5' TERM; echo ready; while :; do sleep 0.1; done`,
+				Stdout: &out, Stderr: io.Discard, Timeout: time.Minute, Signals: sig})
+			assert.NoError(t, err)
+			done <- st
+		}()
+		backendtest.WaitFor(t, &out, "ready")
+		sig <- syscall.SIGINT
+		select {
+		case st := <-done:
+			// The command's group gets it: its trap runs (the exit code
+			// may be that of a shell of the endpoint's, killed by it).
+			assert.NotEqual(t, 0, st.ExitCode)
+			assert.Contains(t, out.String(), "got TERM")
+		case <-time.After(30 * time.Second):
+			t.Fatal("the signalled command did not end")
+		}
+	})
 	t.Run("large output arrives whole", func(t *testing.T) {
 		var out bytes.Buffer
 		st, err := b.Exec(context.Background(), info, backends.ExecRequest{Cmd: "head -c 3000000 /dev/zero | tr '\\0' x",
@@ -176,7 +198,9 @@ func e2bExecCases(t *testing.T, b *e2b.Backend) {
 	// boxrt's envd kills what a command leaves in its process group when
 	// it ends (E2B's keeps it): a process meant to stay leaves the group.
 	t.Run("a process in its own session outlives its command", func(t *testing.T) {
-		e2bRun(t, b, info, "setsid sleep 1000 >/dev/null 2>&1 < /dev/null & echo started")
+		// Started once it leads its own session (field 6 of its stat).
+		e2bRun(t, b, info, `setsid sleep 1000 >/dev/null 2>&1 </dev/null & p=$!
+			for i in $(seq 50); do [ "$(cut -d' ' -f6 /proc/$p/stat)" = "$p" ] && break; sleep 0.1; done`)
 		assert.Contains(t, e2bRun(t, b, info, "ps -o args 2>/dev/null || cat /proc/[0-9]*/cmdline | tr '\\0' ' '"), "sleep 1000")
 	})
 }
@@ -337,6 +361,10 @@ func e2bSessionCases(t *testing.T, p *Proc, b *e2b.Backend) {
 
 		require.NoError(t, again.Resume(ctx, *found))
 		assert.Equal(t, "kept", e2bRun(t, again, *found, "cat /workspace/kept"))
+		// A process that never saw the sandbox gets its access token from
+		// the control API.
+		third := newE2BBackend(t, p, "e2btest")
+		assert.Equal(t, "kept", e2bRun(t, third, *found, "cat /workspace/kept"))
 		require.NoError(t, again.StopSession(ctx, *found))
 		assert.False(t, b.Alive(ctx, info))
 		_, err = b.Exec(ctx, info, backends.ExecRequest{Cmd: "true", Stdout: io.Discard, Stderr: io.Discard})

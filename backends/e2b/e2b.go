@@ -176,10 +176,7 @@ func (b *Backend) Probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	var out []json.RawMessage
-	if err := b.control(ctx, http.MethodGet, "/v2/sandboxes?limit=1", nil, &out); err != nil {
-		return fmt.Errorf("e2b backend: %w", err)
-	}
-	return nil
+	return b.control(ctx, http.MethodGet, "/v2/sandboxes?limit=1", nil, &out)
 }
 
 // sandboxID is the form of an id an endpoint may hand out: it goes into

@@ -196,9 +196,6 @@ func (t *Tenancy) handle(ctx context.Context, req *rpc.Request) (json.RawMessage
 		// Unknown whatever the context: "Action <name> not found".
 		return t.next.call(ctx, req)
 	}
-	if requested := t.requested(); sandboxAction(req.Method) && unavailableBackends[requested] {
-		return nil, errBackendUnavailable(requested)
-	}
 	if hostControlActions[req.Method] {
 		if meta != nil && !t.trust.Matches(meta.InstanceUUID) {
 			return nil, errOtherInstance()
@@ -402,9 +399,6 @@ func (t *Tenancy) annotateBackend(res json.RawMessage) (json.RawMessage, error) 
 		return encodeResult(info)
 	}
 	info["requested_backend"] = requested
-	if unavailableBackends[requested] {
-		info["available"] = false
-	}
 	if note, ok := backendAliasNotes[requested]; ok {
 		info["requested_backend_note"] = note
 	}

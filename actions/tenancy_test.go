@@ -97,7 +97,7 @@ func TestTranslateLangBotConfig(t *testing.T) {
 		name, in, out, requested string
 	}{
 		{name: "nsjail runs as bwrap", in: `{"backend":"nsjail","enabled":true}`, out: `{"backend":"bwrap","enabled":true}`, requested: "nsjail"},
-		{name: "e2b is left out", in: `{"backend":"e2b","limits":{"max_sessions":3}}`, out: `{"limits":{"max_sessions":3}}`, requested: "e2b"},
+		{name: "e2b is boxrt's name", in: `{"backend":"e2b","limits":{"max_sessions":3}}`, out: `{"backend":"e2b","limits":{"max_sessions":3}}`},
 		{name: "docker unchanged", in: `{"backend":"docker"}`, out: `{"backend":"docker"}`},
 		{name: "local unchanged", in: `{"backend":"local"}`, out: `{"backend":"local"}`},
 		{name: "no backend", in: `{"limits":{}}`, out: `{"limits":{}}`},

@@ -20,9 +20,9 @@ type Factory func(name string, cfg Config, instanceID, stateDir string) (backend
 var BackendOrder = []string{"docker", "bwrap"}
 
 // ExplicitBackends are chosen only when the configuration names them,
-// never by auto-selection: auto never sends sessions to a cluster, and
-// "host" runs commands unsandboxed.
-var ExplicitBackends = []string{"kube", "host"}
+// never by auto-selection: auto never sends sessions to a cluster or a
+// remote E2B endpoint, and "host" runs commands unsandboxed.
+var ExplicitBackends = []string{"kube", "host", "e2b"}
 
 // Health is the cached outcome of the last backend probe.
 type Health struct {

@@ -444,15 +444,20 @@ func TestLangBotSharedWorkspaceProbe(t *testing.T) {
 	p.Refused("box_verify_shared_workspace", map[string]any{"marker_name": missing}, nil, "BoxReadinessError: Box Runtime cannot read the Core shared Workspace probe")
 }
 
-func TestLangBotUnavailableBackend(t *testing.T) {
-	p := startBox(t, lbOptions{Stdio: true, Config: `{"backend":"e2b"}`, Token: lbToken})
-	p.OK("box_init", map[string]any{"backend": "e2b"}, nil, nil)
+// TestLangBotE2BBackend: the host's box.backend e2b runs its sessions on
+// an E2B endpoint (a second boxrt serving E2B's API).
+func TestLangBotE2BBackend(t *testing.T) {
+	endpoint := e2bEndpoint(t)
+	p := startBox(t, lbOptions{Stdio: true, Config: `{"backend":"e2b","e2b":` + e2bBackendConfig(endpoint) + `}`, Token: lbToken})
+	p.OK("box_init", map[string]any{"backend": "e2b", "e2b": json.RawMessage(e2bBackendConfig(endpoint))}, nil, nil)
 	var info map[string]any
 	p.OK("box_get_backend_info", map[string]any{}, nil, &info)
-	assert.Equal(t, false, info["available"])
-	p.Refused("box_exec", map[string]any{"session_id": "s", "cmd": "true"}, tenant("w", 1), "BoxBackendUnavailableError: LangBot Box backend e2b is unavailable")
-	p.OK("box_init", map[string]any{"backend": "local"}, nil, nil)
-	p.OK("box_exec", map[string]any{"session_id": "s", "cmd": "true"}, tenant("w", 1), nil)
+	assert.Equal(t, "e2b", info["name"])
+	assert.Equal(t, true, info["available"], "%v", info)
+	var res map[string]any
+	p.OK("box_exec", map[string]any{"session_id": "s", "cmd": "echo on e2b; pwd"}, tenant("w", 1), &res)
+	assert.Equal(t, "on e2b\n/workspace\n", res["stdout"], "%v", res)
+	p.OK("box_delete_session", map[string]any{"session_id": "s"}, tenant("w", 1), nil)
 }
 
 func TestLangBotWebSocket(t *testing.T) {

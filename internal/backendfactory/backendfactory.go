@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,8 +12,10 @@ import (
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/bwrap"
 	"github.com/boxrt/boxrt/backends/docker"
+	"github.com/boxrt/boxrt/backends/e2b"
 	"github.com/boxrt/boxrt/backends/host"
 	"github.com/boxrt/boxrt/backends/kube"
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/runtime"
 )
 
@@ -46,6 +49,12 @@ func New(name string, cfg runtime.Config, instanceID, stateDir string) (backends
 		return kube.New(KubeConfig(cfg.Kube, instanceID))
 	case host.Name:
 		return host.New(host.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir)})
+	case e2b.Name:
+		c, err := E2BConfig(cfg, instanceID)
+		if err != nil {
+			return nil, err
+		}
+		return e2b.New(c)
 	}
 	return nil, fmt.Errorf("unknown backend %q", name)
 }
@@ -94,8 +103,34 @@ func KubeConfig(k runtime.Kube, instanceID string) kube.Config {
 	}
 }
 
+// E2BConfig maps the e2b config section (LangBot's keys api_key,
+// api_url, template, plus sandbox_url and domain) onto the backend's
+// Config. The key falls back to E2B_API_KEY as E2B's SDKs do; the
+// session TTL sets how long a sandbox outlives its last use.
+func E2BConfig(cfg runtime.Config, instanceID string) (e2b.Config, error) {
+	c := e2b.Config{InstanceID: instanceID, SessionTTL: time.Duration(cfg.Limits.SessionTTLSec) * time.Second}
+	for key, dst := range map[string]*string{"api_key": &c.APIKey, "api_url": &c.APIURL, "sandbox_url": &c.SandboxURL,
+		"domain": &c.Domain, "template": &c.Template} {
+		v, ok := cfg.E2B[key]
+		if !ok || v == nil {
+			continue
+		}
+		s, isString := v.(string)
+		if !isString {
+			return c, boxerr.Validation("e2b."+key, "e2b.%s must be a string, got %T", key, v)
+		}
+		*dst = strings.TrimSpace(s)
+	}
+	if c.APIKey == "" {
+		c.APIKey = os.Getenv("E2B_API_KEY")
+	}
+	return c, nil
+}
+
 // The real backends report measured isolation (box_get_backend_info).
 var (
 	_ runtime.IsolationProber = (*docker.Backend)(nil)
 	_ runtime.IsolationProber = (*bwrap.Backend)(nil)
+	// The e2b backend serves the file API through envd.
+	_ runtime.FileSystem = (*e2b.Backend)(nil)
 )

@@ -18,7 +18,7 @@ func TestDependencyDirection(t *testing.T) {
 	const module = "github.com/boxrt/boxrt"
 	allowed := map[string][]string{
 		".":                            {"internal/cli", "internal/fdsafe"},
-		"internal/cli":                 {"actions", "backends", "backends/kube", "internal/backendfactory", "internal/controltoken", "internal/logsink", "internal/sandboxagent", "internal/server", "reconnect", "runtime"},
+		"internal/cli":                 {"actions", "backends", "backends/e2b", "backends/kube", "internal/backendfactory", "internal/controltoken", "internal/logsink", "internal/sandboxagent", "internal/server", "reconnect", "runtime"},
 		"internal/server":              {"actions", "internal/backendfactory", "internal/e2bapi", "internal/clip", "internal/controltoken", "internal/statelock", "relay", "rpc", "runtime", "runtime/skills"},
 		"internal/backendfactory":      {"backends", "backends/bwrap", "backends/docker", "backends/e2b", "backends/host", "backends/kube", "internal/boxerr", "runtime"},
 		"internal/controltoken":        {"internal/atomicfile"},

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -415,4 +417,37 @@ func TestE2BBackendRuntime(t *testing.T) {
 	require.Equal(t, 200, status)
 	require.NoError(t, json.Unmarshal(body, &list))
 	assert.Empty(t, list, "deleting the session killed its sandbox")
+}
+
+// TestDoctorE2B: doctor checks a configured e2b endpoint with its key.
+func TestDoctorE2B(t *testing.T) {
+	endpoint := e2bEndpoint(t)
+	doctor := func(key string) (usable []string, e2bChecks []string) {
+		t.Helper()
+		conf := fmt.Sprintf(`{"backend":"e2b","e2b":{"api_key":%q,"api_url":"http://%s/e2b"}}`, key, endpoint.Addr)
+		cmd := exec.Command(binPath, "doctor", "--json", "--state-dir", t.TempDir())
+		cmd.Env = append(os.Environ(), "BOXRT_CONFIG="+conf)
+		out, _ := cmd.Output()
+		var rep struct {
+			Checks []struct{ Backend, Status, What, Fix string } `json:"checks"`
+			Usable []string                                      `json:"usable_backends"`
+		}
+		require.NoError(t, json.Unmarshal(out, &rep), "%s", out)
+		for _, ch := range rep.Checks {
+			if ch.Backend == "e2b" {
+				e2bChecks = append(e2bChecks, ch.Status+": "+ch.What+" "+ch.Fix)
+			}
+		}
+		return rep.Usable, e2bChecks
+	}
+	usable, checks := doctor(endpoint.Token)
+	assert.Contains(t, usable, "e2b", "%v", checks)
+	require.Len(t, checks, 1)
+	assert.Contains(t, checks[0], "ok: the E2B control API answers")
+
+	usable, checks = doctor("e2b_0000")
+	assert.NotContains(t, usable, "e2b")
+	require.Len(t, checks, 1)
+	assert.Contains(t, checks[0], "fail: ")
+	assert.Contains(t, checks[0], "e2b.api_key")
 }

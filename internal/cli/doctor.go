@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/e2b"
 	"github.com/boxrt/boxrt/backends/kube"
 	"github.com/boxrt/boxrt/internal/backendfactory"
 	"github.com/boxrt/boxrt/reconnect"
@@ -82,10 +83,10 @@ func runDoctor(c *cli.Context) error {
 	}
 
 	names := runtime.BackendOrder
-	if cfg.Backend == "kube" {
-		// kube is never auto-selected, so it is checked only when the
-		// configuration names it.
-		names = append(slices.Clone(names), "kube")
+	if cfg.Backend == "kube" || cfg.Backend == "e2b" {
+		// kube and e2b are never auto-selected, so they are checked only
+		// when the configuration names them.
+		names = append(slices.Clone(names), cfg.Backend)
 	}
 	for _, name := range names {
 		var checks []check
@@ -96,6 +97,8 @@ func runDoctor(c *cli.Context) error {
 			checks = doctorBwrap(ctx, cfg, stateDir)
 		case "kube":
 			checks, rep.KubeRole = doctorKube(ctx, cfg)
+		case "e2b":
+			checks = doctorE2B(ctx, cfg)
 		}
 		usable := true
 		for _, ch := range checks {
@@ -331,4 +334,23 @@ func doctorKube(ctx context.Context, cfg runtime.Config) ([]check, string) {
 		out = append(out, check{Status: "ok", What: "RBAC allows everything boxrt does in namespace " + kb.Namespace() + " (pods, pods/exec, persistentvolumeclaims, networkpolicies)"})
 	}
 	return out, role
+}
+
+// doctorE2B checks that the configured E2B-compatible endpoint answers a
+// listing with the configured key.
+func doctorE2B(ctx context.Context, cfg runtime.Config) []check {
+	c, err := backendfactory.E2BConfig(cfg, "doctor")
+	if err != nil {
+		return []check{{Status: "fail", What: err.Error(), Fix: "fix the e2b section of the configuration"}}
+	}
+	b, err := e2b.New(c)
+	if err != nil {
+		return []check{{Status: "fail", What: err.Error(), Fix: "set e2b.api_key (or $E2B_API_KEY) and e2b.api_url"}}
+	}
+	defer b.Close()
+	if err := b.Probe(ctx); err != nil {
+		return []check{{Status: "fail", What: "the E2B control API does not answer a listing: " + err.Error(),
+			Fix: "check e2b.api_url (for a boxrt endpoint: http://HOST:PORT/e2b) and that e2b.api_key is a key it accepts"}}
+	}
+	return []check{{Status: "ok", What: fmt.Sprintf("the E2B control API answers with the configured key; sessions use template %q", b.DefaultImage())}}
 }

@@ -67,7 +67,6 @@ type config struct {
 	timeoutTotal  time.Duration
 	waitQuiet     time.Duration
 	kubeconfig    string
-
 }
 
 func defaults(quick bool) config {
@@ -224,7 +223,6 @@ type bench struct {
 	// (docker: the back-to-back case, whose exec is still starting), which
 	// that scenario compares against.
 	warmExec map[string]*Measure
-
 
 	echoMu sync.Mutex
 	// echoExe is the echo peers' executable (echoExecutable).

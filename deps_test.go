@@ -23,7 +23,7 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/backendfactory":      {"backends", "backends/bwrap", "backends/docker", "backends/e2b", "backends/host", "backends/kube", "internal/boxerr", "runtime"},
 		"internal/controltoken":        {"internal/atomicfile"},
 		"internal/logsink":             {},
-		"internal/e2bapi":              {"actions", "backends", "internal/boxerr", "internal/e2bapi/envd/process", "internal/e2bapi/envd/process/processconnect", "internal/e2bapi/envd/filesystem", "internal/e2bapi/envd/filesystem/filesystemconnect", "runtime", "runtime/tenant"},
+		"internal/e2bapi":              {"actions", "backends", "internal/atomicfile", "internal/boxerr", "internal/e2bapi/envd/process", "internal/e2bapi/envd/process/processconnect", "internal/e2bapi/envd/filesystem", "internal/e2bapi/envd/filesystem/filesystemconnect", "runtime", "runtime/tenant"},
 		"internal/e2bapi/envd":         {},
 		"internal/e2bapi/envd/process": {},
 		"internal/e2bapi/envd/process/processconnect":       {"internal/e2bapi/envd/process"},

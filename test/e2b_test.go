@@ -316,3 +316,47 @@ func TestE2BTenantKeys(t *testing.T) {
 	status, body = e2bCall(t, "GET", api+"/sandboxes/"+sb.SandboxID, as("key-a"), nil)
 	assert.Equal(t, 200, status, "%s", body)
 }
+
+// TestE2BRecordsSurviveRestart: a paused sandbox's E2B record (its access
+// token, metadata) is kept in the state directory, so after a restart on
+// the same directory the SDK's old handle still opens it.
+func TestE2BRecordsSurviveRestart(t *testing.T) {
+	state := t.TempDir()
+	p := Start(t, Options{Config: e2bConfigs["bwrap"], StateDir: state})
+	api := "http://" + p.Addr + "/e2b"
+	key := map[string]string{"X-API-Key": p.Token, "Content-Type": "application/json"}
+	status, body := e2bCall(t, "POST", api+"/sandboxes", key, []byte(`{"templateID":"base","timeout":300,"metadata":{"owner":"me"}}`))
+	require.Equal(t, 201, status, "%s", body)
+	var sb struct {
+		SandboxID       string `json:"sandboxID"`
+		EnvdAccessToken string `json:"envdAccessToken"`
+	}
+	require.NoError(t, json.Unmarshal(body, &sb))
+	status, body = e2bCall(t, "POST", api+"/sandboxes/"+sb.SandboxID+"/pause", key, nil)
+	require.Equal(t, 204, status, "%s", body)
+	p.Stop()
+
+	p = Start(t, Options{Config: e2bConfigs["bwrap"], StateDir: state})
+	api = "http://" + p.Addr + "/e2b"
+	status, body = e2bCall(t, "GET", api+"/sandboxes/"+sb.SandboxID, key, nil)
+	require.Equal(t, 200, status, "%s", body)
+	var got struct {
+		EnvdAccessToken string            `json:"envdAccessToken"`
+		State           string            `json:"state"`
+		Metadata        map[string]string `json:"metadata"`
+	}
+	require.NoError(t, json.Unmarshal(body, &got))
+	assert.Equal(t, sb.EnvdAccessToken, got.EnvdAccessToken, "the access token survives the restart")
+	assert.Equal(t, "paused", got.State)
+	assert.Equal(t, map[string]string{"owner": "me"}, got.Metadata)
+	status, body = e2bCall(t, "POST", api+"/sandboxes/"+sb.SandboxID+"/connect", key, []byte(`{"timeout":60}`))
+	require.Equal(t, 201, status, "%s", body)
+	status, body = e2bCall(t, "POST", api+"/envd/process.Process/List",
+		map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "X-Access-Token": sb.EnvdAccessToken, "Content-Type": "application/json"}, []byte(`{}`))
+	assert.Equal(t, 200, status, "the old handle's token opens the resumed sandbox: %s", body)
+	status, _ = e2bCall(t, "DELETE", api+"/sandboxes/"+sb.SandboxID, key, nil)
+	assert.Equal(t, 204, status)
+	entries, err := os.ReadDir(filepath.Join(state, "e2b"))
+	require.NoError(t, err)
+	assert.Empty(t, entries, "a killed sandbox's record is removed")
+}

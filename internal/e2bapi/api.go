@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -39,6 +40,9 @@ type Options struct {
 	// Watches is the budget directory watches share (box_fs_watch's).
 	Watches *actions.WatchBudget
 	Log     zerolog.Logger
+	// StateDir keeps the sandboxes' records (records.go); "" keeps them
+	// in memory only.
+	StateDir string
 }
 
 // Handler serves E2B's API; Close stops its timers.
@@ -50,7 +54,14 @@ type Handler struct {
 
 // New returns the handler of E2B's API over rt.
 func New(rt *runtime.Runtime, opts Options) *Handler {
-	return &Handler{rt: rt, opts: opts, sandboxes: newRegistry()}
+	store := recordStore{}
+	if opts.StateDir != "" {
+		store.dir = filepath.Join(opts.StateDir, recordsDir)
+	}
+	h := &Handler{rt: rt, opts: opts}
+	h.sandboxes = newRegistry(store, func(err error) { opts.Log.Warn().Err(err).Msg("e2b records") })
+	h.sandboxes.restore(func(sb *sandbox) func() { return func() { h.expire(sb) } })
+	return h
 }
 
 // Close stops the sandboxes' timeouts; the sessions stay the runtime's.

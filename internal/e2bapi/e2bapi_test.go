@@ -72,7 +72,7 @@ func TestTimeoutBounds(t *testing.T) {
 }
 
 func TestRegistryRetain(t *testing.T) {
-	r := newRegistry()
+	r := newRegistry(recordStore{}, func(err error) { t.Error(err) })
 	for _, id := range []string{"a", "b", "c"} {
 		r.put(&sandbox{physical: id, logical: id, token: "t-" + id, procs: map[uint32]*command{}})
 	}

@@ -3,6 +3,7 @@ package e2bapi
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"sync"
 	"time"
 
@@ -99,14 +100,28 @@ func (s *sandbox) deadline() time.Time {
 	return s.endAt
 }
 
-// registry holds the sandboxes by physical session id.
+// registry holds the sandboxes by physical session id, and keeps their
+// records in store.
 type registry struct {
+	store recordStore
+	// warn reports a record that could not be written or removed.
+	warn func(error)
+
 	mu     sync.Mutex
 	byID   map[string]*sandbox
 	closed bool
 }
 
-func newRegistry() *registry { return &registry{byID: map[string]*sandbox{}} }
+func newRegistry(store recordStore, warn func(error)) *registry {
+	return &registry{store: store, warn: warn, byID: map[string]*sandbox{}}
+}
+
+// persist writes sb's record.
+func (r *registry) persist(sb *sandbox) {
+	if err := r.store.save(sb); err != nil {
+		r.warn(fmt.Errorf("e2b: the record of sandbox %s could not be written: %w", sb.logical, err))
+	}
+}
 
 func (r *registry) get(physical string) *sandbox {
 	r.mu.Lock()
@@ -136,11 +151,13 @@ func (r *registry) find(id, token string) (_ *sandbox, known bool) {
 // the one kept.
 func (r *registry) put(s *sandbox) *sandbox {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if old := r.byID[s.physical]; old != nil {
+		r.mu.Unlock()
 		return old
 	}
 	r.byID[s.physical] = s
+	r.mu.Unlock()
+	r.persist(s)
 	return s
 }
 
@@ -149,6 +166,9 @@ func (r *registry) remove(physical string) {
 	s := r.byID[physical]
 	delete(r.byID, physical)
 	r.mu.Unlock()
+	if err := r.store.remove(physical); err != nil {
+		r.warn(fmt.Errorf("e2b: the record of sandbox %s could not be removed: %w", physical, err))
+	}
 	if s != nil {
 		s.mu.Lock()
 		if s.timer != nil {
@@ -196,11 +216,17 @@ func (r *registry) close() {
 
 // setTimeout makes s end d from now, calling expire then.
 func (r *registry) setTimeout(s *sandbox, d time.Duration, now time.Time, expire func()) {
+	r.arm(s, now.Add(d), d, expire)
+	r.persist(s)
+}
+
+// arm sets s's end to endAt and its timer to fire after d.
+func (r *registry) arm(s *sandbox, endAt time.Time, d time.Duration, expire func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.endAt = now.Add(d)
+	s.endAt = endAt
 	if s.timer != nil {
 		s.timer.Stop()
 	}
@@ -213,12 +239,37 @@ func (r *registry) setTimeout(s *sandbox, d time.Duration, now time.Time, expire
 // resume sets a new one).
 func (r *registry) stopTimer(s *sandbox) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.timer != nil {
 		s.timer.Stop()
 		s.timer = nil
 	}
 	s.endAt = time.Time{}
+	s.mu.Unlock()
+	r.persist(s)
+}
+
+// restoreGrace is the least time a sandbox whose timeout passed while
+// boxrt was down gets after a restart: the runtime adopts its sessions
+// first, so the timeout finds it and ends it.
+const restoreGrace = 10 * time.Second
+
+// restore reads the stored records back, with their timeouts running
+// again (expire makes each one's timeout action).
+func (r *registry) restore(expire func(*sandbox) func()) {
+	recs, problems := r.store.load()
+	for _, err := range problems {
+		r.warn(err)
+	}
+	now := time.Now()
+	for _, rec := range recs {
+		sb := sandboxOfRecord(rec)
+		r.mu.Lock()
+		r.byID[sb.physical] = sb
+		r.mu.Unlock()
+		if !sb.endAt.IsZero() {
+			r.arm(sb, sb.endAt, max(sb.endAt.Sub(now), restoreGrace), expire(sb))
+		}
+	}
 }
 
 // randomHex is n random bytes in hex.

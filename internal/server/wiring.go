@@ -94,7 +94,7 @@ func (s *Server) wire() {
 	}
 	s.relay = relay.New(s.rt, relayOpts...)
 	s.e2b = e2bapi.New(s.rt, e2bapi.Options{Token: s.token.value, Scope: s.tenancy.RequestPlacement,
-		Watches: dispatcher.Watches(), Log: s.log.With().Str("component", "e2b").Logger()})
+		Watches: dispatcher.Watches(), Log: s.log.With().Str("component", "e2b").Logger(), StateDir: s.opts.StateDir})
 	if s.ln != nil {
 		s.http = &http.Server{Handler: s.guard.Wrap(s.routes()), ReadHeaderTimeout: 10 * time.Second}
 	}

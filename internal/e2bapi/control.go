@@ -150,6 +150,11 @@ func optionalBody(w http.ResponseWriter, r *http.Request, body any, timeoutSec *
 	return timeout, true
 }
 
+// userHome is where E2B's sandboxes keep the user's files (its user
+// "user", whose home and default working directory it is): a sandbox made
+// here has its workspace there, so code written for E2B finds its paths.
+const userHome = "/home/user"
+
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	var body newSandbox
 	if err := decodeBody(r, &body); err != nil {
@@ -168,6 +173,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	spec := runtime.DefaultSpec()
 	spec.SessionID = newSandboxID()
+	spec.MountPath = userHome
 	if image, ok := h.templateImage(body.TemplateID); ok {
 		spec.Image = image
 	} else if _, err := h.rt.Snapshots().Get(ctx, body.TemplateID); err == nil {

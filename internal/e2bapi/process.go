@@ -60,6 +60,9 @@ func execSpec(ctx context.Context, sb *sandbox, cfg *process.ProcessConfig) (run
 		spec.Env = map[string]string{}
 	}
 	maps.Copy(spec.Env, cfg.GetEnvs())
+	if _, set := spec.Env["HOME"]; !set && sb.box.MountPathOrDefault() == userHome {
+		spec.Env["HOME"] = userHome
+	}
 	if cfg.Cwd != nil {
 		spec.Workdir = cfg.GetCwd()
 	}

@@ -93,6 +93,12 @@ await step('files write and read', async () => {
   assert.equal(sum.stdout.trim(), String(blob.length))
 })
 
+await step("the user's files are in /home/user, the commands' cwd and HOME", async () => {
+  await sbx.files.write('/home/user/notes.txt', 'kept\n')
+  const r = await sbx.commands.run('pwd; echo $HOME; cat notes.txt; cat ~/notes.txt')
+  assert.equal(r.stdout, '/home/user\n/home/user\nkept\nkept\n')
+})
+
 await step('files list, exists, makeDir, rename, remove', async () => {
   assert.equal(await sbx.files.makeDir('/tmp/e2b/dir'), true)
   assert.equal(await sbx.files.makeDir('/tmp/e2b/dir'), false)

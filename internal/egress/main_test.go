@@ -402,4 +402,3 @@ func noConnections(t *testing.T, what string, s *server) {
 		t.Errorf("%s: the refused server saw %d connections", what, n)
 	}
 }
-

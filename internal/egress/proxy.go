@@ -198,13 +198,18 @@ type Session struct {
 // Update applies p to new connections and closes the open ones p denies.
 func (s *Session) Update(p Policy) {
 	s.policy.Store(&p)
+	var closed []*proxied
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for c := range s.conns {
-		if reason := p.decide(c.t, s.special); reason != "" {
+		if p.decide(c.t, s.special) != "" {
 			c.close()
-			s.denied(c.t, "closed by policy update: "+reason)
+			closed = append(closed, c)
 		}
+	}
+	s.mu.Unlock()
+	// Outside the lock: the callback may call back into the session.
+	for _, c := range closed {
+		s.denied(c.t, "closed by policy update: "+p.decide(c.t, s.special))
 	}
 }
 

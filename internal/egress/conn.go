@@ -43,7 +43,7 @@ func (s *Session) handle(client *net.TCPConn) {
 	}
 	lim := s.p.cfg.Limits
 	pk := peek(client, lim.PeekBytes, lim.PeekTimeout)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	t := s.target(ctx, pk.name, dst)
 	if reason := s.Policy().decide(t, s.special); reason != "" {

@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -125,7 +124,7 @@ func (s *Session) answerable(name string) []netip.Addr {
 		return nil
 	}
 	pol := s.Policy()
-	found, fromHosts := s.p.resolve(context.Background(), name, pol.allowsNameSomewhere(name) && !pol.deniesNameEverywhere(name))
+	found, fromHosts := s.p.resolve(s.ctx, name, pol.allowsNameSomewhere(name) && !pol.deniesNameEverywhere(name))
 	var out []netip.Addr
 	for _, a := range found {
 		if len(out) < maxAnswers && pol.answerable(name, a, fromHosts, s.special) {

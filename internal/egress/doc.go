@@ -14,4 +14,12 @@
 // counters. Everything the sandbox sends is hostile: peeks, names, DNS
 // queries and connection counts are bounded, and no secret value appears in
 // an error, a log line or a counter.
+//
+// What a backend does with a session (the wiring, not in this package):
+// Attach it with the namespace and the spec's policy and secrets; give the
+// sandbox a resolv.conf naming any address that is not loopback (port 53
+// anywhere reaches the resolver; 127.0.0.0/8 stays the sandbox's own);
+// add Session.Env and, when CABundle is not nil, write it into the
+// sandbox and add TrustEnv of its path; Update on box_update_network;
+// Close at the session's end.
 package egress

@@ -36,6 +36,20 @@ func TestPolicyEnforced(t *testing.T) {
 		t.Fatalf("allowed name and port: %q, %v", body, err)
 	}
 
+	// A TLS ClientHello naming another host, to the allowed address and port.
+	seen := api.accepted.Load()
+	c, err := e.dial(context.Background(), t, apiAddr+":8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tlsClient(c, "other.test", nil).Handshake(); err == nil {
+		t.Error("TLS with another name's SNI got through")
+	}
+	c.Close()
+	if api.accepted.Load() != seen {
+		t.Error("TLS with another name's SNI reached the server")
+	}
+
 	body, _, err = e.get(t, "http://api.test:9090/", nil, nil)
 	mustFail(t, "other port of the allowed name", body, err)
 	noConnections(t, "other port", api9090)

@@ -141,6 +141,12 @@ func (p *Proxy) Attach(a Attachment) (_ *Session, err error) {
 	}
 	s := &Session{p: p, id: a.ID, own: ownAddrs(), stats: newCounters(), conns: map[*proxied]struct{}{},
 		dns: newDNSMemory(p.cfg.Limits.DNSMemory), dnsSlots: make(chan struct{}, p.cfg.Limits.DNSInflight)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			s.cancel()
+		}
+	}()
 	pol := a.Policy
 	s.policy.Store(&pol)
 	if s.secrets, err = newSessionSecrets(a.Secrets); err != nil {
@@ -188,6 +194,9 @@ type Session struct {
 	active  atomic.Int64
 	// dnsSlots bounds the questions answered at once.
 	dnsSlots chan struct{}
+	// ctx ends with the session: lookups and dials in progress stop.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu     sync.Mutex
 	conns  map[*proxied]struct{}
@@ -264,6 +273,7 @@ func (s *Session) Close() {
 		return
 	}
 	s.closed = true
+	s.cancel()
 	for c := range s.conns {
 		c.close()
 	}

@@ -187,25 +187,12 @@ func (e *env) lookup(t testing.TB, name string) (dnsmessage.RCode, []netip.Addr)
 	_ = b.StartQuestions()
 	_ = b.Question(dnsmessage.Question{Name: q, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
 	msg, _ := b.Finish()
-	var conn net.Conn
-	if err := inNetns(e.ns, func() (err error) {
-		conn, err = net.Dial("udp4", "192.0.2.53:53")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := conn.Write(msg); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 1500)
-	n, err := conn.Read(buf)
+	resp, err := e.exchange(msg, 5*time.Second)
 	if err != nil {
 		t.Fatalf("DNS %s: %v", name, err)
 	}
 	var m dnsmessage.Message
-	if err := m.Unpack(buf[:n]); err != nil {
+	if err := m.Unpack(resp); err != nil {
 		t.Fatal(err)
 	}
 	var addrs []netip.Addr

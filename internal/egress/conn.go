@@ -45,8 +45,9 @@ func (s *Session) handle(client *net.TCPConn) {
 	pk := peek(client, lim.PeekBytes, lim.PeekTimeout)
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
-	t := s.target(ctx, pk.name, dst)
-	if reason := s.Policy().decide(t, s.special); reason != "" {
+	pol := s.Policy()
+	t := s.target(ctx, pol, pk.name, dst)
+	if reason := pol.decide(t, s.special); reason != "" {
 		s.denied(t, reason)
 		return
 	}
@@ -75,7 +76,7 @@ func (s *Session) handle(client *net.TCPConn) {
 // target gathers what the decision needs: the name (the connection's own,
 // else the one DNS answered for its address) and whether boxrt's own
 // resolution of that name gives the address the sandbox dialled.
-func (s *Session) target(ctx context.Context, name string, dst netip.AddrPort) target {
+func (s *Session) target(ctx context.Context, pol Policy, name string, dst netip.AddrPort) target {
 	t := target{name: name, dst: dst}
 	mem, remembered := s.dns.lookup(dst.Addr())
 	if name == "" {
@@ -88,7 +89,6 @@ func (s *Session) target(ctx context.Context, name string, dst netip.AddrPort) t
 		t.resolved, t.fromHosts = true, mem.fromHosts
 		return t
 	}
-	pol := s.Policy()
 	addrs, fromHosts := s.p.resolve(ctx, name, pol.Mode == ModeRules && pol.allowsName(name, dst.Port()))
 	for _, a := range addrs {
 		if a == dst.Addr() {
@@ -98,10 +98,12 @@ func (s *Session) target(ctx context.Context, name string, dst netip.AddrPort) t
 	return t
 }
 
+// track registers c for Update and Close; false when the session closed
+// or an Update that could not see c yet denies it.
 func (s *Session) track(c *proxied) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed || s.Policy().decide(c.t, s.special) != "" {
 		return false
 	}
 	s.conns[c] = struct{}{}
@@ -152,28 +154,37 @@ func (s *Session) relay(client, upstream *net.TCPConn, prefix []byte) {
 			return
 		}
 	}
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		pipe(upstream, client, &s.stats.bytesOut, idle)
+		pipe(upstream, client, &s.stats.bytesOut, idle, &last)
 	}()
-	pipe(client, upstream, &s.stats.bytesIn, idle)
+	pipe(client, upstream, &s.stats.bytesIn, idle, &last)
 	<-done
 }
 
-// pipe moves src to dst until EOF (passed on as a half close) or an error
-// or an idle period with no byte moved (which ends both connections).
-func pipe(dst, src *net.TCPConn, counter *atomic.Uint64, idle time.Duration) {
+// pipe moves src to dst until EOF (passed on as a half close), an error,
+// or no byte moving either way for the idle time (which ends both
+// connections). A splice call reports its bytes only when it returns, at
+// the latest at its deadline, so a direction waiting alone ends the pair
+// only when last (the pair's latest progress) is two idle periods old:
+// the other direction may be moving bytes it has not reported yet.
+func pipe(dst, src *net.TCPConn, counter *atomic.Uint64, idle time.Duration, last *atomic.Int64) {
 	for {
 		deadline := time.Now().Add(idle)
 		_ = src.SetReadDeadline(deadline)
 		_ = dst.SetWriteDeadline(deadline)
 		n, err := io.CopyN(dst, src, relayChunk)
-		counter.Add(uint64(n))
+		if n > 0 {
+			counter.Add(uint64(n))
+			last.Store(time.Now().UnixNano())
+		}
 		switch {
 		case err == nil:
 			continue
-		case errors.Is(err, os.ErrDeadlineExceeded) && n > 0:
+		case errors.Is(err, os.ErrDeadlineExceeded) && time.Since(time.Unix(0, last.Load())) < 2*idle:
 			continue
 		case errors.Is(err, io.EOF):
 			_ = dst.CloseWrite()

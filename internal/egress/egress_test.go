@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -315,4 +316,78 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+func TestIdleTimeoutCountsBothDirections(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	startRawServer(t, apiAddr+":7070", func(c net.Conn) {
+		for i := 0; i < 15; i++ {
+			time.Sleep(idle / 3)
+			if _, err := c.Write([]byte{'.'}); err != nil {
+				return
+			}
+		}
+	})
+	startRawServer(t, apiAddr+":7071", func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	e := newEnv(t, `{"allow":["api.test"]}`, nil, func(c *Config) { c.Limits.IdleTimeout = idle })
+	e.lookup(t, "api.test")
+
+	// The sandbox sends one byte, then only receives, for 5 idle periods.
+	c, err := e.dial(context.Background(), t, apiAddr+":7070")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = c.Write([]byte("x"))
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, _ := io.ReadAll(c)
+	if len(got) != 15 {
+		t.Errorf("a download with a quiet upload direction was cut after %d bytes", len(got))
+	}
+
+	// Nothing either way: the proxy ends it within a few idle periods.
+	c2, err := e.dial(context.Background(), t, apiAddr+":7071")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	_, _ = c2.Write([]byte("x"))
+	start := time.Now()
+	_ = c2.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadAll(c2); err != nil {
+		t.Errorf("idle connection: %v", err)
+	}
+	if d := time.Since(start); d > 5*idle {
+		t.Errorf("an idle connection lived %v with idle timeout %v", d, idle)
+	}
+}
+
+// startRawServer serves each TCP connection on addr with serve.
+func startRawServer(t *testing.T, addr string, serve func(net.Conn)) {
+	t.Helper()
+	ln, err := net.Listen("tcp4", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				serve(c)
+			}()
+		}
+	}()
 }

@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -302,12 +304,14 @@ func TestConnectionFloodHitsTheLimit(t *testing.T) {
 	if body, _, err := e.get(t, "http://api.test:8080/", nil, nil); err != nil {
 		t.Fatalf("after the flood: %q %v", body, err)
 	}
-	limited := false
-	for _, d := range e.s.Stats().Denied {
-		limited = limited || d.Count > 0
+	limited := 0
+	for len(e.denied) > 0 {
+		if d := <-e.denied; d.Reason == reasonLimit && d.Name == "" && d.Port == 8080 {
+			limited++
+		}
 	}
-	if !limited {
-		t.Errorf("no connection was counted as refused by the limit")
+	if limited == 0 {
+		t.Errorf("no connection was reported as refused by the limit")
 	}
 }
 
@@ -390,4 +394,63 @@ func startRawServer(t *testing.T, addr string, serve func(net.Conn)) {
 			}()
 		}
 	}()
+}
+
+func TestClosedSessionStaysCutOff(t *testing.T) {
+	api := startServer(t, apiAddr+":8080", "api", nil, "")
+	e := newEnv(t, `{"allow":["api.test:8080"]}`, nil)
+	if body, _, err := e.get(t, "http://api.test:8080/", nil, nil); err != nil {
+		t.Fatalf("%q %v", body, err)
+	}
+	e.s.Close()
+	e.s.Close() // twice is fine
+	if _, err := e.exchange([]byte("\x00\x07\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x03api\x04test\x00\x00\x01\x00\x01"), 500*time.Millisecond); err == nil {
+		t.Error("DNS answered after Close")
+	}
+	seen := api.accepted.Load()
+	body, err := rawRequest(t, e, apiAddr+":8080", "GET / HTTP/1.1\r\nHost: api.test:8080\r\n\r\n")
+	mustFail(t, "after Close", body, err)
+	if api.accepted.Load() != seen {
+		t.Error("a closed session's sandbox reached the server")
+	}
+}
+
+func TestProxyWideConnectionLimit(t *testing.T) {
+	startRawServer(t, apiAddr+":7070", func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	e := newEnv(t, `{"allow":["api.test"]}`, nil, func(c *Config) { c.Limits.Conns = 4 })
+	e2 := &env{p: e.p, ns: newSandboxNS(t)}
+	var err error
+	if e2.s, err = e.p.Attach(Attachment{ID: "t2", NetNS: e2.ns, Policy: mustParse(t, `{"allow":["api.test"]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []*env{e, e2} {
+		if rc, _ := env.lookup(t, "api.test"); rc != dnsmessage.RCodeSuccess {
+			t.Fatal(rc)
+		}
+	}
+	for i := 0; i < 4; i++ {
+		c, err := e.dial(context.Background(), t, apiAddr+":7070")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte("x"))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.s.Stats().Active < 4 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The proxy is full: the other session's connection is refused.
+	c, err := e2.dial(context.Background(), t, apiAddr+":7070")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a connection beyond the proxy's limit was kept: %v", err)
+	}
+	if d := e2.s.Stats().Denied; len(d) != 1 || d[0].Name != apiAddr || d[0].Port != 7070 {
+		t.Errorf("denied counters: %+v", d)
+	}
 }

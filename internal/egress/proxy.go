@@ -321,9 +321,10 @@ func (s *Session) serveTCP() {
 			continue
 		}
 		if !s.admit() {
-			c.SetLinger(0)
+			ip, port, _ := originalDst(c)
+			_ = c.SetLinger(0)
 			c.Close()
-			s.denied(target{}, reasonLimit)
+			s.denied(target{dst: netip.AddrPortFrom(netip.AddrFrom4(ip), port)}, reasonLimit)
 			continue
 		}
 		s.wg.Add(1)

@@ -187,6 +187,28 @@ func TestSecretsReachOnlyTheirHost(t *testing.T) {
 		}
 	}
 
+	// An upgrade (a WebSocket) to the secret's host gets the value in its
+	// request head, then passes through.
+	up, err := e.dial(context.Background(), t, "api.test:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = up.SetDeadline(time.Now().Add(5 * time.Second))
+	_, _ = io.WriteString(up, "GET /upgrade HTTP/1.1\r\nHost: api.test:8080\r\nConnection: Upgrade\r\nUpgrade: echo\r\nAuthorization: Bearer "+ph+"\r\n\r\nping")
+	upr := bufio.NewReader(up)
+	resp, err := http.ReadResponse(upr, nil)
+	echo := make([]byte, 4)
+	if err == nil {
+		_, err = io.ReadFull(upr, echo)
+	}
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols || string(echo) != "ping" {
+		t.Errorf("upgrade: %v %q", err, echo)
+	}
+	up.Close()
+	if auth := (<-api.seen).Get("Authorization"); auth != "Bearer "+secretValue {
+		t.Errorf("upgrade request carried %q", auth)
+	}
+
 	// The redirect to another host is the client's own request: it
 	// carries the placeholder.
 	body, _, err := e.get(t, "http://api.test:8080/redirect", http.Header{"X-Token": {ph}}, roots)

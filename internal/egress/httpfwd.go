@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -57,7 +58,7 @@ func (s *Session) forwardHTTP(ctx context.Context, client net.Conn, pk peeked, t
 		if err != nil {
 			return
 		}
-		if !s.forwardOne(ctx, conn, tr, req, scheme, t, secrets) {
+		if !s.forwardOne(ctx, br, conn, tr, req, scheme, t, secrets) {
 			return
 		}
 	}
@@ -65,7 +66,7 @@ func (s *Session) forwardHTTP(ctx context.Context, client net.Conn, pk peeked, t
 
 // forwardOne sends one request and writes its response; false ends the
 // connection.
-func (s *Session) forwardOne(ctx context.Context, conn net.Conn, tr *http.Transport, req *http.Request, scheme string, t target, secrets []sessionSecret) bool {
+func (s *Session) forwardOne(ctx context.Context, br *bufio.Reader, conn net.Conn, tr *http.Transport, req *http.Request, scheme string, t target, secrets []sessionSecret) bool {
 	if canonicalName(hostOnly(req.Host)) != t.name {
 		// Another name on this connection would get this host's secrets.
 		writeStatus(conn, http.StatusMisdirectedRequest)
@@ -80,12 +81,12 @@ func (s *Session) forwardOne(ctx context.Context, conn net.Conn, tr *http.Transp
 		return false
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		writeStatus(conn, http.StatusNotImplemented)
-		return false
-	}
 	scrubSecrets(resp.Header, secrets)
 	scrubSecrets(resp.Trailer, secrets)
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		upgraded(br, conn, resp)
+		return false
+	}
 	if resp.ContentLength != 0 && resp.Body != http.NoBody && req.Method != http.MethodHead {
 		// The scrubbed body's length is not known in advance.
 		resp.Body = newScrubBody(resp.Body, secrets)
@@ -134,4 +135,28 @@ func (c *countingConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	c.c.bytesIn.Add(uint64(n))
 	return n, err
+}
+
+// upgraded passes an upgraded connection (a WebSocket) through as it is,
+// after the 101 head: frames are not searched for placeholders.
+func upgraded(br *bufio.Reader, conn net.Conn, resp *http.Response) {
+	up, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		writeStatus(conn, http.StatusBadGateway)
+		return
+	}
+	head := *resp
+	head.Body = nil
+	if err := head.Write(conn); err != nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(up, br)
+		up.Close()
+	}()
+	_, _ = io.Copy(conn, up)
+	conn.Close()
+	<-done
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/netip"
@@ -320,6 +321,10 @@ func startServer(t testing.TB, addr, name string, cert *tls.Certificate, locatio
 			http.Redirect(w, r, location, http.StatusFound)
 			return
 		}
+		if r.URL.Path == "/upgrade" {
+			echoUpgrade(w)
+			return
+		}
 		if r.URL.Path == "/bulk" {
 			w.Header().Set("Content-Length", fmt.Sprint(bulkSize))
 			_, _ = io.CopyN(w, zeros{}, bulkSize)
@@ -327,7 +332,7 @@ func startServer(t testing.TB, addr, name string, cert *tls.Certificate, locatio
 		}
 		w.Header().Set("X-Echo", r.Header.Get("X-Token"))
 		fmt.Fprintf(w, "%s auth=%s token=%s", name, r.Header.Get("Authorization"), r.Header.Get("X-Token"))
-	}), ErrorLog: nil}
+	}), ErrorLog: log.New(io.Discard, "", 0)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -388,4 +393,19 @@ func noConnections(t *testing.T, what string, s *server) {
 	if n := s.accepted.Load(); n != 0 {
 		t.Errorf("%s: the refused server saw %d connections", what, n)
 	}
+}
+
+// echoUpgrade switches to a protocol that echoes what it gets.
+func echoUpgrade(w http.ResponseWriter) {
+	c, rw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	_ = rw.Flush()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	n, _ := rw.Read(buf)
+	_, _ = c.Write(buf[:n])
 }

@@ -136,6 +136,9 @@ type Attachment struct {
 // this proxy and starts serving it. Closing the session stops serving; the
 // namespace keeps its rules, so the sandbox stays cut off.
 func (p *Proxy) Attach(a Attachment) (_ *Session, err error) {
+	if a.NetNS == nil {
+		return nil, boxerr.Validation("netns", "egress: no network namespace to attach")
+	}
 	if err := ValidateSecrets(a.Secrets, "secrets"); err != nil {
 		return nil, err
 	}

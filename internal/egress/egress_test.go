@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/json"
@@ -156,6 +157,10 @@ func TestSecretsReachOnlyTheirHost(t *testing.T) {
 	ph := e.s.Env()["API_TOKEN"]
 	if ph == "" || strings.Contains(ph, secretValue) {
 		t.Fatalf("placeholder %q", ph)
+	}
+	bundle, err := e.s.CABundle()
+	if err != nil || !bytes.HasSuffix(bundle, e.s.CAPEM()) || !(len(bundle) > len(e.s.CAPEM())) {
+		t.Errorf("the bundle is not the host's roots followed by the session CA (%d bytes, %v)", len(bundle), err)
 	}
 	hdr := http.Header{"Authorization": {"Bearer " + ph}, "X-Token": {ph}}
 	roots := x509.NewCertPool()

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"io"
@@ -163,3 +164,26 @@ func (o *oneByte) Read(b []byte) (int, error) {
 type nopCloser struct{ *oneByte }
 
 func (nopCloser) Close() error { return nil }
+
+func TestSessionCAIsLimitedToSecretHosts(t *testing.T) {
+	secrets, err := newSessionSecrets([]Secret{{Name: "T", Value: "v", Hosts: []string{"api.test", "*.svc.test"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := newSessionCA("s", secrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.cert)
+	for name, ok := range map[string]bool{"api.test": true, "a.svc.test": true, "other.test": false, "svc.test": false} {
+		leaf, err := ca.leaf(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = leaf.Leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: roots})
+		if (err == nil) != ok {
+			t.Errorf("%s: verify %v, want ok=%v", name, err, ok)
+		}
+	}
+}

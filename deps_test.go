@@ -63,6 +63,9 @@ func TestDependencyDirection(t *testing.T) {
 		// The session agent and the static binary tests run it from.
 		"internal/sandboxagent":           {"internal/fdsafe"},
 		"internal/sandboxagent/agenttest": {},
+
+		// The egress proxy: a leaf the runtime and backends will wire.
+		"internal/egress": {"internal/boxerr"},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...").Output()
 	if err != nil {

@@ -74,10 +74,13 @@
 // execs bwrap on kernels without it); on v1 bwrap is forked by a thread
 // moved into the cgroup for that (cgroup.enterThread). The leaf's pids
 // limit leaves room for bwrap and the agent's threads (pidsOverhead); on
-// v1 the commands run in its child cmds/, limited to the session's pids
-// limit, so a fork bomb never starves the agent: boxrt moves each command
-// there as the agent started it, and the command waits for that before it
-// runs (commandsGate). On v2 the commands share the leaf with the agent.
+// v1 the agent runs in its child cmds/ (the session's pids limit plus the
+// agent's threads), moved there once when it connects, so every command
+// it forks is born there (cgroup.placeAgent): no command is moved, which
+// on v1 cost a kernel grace period (~7 ms) per command. On v2 the agent
+// and the commands share the leaf. The agent's threads exist before any
+// command runs (the Go runtime keeps its idle threads), so a fork bomb
+// that fills the limit does not need to take their room.
 // boxrt is a child subreaper and reaps each sandbox's namespace init
 // itself, which outlives bwrap by a few milliseconds (reap.go).
 //

@@ -183,6 +183,11 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 		}
 	}()
 	conn, err := res.ln.Accept(actx)
+	if err == nil {
+		if err = r.cg.placeAgent(conn.PeerPID()); err != nil {
+			_ = conn.Close()
+		}
+	}
 	if err != nil {
 		r.kill()
 		<-r.done
@@ -331,12 +336,8 @@ func (b *Backend) spawn(ctx context.Context, dir string, info backends.Session, 
 		if err != nil {
 			return nil, nil, err
 		}
-		if m.r.cg != nil && m.r.cg.cmds != "" {
-			req.Argv = append([]string{"/bin/sh", "-c", commandsGate, "boxrt-gate"}, req.Argv...)
-		}
 		p, err := m.conn.Spawn(ctx, req)
 		if err == nil {
-			m.r.cg.placeCommand(p.PID())
 			return m, p, nil
 		}
 		var se *sandboxagent.SpawnError
@@ -355,20 +356,6 @@ func (b *Backend) spawn(ctx context.Context, dir string, info backends.Session, 
 		restarted = true
 	}
 }
-
-// commandsGate holds a command until the host has moved it into the
-// commands' cgroup (cgroup.placeCommand), so that nothing it forks is
-// born outside; it reads its own cgroup file with shell builtins only (no
-// fork in the sandbox's own pids budget), and gives up after a while
-// (~0.1 s) rather than hang should the move never come.
-const commandsGate = `i=0
-while [ $i -lt 20000 ]; do
-	in=
-	while read -r l; do case $l in *:pids:/` + commandsCgroup + `) in=1; break ;; esac; done </proc/self/cgroup
-	[ -n "$in" ] && break
-	i=$((i+1))
-done
-exec "$@"`
 
 // waitProc delivers p's exit. An exit the agent could not report (the
 // sandbox was lost, or it broke the protocol) reads as a SIGKILL: the

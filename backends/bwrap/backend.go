@@ -39,6 +39,10 @@ type Config struct {
 	// sandbox runs as its agent (`boxrt agent`), bound read-only at
 	// /run/boxrt-agent/boxrt; the sandbox user must be able to read it.
 	AgentBinary string
+	// IdleRelease is how long a session's sandbox may stay idle (no call,
+	// no user process in it) before it is stopped, to be started again by
+	// the next call (idle.go); 0 keeps it running.
+	IdleRelease time.Duration
 }
 
 // Backend runs sessions as bubblewrap sandboxes. It is safe for concurrent
@@ -80,6 +84,10 @@ type Backend struct {
 	// adoptable: persistent sessions' sandboxes Adopt found still
 	// running (persist.go), by session directory name.
 	adoptable map[string]sandboxRecord
+
+	// The idle sandboxes' release (idle.go).
+	idleOnce           sync.Once
+	idleStop, idleDone chan struct{}
 }
 
 // sessionRuns tracks the bwrap processes of one session, so StopSession can

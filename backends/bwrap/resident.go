@@ -54,6 +54,9 @@ type resident struct {
 	// persist: the sandbox outlives boxrt (persist.go); Close detaches
 	// from it instead of killing it.
 	persist bool
+	// busyAt is when the sandbox was last handed to a call or seen with
+	// a user process (idle.go).
+	busyAt time.Time
 }
 
 // machine is what one call uses of a session's resident sandbox.
@@ -100,6 +103,7 @@ func (b *Backend) sandbox(ctx context.Context, dir string, info backends.Session
 	res.mu.Lock()
 	defer res.mu.Unlock()
 	key := mountsKey(info) + sf.generation()
+	res.busyAt = time.Now()
 	restarted := false
 	if rec := sf.takeAdopted(); rec != nil && res.conn == nil {
 		m, err := b.adoptResident(ctx, sf, dir, info, *rec)
@@ -209,6 +213,7 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 		return b.startResident(ctx, sf, dir, info, false)
 	}
 	res.persist = persist
+	b.startIdleLoop()
 	return &machine{r: r, conn: conn}, nil
 }
 

@@ -1,0 +1,50 @@
+package bwrap
+
+import (
+	"testing"
+	"time"
+
+	"github.com/boxrt/boxrt/backends"
+)
+
+// released reports whether the session's sandbox is stopped.
+func released(b *Backend, info backends.Session) bool {
+	res := &b.files(info.BackendSessionID).res
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	return res.conn == nil
+}
+
+// TestIdleSandboxReleased: a sandbox with nothing of the session's running
+// is stopped after IdleRelease and started again by the next call, which
+// does not say restarted; the files are kept. One with a background
+// process is kept, with its process.
+func TestIdleSandboxReleased(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	b := newBackend(t)
+	b.cfg.IdleRelease = 300 * time.Millisecond
+	info := newSession(t, b, nil)
+	busy := newSession(t, b, func(s *backends.SandboxSpec) { s.SessionID = t.Name() + "-busy" })
+	mustRun(t, b, info, "echo kept > /workspace/f")
+	mustRun(t, b, busy, "sleep 300.5151 >/dev/null 2>&1 &")
+	deadline := time.Now().Add(10 * time.Second)
+	for !released(b, info) {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle sandbox was not released")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if released(b, busy) {
+		t.Fatal("the sandbox with a background process was released")
+	}
+	r := execIn(t, b, info, backends.ExecRequest{Cmd: "cat /workspace/f"})
+	if r.err != nil || r.status.ExitCode != 0 || r.stdout != "kept\n" || r.status.Restarted {
+		t.Fatalf("the call after the release: %+v, want the file and no restart", r)
+	}
+	time.Sleep(time.Second)
+	r = execIn(t, b, busy, backends.ExecRequest{Cmd: "grep -l '300[.]5151' /proc/[0-9]*/cmdline >/dev/null && echo running"})
+	if r.stdout != "running\n" || r.status.Restarted {
+		t.Fatalf("the busy session: %+v, want its process running", r)
+	}
+}

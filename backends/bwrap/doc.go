@@ -26,8 +26,11 @@
 // processes share one pid namespace, one set of mounts and one loopback.
 // A sandbox whose agent died or broke the protocol is killed and started
 // again on the next call, which says Restarted; so is one whose mounts
-// changed (a new skill, a host directory re-created). Besides the sandboxes
-// only a network: on session's slirp4netns runs (net.go).
+// changed (a new skill, a host directory re-created). A sandbox idle for
+// Config.IdleRelease (no call, no process of the session's own in its
+// cgroup) is stopped to free the host's memory and started again, without
+// Restarted, by the next call (idle.go). Besides the sandboxes only a
+// network: on session's slirp4netns runs (net.go).
 //
 // Host directories (host_path, extra mounts, skills, a rootfs image) are
 // opened once per session and mode (ro, rw) without following symlinks

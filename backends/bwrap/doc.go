@@ -91,8 +91,10 @@
 // (diskpool.go): copies of a template formatted once, mounted detached.
 //
 // A timeout, a cancellation or a kill of one command signals that
-// command's process group through the agent (a live exec's group is also
-// swept when it ends, as on docker); a command not gone killGrace after
+// command's process group through the agent, and boxrt SIGKILLs every
+// process below the command (setsid'd ones too) from the host (a live
+// exec's group is also swept when it ends, as on docker); a command not
+// gone killGrace after
 // its SIGKILL (the agent stuck or hostile) gets the whole sandbox killed
 // from the host, reported as Restarted. Killing the sandbox (that,
 // StopSession, Suspend) ends the pid namespace's init, whose death takes

@@ -377,11 +377,17 @@ func waitProc(p *sandboxagent.Proc) <-chan sandboxagent.Exit {
 	return waited
 }
 
-// end kills p's process group through the agent and, if p has not exited
-// within killGrace (a hostile or dead agent, a process that escaped its
-// group), the whole sandbox from the host: hostKilled then says so.
+// end kills p's process tree: its process group through the agent, and
+// from the host every process below it, those that left its group with
+// setsid included. If p has not exited within killGrace (a hostile or dead
+// agent), the whole sandbox is killed from the host: hostKilled then says
+// so.
 func (m *machine) end(p *sandboxagent.Proc, waited <-chan sandboxagent.Exit) (_ sandboxagent.Exit, hostKilled bool) {
+	tree := m.treeOf(p.PID())
 	_ = p.Signal(syscall.SIGKILL)
+	for _, pid := range tree {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 	t := time.NewTimer(killGrace)
 	defer t.Stop()
 	select {
@@ -391,4 +397,20 @@ func (m *machine) end(p *sandboxagent.Proc, waited <-chan sandboxagent.Exit) (_ 
 	}
 	m.hostKill()
 	return <-waited, true
+}
+
+// treeOf lists the host pids of the sandbox's process nsPid (the agent's
+// word, looked for among the sandbox's own processes only) and of every
+// process below it. One that was orphaned (its parent exited) hangs below
+// the agent by then and is not found.
+func (m *machine) treeOf(nsPid int) []int {
+	m.r.mu.Lock()
+	sandbox := m.r.cmd.Process.Pid
+	m.r.mu.Unlock()
+	for _, pid := range descendants(sandbox) {
+		if nsPidOf(pid) == nsPid {
+			return append(descendants(pid), pid)
+		}
+	}
+	return nil
 }

@@ -109,6 +109,7 @@ func (b *Backend) sandbox(ctx context.Context, dir string, info backends.Session
 		m, err := b.adoptResident(ctx, sf, dir, info, *rec)
 		if err == nil {
 			res.r, res.conn, res.mounts, res.persist = m.r, m.conn, key, true
+			b.startIdleLoop()
 			return m, nil
 		}
 		// Its processes are gone (or it was killed just now): a fresh

@@ -393,8 +393,7 @@ type cgroup struct {
 	dirs []string // leaf directory per base, same order as m.bases
 	// cmds is the agent's and the commands' child of the leaf in the v1
 	// pids hierarchy ("": none), limited to the session's pids limit plus
-	// the agent's threads, while the leaf allows bwrap's two processes
-	// more. See placeAgent.
+	// the agent's threads (placeAgent).
 	cmds string
 }
 
@@ -439,8 +438,8 @@ func (cg *cgroup) makeCommands(lim limits) error {
 			return fmt.Errorf("create cgroup %s: %w", dir, err)
 		}
 		cg.cmds = dir
-		if err := writeFile(filepath.Join(dir, "pids.max"), strconv.Itoa(lim.pids+agentThreads)); err != nil {
-			return fmt.Errorf("set cgroup limit pids.max=%d: %w", lim.pids+agentThreads, err)
+		if err := writeFile(filepath.Join(dir, "pids.max"), strconv.Itoa(lim.pids)); err != nil {
+			return fmt.Errorf("set cgroup limit pids.max=%d: %w", lim.pids, err)
 		}
 	}
 	return nil
@@ -454,8 +453,12 @@ const commandsCgroup = "cmds"
 // leaf into cg.cmds, so that every command it forks is born there: one
 // move per sandbox, none per command (a move by pid waits for an RCU
 // grace period on the kernel's global cgroup lock, ~7 ms, every time that
-// lock was idle). An agent already there (adopted) is left as it is.
-func (cg *cgroup) placeAgent(pid int) error {
+// lock was idle). cmds' limit grows by the agent's threads, so that the
+// commands keep pidsLimit to themselves; the agent's threads are all made
+// by then (the Go runtime keeps its idle threads), so a fork bomb that
+// fills the limit does not need to take their room. An agent already
+// there (adopted) is left as it is.
+func (cg *cgroup) placeAgent(pid, pidsLimit int) error {
 	if cg == nil || cg.cmds == "" {
 		return nil
 	}
@@ -465,6 +468,13 @@ func (cg *cgroup) placeAgent(pid int) error {
 	}
 	if pid <= 0 || !slices.Contains(readWords(filepath.Join(filepath.Dir(cg.cmds), "cgroup.procs")), w) {
 		return fmt.Errorf("the agent (pid %d) is not in the sandbox's cgroup %s", pid, filepath.Dir(cg.cmds))
+	}
+	threads, err := os.ReadDir("/proc/" + w + "/task")
+	if err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(cg.cmds, "pids.max"), strconv.Itoa(pidsLimit+len(threads))); err != nil {
+		return err
 	}
 	return writeFile(filepath.Join(cg.cmds, "cgroup.procs"), w)
 }

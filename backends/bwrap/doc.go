@@ -81,9 +81,7 @@
 // agent's threads), moved there once when it connects, so every command
 // it forks is born there (cgroup.placeAgent): no command is moved, which
 // on v1 cost a kernel grace period (~7 ms) per command. On v2 the agent
-// and the commands share the leaf. The agent's threads exist before any
-// command runs (the Go runtime keeps its idle threads), so a fork bomb
-// that fills the limit does not need to take their room.
+// and the commands share the leaf.
 // boxrt is a child subreaper and reaps each sandbox's namespace init
 // itself, which outlives bwrap by a few milliseconds (reap.go).
 //

@@ -164,7 +164,7 @@ func (b *Backend) adoptResident(ctx context.Context, sf *sessionFiles, dir strin
 		conn, err = res.ln.Accept(actx)
 		cancel()
 		if err == nil {
-			if err = r.cg.placeAgent(conn.PeerPID()); err != nil {
+			if err = r.cg.placeAgent(conn.PeerPID(), info.PidsLimit); err != nil {
 				_ = conn.Close()
 			}
 		}

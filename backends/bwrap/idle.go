@@ -12,7 +12,8 @@ import (
 // busy while its cgroup holds any process besides bwrap, its init and the
 // agent: a command still running, a background job it left, a managed
 // process or a terminal. Without cgroups boxrt cannot tell, and never
-// releases.
+// releases. A warm pool's sandbox, kept for a fast first call, is not
+// released before a session claims it.
 
 // idleScan bounds how often the sandboxes are looked at.
 const (
@@ -68,7 +69,7 @@ func (b *Backend) stopIdleLoop() {
 func (res *resident) releaseIdle(idle time.Duration) {
 	res.mu.Lock()
 	defer res.mu.Unlock()
-	if res.conn == nil {
+	if res.conn == nil || res.pooled {
 		return
 	}
 	m := &machine{r: res.r, conn: res.conn}

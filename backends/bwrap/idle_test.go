@@ -18,7 +18,7 @@ func released(b *Backend, info backends.Session) bool {
 // TestIdleSandboxReleased: a sandbox with nothing of the session's running
 // is stopped after IdleRelease and started again by the next call, which
 // does not say restarted; the files are kept. One with a background
-// process is kept, with its process.
+// process is kept, with its process, as is a warm pool's.
 func TestIdleSandboxReleased(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
@@ -26,6 +26,7 @@ func TestIdleSandboxReleased(t *testing.T) {
 	b.cfg.IdleRelease = 300 * time.Millisecond
 	info := newSession(t, b, nil)
 	busy := newSession(t, b, func(s *backends.SandboxSpec) { s.SessionID = t.Name() + "-busy" })
+	pooled := newSession(t, b, func(s *backends.SandboxSpec) { s.SessionID = backends.PoolSessionPrefix + "idle-test" })
 	mustRun(t, b, info, "echo kept > /workspace/f")
 	mustRun(t, b, busy, "sleep 300.5151 >/dev/null 2>&1 &")
 	deadline := time.Now().Add(10 * time.Second)
@@ -37,6 +38,9 @@ func TestIdleSandboxReleased(t *testing.T) {
 	}
 	if released(b, busy) {
 		t.Fatal("the sandbox with a background process was released")
+	}
+	if released(b, pooled) {
+		t.Fatal("a warm pool's sandbox was released")
 	}
 	r := execIn(t, b, info, backends.ExecRequest{Cmd: "cat /workspace/f"})
 	if r.err != nil || r.status.ExitCode != 0 || r.stdout != "kept\n" || r.status.Restarted {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -57,6 +58,9 @@ type resident struct {
 	// busyAt is when the sandbox was last handed to a call or seen with
 	// a user process (idle.go).
 	busyAt time.Time
+	// pooled: the session waits in a warm pool, whose point is a running
+	// sandbox; it is not released when idle.
+	pooled bool
 }
 
 // machine is what one call uses of a session's resident sandbox.
@@ -104,6 +108,7 @@ func (b *Backend) sandbox(ctx context.Context, dir string, info backends.Session
 	defer res.mu.Unlock()
 	key := mountsKey(info) + sf.generation()
 	res.busyAt = time.Now()
+	res.pooled = strings.HasPrefix(info.SessionID, backends.PoolSessionPrefix)
 	restarted := false
 	if rec := sf.takeAdopted(); rec != nil && res.conn == nil {
 		m, err := b.adoptResident(ctx, sf, dir, info, *rec)

@@ -5,9 +5,10 @@ import (
 )
 
 // An idle session's resident sandbox (bwrap, its init and the agent: a few
-// MiB of the host's memory) is released after Config.IdleRelease with no
-// call and no user process running in it: the sandbox stops, the session's
-// files, stage and cgroup stay, and the next call starts a sandbox again.
+// MiB of the host's memory; with network: on also its slirp4netns) is
+// released after Config.IdleRelease with no call and no user process
+// running in it: the sandbox stops, the session's files, stage, network
+// namespace and cgroup stay, and the next call starts a sandbox again.
 // Nothing is lost, so that call does not report Restarted. A sandbox is
 // busy while its cgroup holds any process besides bwrap, its init and the
 // agent: a command still running, a background job it left, a managed
@@ -39,7 +40,7 @@ func (b *Backend) idleLoop(stop <-chan struct{}) {
 		}
 		b.mu.Unlock()
 		for _, sf := range open {
-			sf.res.releaseIdle(b.cfg.IdleRelease)
+			sf.releaseIdle(b.cfg.IdleRelease)
 		}
 	}
 }
@@ -65,8 +66,11 @@ func (b *Backend) stopIdleLoop() {
 	}
 }
 
-// releaseIdle stops the sandbox when it has been idle for at least idle.
-func (res *resident) releaseIdle(idle time.Duration) {
+// releaseIdle stops the session's sandbox, and a network: on session's
+// slirp4netns (started again with the next sandbox), when it has been idle
+// for at least idle.
+func (sf *sessionFiles) releaseIdle(idle time.Duration) {
+	res := &sf.res
 	res.mu.Lock()
 	defer res.mu.Unlock()
 	if res.conn == nil || res.pooled {
@@ -86,6 +90,8 @@ func (res *resident) releaseIdle(idle time.Duration) {
 	<-m.r.done
 	res.r, res.conn = nil, nil
 	res.dropListener()
+	// Under res.mu: no sandbox starts on the old slirp4netns meanwhile.
+	sf.stopSlirp()
 }
 
 // userProcesses reports whether the sandbox's cgroup holds a process other

@@ -52,3 +52,34 @@ func TestIdleSandboxReleased(t *testing.T) {
 		t.Fatalf("the busy session: %+v, want its process running", r)
 	}
 }
+
+// TestIdleReleaseStopsSlirp: a network: on session's slirp4netns goes
+// with its released sandbox and comes back with the next one.
+func TestIdleReleaseStopsSlirp(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	b := newBackend(t)
+	b.cfg.IdleRelease = 300 * time.Millisecond
+	info := newSession(t, b, func(s *backends.SandboxSpec) { s.Network = backends.NetworkOn })
+	const tap = "grep -c tap0: /proc/net/dev || true"
+	if got := mustRun(t, b, info, tap); got != "1\n" {
+		t.Fatalf("tap0 before the release: %q", got)
+	}
+	sf := b.files(info.BackendSessionID)
+	deadline := time.Now().Add(10 * time.Second)
+	for !released(b, info) {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle sandbox was not released")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	sf.mu.Lock()
+	net := sf.net
+	sf.mu.Unlock()
+	if net != nil {
+		t.Fatal("slirp4netns still runs for the released sandbox")
+	}
+	if got := mustRun(t, b, info, tap); got != "1\n" {
+		t.Fatalf("tap0 after the release: %q, want slirp4netns's device back", got)
+	}
+}

@@ -66,8 +66,9 @@ const cpuPeriodUS = 100000
 const pidsOverhead = 2 + agentThreads
 
 // agentThreads bounds the agent's threads: the Go runtime's few, one per
-// processor (one) and those blocked in system calls.
-const agentThreads = 8
+// processor (one), and the spares it makes before its hello
+// (sandboxagent), 8 in all, plus a margin.
+const agentThreads = 10
 
 // cgroupManager knows where boxrt's cgroups live on this machine and which
 // controllers it can use. It is built once by New (a handful of small reads

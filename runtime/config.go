@@ -29,6 +29,7 @@ type Config struct {
 	Limits  Limits         `json:"limits"`
 	Local   Local          `json:"local"`
 	Docker  Docker         `json:"docker"`
+	Bwrap   Bwrap          `json:"bwrap"`
 	Durable Durable        `json:"durable"`
 	Kube    Kube           `json:"kube"`
 	E2B     map[string]any `json:"e2b,omitempty"`
@@ -124,6 +125,17 @@ type Docker struct {
 	GVisorRuntime string `json:"gvisor_runtime"`
 }
 
+// Bwrap configures the bwrap backend.
+type Bwrap struct {
+	// IdleReleaseSec: a session's sandbox with no call and no process of
+	// its own for this long is stopped (files kept) and started again by
+	// the next call; 0 keeps it running.
+	IdleReleaseSec int `json:"idle_release_sec"`
+}
+
+// DefaultBwrapIdleReleaseSec is bwrap.idle_release_sec's default.
+const DefaultBwrapIdleReleaseSec = 30
+
 // Kube configures the kube backend (sessions as Pods through the API
 // server). It is used only when backend is "kube": auto-selection never
 // picks a cluster.
@@ -205,6 +217,7 @@ func DefaultConfig() Config {
 		Local: Local{SkillsRoot: "skills"},
 		Docker: Docker{CPULimitEnabled: true, Image: "boxrt-sandbox:latest", User: "auto",
 			WorkspaceQuotaMB: DefaultDockerWorkspaceQuotaMB, TmpSizeMB: DefaultDockerTmpSizeMB},
+		Bwrap:   Bwrap{IdleReleaseSec: DefaultBwrapIdleReleaseSec},
 		Durable: defaultDurable(),
 	}
 }
@@ -270,6 +283,9 @@ func (c *Config) Validate() error {
 	if q := c.Docker.WorkspaceQuotaMB; q != 0 && (q < minDockerWorkspaceQuotaMB || q > backends.MaxWorkspaceQuotaMB) {
 		return boxerr.Validation("docker.workspace_quota_mb", "docker.workspace_quota_mb must be 0 or between %d and %d, got %d",
 			minDockerWorkspaceQuotaMB, backends.MaxWorkspaceQuotaMB, q)
+	}
+	if v := c.Bwrap.IdleReleaseSec; v < 0 || v > 86400 {
+		return boxerr.Validation("bwrap.idle_release_sec", "bwrap.idle_release_sec must be between 0 (never) and 86400, got %d", v)
 	}
 	if t := c.Docker.TmpSizeMB; t < 1 || t > maxDockerTmpSizeMB {
 		return boxerr.Validation("docker.tmp_size_mb", "docker.tmp_size_mb must be between 1 and %d, got %d", maxDockerTmpSizeMB, t)

@@ -204,7 +204,7 @@ func (r *Runtime) ApplyConfig(ctx context.Context, patch json.RawMessage, decode
 	if len(ignored) > 0 {
 		r.log.Info().Strs("ignored_keys", ignored).Msg("box_init: ignored config keys boxrt does not use")
 	}
-	backendChanged := prev.Backend != next.Backend || prev.Docker != next.Docker ||
+	backendChanged := prev.Backend != next.Backend || prev.Docker != next.Docker || prev.Bwrap != next.Bwrap ||
 		!reflect.DeepEqual(prev.Kube, next.Kube) || !reflect.DeepEqual(prev.E2B, next.E2B) || r.backends.current() == nil
 	if prev.Limits.SessionTTLSec != next.Limits.SessionTTLSec {
 		signal(r.reaperKick)

@@ -285,6 +285,7 @@ func TestConfigMergeAtomic(t *testing.T) {
 		{"out of range", `{"limits":{"max_sessions":5001}}`, "limits.max_sessions"},
 		{"null section then bad value", `{"limits":null,"docker":{"user":"a b"}}`, "docker.user"},
 		{"bad backend", `{"backend":"vm"}`, "backend"},
+		{"negative idle release", `{"bwrap":{"idle_release_sec":-1}}`, "bwrap.idle_release_sec"},
 		{"valid and invalid together", `{"limits":{"max_sessions":1,"session_ttl_sec":-1}}`, "limits.session_ttl_sec"},
 	}
 	for _, tc := range tests {

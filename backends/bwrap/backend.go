@@ -39,6 +39,10 @@ type Config struct {
 	// sandbox runs as its agent (`boxrt agent`), bound read-only at
 	// /run/boxrt-agent/boxrt; the sandbox user must be able to read it.
 	AgentBinary string
+	// IdleRelease is how long a session's sandbox may stay idle (no call,
+	// no user process in it) before it is stopped, to be started again by
+	// the next call (idle.go); 0 keeps it running.
+	IdleRelease time.Duration
 }
 
 // Backend runs sessions as bubblewrap sandboxes. It is safe for concurrent
@@ -80,6 +84,10 @@ type Backend struct {
 	// adoptable: persistent sessions' sandboxes Adopt found still
 	// running (persist.go), by session directory name.
 	adoptable map[string]sandboxRecord
+
+	// The idle sandboxes' release (idle.go).
+	idleOnce           sync.Once
+	idleStop, idleDone chan struct{}
 }
 
 // sessionRuns tracks the bwrap processes of one session, so StopSession can
@@ -167,6 +175,11 @@ func (b *Backend) Describe() backends.Description {
 		"read_only_rootfs is always in effect: the root is the host's system directories (or the image rootfs) bound read-only; only the workspace, rw mounts, /tmp and /home are writable",
 		"commands run as uid 0 without capabilities inside a user namespace of their own; on the host that is the unprivileged user "+b.sandboxUserName()+", never root",
 		"network: on gives each session a network namespace of its own behind slirp4netns (no access to the host's loopback); off gives an empty one",
+	)
+	if b.cfg.IdleRelease > 0 && b.cg.version != cgroupNone {
+		notes = append(notes, fmt.Sprintf("a session's sandbox with no call and none of its processes running for %s is stopped (files kept) and started again by the next call", b.cfg.IdleRelease))
+	}
+	notes = append(notes,
 		"a seccomp filter denies what Docker's default profile denies (io_uring, keyrings, bpf, perf, userfaultfd, mount, namespace changes, ptrace, module and kexec loading…) and every syscall of another ABI",
 	)
 	if b.diskQuota {

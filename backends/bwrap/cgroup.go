@@ -66,8 +66,9 @@ const cpuPeriodUS = 100000
 const pidsOverhead = 2 + agentThreads
 
 // agentThreads bounds the agent's threads: the Go runtime's few, one per
-// processor (one) and those blocked in system calls.
-const agentThreads = 8
+// processor (one), and the spares it makes before its hello
+// (sandboxagent), 8 in all, plus a margin.
+const agentThreads = 10
 
 // cgroupManager knows where boxrt's cgroups live on this machine and which
 // controllers it can use. It is built once by New (a handful of small reads
@@ -391,11 +392,9 @@ func (m *cgroupManager) enforcedLimits() []string {
 type cgroup struct {
 	m    *cgroupManager
 	dirs []string // leaf directory per base, same order as m.bases
-	// cmds is the commands' child of the leaf in the v1 pids hierarchy
-	// ("": none), limited to the session's pids limit, while the leaf
-	// itself allows pidsOverhead more: the sandbox's own tasks (the
-	// agent's threads above all, whose creation must never fail) keep
-	// their room when the commands exhaust theirs. See placeCommand.
+	// cmds is the agent's and the commands' child of the leaf in the v1
+	// pids hierarchy ("": none), limited to the session's pids limit plus
+	// the agent's threads (placeAgent).
 	cmds string
 }
 
@@ -450,22 +449,35 @@ func (cg *cgroup) makeCommands(lim limits) error {
 // commandsCgroup names cgroup.cmds.
 const commandsCgroup = "cmds"
 
-// placeCommand moves the process with pid nsPid in the sandbox's pid
-// namespace (the agent's word: only processes of the leaf are searched)
-// into cg.cmds. The process waits for that before it runs the command
-// (commandsGate), so everything the command forks is born there.
-func (cg *cgroup) placeCommand(nsPid int) {
+// placeAgent moves the agent, the process with host pid pid (the kernel's
+// word for who connected: Conn.PeerPID, never the agent's own), from the
+// leaf into cg.cmds, so that every command it forks is born there: one
+// move per sandbox, none per command (a move by pid waits for an RCU
+// grace period on the kernel's global cgroup lock, ~7 ms, every time that
+// lock was idle). cmds' limit grows by the agent's threads, so that the
+// commands keep pidsLimit to themselves; the agent's threads are all made
+// by then (the Go runtime keeps its idle threads), so a fork bomb that
+// fills the limit does not need to take their room. An agent already
+// there (adopted) is left as it is.
+func (cg *cgroup) placeAgent(pid, pidsLimit int) error {
 	if cg == nil || cg.cmds == "" {
-		return
+		return nil
 	}
-	for _, w := range readWords(filepath.Join(filepath.Dir(cg.cmds), "cgroup.procs")) {
-		pid, err := strconv.Atoi(w)
-		if err != nil || nsPidOf(pid) != nsPid {
-			continue
-		}
-		_ = writeFile(filepath.Join(cg.cmds, "cgroup.procs"), w)
-		return
+	w := strconv.Itoa(pid)
+	if slices.Contains(readWords(filepath.Join(cg.cmds, "cgroup.procs")), w) {
+		return nil
 	}
+	if pid <= 0 || !slices.Contains(readWords(filepath.Join(filepath.Dir(cg.cmds), "cgroup.procs")), w) {
+		return fmt.Errorf("the agent (pid %d) is not in the sandbox's cgroup %s", pid, filepath.Dir(cg.cmds))
+	}
+	threads, err := os.ReadDir("/proc/" + w + "/task")
+	if err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(cg.cmds, "pids.max"), strconv.Itoa(pidsLimit+len(threads))); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(cg.cmds, "cgroup.procs"), w)
 }
 
 func (m *cgroupManager) mkLeaf(b cgroupBase, instance, leaf string) (string, error) {

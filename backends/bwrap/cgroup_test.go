@@ -286,7 +286,8 @@ func TestAdoptRemovesStaleCgroups(t *testing.T) {
 // session's cgroup with its resident sandbox (bwrap, its init, the
 // agent's threads, which pidsOverhead leaves room for). A quick series of
 // execs must not pile their exited processes up against the session's pids
-// limit: the agent reaps each at once.
+// limit, even the least: the agent reaps each at once, and its threads
+// never take the commands' room.
 func TestQuickExecsKeepThePidsLimit(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
@@ -294,11 +295,29 @@ func TestQuickExecsKeepThePidsLimit(t *testing.T) {
 	if !slices.Contains(b.Describe().EnforcedLimits, limitPids) {
 		t.Skip("SKIPPED: the pids limit is not enforced here")
 	}
-	info := newSession(t, b, func(s *backends.SandboxSpec) { s.PidsLimit = 4 })
+	info := newSession(t, b, func(s *backends.SandboxSpec) { s.PidsLimit = 1 })
 	for i := range 60 {
 		r := execIn(t, b, info, backends.ExecRequest{Cmd: "true"})
 		if r.err != nil || r.status.ExitCode != 0 {
 			t.Fatalf("exec %d of a quick series: err=%v status=%+v stderr=%q", i, r.err, r.status, r.stderr)
 		}
+	}
+}
+
+// TestCommandsBornInCommandsCgroup: on cgroup v1 the agent is moved into
+// the leaf's cmds/ once, so a command (and what it forks) is born there,
+// with nothing moved per command.
+func TestCommandsBornInCommandsCgroup(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	b := newBackend(t)
+	if b.cg.version != cgroupV1 || !slices.Contains(b.Describe().EnforcedLimits, limitPids) {
+		t.Skip("SKIPPED: no v1 pids hierarchy here")
+	}
+	info := newSession(t, b, func(s *backends.SandboxSpec) { s.PidsLimit = 16 })
+	got := mustRun(t, b, info, "grep :pids: /proc/self/cgroup; sh -c 'grep :pids: /proc/self/cgroup'")
+	want := ":pids:/" + commandsCgroup + "\n"
+	if lines := strings.SplitAfter(got, "\n"); len(lines) < 2 || !strings.HasSuffix(lines[0], want) || !strings.HasSuffix(lines[1], want) {
+		t.Fatalf("the command and its child are not in %s: %q", commandsCgroup, got)
 	}
 }

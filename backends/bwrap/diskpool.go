@@ -186,6 +186,7 @@ func (b *Backend) removeStalePools() {
 // waiting in its pool and the sessions' resident sandboxes (processes end,
 // as they would with boxrt). Sessions stay (Adopt finds them again).
 func (b *Backend) Close() error {
+	b.stopIdleLoop()
 	b.mu.Lock()
 	open := make([]*sessionFiles, 0, len(b.open))
 	for _, sf := range b.open {

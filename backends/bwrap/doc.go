@@ -26,8 +26,11 @@
 // processes share one pid namespace, one set of mounts and one loopback.
 // A sandbox whose agent died or broke the protocol is killed and started
 // again on the next call, which says Restarted; so is one whose mounts
-// changed (a new skill, a host directory re-created). Besides the sandboxes
-// only a network: on session's slirp4netns runs (net.go).
+// changed (a new skill, a host directory re-created). A sandbox idle for
+// Config.IdleRelease (no call, no process of the session's own in its
+// cgroup) is stopped to free the host's memory and started again, without
+// Restarted, by the next call (idle.go). Besides the sandboxes only a
+// network: on session's slirp4netns runs (net.go).
 //
 // Host directories (host_path, extra mounts, skills, a rootfs image) are
 // opened once per session and mode (ro, rw) without following symlinks
@@ -74,10 +77,11 @@
 // execs bwrap on kernels without it); on v1 bwrap is forked by a thread
 // moved into the cgroup for that (cgroup.enterThread). The leaf's pids
 // limit leaves room for bwrap and the agent's threads (pidsOverhead); on
-// v1 the commands run in its child cmds/, limited to the session's pids
-// limit, so a fork bomb never starves the agent: boxrt moves each command
-// there as the agent started it, and the command waits for that before it
-// runs (commandsGate). On v2 the commands share the leaf with the agent.
+// v1 the agent runs in its child cmds/ (the session's pids limit plus the
+// agent's threads), moved there once when it connects, so every command
+// it forks is born there (cgroup.placeAgent): no command is moved, which
+// on v1 cost a kernel grace period (~7 ms) per command. On v2 the agent
+// and the commands share the leaf.
 // boxrt is a child subreaper and reaps each sandbox's namespace init
 // itself, which outlives bwrap by a few milliseconds (reap.go).
 //
@@ -85,8 +89,10 @@
 // (diskpool.go): copies of a template formatted once, mounted detached.
 //
 // A timeout, a cancellation or a kill of one command signals that
-// command's process group through the agent (a live exec's group is also
-// swept when it ends, as on docker); a command not gone killGrace after
+// command's process group through the agent, and boxrt SIGKILLs every
+// process below the command (setsid'd ones too) from the host (a live
+// exec's group is also swept when it ends, as on docker); a command not
+// gone killGrace after
 // its SIGKILL (the agent stuck or hostile) gets the whole sandbox killed
 // from the host, reported as Restarted. Killing the sandbox (that,
 // StopSession, Suspend) ends the pid namespace's init, whose death takes

@@ -27,11 +27,15 @@ func (b *Backend) Claim(_ context.Context, info backends.Session, spec backends.
 	if err := writeState(dir, st); err != nil {
 		return info, boxerr.Failure("bwrap: claiming pooled session %s: %v", info.BackendSessionID, err).Wrap(err)
 	}
+	res := &b.files(info.BackendSessionID).res
+	res.mu.Lock()
+	res.pooled, res.busyAt = false, time.Now() // its idle time starts now
+	res.mu.Unlock()
 	if claimed.Persistent {
 		// The pool's sandbox ends with boxrt; a persistent session's must
 		// not (persist.go): its first call starts that one. Nothing of the
 		// new owner runs in it yet.
-		b.files(info.BackendSessionID).res.close()
+		res.close()
 	}
 	return claimed, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -54,6 +55,12 @@ type resident struct {
 	// persist: the sandbox outlives boxrt (persist.go); Close detaches
 	// from it instead of killing it.
 	persist bool
+	// busyAt is when the sandbox was last handed to a call or seen with
+	// a user process (idle.go).
+	busyAt time.Time
+	// pooled: the session waits in a warm pool, whose point is a running
+	// sandbox; it is not released when idle.
+	pooled bool
 }
 
 // machine is what one call uses of a session's resident sandbox.
@@ -100,11 +107,14 @@ func (b *Backend) sandbox(ctx context.Context, dir string, info backends.Session
 	res.mu.Lock()
 	defer res.mu.Unlock()
 	key := mountsKey(info) + sf.generation()
+	res.busyAt = time.Now()
+	res.pooled = strings.HasPrefix(info.SessionID, backends.PoolSessionPrefix)
 	restarted := false
 	if rec := sf.takeAdopted(); rec != nil && res.conn == nil {
 		m, err := b.adoptResident(ctx, sf, dir, info, *rec)
 		if err == nil {
 			res.r, res.conn, res.mounts, res.persist = m.r, m.conn, key, true
+			b.startIdleLoop()
 			return m, nil
 		}
 		// Its processes are gone (or it was killed just now): a fresh
@@ -183,6 +193,11 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 		}
 	}()
 	conn, err := res.ln.Accept(actx)
+	if err == nil {
+		if err = r.cg.placeAgent(conn.PeerPID(), info.PidsLimit); err != nil {
+			_ = conn.Close()
+		}
+	}
 	if err != nil {
 		r.kill()
 		<-r.done
@@ -204,6 +219,7 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 		return b.startResident(ctx, sf, dir, info, false)
 	}
 	res.persist = persist
+	b.startIdleLoop()
 	return &machine{r: r, conn: conn}, nil
 }
 
@@ -331,12 +347,8 @@ func (b *Backend) spawn(ctx context.Context, dir string, info backends.Session, 
 		if err != nil {
 			return nil, nil, err
 		}
-		if m.r.cg != nil && m.r.cg.cmds != "" {
-			req.Argv = append([]string{"/bin/sh", "-c", commandsGate, "boxrt-gate"}, req.Argv...)
-		}
 		p, err := m.conn.Spawn(ctx, req)
 		if err == nil {
-			m.r.cg.placeCommand(p.PID())
 			return m, p, nil
 		}
 		var se *sandboxagent.SpawnError
@@ -356,20 +368,6 @@ func (b *Backend) spawn(ctx context.Context, dir string, info backends.Session, 
 	}
 }
 
-// commandsGate holds a command until the host has moved it into the
-// commands' cgroup (cgroup.placeCommand), so that nothing it forks is
-// born outside; it reads its own cgroup file with shell builtins only (no
-// fork in the sandbox's own pids budget), and gives up after a while
-// (~0.1 s) rather than hang should the move never come.
-const commandsGate = `i=0
-while [ $i -lt 20000 ]; do
-	in=
-	while read -r l; do case $l in *:pids:/` + commandsCgroup + `) in=1; break ;; esac; done </proc/self/cgroup
-	[ -n "$in" ] && break
-	i=$((i+1))
-done
-exec "$@"`
-
 // waitProc delivers p's exit. An exit the agent could not report (the
 // sandbox was lost, or it broke the protocol) reads as a SIGKILL: the
 // sandbox, and the process with it, is gone or about to be killed.
@@ -385,11 +383,17 @@ func waitProc(p *sandboxagent.Proc) <-chan sandboxagent.Exit {
 	return waited
 }
 
-// end kills p's process group through the agent and, if p has not exited
-// within killGrace (a hostile or dead agent, a process that escaped its
-// group), the whole sandbox from the host: hostKilled then says so.
+// end kills p's process tree: its process group through the agent, and
+// from the host every process below it, those that left its group with
+// setsid included. If p has not exited within killGrace (a hostile or dead
+// agent), the whole sandbox is killed from the host: hostKilled then says
+// so.
 func (m *machine) end(p *sandboxagent.Proc, waited <-chan sandboxagent.Exit) (_ sandboxagent.Exit, hostKilled bool) {
+	tree := m.treeOf(p.PID())
 	_ = p.Signal(syscall.SIGKILL)
+	for _, pid := range tree {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 	t := time.NewTimer(killGrace)
 	defer t.Stop()
 	select {
@@ -399,4 +403,20 @@ func (m *machine) end(p *sandboxagent.Proc, waited <-chan sandboxagent.Exit) (_ 
 	}
 	m.hostKill()
 	return <-waited, true
+}
+
+// treeOf lists the host pids of the sandbox's process nsPid (the agent's
+// word, looked for among the sandbox's own processes only) and of every
+// process below it. One that was orphaned (its parent exited) hangs below
+// the agent by then and is not found.
+func (m *machine) treeOf(nsPid int) []int {
+	m.r.mu.Lock()
+	sandbox := m.r.cmd.Process.Pid
+	m.r.mu.Unlock()
+	for _, pid := range descendants(sandbox) {
+		if nsPidOf(pid) == nsPid {
+			return append(descendants(pid), pid)
+		}
+	}
+	return nil
 }

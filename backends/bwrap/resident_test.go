@@ -125,6 +125,21 @@ func TestTimeoutKeepsEarlierBackgroundProcess(t *testing.T) {
 	}
 }
 
+// TestTimeoutKillsSetsidDescendants: a timeout kills what the command
+// started in a session of its own (setsid leaves the process group), and
+// the sandbox is not restarted for it.
+func TestTimeoutKillsSetsidDescendants(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	info := newSession(t, b, nil)
+	own := mark("300.6")
+	r := execIn(t, b, info, backends.ExecRequest{Cmd: "setsid sleep " + own + " >/dev/null 2>&1 & sleep 100", Timeout: time.Second})
+	if r.err != nil || !r.status.TimedOut || r.status.Restarted {
+		t.Fatalf("want a plain timeout, got %+v", r)
+	}
+	assertNoHostProcs(t, own)
+}
+
 // TestStuckAgentKilledFromHost: when the agent does not carry out a
 // timeout's kill (here it is stopped), the host kills the sandbox, and
 // the result says restarted.

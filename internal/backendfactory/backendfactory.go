@@ -44,7 +44,8 @@ func New(name string, cfg runtime.Config, instanceID, stateDir string) (backends
 		if err != nil {
 			return nil, fmt.Errorf("bwrap: cannot find boxrt's own binary for the session agent: %w", err)
 		}
-		return bwrap.New(bwrap.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir), AgentBinary: agent})
+		return bwrap.New(bwrap.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir), AgentBinary: agent,
+			IdleRelease: time.Duration(cfg.Bwrap.IdleReleaseSec) * time.Second})
 	case "kube":
 		return kube.New(KubeConfig(cfg.Kube, instanceID))
 	case host.Name:

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -88,7 +89,35 @@ func newAgent(path string) *agent {
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, unix.SIGCHLD)
 	go a.reap(chld)
+	makeSpareThreads(spareThreads)
 	return a
+}
+
+// spareThreads is how many threads the agent makes, idle, before it first
+// says hello. The Go runtime keeps idle threads and takes one when a
+// goroutine must run while others are blocked in system calls (a fork, a
+// stat), so the agent does not need to make one later, when the session's
+// commands may hold every pid its limit allows: a host sizes that limit by
+// the agent's threads at hello.
+const spareThreads = 3
+
+// makeSpareThreads makes n threads and leaves them idle: each goroutine
+// locked to its thread while the others are makes the runtime start one
+// more; unlocked, they exit and their threads stay.
+func makeSpareThreads(n int) {
+	var locked sync.WaitGroup
+	release := make(chan struct{})
+	for range n {
+		locked.Add(1)
+		go func() {
+			runtime.LockOSThread()
+			locked.Done()
+			<-release
+			runtime.UnlockOSThread()
+		}()
+	}
+	locked.Wait()
+	close(release)
 }
 
 // run dials and serves, forever.

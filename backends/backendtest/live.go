@@ -51,7 +51,8 @@ type LiveResult struct {
 
 // LiveExec runs the live exec scenarios every backend must pass (stdin,
 // a terminal with a resize, what an exec without stdin reads, and that
-// children an exec leaves behind die with it), then the backend's own
+// what an exec leaves running stays, as after a plain exec: a session is
+// a machine), then the backend's own
 // cases, each in one session of env. env.NoProcesses is how the backend
 // looks for processes left behind.
 func LiveExec(t *testing.T, env Env, own ...LiveCase) {
@@ -67,12 +68,16 @@ func liveCases(env Env) []LiveCase {
 	left := func(n int) (string, func(t *testing.T, r LiveResult)) {
 		marker := Marker(n)
 		// "started" only once the child runs as the marked sleep: a check
-		// that nothing is left must not pass because nothing started.
+		// that it is still there must not pass on another process.
 		return "(trap '' TERM HUP; exec sleep " + marker + " >/dev/null 2>&1) & for i in $(seq 50); do " +
 				"tr '\\0' ' ' </proc/$!/cmdline | grep -q " + marker + " && { echo started; break; }; sleep 0.1; done",
 			func(t *testing.T, r LiveResult) {
 				if r.Err != nil || r.Stdout != "started\n" {
 					t.Fatalf("got %q %v", r.Stdout, r.Err)
+				}
+				time.Sleep(200 * time.Millisecond)
+				if got := KillMarked(t, env.Backend, r.Session, marker); got != "found\n" {
+					t.Fatalf("the child the exec left running is gone (the finder said %q): a session keeps what its commands start", got)
 				}
 				env.NoProcesses(t, r.Session, marker)
 			}
@@ -115,14 +120,14 @@ func liveCases(env Env) []LiveCase {
 			},
 		},
 		{
-			Name:  "with stdin: a child left behind dies with the exec",
+			Name:  "with stdin: a child left running stays after the exec",
 			Cmd:   withStdinCmd,
 			Stdin: true,
 			Drive: func(t *testing.T, l Live) { l.In.Close() },
 			Check: withStdinCheck,
 		},
 		{
-			Name:  "signalled only: a child left behind dies with the exec",
+			Name:  "signalled only: a child left running stays after the exec",
 			Cmd:   signalledCmd,
 			Drive: func(*testing.T, Live) {},
 			Check: signalledCheck,
@@ -168,6 +173,23 @@ func runLive(t *testing.T, b backends.Backend, info backends.Session, tc LiveCas
 		cancel()
 	}
 	tc.Check(t, <-done)
+}
+
+// KillMarked runs a plain exec in info's session that SIGKILLs every
+// process whose command line holds marker and prints "found" per process.
+// The marker is split in the script, so the finder never matches itself.
+func KillMarked(t *testing.T, b backends.Backend, info backends.Session, marker string) string {
+	t.Helper()
+	half := len(marker) / 2
+	script := "a=" + marker[:half] + "; b=" + marker[half:] + "; for p in /proc/[0-9]*; do " +
+		"case $(tr '\\0' ' ' <$p/cmdline 2>/dev/null) in *\"sleep $a$b\"*) echo found; kill -9 ${p#/proc/} ;; esac; done"
+	var out SyncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := b.Exec(ctx, info, backends.ExecRequest{Cmd: script, Stdout: &out, Timeout: 20 * time.Second}); err != nil {
+		t.Fatalf("finding the marked process: %v", err)
+	}
+	return out.String()
 }
 
 // WaitFor waits until out contains s.

@@ -28,7 +28,9 @@ func limitsOf(info backends.Session, memoryMB int) limits {
 // Output streams into req.Stdout and req.Stderr as it arrives. On timeout
 // (ExitStatus.TimedOut) or ctx cancellation (ctx.Err()) the command's
 // process group is killed — and the whole sandbox when that does not end
-// it (ExitStatus.Restarted); the session's files are untouched.
+// it (ExitStatus.Restarted); the session's files are untouched. What the
+// command leaves running when it ends on its own stays, live exec or
+// plain: it is the session's.
 func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.ExecRequest) (backends.ExitStatus, error) {
 	if err := ctx.Err(); err != nil {
 		return backends.ExitStatus{}, err
@@ -75,11 +77,6 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	touch(dir)
 	oom, pids := m.r.cg.oomKills(), m.r.cg.pidsLimitHits()
 	exit, timedOut, canceled, hostKilled := m.awaitExec(ctx, p, req, xio)
-	if live(req) {
-		// What a live exec left in its process group goes with it, as on
-		// docker; a plain exec's background jobs keep running.
-		_ = p.Signal(syscall.SIGKILL)
-	}
 	xio.ended()
 	switch {
 	case m.r.wasStopped():
@@ -93,12 +90,6 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		return backends.ExitStatus{TimedOut: true, Restarted: restarted}, nil
 	}
 	return backends.ExitStatus{ExitCode: exit.Code, Restarted: restarted}, nil
-}
-
-// live reports an exec a host can drive while it runs (stdin, a terminal,
-// signals): box_exec_start's, not a plain box_exec.
-func live(req backends.ExecRequest) bool {
-	return req.Stdin != nil || req.TTY != nil || req.Signals != nil
 }
 
 // commandLayout is the session's layout for one command: its working

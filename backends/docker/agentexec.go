@@ -30,10 +30,11 @@ const outputGrace = time.Second
 const agentExecScript = `{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || exit
 exec sh -lc "$2"`
 
-// agentExec runs req through the container's agent. Plain execs leave
-// what they started in the background running (it is the session's);
-// live and interactive ones end their whole process group when they end,
-// as their Engine-exec wrappers do.
+// agentExec runs req through the container's agent. What a command
+// started in the background keeps running when it ends, live or plain (it
+// is the session's); a timeout, a cancel or a kill end its whole process
+// group. (Engine-exec wrappers, the fallback, still end a live exec's
+// group with it.)
 func (b *Backend) agentExec(ctx context.Context, info backends.Session, l *agentLink, req backends.ExecRequest) (backends.ExitStatus, error) {
 	conn, env, restarted, err := l.get(ctx)
 	if err != nil {
@@ -80,10 +81,6 @@ func (b *Backend) agentExec(ctx context.Context, info backends.Session, l *agent
 	<-r.exited
 	if r.waitErr != nil {
 		return b.lostExec(ctx, l, conn)
-	}
-	if req.Stdin != nil || req.TTY != nil || req.Signals != nil {
-		// What a live or interactive command left behind goes with it.
-		_ = proc.Signal(syscall.SIGKILL)
 	}
 	status.ExitCode = r.exit.Code
 	return status, nil

@@ -44,6 +44,10 @@ const (
 	metaInstance = "boxrt_instance"
 	metaSession  = "boxrt_session"
 	metaSandbox  = "boxrt_sandbox"
+	// metaMountPath asks a boxrt endpoint for the workspace at the
+	// session's mount path rather than E2B's /home/user (other endpoints
+	// ignore it).
+	metaMountPath = "boxrt_mount_path"
 )
 
 // Config configures the backend (the configuration's e2b section).
@@ -255,7 +259,8 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 	}
 	body := newSandboxBody{TemplateID: template, Timeout: int(b.timeout / time.Second), AutoPause: spec.Persistent, Secure: true,
 		AllowInternetAccess: spec.Network == backends.NetworkOn,
-		Metadata:            map[string]string{metaInstance: b.cfg.InstanceID, metaSession: spec.SessionID, metaSandbox: string(box)}}
+		Metadata: map[string]string{metaInstance: b.cfg.InstanceID, metaSession: spec.SessionID, metaSandbox: string(box),
+			metaMountPath: spec.MountPathOrDefault()}}
 	var out sandboxJSON
 	if err := b.control(ctx, http.MethodPost, "/sandboxes", body, &out); err != nil {
 		return backends.Session{}, err

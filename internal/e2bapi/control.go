@@ -152,8 +152,13 @@ func optionalBody(w http.ResponseWriter, r *http.Request, body any, timeoutSec *
 
 // userHome is where E2B's sandboxes keep the user's files (its user
 // "user", whose home and default working directory it is): a sandbox made
-// here has its workspace there, so code written for E2B finds its paths.
-const userHome = "/home/user"
+// here has its workspace there, so code written for E2B finds its paths —
+// unless its metadata's mountPathKey names another place (boxrt's own e2b
+// backend asks for its session's mount path, /workspace by default).
+const (
+	userHome     = "/home/user"
+	mountPathKey = "boxrt_mount_path"
+)
 
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	var body newSandbox
@@ -174,6 +179,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	spec := runtime.DefaultSpec()
 	spec.SessionID = newSandboxID()
 	spec.MountPath = userHome
+	if mp := body.Metadata[mountPathKey]; mp != "" {
+		spec.MountPath = mp
+	}
 	if image, ok := h.templateImage(body.TemplateID); ok {
 		spec.Image = image
 	} else if _, err := h.rt.Snapshots().Get(ctx, body.TemplateID); err == nil {

@@ -49,7 +49,7 @@ func TestDependencyDirection(t *testing.T) {
 		"rpc":                         {"internal/boxerr"},
 		"reconnect":                   {"internal/boxerr", "internal/controltoken", "internal/atomicfile"},
 		"test":                        {"*"},
-		"test/bench":                  {"reconnect", "internal/boxerr", "internal/clip", "backends", "backends/bwrap", "backends/docker", "test/bench/echopeer"},
+		"test/bench":                  {"reconnect", "internal/atomicfile", "internal/boxerr", "internal/clip", "backends", "backends/bwrap", "backends/docker", "test/bench/echopeer"},
 		"test/bench/echopeer":         {},
 		"internal/clip":               {},
 		"internal/keyed":              {},

@@ -187,12 +187,7 @@ func (b *Backend) removeStalePools() {
 // as they would with boxrt). Sessions stay (Adopt finds them again).
 func (b *Backend) Close() error {
 	b.stopIdleLoop()
-	b.mu.Lock()
-	open := make([]*sessionFiles, 0, len(b.open))
-	for _, sf := range b.open {
-		open = append(open, sf)
-	}
-	b.mu.Unlock()
+	open := b.openSessions()
 	for _, sf := range open {
 		if sf.res.closeOrDetach() {
 			// As when boxrt exits: the next one starts it again.
@@ -201,4 +196,15 @@ func (b *Backend) Close() error {
 	}
 	b.pool.close(b.poolDir())
 	return nil
+}
+
+// openSessions is a snapshot of the sessions open in this backend.
+func (b *Backend) openSessions() []*sessionFiles {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	open := make([]*sessionFiles, 0, len(b.open))
+	for _, sf := range b.open {
+		open = append(open, sf)
+	}
+	return open
 }

@@ -33,13 +33,7 @@ func (b *Backend) idleLoop(stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		b.mu.Lock()
-		open := make([]*sessionFiles, 0, len(b.open))
-		for _, sf := range b.open {
-			open = append(open, sf)
-		}
-		b.mu.Unlock()
-		for _, sf := range open {
+		for _, sf := range b.openSessions() {
 			sf.releaseIdle(b.cfg.IdleRelease)
 		}
 	}

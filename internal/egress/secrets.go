@@ -146,17 +146,25 @@ func secretsFor(list []sessionSecret, name string) []sessionSecret {
 // the header values, inside Basic credentials too (base64 hides the
 // placeholder from a plain search).
 func insertSecrets(h http.Header, secrets []sessionSecret) {
-	for key, values := range h {
+	replaceInHeader(h, secrets, func(s sessionSecret) (string, string) { return s.placeholder, s.value })
+	for _, key := range []string{"Authorization", "Proxy-Authorization"} {
+		values := h[key]
+		for i, v := range values {
+			values[i] = replaceInBasic(v, secrets)
+		}
+	}
+}
+
+// replaceInHeader replaces, in every header value, each secret's old
+// string by its new one (pair says which is which).
+func replaceInHeader(h http.Header, secrets []sessionSecret, pair func(sessionSecret) (old, new string)) {
+	for _, values := range h {
 		for i, v := range values {
 			for _, s := range secrets {
-				v = strings.ReplaceAll(v, s.placeholder, s.value)
+				o, n := pair(s)
+				v = strings.ReplaceAll(v, o, n)
 			}
 			values[i] = v
-		}
-		if key == "Authorization" || key == "Proxy-Authorization" {
-			for i, v := range values {
-				values[i] = replaceInBasic(v, secrets)
-			}
 		}
 	}
 }
@@ -164,14 +172,7 @@ func insertSecrets(h http.Header, secrets []sessionSecret) {
 // scrubSecrets turns a value a server echoed back into its placeholder, so
 // a response header does not carry it into the sandbox.
 func scrubSecrets(h http.Header, secrets []sessionSecret) {
-	for _, values := range h {
-		for i, v := range values {
-			for _, s := range secrets {
-				v = strings.ReplaceAll(v, s.value, s.placeholder)
-			}
-			values[i] = v
-		}
-	}
+	replaceInHeader(h, secrets, func(s sessionSecret) (string, string) { return s.value, s.placeholder })
 }
 
 func replaceInBasic(v string, secrets []sessionSecret) string {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/boxrt/boxrt/internal/atomicfile"
 	"github.com/boxrt/boxrt/internal/clip"
 )
 
@@ -280,7 +281,7 @@ func (b *bench) writeReport(total time.Duration) error {
 		sb.WriteString("**Cleanup:** " + strings.Join(b.cleanup, "; ") + "\n\n")
 	}
 	sb.WriteString("Run it: `make bench` (full), `scripts/bench -quick` (a minute), `scripts/bench -only ping,e2b` (a subset; `go run ./test/bench -h` lists the flags).\n")
-	if err := writeFileAtomic(b.cfg.out, []byte(sb.String())); err != nil {
+	if err := writeReportFile(b.cfg.out, []byte(sb.String())); err != nil {
 		return err
 	}
 	return b.writeRuns()
@@ -405,19 +406,16 @@ func (b *bench) writeRuns() error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(b.cfg.jsonOut, append(out, '\n'))
+	return writeReportFile(b.cfg.jsonOut, append(out, '\n'))
 }
 
-// writeFileAtomic writes data to path through a temporary name.
-func writeFileAtomic(path string, data []byte) error {
+// writeReportFile writes a report file whole (through a temporary name),
+// making its directory.
+func writeReportFile(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, data, 0o644)
 }
 
 func orNA(s string) string {

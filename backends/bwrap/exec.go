@@ -117,9 +117,16 @@ func (m *machine) awaitExec(ctx context.Context, p *sandboxagent.Proc, req backe
 		timeout = t.C
 	}
 	waited := waitProc(p)
+	signalled := false
 	for {
 		select {
 		case exit = <-waited:
+			if signalled {
+				// Signals come from box_exec_kill: a gentler signal is
+				// still a kill, so what the tree kept (a child that
+				// ignored it) goes when the command has ended.
+				_ = p.Signal(syscall.SIGKILL)
+			}
 			return exit, false, false, false
 		case <-timeout:
 			select {
@@ -141,6 +148,7 @@ func (m *machine) awaitExec(ctx context.Context, p *sandboxagent.Proc, req backe
 			}
 			// A signal that finds nobody to receive it (the command is
 			// ending) is not the exec's failure.
+			signalled = true
 			_ = p.Signal(sig)
 		}
 	}

@@ -31,7 +31,8 @@ type Running struct {
 
 // Await waits for the command to end by itself, for req.Timeout, for
 // ctx's cancellation or for the sandbox's death, serving req's resizes and
-// signals meanwhile. ended reports the first: the backend then reads the
+// signals meanwhile (a command that was signalled has its tree killed
+// when it ends: what a command leaves running otherwise stays). ended reports the first: the backend then reads the
 // command's outcome. Otherwise status and err are the exec's result: a
 // command still running at the timeout or the cancellation is killed and
 // reads as timed out (with ctx's error when cancelled); one whose sandbox
@@ -45,9 +46,16 @@ func Await(ctx context.Context, req backends.ExecRequest, r Running) (status bac
 		expired = t.C
 	}
 	var cancelled error
+	signalled := false
 	for waiting := true; waiting; {
 		select {
 		case <-r.Ended:
+			if signalled {
+				// Signals come from box_exec_kill: a gentler signal is
+				// still a kill, so what the tree kept (a child that
+				// ignored it) goes when the command has ended.
+				r.Signal(syscall.SIGKILL)
+			}
 			return backends.ExitStatus{}, true, nil
 		case <-expired:
 			waiting = false
@@ -57,6 +65,7 @@ func Await(ctx context.Context, req backends.ExecRequest, r Running) (status bac
 		case rs := <-req.Resize:
 			rs.Done <- r.Resize(rs.Size)
 		case sig := <-req.Signals:
+			signalled = true
 			r.Signal(sig)
 		case <-r.SandboxDied:
 			status, err := r.SandboxDiedResult()

@@ -80,8 +80,18 @@ func TestAwaitServesResizeAndSignals(t *testing.T) {
 	if !<-result {
 		t.Fatal("Await did not report the end")
 	}
-	if len(f.resized) != 1 || f.resized[0].Rows != 40 || len(f.signals) != 1 || f.signals[0] != syscall.SIGTERM {
+	// The TERM, then, once the command has ended, the KILL that takes what
+	// its tree kept (a signal comes from box_exec_kill).
+	if len(f.resized) != 1 || f.resized[0].Rows != 40 || len(f.signals) != 2 || f.signals[0] != syscall.SIGTERM || f.signals[1] != syscall.SIGKILL {
 		t.Fatalf("resized %v, signalled %v", f.resized, f.signals)
+	}
+}
+
+func TestAwaitUnsignalledLeavesTheTree(t *testing.T) {
+	f := newFakeExec()
+	close(f.ended)
+	if _, ended, _ := Await(context.Background(), backends.ExecRequest{}, f.running()); !ended || len(f.signals) != 0 || f.killed {
+		t.Fatalf("ended %v, signalled %v, killed %v: a command that ends on its own leaves what it started", ended, f.signals, f.killed)
 	}
 }
 

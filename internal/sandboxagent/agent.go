@@ -28,15 +28,45 @@ const maxBackoff = time.Second
 // (status 2). It is to be started with stdin, stdout and stderr only: a
 // descriptor it inherits beyond those stays open in it (boxrt's main has
 // marked it close-on-exec, so no child gets it).
+//
+// Where boxrt reaches the sandbox only through commands it runs there (a
+// Pod's exec), `boxrt agent --listen PATH` serves who connects to PATH,
+// and `boxrt agent --bridge PATH` is such a command: it joins its stdin
+// and stdout to PATH, and the host speaks the protocol (its stream mode,
+// streammsg.go) through them. `boxrt agent --version` prints the
+// protocol's version: a probe that the binary runs in the sandbox.
 func Main(args []string) int {
 	fs := flag.NewFlagSet("boxrt agent", flag.ContinueOnError)
 	connect := fs.String("connect", "", "the agent socket to dial, as seen inside the sandbox")
+	listen := fs.String("listen", "", "the socket to listen on, in the sandbox")
+	bridgeTo := fs.String("bridge", "", "the socket of a listening agent to join stdin and stdout to")
+	version := fs.Bool("version", false, "print the protocol version")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *connect == "" || fs.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "boxrt agent: usage: boxrt agent --connect PATH")
+	set := 0
+	for _, s := range []string{*connect, *listen, *bridgeTo} {
+		if s != "" {
+			set++
+		}
+	}
+	switch {
+	case *version && set == 0 && fs.NArg() == 0:
+		fmt.Println(protocolVersion)
+		return 0
+	case set != 1 || *version || fs.NArg() > 0:
+		fmt.Fprintln(os.Stderr, "boxrt agent: usage: boxrt agent --connect PATH | --listen PATH | --bridge PATH | --version")
 		return 2
+	case *bridgeTo != "":
+		if err := bridge(*bridgeTo); err != nil {
+			fmt.Fprintln(os.Stderr, "boxrt agent: "+err.Error())
+			return 1
+		}
+		return 0
+	case *listen != "":
+		err := newAgent("").listen(*listen)
+		fmt.Fprintln(os.Stderr, "boxrt agent: "+err.Error())
+		return 1
 	}
 	newAgent(*connect).run()
 	return 0 // not reached: run never returns
@@ -71,6 +101,9 @@ type agent struct {
 	live map[int]uint64 // pid → id of the connection's running children
 	ids  map[uint64]int // id → pid, running or exited, for signals
 	gone []uint64       // exited ids, oldest first, to bound ids
+	// streams: the connection's stream-mode processes (stream.go), by
+	// id, until their exited is sent.
+	streams map[uint64]*streamProc
 }
 
 func newAgent(path string) *agent {
@@ -127,6 +160,7 @@ func dial(path string) (*net.UnixConn, error) {
 func (a *agent) serve(fc *frameConn) error {
 	a.mu.Lock()
 	a.fc, a.live, a.ids, a.gone = fc, map[int]uint64{}, map[uint64]int{}, nil
+	a.streams = map[uint64]*streamProc{}
 	err := a.sendLocked(helloMsg{Op: opHello, Version: protocolVersion, PID: os.Getpid()})
 	a.mu.Unlock()
 	for err == nil {
@@ -137,7 +171,12 @@ func (a *agent) serve(fc *frameConn) error {
 	}
 	a.mu.Lock()
 	a.fc, a.live, a.ids, a.gone = nil, nil, nil, nil
+	streams := a.streams
+	a.streams = nil
 	a.mu.Unlock()
+	for _, sp := range streams {
+		sp.orphan()
+	}
 	fc.dropFDs()
 	fc.c.Close()
 	if errors.Is(err, io.EOF) {
@@ -168,7 +207,7 @@ func (a *agent) handle(fc *frameConn, payload []byte) error {
 		if err != nil {
 			return err
 		}
-		return a.spawn(&m, fds)
+		return a.spawn(&m, fds, nil)
 	case opSignal:
 		var m signalMsg
 		if err := decodeStrict(op, payload, &m); err != nil {
@@ -176,6 +215,8 @@ func (a *agent) handle(fc *frameConn, payload []byte) error {
 		}
 		a.signal(&m)
 		return nil
+	case opRun, opInput, opCredit, opResize:
+		return a.handleStream(fc, op, payload)
 	}
 	return &ProtocolError{Reason: "unknown op " + short(op)}
 }

@@ -18,8 +18,9 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 const maxRemembered = 4096
 
 // spawn starts m with fds (the pty slave, or stdin, stdout and stderr) and
-// answers started or failed. It closes fds.
-func (a *agent) spawn(m *spawnMsg, fds []int) error {
+// answers started or failed. It closes fds. onStart, if not nil, is called
+// with the child's pid under a.mu before started is sent.
+func (a *agent) spawn(m *spawnMsg, fds []int, onStart func(pid int)) error {
 	defer closeFDs(fds)
 	// Outside the lock: a stat in the sandbox may be slow (a hung mount),
 	// and the reaper must not wait for it.
@@ -41,6 +42,9 @@ func (a *agent) spawn(m *spawnMsg, fds []int) error {
 	}
 	a.live[pid] = m.ID
 	a.ids[m.ID] = pid
+	if onStart != nil {
+		onStart(pid)
+	}
 	return a.sendLocked(startedMsg{Op: opStarted, ID: m.ID, PID: pid})
 }
 
@@ -166,6 +170,11 @@ func (a *agent) exited(pid int, ws syscall.WaitStatus) {
 		a.gone = a.gone[1:]
 	}
 	e := exitOf(ws)
+	if sp := a.streams[id]; sp != nil {
+		// Its exited follows its last output.
+		go a.finishStream(a.fc, id, sp, e)
+		return
+	}
 	// A failed write drops the connection; its reader sees it.
 	if err := a.sendLocked(exitedMsg{Op: opExited, ID: id, Code: &e.Code, Signal: &e.Signal}); err != nil {
 		a.fc.c.Close()

@@ -82,6 +82,10 @@ type Config struct {
 	HostPathClaims map[string]string
 	// StartTimeout bounds how long a new Pod may take to run; default 2 min.
 	StartTimeout time.Duration
+	// AgentBinary is a static boxrt binary, uploaded into each Pod to run
+	// as its session agent (agent.go); "" runs every command as its own
+	// exec.
+	AgentBinary string
 }
 
 // Backend runs sessions as Pods. It is safe for concurrent use.
@@ -98,6 +102,9 @@ type Backend struct {
 	// legacy holds the adopted Pods an earlier boxrt made without the
 	// pidDir volume (Pod name → true): their pid files go to /tmp.
 	legacy sync.Map
+	// agents: Pod name → *podAgent; noAgent: adopted Pods made without
+	// the agent's volume (Pod name → true).
+	agents, noAgent sync.Map
 
 	fileSystem // the file API (files.go)
 }

@@ -258,6 +258,12 @@ func TestStreamSignalAndFailures(t *testing.T) {
 	if _, err := c.Run(context.Background(), RunRequest{Argv: []string{"true"}, TTY: &TTYSize{}}); err == nil {
 		t.Error("a terminal of size 0 was accepted")
 	}
+	var out bytes.Buffer
+	pe := runProc(t, c, RunRequest{Argv: sh(`echo "$PATH|$FOO"`), Env: []string{"FOO=bar"}, InheritEnv: true, Stdout: &out})
+	wait(t, pe)
+	if want := os.Getenv("PATH") + "|bar\n"; out.String() != want {
+		t.Errorf("inherited environment: %q, want %q", out.String(), want)
+	}
 	if err := p.Resize(TTYSize{Rows: 1, Cols: 1}); err == nil {
 		t.Error("resize of a process without a terminal was accepted")
 	}

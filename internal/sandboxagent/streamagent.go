@@ -3,6 +3,7 @@ package sandboxagent
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -87,8 +88,12 @@ func (a *agent) runStream(fc *frameConn, m *runMsg) error {
 		defer a.mu.Unlock()
 		return a.sendLocked(failedMsg{Op: opFailed, ID: m.ID, Error: cut(err.Error())})
 	}
+	env := m.Env
+	if m.Inherit {
+		env = overlay(os.Environ(), m.Env)
+	}
 	started := false
-	err = a.spawn(&spawnMsg{Op: opSpawn, ID: m.ID, Argv: m.Argv, Env: m.Env, Dir: m.Dir, TTY: m.TTY}, child,
+	err = a.spawn(&spawnMsg{Op: opSpawn, ID: m.ID, Argv: m.Argv, Env: env, Dir: m.Dir, TTY: m.TTY}, child,
 		func(int) { a.streams[m.ID] = sp; started = true })
 	if !started {
 		sp.stdin.Close()
@@ -103,6 +108,22 @@ func (a *agent) runStream(fc *frameConn, m *runMsg) error {
 	}
 	go sp.writeStdin(a, fc, m.ID)
 	return err
+}
+
+// overlay is base with the variables of over set (over wins).
+func overlay(base, over []string) []string {
+	set := map[string]bool{}
+	for _, kv := range over {
+		name, _, _ := strings.Cut(kv, "=")
+		set[name] = true
+	}
+	out := make([]string, 0, len(base)+len(over))
+	for _, kv := range base {
+		if name, _, _ := strings.Cut(kv, "="); !set[name] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, over...)
 }
 
 // newStreamProc makes m's pipes or terminal: the parent's ends (pollable,

@@ -79,6 +79,9 @@ type RunRequest struct {
 	Argv []string // argv[0] without a slash is looked up in Env's PATH
 	Env  []string // the complete environment, KEY=VALUE
 	Dir  string   // the working directory in the sandbox; must exist ("" is /)
+	// InheritEnv lays Env over the agent's own environment instead of
+	// making it the whole of it.
+	InheritEnv bool
 	// TTY, when set, gives the process a terminal of that size as its
 	// stdin, stdout and stderr: all its output goes to Stdout, and the
 	// end of Stdin is typed as ^D.
@@ -126,7 +129,7 @@ func (c *Conn) Run(ctx context.Context, req RunRequest) (*Proc, error) {
 	if err := sreq.validate(); err != nil {
 		return nil, fmt.Errorf("sandbox run: %w", err)
 	}
-	m := runMsg{Op: opRun, Argv: req.Argv, Env: req.Env, Dir: req.Dir}
+	m := runMsg{Op: opRun, Argv: req.Argv, Env: req.Env, Dir: req.Dir, Inherit: req.InheritEnv}
 	if req.TTY != nil {
 		if req.TTY.Rows == 0 || req.TTY.Cols == 0 {
 			return nil, errors.New("sandbox run: a terminal needs rows and cols")

@@ -48,6 +48,9 @@ type runMsg struct {
 	TTY  bool     `json:"tty"`
 	Rows uint16   `json:"rows"`
 	Cols uint16   `json:"cols"`
+	// Inherit: Env is laid over the agent's own environment (a Pod's
+	// container environment, which boxrt does not know).
+	Inherit bool `json:"inherit,omitempty"`
 }
 
 type outputMsg struct {

@@ -1,0 +1,262 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/internal/execproc"
+	"github.com/boxrt/boxrt/backends/internal/sandboxsh"
+	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/sandboxagent"
+)
+
+// The session agent in a Pod: the container's main process waits for the
+// agent's binary to appear in an emptyDir of boxrt's own and then becomes
+// it ("boxrt agent --listen"). boxrt uploads its static binary through one
+// exec, checked by running it (--version) before it is moved into place,
+// and reaches the agent through one long-lived exec per Pod of "boxrt
+// agent --bridge", whose stdin and stdout carry the protocol's stream mode.
+// Commands then cost a frame each way instead of an exec each.
+const (
+	agentVolume = "boxrt-agent"
+	agentDir    = "/run/boxrt-agent"
+	agentBin    = agentDir + "/boxrt"
+	agentSock   = agentDir + "/agent.sock"
+	// agentUploadTimeout bounds the upload of the binary (tens of MB).
+	agentUploadTimeout = 2 * time.Minute
+)
+
+// agentMain is the container's main process of a Pod with an agent: the
+// keep-alive loop until the binary is in place, then the agent. A sleep
+// that takes no fraction (POSIX's) only makes the wait coarser.
+const agentMain = `trap "exit 0" TERM
+while :; do
+	[ -x ` + agentBin + ` ] && exec ` + agentBin + ` agent --listen ` + agentSock + `
+	sleep 0.2 2>/dev/null || sleep 1
+done`
+
+// mainCommand is the container's main process.
+func (b *Backend) mainCommand() []string {
+	if b.cfg.AgentBinary == "" {
+		return []string{"sh", "-c", sandboxsh.KeepAlive}
+	}
+	return []string{"sh", "-c", agentMain}
+}
+
+// agentVolumeSource is on the node's disk, not in memory: the binary
+// would count against the Pod's memory limit there.
+func agentVolumeSource() corev1.Volume {
+	size := resource.MustParse("256Mi")
+	return corev1.Volume{Name: agentVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &size}}}
+}
+
+// podAgent is the agent of one Pod as boxrt reaches it.
+type podAgent struct {
+	mu     sync.Mutex
+	conn   *sandboxagent.Conn
+	cancel context.CancelFunc // ends the bridge's exec
+	off    error              // why the Pod runs its commands by exec instead
+}
+
+// usesAgent says whether pod's commands go through its agent: the backend
+// has a binary and the Pod has the agent's volume (not one an earlier
+// boxrt made).
+func (b *Backend) usesAgent(pod string) bool {
+	if b.cfg.AgentBinary == "" {
+		return false
+	}
+	_, noAgent := b.noAgent.Load(pod)
+	return !noAgent
+}
+
+// agentConn returns the connection to pod's agent, uploading the binary
+// and opening the bridge when there is none; an error means the Pod runs
+// its commands by exec (the error says why).
+func (b *Backend) agentConn(ctx context.Context, pod string) (*sandboxagent.Conn, error) {
+	v, _ := b.agents.LoadOrStore(pod, &podAgent{})
+	pa := v.(*podAgent)
+	pa.mu.Lock()
+	defer pa.mu.Unlock()
+	if pa.off != nil {
+		return nil, pa.off
+	}
+	if pa.conn != nil {
+		select {
+		case <-pa.conn.Done():
+			pa.close()
+		default:
+			return pa.conn, nil
+		}
+	}
+	err := b.openBridge(ctx, pod, pa)
+	if err != nil {
+		// The binary is not there yet (a new Pod, or a boxrt that
+		// adopted it): upload it, then try once more.
+		if err = b.uploadAgent(ctx, pod); err == nil {
+			err = b.openBridge(ctx, pod, pa)
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		pa.off = fmt.Errorf("the session agent cannot run in Pod %s: %w", pod, err)
+		return nil, pa.off
+	}
+	return pa.conn, err
+}
+
+func (pa *podAgent) close() {
+	if pa.conn != nil {
+		pa.conn.Close()
+		pa.cancel()
+		pa.conn, pa.cancel = nil, nil
+	}
+}
+
+// closeAgent ends the bridge to pod's agent (the Pod is going away).
+func (b *Backend) closeAgent(pod string) {
+	if v, ok := b.agents.LoadAndDelete(pod); ok {
+		pa := v.(*podAgent)
+		pa.mu.Lock()
+		pa.close()
+		pa.mu.Unlock()
+	}
+}
+
+// openBridge runs "boxrt agent --bridge" in pod and speaks to the agent
+// through it.
+func (b *Backend) openBridge(ctx context.Context, pod string, pa *podAgent) error {
+	ex, err := b.executor(pod, []string{agentBin, "agent", "--bridge", agentSock}, false)
+	if err != nil {
+		return err
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	sctx, cancel := context.WithCancel(context.Background())
+	stderr := &execproc.LimitedBuffer{Max: 4096}
+	ended := make(chan error, 1)
+	go func() {
+		err := ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: stderr})
+		outW.Close()
+		inR.Close()
+		ended <- err
+	}()
+	conn, err := sandboxagent.Bridge(ctx, outR, inW)
+	if err != nil {
+		cancel()
+		if serr := <-ended; serr != nil {
+			err = fmt.Errorf("%w (the bridge: %v %s)", err, serr, stderr.String())
+		}
+		return err
+	}
+	pa.conn, pa.cancel = conn, cancel
+	return nil
+}
+
+// uploadAgent copies the agent's binary into pod through one exec: to a
+// temporary name, run once (--version: it is whole and runs in this
+// image), then renamed into the place the container waits for.
+func (b *Backend) uploadAgent(ctx context.Context, pod string) error {
+	f, err := os.Open(b.cfg.AgentBinary)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(ctx, agentUploadTimeout)
+	defer cancel()
+	script := `set -e; t=` + agentDir + `/.boxrt.$$; trap 'rm -f "$t"' EXIT; cat >"$t"; chmod 755 "$t"; "$t" agent --version >/dev/null; mv -f "$t" ` + agentBin
+	ex, err := b.executor(pod, []string{"sh", "-c", script}, false)
+	if err != nil {
+		return err
+	}
+	out := &execproc.LimitedBuffer{Max: 4096}
+	code, err := exitCode(ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: f, Stdout: out, Stderr: out}))
+	if err == nil && code != 0 {
+		err = fmt.Errorf("upload of the agent exited %d: %s", code, out.String())
+	}
+	return err
+}
+
+// agentExecScript runs the command in its working directory (made when
+// missing), as the exec path's wrapper does: $1 the directory, $2 the
+// command.
+const agentExecScript = `{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || exit; exec sh -lc "$2"`
+
+// execAgent runs req through pod's agent. The command is a session
+// leader: a signal, a timeout's kill and the sweep after an interactive
+// command go to its process group.
+func (b *Backend) execAgent(ctx context.Context, info backends.Session, req backends.ExecRequest, conn *sandboxagent.Conn) (backends.ExitStatus, error) {
+	workdir, _ := execproc.Paths(info, req.Workdir, "exec", pidDir)
+	rr := sandboxagent.RunRequest{
+		Argv:       []string{"sh", "-c", agentExecScript, "boxrt-exec", workdir, req.Cmd},
+		Env:        envArgs(req.Env)[1:],
+		InheritEnv: true,
+		Stdout:     req.Stdout,
+		Stderr:     req.Stderr,
+	}
+	if req.Stdin != nil {
+		rr.Stdin = req.Stdin
+		defer req.Stdin.Close()
+	}
+	if req.TTY != nil {
+		rr.TTY = &sandboxagent.TTYSize{Rows: req.TTY.Rows, Cols: req.TTY.Cols}
+	}
+	p, err := conn.Run(ctx, rr)
+	if err != nil {
+		return backends.ExitStatus{}, b.agentError(ctx, info, err)
+	}
+	defer b.touch(ctx, info.BackendSessionID)
+	ended := make(chan struct{})
+	var exit sandboxagent.Exit
+	var werr error
+	go func() {
+		exit, werr = p.Wait(context.Background())
+		close(ended)
+	}()
+	status, finished, err := execproc.Await(ctx, req, execproc.Running{
+		Ended: ended,
+		Resize: func(size backends.TTYSize) error {
+			return p.Resize(sandboxagent.TTYSize{Rows: size.Rows, Cols: size.Cols})
+		},
+		Signal: func(sig syscall.Signal) { _ = p.Signal(sig) },
+		Kill: func() {
+			_ = p.Signal(syscall.SIGKILL)
+			select {
+			case <-ended:
+			case <-time.After(killGrace):
+			}
+		},
+	})
+	if !finished {
+		return status, err
+	}
+	if werr != nil {
+		return backends.ExitStatus{}, b.agentError(ctx, info, werr)
+	}
+	if req.Stdin != nil || req.TTY != nil {
+		// What an interactive command left behind goes with it.
+		_ = p.Signal(syscall.SIGKILL)
+	}
+	return backends.ExitStatus{ExitCode: exit.Code}, nil
+}
+
+// agentError is the failure of a command through the agent: a refused
+// command is the caller's; a lost agent is the Pod's (gone, or its agent
+// killed: the container's main process, so the Pod has failed).
+func (b *Backend) agentError(ctx context.Context, info backends.Session, err error) error {
+	var se *sandboxagent.SpawnError
+	if errors.As(err, &se) {
+		return boxerr.Failure("kube backend: %v", se).Wrap(err)
+	}
+	b.closeAgent(info.BackendSessionID)
+	return b.execError(ctx, info, "running command through the session agent", err)
+}

@@ -35,6 +35,9 @@ const (
 	agentSock   = agentDir + "/agent.sock"
 	// agentUploadTimeout bounds the upload of the binary (tens of MB).
 	agentUploadTimeout = 2 * time.Minute
+	// agentRestartTimeout bounds the wait for a lost agent: the kubelet
+	// restarting its container (after a back-off from the second time on).
+	agentRestartTimeout = 90 * time.Second
 )
 
 // agentMain is the container's main process of a Pod with an agent: the
@@ -54,6 +57,13 @@ func (b *Backend) mainCommand() []string {
 	return []string{"sh", "-c", agentMain}
 }
 
+func (b *Backend) restartPolicy() corev1.RestartPolicy {
+	if b.cfg.AgentBinary == "" {
+		return corev1.RestartPolicyNever
+	}
+	return corev1.RestartPolicyAlways
+}
+
 // agentVolumeSource is on the node's disk, not in memory: the binary
 // would count against the Pod's memory limit there.
 func agentVolumeSource() corev1.Volume {
@@ -67,6 +77,9 @@ type podAgent struct {
 	conn   *sandboxagent.Conn
 	cancel context.CancelFunc // ends the bridge's exec
 	off    error              // why the Pod runs its commands by exec instead
+	// pid is the agent's last seen: another one after a lost connection
+	// is a restarted container.
+	pid int
 }
 
 // usesAgent says whether pod's commands go through its agent: the backend
@@ -81,25 +94,30 @@ func (b *Backend) usesAgent(pod string) bool {
 }
 
 // agentConn returns the connection to pod's agent, uploading the binary
-// and opening the bridge when there is none; an error means the Pod runs
-// its commands by exec (the error says why).
-func (b *Backend) agentConn(ctx context.Context, pod string) (*sandboxagent.Conn, error) {
+// and opening the bridge when there is none. After a lost connection it
+// waits for the agent (the container restarting) and says whether it is
+// another one: restarted. An errNoAgent means the Pod runs its commands
+// by exec (the error says why).
+func (b *Backend) agentConn(ctx context.Context, pod string) (conn *sandboxagent.Conn, restarted bool, err error) {
 	v, _ := b.agents.LoadOrStore(pod, &podAgent{})
 	pa := v.(*podAgent)
 	pa.mu.Lock()
 	defer pa.mu.Unlock()
 	if pa.off != nil {
-		return nil, pa.off
+		return nil, false, pa.off
 	}
 	if pa.conn != nil {
 		select {
 		case <-pa.conn.Done():
 			pa.close()
 		default:
-			return pa.conn, nil
+			return pa.conn, false, nil
 		}
 	}
-	err := b.openBridge(ctx, pod, pa)
+	if pa.pid != 0 {
+		return b.reopenBridge(ctx, pod, pa)
+	}
+	err = b.openBridge(ctx, pod, pa)
 	if err != nil {
 		// The binary is not there yet (a new Pod, or a boxrt that
 		// adopted it): upload it, then try once more.
@@ -108,10 +126,43 @@ func (b *Backend) agentConn(ctx context.Context, pod string) (*sandboxagent.Conn
 		}
 	}
 	if err != nil && ctx.Err() == nil {
-		pa.off = fmt.Errorf("the session agent cannot run in Pod %s: %w", pod, err)
-		return nil, pa.off
+		pa.off = &noAgentError{pod: pod, err: err}
+		return nil, false, pa.off
 	}
-	return pa.conn, err
+	return pa.conn, false, err
+}
+
+// reopenBridge reaches pod's agent again after its connection was lost:
+// the bridge's exec broke (the same agent answers), or the agent died
+// and its container is being restarted (another one answers, once the
+// kubelet has started it: restarted).
+func (b *Backend) reopenBridge(ctx context.Context, pod string, pa *podAgent) (*sandboxagent.Conn, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, agentRestartTimeout)
+	defer cancel()
+	before := pa.pid
+	for {
+		err := b.openBridge(ctx, pod, pa)
+		if err == nil {
+			// The Pods' processes share a pid namespace: another agent
+			// has another pid.
+			return pa.conn, pa.pid != before, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false, boxerr.Failure("kube backend: the session agent of Pod %s did not come back within %s: %v", pod, agentRestartTimeout, err).Wrap(err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// noAgentError is why a Pod's commands run as execs of their own.
+type noAgentError struct {
+	pod string
+	err error
+}
+
+func (e *noAgentError) Error() string {
+	return fmt.Sprintf("the session agent cannot run in Pod %s: %v", e.pod, e.err)
 }
 
 func (pa *podAgent) close() {
@@ -158,7 +209,7 @@ func (b *Backend) openBridge(ctx context.Context, pod string, pa *podAgent) erro
 		}
 		return err
 	}
-	pa.conn, pa.cancel = conn, cancel
+	pa.conn, pa.cancel, pa.pid = conn, cancel, conn.AgentPID()
 	return nil
 }
 
@@ -194,7 +245,7 @@ const agentExecScript = `{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || exit; e
 // execAgent runs req through pod's agent. The command is a session
 // leader: a signal, a timeout's kill and the sweep after an interactive
 // command go to its process group.
-func (b *Backend) execAgent(ctx context.Context, info backends.Session, req backends.ExecRequest, conn *sandboxagent.Conn) (backends.ExitStatus, error) {
+func (b *Backend) execAgent(ctx context.Context, info backends.Session, req backends.ExecRequest, conn *sandboxagent.Conn, restarted bool) (backends.ExitStatus, error) {
 	workdir, _ := execproc.Paths(info, req.Workdir, "exec", pidDir)
 	rr := sandboxagent.RunRequest{
 		Argv:       []string{"sh", "-c", agentExecScript, "boxrt-exec", workdir, req.Cmd},
@@ -236,27 +287,35 @@ func (b *Backend) execAgent(ctx context.Context, info backends.Session, req back
 			}
 		},
 	})
+	status.Restarted = restarted
 	if !finished {
 		return status, err
 	}
 	if werr != nil {
 		return backends.ExitStatus{}, b.agentError(ctx, info, werr)
 	}
-	if req.Stdin != nil || req.TTY != nil {
-		// What an interactive command left behind goes with it.
+	if req.Stdin != nil || req.TTY != nil || req.Signals != nil {
+		// What a live or interactive command left behind goes with it.
 		_ = p.Signal(syscall.SIGKILL)
 	}
-	return backends.ExitStatus{ExitCode: exit.Code}, nil
+	status.ExitCode = exit.Code
+	return status, nil
 }
 
 // agentError is the failure of a command through the agent: a refused
-// command is the caller's; a lost agent is the Pod's (gone, or its agent
-// killed: the container's main process, so the Pod has failed).
+// command is the caller's; a lost agent is the session's being gone when
+// its Pod is, else the agent's (the next command reaches it again, or its
+// restarted container and says so).
 func (b *Backend) agentError(ctx context.Context, info backends.Session, err error) error {
 	var se *sandboxagent.SpawnError
 	if errors.As(err, &se) {
 		return boxerr.Failure("kube backend: %v", se).Wrap(err)
 	}
-	b.closeAgent(info.BackendSessionID)
-	return b.execError(ctx, info, "running command through the session agent", err)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if e := b.execError(ctx, info, "running command", err); errors.Is(e, boxerr.ErrSessionNotFound) {
+		return e
+	}
+	return boxerr.Failure("kube backend: the session agent of Pod %s was lost under the command (%v); the next command reaches it again, restarted if it died", info.BackendSessionID, err).Wrap(err)
 }

@@ -145,10 +145,13 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	if b.usesAgent(pod) {
 		// Without an agent (an image without sh, …) commands run as
 		// execs of their own.
-		if conn, err := b.agentConn(ctx, pod); err == nil {
-			return b.execAgent(ctx, info, req, conn)
-		} else if ctx.Err() != nil {
-			return backends.ExitStatus{}, ctx.Err()
+		conn, restarted, err := b.agentConn(ctx, pod)
+		var off *noAgentError
+		switch {
+		case err == nil:
+			return b.execAgent(ctx, info, req, conn, restarted)
+		case !errors.As(err, &off):
+			return backends.ExitStatus{}, b.agentError(ctx, info, err)
 		}
 	}
 	workdir, pidFile := execproc.Paths(info, req.Workdir, "exec", b.pidDirOf(info.BackendSessionID))

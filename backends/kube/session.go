@@ -241,8 +241,10 @@ func (b *Backend) podFor(info backends.Session) (*corev1.Pod, error) {
 		Spec: corev1.PodSpec{
 			// The sandbox's main process only keeps it alive; if it dies
 			// the session is gone (Alive says so) rather than silently
-			// restarted with a fresh /tmp.
-			RestartPolicy:                 corev1.RestartPolicyNever,
+			// restarted. The session agent's death is not silent: the
+			// container is restarted (its emptyDirs kept, its processes
+			// gone) and the next command says restarted.
+			RestartPolicy:                 b.restartPolicy(),
 			TerminationGracePeriodSeconds: &grace,
 			AutomountServiceAccountToken:  &no,
 			EnableServiceLinks:            &no,

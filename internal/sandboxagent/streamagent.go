@@ -1,7 +1,9 @@
 package sandboxagent
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -225,9 +227,21 @@ func (sp *streamProc) grant(n int) error {
 func (sp *streamProc) pump(a *agent, fc *frameConn, id uint64, fd int, f *os.File) {
 	defer sp.pumps.Done()
 	buf := make([]byte, streamChunk)
+	draining := false
 	for {
 		n := sp.reserve()
-		k, err := f.Read(buf[:n])
+		var k int
+		var err error
+		if !draining {
+			k, err = f.Read(buf[:n])
+		}
+		if draining || errors.Is(err, os.ErrDeadlineExceeded) {
+			// A read that comes after the drain's deadline fails before
+			// it looks: what is in the pipe is still taken, without
+			// waiting for more.
+			draining = true
+			k, err = readNow(f, buf[:n])
+		}
 		if k < n {
 			sp.mu.Lock()
 			sp.credit += n - k
@@ -240,6 +254,30 @@ func (sp *streamProc) pump(a *agent, fc *frameConn, id uint64, fd int, f *os.Fil
 			return
 		}
 	}
+}
+
+// readNow reads what f holds now; nothing is io.EOF. It clears f's read
+// deadline, which the raw read would otherwise check first.
+func readNow(f *os.File, b []byte) (int, error) {
+	raw, err := f.SyscallConn()
+	if err == nil {
+		err = f.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var rerr error
+	if err := raw.Read(func(fd uintptr) bool {
+		n, rerr = unix.Read(int(fd), b)
+		return true // never wait
+	}); err != nil {
+		return 0, err
+	}
+	if rerr != nil || n <= 0 {
+		return 0, io.EOF
+	}
+	return n, nil
 }
 
 // sendOn sends m if fc is still the connection; a failed write drops it.

@@ -82,6 +82,14 @@ type podAgent struct {
 	pid int
 }
 
+// agentNote is Describe's line on how commands run.
+func (b *Backend) agentNote() string {
+	if b.cfg.AgentBinary == "" {
+		return "commands run as one Pod exec each (no session agent binary configured)"
+	}
+	return "commands run through the session agent in the Pod (boxrt's binary, uploaded once per Pod) over one long-lived exec; a Pod where the agent cannot run (its upload or start fails) runs them as one exec each, and a Pod whose agent died has its container restarted (files kept, processes gone: the next command says restarted)"
+}
+
 // usesAgent says whether pod's commands go through its agent: the backend
 // has a binary and the Pod has the agent's volume (not one an earlier
 // boxrt made).
@@ -170,6 +178,15 @@ func (pa *podAgent) close() {
 		pa.conn.Close()
 		pa.cancel()
 		pa.conn, pa.cancel = nil, nil
+	}
+}
+
+// warmAgent gets a new Pod's agent running (the upload, the bridge)
+// before its first command; a pooled Pod gets it at warm-up. A failure
+// leaves the Pod's commands to execs, as agentConn says.
+func (b *Backend) warmAgent(ctx context.Context, pod string) {
+	if b.usesAgent(pod) {
+		_, _, _ = b.agentConn(ctx, pod)
 	}
 }
 

@@ -250,7 +250,7 @@ func (b *Backend) Describe() backends.Description {
 	return backends.Description{
 		EnforcedLimits: []string{"memory", "cpus"},
 		Isolation:      iso,
-		Notes: []string{
+		Notes: append([]string{b.agentNote()},
 			"pids_limit is not enforced per session: the node's kubelet podPidsLimit applies",
 			"network off is a NetworkPolicy denying all traffic; only a CNI that enforces NetworkPolicy makes it a barrier",
 			"workspace: emptyDir (sized by workspace_quota_mb, enforced by eviction) or, for persistent sessions, a PersistentVolumeClaim",
@@ -259,7 +259,7 @@ func (b *Backend) Describe() backends.Description {
 			"suspend deletes the Pod and keeps its PersistentVolumeClaims, the workspace's and /tmp's (persistent sessions only; root filesystem changes are lost); resume recreates the Pod on them",
 			"snapshots and forks carry the workspace only (tar through an exec)",
 			"warm pools serve non-persistent sessions only (a pooled Pod's workspace is an emptyDir); a claimed Pod keeps its pool name, found through an index ConfigMap of the session's name",
-		},
+		),
 	}
 }
 

@@ -498,9 +498,11 @@ func TestLegacyPodPidFiles(t *testing.T) {
 	// The same Pod as such a boxrt made it.
 	old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Labels: pod.Labels, Annotations: pod.Annotations}, Spec: pod.Spec}
 	var vols []corev1.Volume
+	// Nor the session agent's volume: such a Pod runs its commands as
+	// execs, which write pid files.
 	for _, v := range old.Spec.Volumes {
 		switch v.Name {
-		case "boxrt-run":
+		case "boxrt-run", "boxrt-agent":
 			continue
 		case "tmp":
 			v.VolumeSource = corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}
@@ -510,8 +512,10 @@ func TestLegacyPodPidFiles(t *testing.T) {
 	old.Spec.Volumes = vols
 	c := &old.Spec.Containers[0]
 	var mounts []corev1.VolumeMount
+	c.Command = []string{"sh", "-c", `trap "exit 0" TERM; while :; do sleep 3600 & wait $!; done`}
+	old.Spec.RestartPolicy = corev1.RestartPolicyNever
 	for _, m := range c.VolumeMounts {
-		if m.Name != "boxrt-run" {
+		if m.Name != "boxrt-run" && m.Name != "boxrt-agent" {
 			mounts = append(mounts, m)
 		}
 	}

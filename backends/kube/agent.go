@@ -150,6 +150,11 @@ func (b *Backend) reopenBridge(ctx context.Context, pod string, pa *podAgent) (*
 	before := pa.pid
 	for {
 		err := b.openBridge(ctx, pod, pa)
+		if err != nil && b.uploadAgent(ctx, pod) == nil {
+			// A Pod made again under the same name (another replica's
+			// resume) has no binary yet.
+			err = b.openBridge(ctx, pod, pa)
+		}
 		if err == nil {
 			// The Pods' processes share a pid namespace: another agent
 			// has another pid.

@@ -107,3 +107,25 @@ func TestAgentKilled(t *testing.T) {
 		t.Errorf("the exec after: status %+v err %v stdout %q", r.ExitStatus, err, r.stdout)
 	}
 }
+
+// TestAgentSuspendResume: the resumed Pod is a new one, with a new agent
+// the same backend reaches (no restart to report: resuming is its own).
+func TestAgentSuspendResume(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	b := newBackend(t, "")
+	s := spec("agentsusp-" + randomID())
+	s.Persistent = true
+	info := start(t, b, s)
+	mustRun(t, b, info, "echo kept > /workspace/f")
+	if err := b.Suspend(ctx, info); err != nil {
+		t.Fatalf("Suspend: %v", err)
+	}
+	if err := b.Resume(ctx, info); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	r, err := run(t, b, info, backends.ExecRequest{Cmd: "cat /workspace/f"})
+	if err != nil || r.Restarted || r.stdout != "kept\n" {
+		t.Errorf("exec after resume: status %+v err %v stdout %q", r.ExitStatus, err, r.stdout)
+	}
+}

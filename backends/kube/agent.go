@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -80,6 +81,24 @@ type podAgent struct {
 	// pid is the agent's last seen: another one after a lost connection
 	// is a restarted container.
 	pid int
+	// warming: warmAgent is bringing the agent up, until life ends
+	// (closeAgent: the Pod is going away).
+	warming atomic.Bool
+	life    context.Context
+	end     context.CancelFunc
+}
+
+// podAgentOf is pod's podAgent, made on first use.
+func (b *Backend) podAgentOf(pod string) *podAgent {
+	if v, ok := b.agents.Load(pod); ok {
+		return v.(*podAgent)
+	}
+	life, end := context.WithCancel(context.Background())
+	v, loaded := b.agents.LoadOrStore(pod, &podAgent{life: life, end: end})
+	if loaded {
+		end()
+	}
+	return v.(*podAgent)
 }
 
 // agentNote is Describe's line on how commands run.
@@ -107,8 +126,10 @@ func (b *Backend) usesAgent(pod string) bool {
 // another one: restarted. An errNoAgent means the Pod runs its commands
 // by exec (the error says why).
 func (b *Backend) agentConn(ctx context.Context, pod string) (conn *sandboxagent.Conn, restarted bool, err error) {
-	v, _ := b.agents.LoadOrStore(pod, &podAgent{})
-	pa := v.(*podAgent)
+	return b.connect(ctx, pod, b.podAgentOf(pod))
+}
+
+func (b *Backend) connect(ctx context.Context, pod string, pa *podAgent) (conn *sandboxagent.Conn, restarted bool, err error) {
 	pa.mu.Lock()
 	defer pa.mu.Unlock()
 	if pa.off != nil {
@@ -186,19 +207,36 @@ func (pa *podAgent) close() {
 	}
 }
 
-// warmAgent gets a new Pod's agent running (the upload, the bridge)
-// before its first command; a pooled Pod gets it at warm-up. A failure
-// leaves the Pod's commands to execs, as agentConn says.
-func (b *Backend) warmAgent(ctx context.Context, pod string) {
-	if b.usesAgent(pod) {
-		_, _, _ = b.agentConn(ctx, pod)
+// warmAgent gets a new Pod's agent running (the upload, the bridge) in
+// the background; a pooled Pod gets it at warm-up. Commands that come
+// meanwhile run as execs of their own rather than wait for it (the upload
+// takes longer than a cold exec). A failure leaves the Pod's commands to
+// execs, as agentConn says.
+func (b *Backend) warmAgent(pod string) {
+	if !b.usesAgent(pod) {
+		return
 	}
+	pa := b.podAgentOf(pod)
+	pa.warming.Store(true)
+	go func() {
+		defer pa.warming.Store(false)
+		ctx, cancel := context.WithTimeout(pa.life, agentUploadTimeout)
+		defer cancel()
+		_, _, _ = b.connect(ctx, pod, pa)
+	}()
+}
+
+// warming says whether pod's agent is being brought up.
+func (b *Backend) warming(pod string) bool {
+	v, ok := b.agents.Load(pod)
+	return ok && v.(*podAgent).warming.Load()
 }
 
 // closeAgent ends the bridge to pod's agent (the Pod is going away).
 func (b *Backend) closeAgent(pod string) {
 	if v, ok := b.agents.LoadAndDelete(pod); ok {
 		pa := v.(*podAgent)
+		pa.end()
 		pa.mu.Lock()
 		pa.close()
 		pa.mu.Unlock()
@@ -259,18 +297,13 @@ func (b *Backend) uploadAgent(ctx context.Context, pod string) error {
 	return err
 }
 
-// agentExecScript runs the command in its working directory (made when
-// missing), as the exec path's wrapper does: $1 the directory, $2 the
-// command.
-const agentExecScript = `{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || exit; exec sh -lc "$2"`
-
 // execAgent runs req through pod's agent. The command is a session
 // leader: a signal, a timeout's kill and the sweep after an interactive
 // command go to its process group.
 func (b *Backend) execAgent(ctx context.Context, info backends.Session, req backends.ExecRequest, conn *sandboxagent.Conn, restarted bool) (backends.ExitStatus, error) {
 	workdir, _ := execproc.Paths(info, req.Workdir, "exec", pidDir)
 	rr := sandboxagent.RunRequest{
-		Argv:       []string{"sh", "-c", agentExecScript, "boxrt-exec", workdir, req.Cmd},
+		Argv:       []string{"sh", "-c", sandboxsh.AgentExec, "boxrt-exec", workdir, req.Cmd},
 		Env:        envArgs(req.Env)[1:],
 		InheritEnv: true,
 		Stdout:     req.Stdout,

@@ -37,6 +37,12 @@ func (l *lockedBuffer) String() string {
 func TestAgentCommands(t *testing.T) {
 	b := newBackend(t, "")
 	info := start(t, b, spec("agent-"+randomID()))
+	b.WaitAgent(info.BackendSessionID)
+	// Through the agent, a command has no pid file (an exec's is in
+	// /run/boxrt while it runs).
+	if got := mustRun(t, b, info, "ls -A /run/boxrt | grep -c '^.boxrt-exec-' || true"); got != "0" {
+		t.Fatalf("the command ran as an exec of its own (%s pid files)", got)
+	}
 
 	mustRun(t, b, info, "echo kept > /workspace/f; (while :; do nc -l -p 7070 -e cat; done) >/dev/null 2>&1 &")
 	if got := mustRun(t, b, info, "sleep 0.5; echo ping | nc -w 2 127.0.0.1 7070"); got != "ping" {
@@ -90,6 +96,7 @@ func TestAgentCommands(t *testing.T) {
 func TestAgentKilled(t *testing.T) {
 	b := newBackend(t, "")
 	info := start(t, b, spec("agentkill-"+randomID()))
+	b.WaitAgent(info.BackendSessionID)
 	mustRun(t, b, info, "echo kept > /workspace/f; sleep 777 >/dev/null 2>&1 &")
 	// The agent is the one boxrt binary with --listen (the bridge has
 	// --bridge).
@@ -124,6 +131,7 @@ func TestAgentSuspendResume(t *testing.T) {
 	if err := b.Resume(ctx, info); err != nil {
 		t.Fatalf("Resume: %v", err)
 	}
+	b.WaitAgent(info.BackendSessionID)
 	r, err := run(t, b, info, backends.ExecRequest{Cmd: "cat /workspace/f"})
 	if err != nil || r.Restarted || r.stdout != "kept\n" {
 		t.Errorf("exec after resume: status %+v err %v stdout %q", r.ExitStatus, err, r.stdout)

@@ -142,7 +142,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		return backends.ExitStatus{}, err
 	}
 	pod := info.BackendSessionID
-	if b.usesAgent(pod) {
+	if b.usesAgent(pod) && !b.warming(pod) {
 		// Without an agent (an image without sh, …) commands run as
 		// execs of their own.
 		conn, restarted, err := b.agentConn(ctx, pod)

@@ -160,7 +160,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		b.removeSession(ctx, name)
 		return backends.Session{}, err
 	}
-	b.warmAgent(ctx, name)
+	b.warmAgent(name)
 	return b.settle(ctx, info)
 }
 

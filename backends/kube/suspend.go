@@ -136,7 +136,7 @@ func (b *Backend) podFromClaim(ctx context.Context, pvc *corev1.PersistentVolume
 	// A new Pod: a new agent, which is no restart.
 	b.noAgent.Delete(name)
 	b.closeAgent(name)
-	b.warmAgent(ctx, name)
+	b.warmAgent(name)
 	return stored, nil
 }
 

@@ -282,3 +282,16 @@ func TestStreamAgentKilled(t *testing.T) {
 		t.Errorf("Wait: %v, want ErrAgentLost", err)
 	}
 }
+// TestStreamShortOutputs: the output of a process that ends at once is
+// never lost to the drain after its exit.
+func TestStreamShortOutputs(t *testing.T) {
+	sock, _ := streamAgent(t)
+	c, _ := bridgeTo(t, sock)
+	for i := 0; i < 300; i++ {
+		var out bytes.Buffer
+		p := runProc(t, c, RunRequest{Argv: []string{"echo", "kept"}, Stdout: &out})
+		if e := wait(t, p); e != (Exit{}) || out.String() != "kept\n" {
+			t.Fatalf("run %d: exit %+v, output %q", i, e, out.String())
+		}
+	}
+}

@@ -94,6 +94,8 @@ func (a *agent) runStream(fc *frameConn, m *runMsg) error {
 	if m.Inherit {
 		env = overlay(os.Environ(), m.Env)
 	}
+	// Counted before the child can exit: finishStream waits for them.
+	sp.pumps.Add(len(sp.outs))
 	started := false
 	err = a.spawn(&spawnMsg{Op: opSpawn, ID: m.ID, Argv: m.Argv, Env: env, Dir: m.Dir, TTY: m.TTY}, child,
 		func(int) { a.streams[m.ID] = sp; started = true })
@@ -105,7 +107,6 @@ func (a *agent) runStream(fc *frameConn, m *runMsg) error {
 		return err
 	}
 	for i, f := range sp.outs {
-		sp.pumps.Add(1)
 		go sp.pump(a, fc, m.ID, i+1, f)
 	}
 	go sp.writeStdin(a, fc, m.ID)

@@ -282,6 +282,7 @@ func TestStreamAgentKilled(t *testing.T) {
 		t.Errorf("Wait: %v, want ErrAgentLost", err)
 	}
 }
+
 // TestStreamShortOutputs: the output of a process that ends at once is
 // never lost to the drain after its exit.
 func TestStreamShortOutputs(t *testing.T) {

@@ -76,7 +76,8 @@ func agentVolumeSource() corev1.Volume {
 type podAgent struct {
 	mu     sync.Mutex
 	conn   *sandboxagent.Conn
-	cancel context.CancelFunc // ends the bridge's exec
+	cancel context.CancelFunc // cuts the bridge's exec
+	ended  <-chan error       // the bridge's exec has ended
 	off    error              // why the Pod runs its commands by exec instead
 	// pid is the agent's last seen: another one after a lost connection
 	// is a restarted container.
@@ -199,11 +200,18 @@ func (e *noAgentError) Error() string {
 	return fmt.Sprintf("the session agent cannot run in Pod %s: %v", e.pod, e.err)
 }
 
+// close ends the bridge: closing the Conn closes the exec's stdin, the
+// bridge ends and its exec with it. Cutting the stream instead (client-go)
+// leaves its copiers waiting until the connection notices.
 func (pa *podAgent) close() {
 	if pa.conn != nil {
 		pa.conn.Close()
+		select {
+		case <-pa.ended:
+		case <-time.After(killGrace):
+		}
 		pa.cancel()
-		pa.conn, pa.cancel = nil, nil
+		pa.conn, pa.cancel, pa.ended = nil, nil, nil
 	}
 }
 
@@ -269,7 +277,7 @@ func (b *Backend) openBridge(ctx context.Context, pod string, pa *podAgent) erro
 		}
 		return err
 	}
-	pa.conn, pa.cancel, pa.pid = conn, cancel, conn.AgentPID()
+	pa.conn, pa.cancel, pa.ended, pa.pid = conn, cancel, ended, conn.AgentPID()
 	return nil
 }
 

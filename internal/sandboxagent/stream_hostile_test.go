@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -145,3 +147,71 @@ func hostileStream(t *testing.T, script func(fake) error) error {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// TestAgentRefusesBadStreamFrames: the agent bounds what the host says
+// too: window overruns and malformed stream frames end the connection
+// (the process runs on).
+func TestAgentRefusesBadStreamFrames(t *testing.T) {
+	sock, _ := streamAgent(t)
+	big := `"` + base64.StdEncoding.EncodeToString(make([]byte, streamChunk)) + `"`
+	// The window, what the pipe takes (64 KiB) and more.
+	over := make([]string, streamWindow/streamChunk+4)
+	for i := range over {
+		over[i] = `{"op":"input","id":1,"data":` + big + `}`
+	}
+	for _, tc := range []struct {
+		name   string
+		frames []string
+	}{
+		{"credit over the window", []string{`{"op":"credit","id":1,"bytes":1}`}},
+		{"credit negative", []string{`{"op":"credit","id":1,"bytes":-1}`}},
+		{"input over the window", over},
+		{"input over a chunk", []string{`{"op":"input","id":1,"data":"` + base64.StdEncoding.EncodeToString(make([]byte, streamChunk+1)) + `"}`}},
+		{"run with a terminal of no size", []string{`{"op":"run","id":2,"argv":["true"],"env":[],"dir":"/","tty":true,"rows":0,"cols":0}`}},
+		{"run with an unknown field", []string{`{"op":"run","id":2,"argv":["true"],"env":[],"dir":"/","tty":false,"rows":0,"cols":0,"root":true}`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := dial(sock)
+			for deadline := time.Now().Add(5 * time.Second); err != nil && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+				c, err = dial(sock)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			f := fake{c}
+			if _, err := f.readJSON(); err != nil {
+				t.Fatalf("hello: %v", err)
+			}
+			// A process that reads nothing: its stdin window fills.
+			if err := f.send(`{"op":"run","id":1,"argv":["sleep","30"],"env":["PATH=/usr/bin:/bin"],"dir":"/","tty":false,"rows":0,"cols":0}`); err != nil {
+				t.Fatal(err)
+			}
+			s, err := f.readJSON()
+			var st startedMsg
+			if err != nil || json.Unmarshal([]byte(s), &st) != nil || st.Op != opStarted {
+				t.Fatalf("run: %q %v", s, err)
+			}
+			defer syscall.Kill(-st.PID, syscall.SIGKILL)
+			for _, fr := range tc.frames {
+				if err := f.send(fr); err != nil {
+					break // dropped already
+				}
+			}
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			for {
+				s, err := f.readJSON()
+				if err != nil {
+					if errors.Is(err, os.ErrDeadlineExceeded) {
+						t.Fatal("the agent kept the connection")
+					}
+					break
+				}
+				if strings.Contains(s, `"started"`) {
+					t.Fatalf("the agent ran the bad frame: %s", s)
+				}
+			}
+		})
+	}
+}

@@ -30,6 +30,7 @@ type streamProc struct {
 	mu       sync.Mutex
 	cond     sync.Cond
 	credit   int  // output bytes the host still takes
+	reserved int  // output bytes a pump is reading, taken from credit
 	inFlight int  // stdin bytes taken and not yet credited back
 	orphaned bool // the connection is gone: output is read and dropped
 }
@@ -208,15 +209,28 @@ func (sp *streamProc) reserve() int {
 	}
 	n := min(sp.credit, streamChunk)
 	sp.credit -= n
+	sp.reserved += n
 	return n
+}
+
+// release ends a pump's reservation of n bytes, of which it sent k.
+func (sp *streamProc) release(n, k int) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if !sp.orphaned {
+		sp.reserved -= n
+		sp.credit += n - k
+	}
 }
 
 // grant gives back window the host has written out.
 func (sp *streamProc) grant(n int) error {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	if n <= 0 || sp.credit+n > streamWindow {
-		return &ProtocolError{Reason: fmt.Sprintf("credit of %d bytes over a window of %d with %d left", n, streamWindow, sp.credit)}
+	// What is neither credit nor being read has been sent: the host may
+	// give back that much.
+	if n <= 0 || sp.credit+sp.reserved+n > streamWindow {
+		return &ProtocolError{Reason: fmt.Sprintf("credit of %d bytes with %d sent and not credited", n, streamWindow-sp.credit-sp.reserved)}
 	}
 	sp.credit += n
 	sp.cond.Broadcast()
@@ -243,11 +257,7 @@ func (sp *streamProc) pump(a *agent, fc *frameConn, id uint64, fd int, f *os.Fil
 			draining = true
 			k, err = readNow(f, buf[:n])
 		}
-		if k < n {
-			sp.mu.Lock()
-			sp.credit += n - k
-			sp.mu.Unlock()
-		}
+		sp.release(n, k)
 		if k > 0 {
 			a.sendOn(fc, outputMsg{Op: opOutput, ID: id, FD: fd, Data: buf[:k]})
 		}

@@ -95,12 +95,16 @@ type agent struct {
 
 	// mu is held across a fork and the recording of its pid, so that the
 	// reaper, which takes mu for every status, never sees a tracked
-	// child's status before the child is tracked.
-	mu   sync.Mutex
-	fc   *frameConn     // the connection, nil while down
-	live map[int]uint64 // pid → id of the connection's running children
-	ids  map[uint64]int // id → pid, running or exited, for signals
-	gone []uint64       // exited ids, oldest first, to bound ids
+	// child's status before the child is tracked. A listening agent's
+	// connections (listen) share it, and the reaper.
+	mu *sync.Mutex
+	// served: a listening agent's connections, each an agent of its own
+	// (under mu); nil for a dialling agent, whose one connection is a's.
+	served []*agent
+	fc     *frameConn     // the connection, nil while down
+	live   map[int]uint64 // pid → id of the connection's running children
+	ids    map[uint64]int // id → pid, running or exited, for signals
+	gone   []uint64       // exited ids, oldest first, to bound ids
 	// streams: the connection's stream-mode processes (stream.go), by
 	// id, until their exited is sent.
 	streams map[uint64]*streamProc
@@ -114,7 +118,7 @@ func newAgent(path string) *agent {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintf(os.Stderr, "boxrt agent: PR_SET_CHILD_SUBREAPER: %v\n", err)
 	}
-	a := &agent{path: path}
+	a := &agent{path: path, mu: new(sync.Mutex)}
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, unix.SIGCHLD)
 	go a.reap(chld)

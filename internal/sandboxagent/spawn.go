@@ -159,10 +159,21 @@ func (a *agent) reap(chld <-chan os.Signal) {
 func (a *agent) exited(pid int, ws syscall.WaitStatus) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	id, ok := a.live[pid]
-	if !ok {
-		return
+	conns := a.served
+	if conns == nil {
+		conns = []*agent{a}
 	}
+	for _, c := range conns {
+		if id, ok := c.live[pid]; ok {
+			c.exitedLocked(pid, id, ws)
+			return
+		}
+	}
+}
+
+// exitedLocked reports the end of pid, the connection's process id; a.mu
+// is held.
+func (a *agent) exitedLocked(pid int, id uint64, ws syscall.WaitStatus) {
 	delete(a.live, pid)
 	a.gone = append(a.gone, id)
 	if len(a.gone) > maxRemembered {

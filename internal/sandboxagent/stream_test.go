@@ -296,3 +296,31 @@ func TestStreamShortOutputs(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamTwoBridges: two bridges (two boxrt replicas serving one
+// session) are served at once, each with its own processes.
+func TestStreamTwoBridges(t *testing.T) {
+	sock, _ := streamAgent(t)
+	c1, _ := bridgeTo(t, sock)
+	var out1 syncBuffer
+	inR, inW := io.Pipe()
+	defer inW.Close()
+	p1 := runProc(t, c1, RunRequest{Argv: []string{"cat"}, Stdin: inR, Stdout: &out1})
+	c2, _ := bridgeTo(t, sock)
+	var out2 bytes.Buffer
+	wait(t, runProc(t, c2, RunRequest{Argv: []string{"echo", "two"}, Stdout: &out2}))
+	if out2.String() != "two\n" {
+		t.Errorf("second bridge: %q", out2.String())
+	}
+	inW.Write([]byte("one\n"))
+	out1.waitFor(t, "one\n")
+	inW.Close()
+	if e := wait(t, p1); e != (Exit{}) {
+		t.Errorf("first bridge's process: exit %+v", e)
+	}
+	select {
+	case <-c1.Done():
+		t.Errorf("the first bridge was dropped: %v", c1.Err())
+	default:
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -16,11 +17,12 @@ import (
 const bridgeDialTimeout = 15 * time.Second
 
 // listen is the agent of a sandbox boxrt reaches only by running commands
-// in it (a Pod's exec): it listens on path, and each "boxrt agent --bridge
-// PATH" boxrt runs connects to it. The newest connection is served: one
-// that comes replaces the one before (a broken exec stream may leave a
-// bridge that is not yet gone). Anyone in the sandbox may connect, and so
-// start processes: no more than the sandbox's code can do itself.
+// in it (a Pod's exec): it listens on path, and serves each "boxrt agent
+// --bridge PATH" boxrt runs that connects to it, at once (two replicas of
+// boxrt serving one session each have theirs). Each connection has its
+// processes, as a dialling agent's connection has; they share the reaper.
+// Anyone in the sandbox may connect, and so start processes: no more than
+// the sandbox's code can do itself.
 func (a *agent) listen(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -32,9 +34,9 @@ func (a *agent) listen(path string) error {
 	if err := os.Chmod(path, 0o600); err != nil {
 		return err
 	}
-	var current *net.UnixConn
-	done := make(chan struct{})
-	close(done)
+	a.mu.Lock()
+	a.served = []*agent{}
+	a.mu.Unlock()
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
@@ -42,16 +44,17 @@ func (a *agent) listen(path string) error {
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		if current != nil {
-			current.Close()
-		}
-		<-done
-		current, done = c, make(chan struct{})
-		go func(c *net.UnixConn, done chan struct{}) {
-			defer close(done)
-			err := a.serve(newFrameConn(c, true))
+		conn := &agent{mu: a.mu}
+		a.mu.Lock()
+		a.served = append(a.served, conn)
+		a.mu.Unlock()
+		go func() {
+			err := conn.serve(newFrameConn(c, true))
 			fmt.Fprintf(os.Stderr, "boxrt agent: connection ended: %v\n", err)
-		}(c, done)
+			a.mu.Lock()
+			a.served = slices.DeleteFunc(a.served, func(x *agent) bool { return x == conn })
+			a.mu.Unlock()
+		}()
 	}
 }
 

@@ -82,23 +82,13 @@ type podAgent struct {
 	// pid is the agent's last seen: another one after a lost connection
 	// is a restarted container.
 	pid int
-	// warming: warmAgent is bringing the agent up, until life ends
-	// (closeAgent: the Pod is going away).
+	// warming: warmAgent is bringing the agent up.
 	warming atomic.Bool
-	life    context.Context
-	end     context.CancelFunc
 }
 
 // podAgentOf is pod's podAgent, made on first use.
 func (b *Backend) podAgentOf(pod string) *podAgent {
-	if v, ok := b.agents.Load(pod); ok {
-		return v.(*podAgent)
-	}
-	life, end := context.WithCancel(context.Background())
-	v, loaded := b.agents.LoadOrStore(pod, &podAgent{life: life, end: end})
-	if loaded {
-		end()
-	}
+	v, _ := b.agents.LoadOrStore(pod, &podAgent{})
 	return v.(*podAgent)
 }
 
@@ -228,7 +218,9 @@ func (b *Backend) warmAgent(pod string) {
 	pa.warming.Store(true)
 	go func() {
 		defer pa.warming.Store(false)
-		ctx, cancel := context.WithTimeout(pa.life, agentUploadTimeout)
+		// Not cut short by closeAgent: client-go leaves a cut stream's
+		// goroutines behind; the warm-up ends when the Pod does.
+		ctx, cancel := context.WithTimeout(context.Background(), agentUploadTimeout)
 		defer cancel()
 		_, _, _ = b.connect(ctx, pod, pa)
 	}()
@@ -244,10 +236,13 @@ func (b *Backend) warming(pod string) bool {
 func (b *Backend) closeAgent(pod string) {
 	if v, ok := b.agents.LoadAndDelete(pod); ok {
 		pa := v.(*podAgent)
-		pa.end()
-		pa.mu.Lock()
-		pa.close()
-		pa.mu.Unlock()
+		// After a warm-up still under way, without holding up the
+		// Pod's deletion.
+		go func() {
+			pa.mu.Lock()
+			defer pa.mu.Unlock()
+			pa.close()
+		}()
 	}
 }
 
@@ -271,8 +266,17 @@ func (b *Backend) openBridge(ctx context.Context, pod string, pa *podAgent) erro
 	}()
 	conn, err := sandboxagent.Bridge(ctx, outR, inW)
 	if err != nil {
+		// Bridge closed the exec's stdin: the bridge ends, and its exec;
+		// cutting the stream is the last resort.
+		var serr error
+		select {
+		case serr = <-ended:
+		case <-time.After(killGrace):
+			cancel()
+			serr = <-ended
+		}
 		cancel()
-		if serr := <-ended; serr != nil {
+		if serr != nil {
 			err = fmt.Errorf("%w (the bridge: %v %s)", err, serr, stderr.String())
 		}
 		return err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/internal/execproc"
+	"github.com/boxrt/boxrt/backends/internal/sandboxsh"
 	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/internal/sandboxagent"
 )
@@ -21,14 +22,6 @@ import (
 // process exited, for what a background process it left still holds (the
 // Engine gives such a stream two seconds).
 const outputGrace = time.Second
-
-// agentExecScript makes and enters the workdir, then becomes the command's
-// login shell ($1 workdir, $2 command): the process the agent started
-// stays the command's, so its exit status is the command's and its
-// process group (the agent makes it a session leader) is the command's
-// tree.
-const agentExecScript = `{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || exit
-exec sh -lc "$2"`
 
 // agentExec runs req through the container's agent. What a command
 // started in the background keeps running when it ends, live or plain (it
@@ -51,7 +44,7 @@ func (b *Backend) agentExec(ctx context.Context, info backends.Session, l *agent
 	}
 	defer sio.close()
 	proc, err := conn.Spawn(ctx, sandboxagent.SpawnRequest{
-		Argv:  []string{"sh", "-c", agentExecScript, "boxrt-exec", workdir, req.Cmd},
+		Argv:  []string{"sh", "-c", sandboxsh.AgentExec, "boxrt-exec", workdir, req.Cmd},
 		Env:   mergeEnv(env, req.Env),
 		Dir:   "/",
 		TTY:   req.TTY != nil && !sio.relayed,

@@ -9,9 +9,14 @@
 // serve any session: two replicas creating the same session race on the
 // name, one create wins and the other adopts the winner's Pod.
 //
-// Commands and managed processes run through the Pod exec subresource
+// Commands run through the session agent in the Pod (agent.go): boxrt's
+// own binary, uploaded into an emptyDir the container's main process waits
+// on, reached through one long-lived exec per Pod ("boxrt agent --bridge")
+// that carries the agent protocol's stream mode. Where the agent cannot
+// run, and for managed processes, live execs' helpers and the file API,
+// they run through the Pod exec subresource
 // (client-go remotecommand over WebSocket, SPDY only where the server lacks
-// it), wrapped in the same shell snippets as the docker backend (sandboxsh):
+// it), one exec each, wrapped in the same shell snippets as the docker backend (sandboxsh):
 // a watcher reading the exec's stdin kills the command's process tree on a
 // timeout, or when the exec stream breaks, and the Pod stays. Live execs
 // (stdin, a terminal, signals) and the file API (backends/internal/sandboxfs)

@@ -45,6 +45,12 @@ func (b *Backend) pidDirOf(pod string) string {
 
 // noteLegacy records whether pod, adopted, lacks the pidDir volume.
 func (b *Backend) noteLegacy(pod *corev1.Pod) {
+	b.noAgent.Store(pod.Name, true)
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == agentVolume {
+			b.noAgent.Delete(pod.Name)
+		}
+	}
 	for _, v := range pod.Spec.Volumes {
 		if v.Name == runVolume {
 			b.legacy.Delete(pod.Name)
@@ -136,6 +142,18 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		return backends.ExitStatus{}, err
 	}
 	pod := info.BackendSessionID
+	if b.usesAgent(pod) && !b.warming(pod) {
+		// Without an agent (an image without sh, …) commands run as
+		// execs of their own.
+		conn, restarted, err := b.agentConn(ctx, pod)
+		var off *noAgentError
+		switch {
+		case err == nil:
+			return b.execAgent(ctx, info, req, conn, restarted)
+		case !errors.As(err, &off):
+			return backends.ExitStatus{}, b.agentError(ctx, info, err)
+		}
+	}
 	workdir, pidFile := execproc.Paths(info, req.Workdir, "exec", b.pidDirOf(info.BackendSessionID))
 	ex, err := b.executor(pod, execCommand(req, workdir, pidFile), req.TTY != nil)
 	if err != nil {

@@ -82,6 +82,10 @@ type Config struct {
 	HostPathClaims map[string]string
 	// StartTimeout bounds how long a new Pod may take to run; default 2 min.
 	StartTimeout time.Duration
+	// AgentBinary is a static boxrt binary, uploaded into each Pod to run
+	// as its session agent (agent.go); "" runs every command as its own
+	// exec.
+	AgentBinary string
 }
 
 // Backend runs sessions as Pods. It is safe for concurrent use.
@@ -98,6 +102,9 @@ type Backend struct {
 	// legacy holds the adopted Pods an earlier boxrt made without the
 	// pidDir volume (Pod name → true): their pid files go to /tmp.
 	legacy sync.Map
+	// agents: Pod name → *podAgent; noAgent: adopted Pods made without
+	// the agent's volume (Pod name → true).
+	agents, noAgent sync.Map
 
 	fileSystem // the file API (files.go)
 }
@@ -243,7 +250,7 @@ func (b *Backend) Describe() backends.Description {
 	return backends.Description{
 		EnforcedLimits: []string{"memory", "cpus"},
 		Isolation:      iso,
-		Notes: []string{
+		Notes: append([]string{b.agentNote()},
 			"pids_limit is not enforced per session: the node's kubelet podPidsLimit applies",
 			"network off is a NetworkPolicy denying all traffic; only a CNI that enforces NetworkPolicy makes it a barrier",
 			"workspace: emptyDir (sized by workspace_quota_mb, enforced by eviction) or, for persistent sessions, a PersistentVolumeClaim",
@@ -252,7 +259,7 @@ func (b *Backend) Describe() backends.Description {
 			"suspend deletes the Pod and keeps its PersistentVolumeClaims, the workspace's and /tmp's (persistent sessions only; root filesystem changes are lost); resume recreates the Pod on them",
 			"snapshots and forks carry the workspace only (tar through an exec)",
 			"warm pools serve non-persistent sessions only (a pooled Pod's workspace is an emptyDir); a claimed Pod keeps its pool name, found through an index ConfigMap of the session's name",
-		},
+		),
 	}
 }
 

@@ -68,10 +68,10 @@ func TestSessionLifecycle(t *testing.T) {
 				{name: "non-root", cmd: "id -u", want: "1000"},
 				{name: "write file", cmd: "echo kept > /workspace/f && echo tmp > /tmp/t && echo ok", want: "ok"},
 				{name: "file persists", cmd: "cat /workspace/f /tmp/t", want: "kept\ntmp"},
-				// boxrt's pid files live in its own directory, not in the
-				// user's /tmp: this exec's is there (earlier execs' kill
-				// watchers may still be removing theirs).
-				{name: "pid files out of /tmp", cmd: "ls -A /tmp | grep -c boxrt; ls -A /run/boxrt | grep -q '^.boxrt-exec-.*pid$' && echo present", want: "0\npresent"},
+				// Commands go through the session agent, which needs no pid
+				// file; the exec path's live in /run/boxrt
+				// (TestLegacyPodPidFiles), never in the user's /tmp.
+				{name: "nothing of boxrt's in /tmp", cmd: "ls -A /tmp | grep -c boxrt", code: 1, want: "0"},
 			} {
 				r, err := run(t, b, info, backends.ExecRequest{Cmd: c.cmd, Env: c.env, Workdir: c.workdir})
 				if err != nil {
@@ -498,9 +498,11 @@ func TestLegacyPodPidFiles(t *testing.T) {
 	// The same Pod as such a boxrt made it.
 	old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Labels: pod.Labels, Annotations: pod.Annotations}, Spec: pod.Spec}
 	var vols []corev1.Volume
+	// Nor the session agent's volume: such a Pod runs its commands as
+	// execs, which write pid files.
 	for _, v := range old.Spec.Volumes {
 		switch v.Name {
-		case "boxrt-run":
+		case "boxrt-run", "boxrt-agent":
 			continue
 		case "tmp":
 			v.VolumeSource = corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}
@@ -510,8 +512,10 @@ func TestLegacyPodPidFiles(t *testing.T) {
 	old.Spec.Volumes = vols
 	c := &old.Spec.Containers[0]
 	var mounts []corev1.VolumeMount
+	c.Command = []string{"sh", "-c", `trap "exit 0" TERM; while :; do sleep 3600 & wait $!; done`}
+	old.Spec.RestartPolicy = corev1.RestartPolicyNever
 	for _, m := range c.VolumeMounts {
-		if m.Name != "boxrt-run" {
+		if m.Name != "boxrt-run" && m.Name != "boxrt-agent" {
 			mounts = append(mounts, m)
 		}
 	}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/kube"
+	"github.com/boxrt/boxrt/internal/sandboxagent/agenttest"
 )
 
 // testImage is built by scripts/build-test-image (static busybox, USER
@@ -141,6 +142,7 @@ func newBackend(t *testing.T, instance string) *kube.Backend {
 		Namespace:       testNamespace,
 		Image:           testImage,
 		ImagePullPolicy: "Never",
+		AgentBinary:     agenttest.Binary(t),
 	})
 	if err != nil {
 		t.Fatalf("kube.New: %v", err)

@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/backends/internal/sandboxsh"
 	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
@@ -161,6 +160,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		b.removeSession(ctx, name)
 		return backends.Session{}, err
 	}
+	b.warmAgent(name)
 	return b.settle(ctx, info)
 }
 
@@ -242,8 +242,10 @@ func (b *Backend) podFor(info backends.Session) (*corev1.Pod, error) {
 		Spec: corev1.PodSpec{
 			// The sandbox's main process only keeps it alive; if it dies
 			// the session is gone (Alive says so) rather than silently
-			// restarted with a fresh /tmp.
-			RestartPolicy:                 corev1.RestartPolicyNever,
+			// restarted. The session agent's death is not silent: the
+			// container is restarted (its emptyDirs kept, its processes
+			// gone) and the next command says restarted.
+			RestartPolicy:                 b.restartPolicy(),
 			TerminationGracePeriodSeconds: &grace,
 			AutomountServiceAccountToken:  &no,
 			EnableServiceLinks:            &no,
@@ -265,7 +267,7 @@ func (b *Backend) podFor(info backends.Session) (*corev1.Pod, error) {
 				ImagePullPolicy: corev1.PullPolicy(b.cfg.ImagePullPolicy),
 				// Command replaces the image's ENTRYPOINT too, so it cannot
 				// swallow the keep-alive loop.
-				Command: []string{"sh", "-c", sandboxsh.KeepAlive},
+				Command: b.mainCommand(),
 				SecurityContext: &corev1.SecurityContext{
 					Privileged:               &no,
 					AllowPrivilegeEscalation: &no,
@@ -341,6 +343,10 @@ func (b *Backend) volumes(info backends.Session) ([]corev1.Volume, []corev1.Volu
 	mounts := []corev1.VolumeMount{
 		{Name: "workspace", MountPath: info.MountPath, ReadOnly: info.HostPath != "" && info.HostPathMode == backends.MountRO},
 		{Name: runVolume, MountPath: pidDir},
+	}
+	if b.cfg.AgentBinary != "" {
+		volumes = append(volumes, agentVolumeSource())
+		mounts = append(mounts, corev1.VolumeMount{Name: agentVolume, MountPath: agentDir})
 	}
 	if ownTmp(info) {
 		volumes = append(volumes, b.tmpVolume(info))
@@ -637,6 +643,7 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 // deleteAll deletes the session's Pod, claims and NetworkPolicy; a missing
 // one is fine.
 func (b *Backend) deleteAll(ctx context.Context, name string) error {
+	b.closeAgent(name)
 	grace := int64(1)
 	opts := metav1.DeleteOptions{GracePeriodSeconds: &grace}
 	if err := b.pods().Delete(ctx, name, opts); ignoreNotFound(err) != nil {

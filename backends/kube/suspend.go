@@ -133,6 +133,10 @@ func (b *Backend) podFromClaim(ctx context.Context, pvc *corev1.PersistentVolume
 		b.deletePodOnly(ctx, name)
 		return backends.Session{}, err
 	}
+	// A new Pod: a new agent, which is no restart.
+	b.noAgent.Delete(name)
+	b.closeAgent(name)
+	b.warmAgent(name)
 	return stored, nil
 }
 
@@ -169,6 +173,7 @@ func (b *Backend) annotateClaim(ctx context.Context, name string, ann map[string
 // deletePodOnly deletes the session's Pod, keeping its claim and policy;
 // a failure shows up in the wait that follows.
 func (b *Backend) deletePodOnly(ctx context.Context, name string) {
+	b.closeAgent(name)
 	ctx, cancel := cleanupContext(ctx, cleanupTimeout)
 	defer cancel()
 	grace := int64(1)

@@ -47,7 +47,10 @@ func New(name string, cfg runtime.Config, instanceID, stateDir string) (backends
 		return bwrap.New(bwrap.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir), AgentBinary: agent,
 			IdleRelease: time.Duration(cfg.Bwrap.IdleReleaseSec) * time.Second})
 	case "kube":
-		return kube.New(KubeConfig(cfg.Kube, instanceID))
+		kc := KubeConfig(cfg.Kube, instanceID)
+		// Without an agent binary every command is an exec of its own.
+		kc.AgentBinary, _ = AgentBinary()
+		return kube.New(kc)
 	case host.Name:
 		return host.New(host.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir)})
 	case e2b.Name:

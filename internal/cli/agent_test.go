@@ -12,4 +12,8 @@ func TestAgentUsage(t *testing.T) {
 	assert.Equal(t, 2, Main("", []string{"boxrt", "agent"}))
 	assert.Equal(t, 2, Main("", []string{"boxrt", "agent", "--connect", "/x", "extra"}))
 	assert.Equal(t, 2, Main("", []string{"boxrt", "agent", "--bogus"}))
+	assert.Equal(t, 2, Main("", []string{"boxrt", "agent", "--connect", "/x", "--listen", "/y"}))
+	assert.Equal(t, 2, Main("", []string{"boxrt", "agent", "--version", "--bridge", "/y"}))
+	// The probe a Pod's upload runs.
+	assert.Equal(t, 0, Main("", []string{"boxrt", "agent", "--version"}))
 }

@@ -29,15 +29,45 @@ const maxBackoff = time.Second
 // (status 2). It is to be started with stdin, stdout and stderr only: a
 // descriptor it inherits beyond those stays open in it (boxrt's main has
 // marked it close-on-exec, so no child gets it).
+//
+// Where boxrt reaches the sandbox only through commands it runs there (a
+// Pod's exec), `boxrt agent --listen PATH` serves who connects to PATH,
+// and `boxrt agent --bridge PATH` is such a command: it joins its stdin
+// and stdout to PATH, and the host speaks the protocol (its stream mode,
+// streammsg.go) through them. `boxrt agent --version` prints the
+// protocol's version: a probe that the binary runs in the sandbox.
 func Main(args []string) int {
 	fs := flag.NewFlagSet("boxrt agent", flag.ContinueOnError)
 	connect := fs.String("connect", "", "the agent socket to dial, as seen inside the sandbox")
+	listen := fs.String("listen", "", "the socket to listen on, in the sandbox")
+	bridgeTo := fs.String("bridge", "", "the socket of a listening agent to join stdin and stdout to")
+	version := fs.Bool("version", false, "print the protocol version")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *connect == "" || fs.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "boxrt agent: usage: boxrt agent --connect PATH")
+	set := 0
+	for _, s := range []string{*connect, *listen, *bridgeTo} {
+		if s != "" {
+			set++
+		}
+	}
+	switch {
+	case *version && set == 0 && fs.NArg() == 0:
+		fmt.Println(protocolVersion)
+		return 0
+	case set != 1 || *version || fs.NArg() > 0:
+		fmt.Fprintln(os.Stderr, "boxrt agent: usage: boxrt agent --connect PATH | --listen PATH | --bridge PATH | --version")
 		return 2
+	case *bridgeTo != "":
+		if err := bridge(*bridgeTo); err != nil {
+			fmt.Fprintln(os.Stderr, "boxrt agent: "+err.Error())
+			return 1
+		}
+		return 0
+	case *listen != "":
+		err := newAgent("").listen(*listen)
+		fmt.Fprintln(os.Stderr, "boxrt agent: "+err.Error())
+		return 1
 	}
 	newAgent(*connect).run()
 	return 0 // not reached: run never returns
@@ -66,14 +96,22 @@ type agent struct {
 
 	// mu is held across a fork and the recording of its pid, so that the
 	// reaper, which takes mu for every status, never sees a tracked
-	// child's status before the child is tracked.
-	mu   sync.Mutex
-	fc   *frameConn     // the connection, nil while down
-	live map[int]uint64 // pid → id of the connection's running children
-	ids  map[uint64]int // id → pid, running or exited, for signals
-	gone []uint64       // exited ids, oldest first, to bound ids
+	// child's status before the child is tracked. A listening agent's
+	// connections (listen) share it, and the reaper.
+	mu *sync.Mutex
+	// served: a listening agent's connections, each an agent of its own
+	// (under mu); nil for a dialling agent, whose one connection is a's.
+	served []*agent
+	fc     *frameConn     // the connection, nil while down
+	live   map[int]uint64 // pid → id of the connection's running children
+	ids    map[uint64]int // id → pid, running or exited, for signals
+	gone   []uint64       // exited ids, oldest first, to bound ids
+	// streams: the connection's stream-mode processes (stream.go), by
+	// id, until their exited is sent.
+	streams map[uint64]*streamProc
 	// relays: pid → the terminal the agent relays for it, until the
-	// process exits (whichever connection spawned it).
+	// process exits (whichever connection spawned it); one map, shared
+	// by a listening agent's connections (under mu).
 	relays map[int]*relay
 }
 
@@ -85,7 +123,7 @@ func newAgent(path string) *agent {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintf(os.Stderr, "boxrt agent: PR_SET_CHILD_SUBREAPER: %v\n", err)
 	}
-	a := &agent{path: path, relays: map[int]*relay{}}
+	a := &agent{path: path, mu: new(sync.Mutex), relays: map[int]*relay{}}
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, unix.SIGCHLD)
 	go a.reap(chld)
@@ -159,6 +197,7 @@ func dial(path string) (*net.UnixConn, error) {
 func (a *agent) serve(fc *frameConn) error {
 	a.mu.Lock()
 	a.fc, a.live, a.ids, a.gone = fc, map[int]uint64{}, map[uint64]int{}, nil
+	a.streams = map[uint64]*streamProc{}
 	err := a.sendLocked(helloMsg{Op: opHello, Version: protocolVersion, PID: os.Getpid()})
 	a.mu.Unlock()
 	for err == nil {
@@ -169,7 +208,12 @@ func (a *agent) serve(fc *frameConn) error {
 	}
 	a.mu.Lock()
 	a.fc, a.live, a.ids, a.gone = nil, nil, nil, nil
+	streams := a.streams
+	a.streams = nil
 	a.mu.Unlock()
+	for _, sp := range streams {
+		sp.orphan()
+	}
 	fc.dropFDs()
 	fc.c.Close()
 	if errors.Is(err, io.EOF) {
@@ -200,7 +244,7 @@ func (a *agent) handle(fc *frameConn, payload []byte) error {
 		if err != nil {
 			return err
 		}
-		return a.spawn(&m, fds)
+		return a.spawn(&m, fds, nil)
 	case opSignal:
 		var m signalMsg
 		if err := decodeStrict(op, payload, &m); err != nil {
@@ -214,6 +258,8 @@ func (a *agent) handle(fc *frameConn, payload []byte) error {
 			return err
 		}
 		return a.resizeTerm(&m)
+	case opRun, opInput, opCredit:
+		return a.handleStream(fc, op, payload)
 	}
 	return &ProtocolError{Reason: "unknown op " + short(op)}
 }

@@ -41,6 +41,7 @@ type pendingSpawn struct {
 	// abandoned: Spawn's ctx ended first; a process started after all
 	// is killed.
 	abandoned bool
+	stream    *procStream // a Run's
 }
 
 type spawnAnswer struct {
@@ -109,7 +110,11 @@ func (c *Conn) fail(err error) {
 	close(c.done)
 	c.mu.Unlock()
 	for _, p := range procs {
-		p.finish(Exit{}, err)
+		if p.stream != nil {
+			p.stream.end(Exit{}, err)
+		} else {
+			p.finish(Exit{}, err)
+		}
 	}
 	c.fc.c.Close()
 }
@@ -172,6 +177,18 @@ func (c *Conn) handle(payload []byte) error {
 			return err
 		}
 		return c.resized(m.ID)
+	case opOutput:
+		var m outputMsg
+		if err := decodeStrict(op, payload, &m); err != nil {
+			return err
+		}
+		return c.output(&m)
+	case opCredit:
+		var m creditMsg
+		if err := decodeStrict(op, payload, &m); err != nil {
+			return err
+		}
+		return c.credit(&m)
 	}
 	return &ProtocolError{Reason: "unknown op " + short(op)}
 }
@@ -192,6 +209,10 @@ func (c *Conn) answer(id uint64, a spawnAnswer) error {
 	delete(c.spawns, id)
 	if a.proc != nil {
 		c.procs[id] = a.proc
+		if a.proc.stream = ps.stream; ps.stream != nil {
+			ps.stream.discard.Store(ps.abandoned)
+			go ps.stream.write(a.proc)
+		}
 	}
 	c.mu.Unlock()
 	if ps.abandoned {
@@ -212,7 +233,11 @@ func (c *Conn) exited(id uint64, e Exit) error {
 	if !ok {
 		return &ProtocolError{Reason: fmt.Sprintf("exited for id %d, which has no running process", id)}
 	}
-	p.finish(e, nil)
+	if p.stream != nil {
+		p.stream.end(e, nil)
+	} else {
+		p.finish(e, nil)
+	}
 	return nil
 }
 
@@ -310,6 +335,11 @@ func (c *Conn) Spawn(ctx context.Context, req SpawnRequest) (*Proc, error) {
 		c.unregister(id)
 		return nil, err
 	}
+	return c.await(ctx, id, ps)
+}
+
+// await waits for the answer to spawn (or run) id.
+func (c *Conn) await(ctx context.Context, id uint64, ps *pendingSpawn) (*Proc, error) {
 	timer := time.NewTimer(c.timeout)
 	defer timer.Stop()
 	select {
@@ -364,6 +394,9 @@ func (c *Conn) abandon(id uint64, ps *pendingSpawn, err error) error {
 	select {
 	case a := <-ps.answer:
 		if a.proc != nil {
+			if a.proc.stream != nil {
+				a.proc.stream.discard.Store(true)
+			}
 			a.proc.Signal(syscall.SIGKILL)
 		}
 	default: // the connection ended
@@ -420,12 +453,13 @@ type Exit struct {
 
 // Proc is a process the agent started.
 type Proc struct {
-	c    *Conn
-	id   uint64
-	pid  int
-	done chan struct{}
-	exit Exit
-	err  error
+	c      *Conn
+	id     uint64
+	pid    int
+	stream *procStream // a Run's; set before the Proc is handed out
+	done   chan struct{}
+	exit   Exit
+	err    error
 }
 
 // PID is the process's pid in the sandbox's pid namespace (validated to

@@ -33,6 +33,14 @@
 // closed. A violation is a *ProtocolError and ends the connection; a lost
 // connection is ErrAgentLost. Either fails every pending Proc.Wait.
 //
+// Stream mode (streammsg.go) serves a sandbox boxrt reaches only by
+// running commands in it, a Kubernetes Pod: the agent listens there
+// ("boxrt agent --listen PATH"), an exec of "boxrt agent --bridge PATH"
+// joins the exec's stdin and stdout to it, and Bridge speaks the protocol
+// through them. No descriptor crosses, so Run has the agent make the pipes
+// or terminal and carry the bytes as windowed output, input and credit
+// frames, checked as strictly as the rest.
+//
 // Ids belong to one connection. When it drops, the agent's children keep
 // running and the agent dials again; a new connection (a restarted boxrt
 // counts ids from 1 again) knows none of them, and their exits are reaped

@@ -26,11 +26,17 @@ func OpenPTY(root int) (master, slave *os.File, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("open the sandbox's /dev/pts/ptmx: %w", err)
 	}
+	return ptyOf(mfd)
+}
+
+// ptyOf checks that mfd is a terminal multiplexer and returns the new
+// pseudo-terminal's master (mfd) and slave. It owns mfd.
+func ptyOf(mfd int) (master, slave *os.File, err error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(mfd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR ||
 		unix.Major(st.Rdev) != 5 || unix.Minor(st.Rdev) != 2 {
 		unix.Close(mfd)
-		return nil, nil, errors.New("the sandbox's /dev/pts/ptmx is not a terminal multiplexer")
+		return nil, nil, errors.New("the sandbox's ptmx is not a terminal multiplexer")
 	}
 	if err := unix.IoctlSetPointerInt(mfd, unix.TIOCSPTLCK, 0); err != nil {
 		unix.Close(mfd)

@@ -231,7 +231,8 @@ type onlyWriter struct{ io.Writer }
 type onlyReader struct{ io.Reader }
 
 // resizeTerm answers m: the terminal of m's process is sized if the agent
-// relays one for it, and the host is told resized either way (a terminal
+// made one for it (a relayed one, or a stream-mode process's), and the
+// host is told resized either way (a terminal
 // that is gone has no size to wait for). A size out of range breaks the
 // protocol.
 func (a *agent) resizeTerm(m *resizeMsg) error {
@@ -246,6 +247,9 @@ func (a *agent) resizeTerm(m *resizeMsg) error {
 				fmt.Fprintf(os.Stderr, "boxrt agent: resize %d: %v\n", m.ID, err)
 			}
 		}
+	}
+	if sp := a.streams[m.ID]; sp != nil && sp.tty {
+		setSize(sp.outs[0], uint16(m.Rows), uint16(m.Cols))
 	}
 	return a.sendLocked(resizedMsg{Op: opResized, ID: m.ID})
 }

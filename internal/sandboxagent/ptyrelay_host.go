@@ -12,8 +12,8 @@ import (
 // agent's answer (each waits at most the answer timeout, or its ctx).
 const maxPendingResizes = 16
 
-// TermSize is the size of a terminal the agent makes (SpawnRequest.Term),
-// in character cells.
+// TermSize is the size of a terminal the agent makes (SpawnRequest.Term,
+// RunRequest.TTY), in character cells.
 type TermSize struct {
 	Rows, Cols uint16
 }

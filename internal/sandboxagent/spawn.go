@@ -19,8 +19,9 @@ const maxRemembered = 4096
 
 // spawn starts m with fds (the pty slave; the stdin and output pipes of a
 // terminal it makes; or stdin, stdout and stderr) and answers started or
-// failed. It closes fds.
-func (a *agent) spawn(m *spawnMsg, fds []int) error {
+// failed. It closes fds. onStart, if not nil, is called with the child's
+// pid under a.mu before started is sent.
+func (a *agent) spawn(m *spawnMsg, fds []int, onStart func(pid int)) error {
 	defer closeFDs(fds)
 	// Outside the lock: a stat in the sandbox may be slow (a hung mount),
 	// and the reaper must not wait for it.
@@ -50,6 +51,9 @@ func (a *agent) spawn(m *spawnMsg, fds []int) error {
 	if r != nil {
 		a.relays[pid] = r
 		r.start()
+	}
+	if onStart != nil {
+		onStart(pid)
 	}
 	return a.sendLocked(startedMsg{Op: opStarted, ID: m.ID, PID: pid})
 }
@@ -166,10 +170,21 @@ func (a *agent) exited(pid int, ws syscall.WaitStatus) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.relayExited(pid)
-	id, ok := a.live[pid]
-	if !ok {
-		return
+	conns := a.served
+	if conns == nil {
+		conns = []*agent{a}
 	}
+	for _, c := range conns {
+		if id, ok := c.live[pid]; ok {
+			c.exitedLocked(pid, id, ws)
+			return
+		}
+	}
+}
+
+// exitedLocked reports the end of pid, the connection's process id; a.mu
+// is held.
+func (a *agent) exitedLocked(pid int, id uint64, ws syscall.WaitStatus) {
 	delete(a.live, pid)
 	a.gone = append(a.gone, id)
 	if len(a.gone) > maxRemembered {
@@ -177,6 +192,11 @@ func (a *agent) exited(pid int, ws syscall.WaitStatus) {
 		a.gone = a.gone[1:]
 	}
 	e := exitOf(ws)
+	if sp := a.streams[id]; sp != nil {
+		// Its exited follows its last output.
+		go a.finishStream(a.fc, id, sp, e)
+		return
+	}
 	// A failed write drops the connection; its reader sees it.
 	if err := a.sendLocked(exitedMsg{Op: opExited, ID: id, Code: &e.Code, Signal: &e.Signal}); err != nil {
 		a.fc.c.Close()

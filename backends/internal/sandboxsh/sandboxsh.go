@@ -289,6 +289,14 @@ done
 exit 0
 `
 
+// AgentExec is the command a session agent starts for box_exec: it makes
+// and enters the workdir, then becomes the command's login shell ($1
+// workdir, $2 command), so that the process the agent started stays the
+// command's: its exit status is the command's and its process group (the
+// agent makes it a session leader) is the command's tree.
+const AgentExec = `{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || exit
+exec sh -lc "$2"`
+
 // KeepAlive is the container's main process. docker-init (Init: true) is
 // pid 1 and reaps orphans; the loop only has to exist, and to exit promptly
 // on SIGTERM so a plain stop does not wait for the kill timeout.

@@ -97,7 +97,6 @@ type RunRequest struct {
 	Stdout, Stderr io.Writer
 }
 
-
 // procStream is the host's side of a stream-mode process.
 type procStream struct {
 	c       *Conn
@@ -299,4 +298,3 @@ func (s *procStream) sendInput(data []byte, eof bool) error {
 	}
 	return s.c.send(payload, nil)
 }
-

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -36,7 +37,8 @@ type scaleStats struct {
 func (b *bench) scenarioScale(ctx context.Context) *Scenario {
 	cfg := b.cfg
 	sc := &Scenario{Title: fmt.Sprintf("Scale: %d docker sessions, %d bwrap sessions", cfg.scaleDocker, cfg.scaleBwrap)}
-	sc.Intro = fmt.Sprintf(`Per run and backend, a fresh boxrt (stdio; limits.max_sessions 5000, session_ttl_sec 3600) first creates, execs
+	sc.Intro = fmt.Sprintf(`Per run and backend, a fresh boxrt (stdio; limits.max_sessions 5000, session_ttl_sec 3600; bwrap.idle_release_sec 0, so every
+bwrap sandbox stays running) first creates, execs
 and deletes one warm-up session, then:
 1. creates N sessions with `+"`box_create_session`"+` from %d concurrent callers (create rate = N ÷ wall time), pausing
    after the first %d for 1 s to sum the PSS of boxrt and every process below it (its sandboxes and their agents):
@@ -228,7 +230,20 @@ func (b *bench) createSessions(ctx context.Context, p *boxrtProc, s *scaleStats,
 
 func (b *bench) scaleRun(ctx context.Context, s *scaleStats, rep int) {
 	limits := map[string]any{"max_sessions": 5000, "session_ttl_sec": 3600}
-	p, err := b.startBackend(ctx, "scale-"+s.backend, s.backend, false, limits)
+	conf := map[string]any{"backend": s.backend, "limits": limits}
+	switch s.backend {
+	case "docker":
+		conf["docker"] = map[string]any{"image": b.cfg.image}
+	case "bwrap":
+		// Every sandbox stays running, so the exec rows enter N running
+		// sandboxes (densityRun measures released ones).
+		conf["bwrap"] = map[string]any{"idle_release_sec": 0}
+	}
+	raw, _ := json.Marshal(conf)
+	p, err := b.startBoxrt(ctx, boxrtOpts{Name: "scale-" + s.backend, Stdio: true, Config: string(raw)})
+	if err == nil {
+		err = b.checkBackend(ctx, p, s.backend)
+	}
 	if err != nil {
 		s.create.Unavailable = err.Error()
 		s.exec.Unavailable, s.list.Unavailable, s.status.Unavailable = err.Error(), err.Error(), err.Error()

@@ -335,7 +335,11 @@ func (c *Conn) Spawn(ctx context.Context, req SpawnRequest) (*Proc, error) {
 		c.unregister(id)
 		return nil, err
 	}
-	return c.await(ctx, id, ps)
+	p, err := c.await(ctx, id, ps)
+	if p != nil {
+		p.term = req.Term != nil
+	}
+	return p, err
 }
 
 // await waits for the answer to spawn (or run) id.
@@ -457,6 +461,7 @@ type Proc struct {
 	id     uint64
 	pid    int
 	stream *procStream // a Run's; set before the Proc is handed out
+	term   bool        // a Spawn's with a terminal the agent made
 	done   chan struct{}
 	exit   Exit
 	err    error

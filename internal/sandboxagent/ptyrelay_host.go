@@ -36,11 +36,15 @@ func (req *SpawnRequest) validateTerm() error {
 	return req.Term.wire().validate()
 }
 
-// Resize sizes the terminal the agent made for p (SpawnRequest.Term) and
+// Resize sizes the terminal the agent made for p (SpawnRequest.Term,
+// RunRequest.TTY) and
 // waits (at most 5 s, and ctx) for the agent to say it did, so that what
 // the caller sends next reaches a terminal of the new size. No answer in
 // time is a *ProtocolError and ends the connection.
 func (p *Proc) Resize(ctx context.Context, size TermSize) error {
+	if !p.term && (p.stream == nil || !p.stream.tty) {
+		return errors.New("sandbox resize: the process has no terminal the agent made")
+	}
 	ts := size.wire()
 	if err := ts.validate(); err != nil {
 		return fmt.Errorf("sandbox resize: %w", err)

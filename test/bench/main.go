@@ -82,7 +82,7 @@ func defaults(quick bool) config {
 	return config{reps: 3, pingN: 20000, pingConcN: 500, pingCallers: 64, execNDocker: 60, execNCLI: 10,
 		execNBwrap: 120, coldNDocker: 8, coldNBwrap: 30, relayN: 3000, streamSec: 3, execStreamMB: 200, scaleDocker: 200,
 		scaleBwrap: 1000, scaleReps: 1, scaleConc: 4, reconnectN: 6, reconnectRep: 1, burstSessions: 100, burstExecs: 300,
-		burstInFlight: 128, burstIdle: 15 * time.Second, burstReps: 1, timeoutTotal: 45 * time.Minute}
+		burstInFlight: 128, burstIdle: 30 * time.Second, burstReps: 1, timeoutTotal: 45 * time.Minute}
 }
 
 func main() {

@@ -46,6 +46,11 @@ type Env struct {
 	// NoProcesses fails t unless, within a few seconds, no process whose
 	// command line contains marker is left of info's session (LiveExec).
 	NoProcesses func(t *testing.T, info backends.Session, marker string)
+	// Ready, when set, waits until a started session runs commands the
+	// way the shared cases mean (kube: through its agent, not the
+	// fallback of one exec per command while the agent is uploaded)
+	// (LiveExec).
+	Ready func(t *testing.T, info backends.Session)
 }
 
 // outcome is what one attempt produced.

@@ -58,6 +58,9 @@ type LiveResult struct {
 func LiveExec(t *testing.T, env Env, own ...LiveCase) {
 	t.Helper()
 	info := Start(t, env.Backend, env.Spec("live"))
+	if env.Ready != nil {
+		env.Ready(t, info)
+	}
 	for _, tc := range append(liveCases(env), own...) {
 		t.Run(tc.Name, func(t *testing.T) { runLive(t, env.Backend, info, tc) })
 	}

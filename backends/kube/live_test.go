@@ -26,6 +26,7 @@ func TestExecLive(t *testing.T) {
 		NoProcesses: func(t *testing.T, info backends.Session, marker string) {
 			waitNoProcesses(t, b, info, marker)
 		},
+		Ready: func(_ *testing.T, info backends.Session) { b.WaitAgent(info.BackendSessionID) },
 	}
 	trapped, timedOut := backendtest.Marker(44), backendtest.Marker(45)
 	backendtest.LiveExec(t, env,

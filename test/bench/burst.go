@@ -292,37 +292,6 @@ func procCPU(pid int) (time.Duration, int64, error) {
 	return time.Duration(utime+stime) * 10 * time.Millisecond, switches, nil
 }
 
-// threadsCPU is the CPU time pid's live threads have used, in
-// nanoseconds (the first field of each /proc/<pid>/task/*/schedstat):
-// precise enough to tell a microsecond per call apart over a few thousand
-// calls, which utime+stime's 10 ms ticks are not.
-func threadsCPU(pid int) (time.Duration, error) {
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
-	if err != nil {
-		return 0, err
-	}
-	if len(tasks) == 0 {
-		return 0, fmt.Errorf("process %d has no threads to read", pid)
-	}
-	var total time.Duration
-	for _, t := range tasks {
-		b, err := os.ReadFile(t)
-		if err != nil {
-			continue // the thread exited meanwhile
-		}
-		f := strings.Fields(string(b))
-		if len(f) == 0 {
-			continue
-		}
-		ns, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", t, err)
-		}
-		total += time.Duration(ns)
-	}
-	return total, nil
-}
-
 // statusKiB reads one "Name: N kB" line of /proc/<pid>/status.
 func statusKiB(pid int, key string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

@@ -104,6 +104,13 @@ func TestExecSemantics(t *testing.T) {
 			assert.Equal(t, "hello\n", r.Stdout, "output is not stripped")
 			assert.Equal(t, wireBackend(backend), r.BackendName)
 		})
+		t.Run("a command longer than an agent frame", func(t *testing.T) {
+			// 100,000 bytes: over the agent's 64 KiB frames, under the
+			// kernel's 128 KiB for one argument.
+			r := execIn(t, p, map[string]any{"session_id": sid, "cmd": "printf '%s' " + strings.Repeat("a", 100_000) + " | wc -c"})
+			assert.Equal(t, "completed", r.Status)
+			assert.Equal(t, "100000", strings.TrimSpace(r.Stdout))
+		})
 		t.Run("files persist across execs", func(t *testing.T) {
 			execIn(t, p, map[string]any{"session_id": sid, "cmd": "echo kept > /workspace/f.txt"})
 			r := execIn(t, p, map[string]any{"session_id": sid, "cmd": "cat f.txt"})

@@ -109,6 +109,9 @@ type agent struct {
 	// streams: the connection's stream-mode processes (stream.go), by
 	// id, until their exited is sent.
 	streams map[uint64]*streamProc
+	// longArgs: arguments sent ahead of their spawn or run (longarg.go),
+	// by id.
+	longArgs map[uint64][]byte
 	// relays: pid → the terminal the agent relays for it, until the
 	// process exits (whichever connection spawned it); one map, shared
 	// by a listening agent's connections (under mu).
@@ -208,6 +211,7 @@ func (a *agent) serve(fc *frameConn) error {
 	}
 	a.mu.Lock()
 	a.fc, a.live, a.ids, a.gone = nil, nil, nil, nil
+	a.longArgs = nil
 	streams := a.streams
 	a.streams = nil
 	a.mu.Unlock()
@@ -244,7 +248,19 @@ func (a *agent) handle(fc *frameConn, payload []byte) error {
 		if err != nil {
 			return err
 		}
+		if m.LongArg {
+			if err := a.takeLongArg(m.ID, m.Argv); err != nil {
+				closeFDs(fds)
+				return err
+			}
+		}
 		return a.spawn(&m, fds, nil)
+	case opArg:
+		var m argMsg
+		if err := decodeStrict(op, payload, &m); err != nil {
+			return err
+		}
+		return a.addLongArg(&m)
 	case opSignal:
 		var m signalMsg
 		if err := decodeStrict(op, payload, &m); err != nil {

@@ -409,12 +409,13 @@ func (c *Conn) abandon(id uint64, ps *pendingSpawn, err error) error {
 }
 
 func (c *Conn) sendSpawn(id uint64, req *SpawnRequest, files []*os.File) error {
-	payload, err := json.Marshal(spawnMsg{Op: opSpawn, ID: id, Argv: req.Argv, Env: req.Env, Dir: req.Dir, TTY: req.TTY, Term: req.Term.wire()})
+	m := spawnMsg{Op: opSpawn, ID: id, Argv: req.Argv, Env: req.Env, Dir: req.Dir, TTY: req.TTY, Term: req.Term.wire()}
+	payload, err := c.encodeLong(id, &m, req.Argv, func() {
+		m.Argv = append(append([]string(nil), req.Argv[:len(req.Argv)-1]...), "")
+		m.LongArg = true
+	})
 	if err != nil {
-		return err
-	}
-	if len(payload) > maxFrame {
-		return fmt.Errorf("sandbox spawn: argv, env and dir take %d bytes encoded, over the %d-byte frame limit", len(payload), maxFrame)
+		return fmt.Errorf("sandbox spawn: %w", err)
 	}
 	fds := make([]int, len(files))
 	for i, f := range files {

@@ -78,6 +78,8 @@ type spawnMsg struct {
 	// Term: the agent makes the terminal itself, of this size, and relays
 	// it to the stdin and output pipes sent (ptyrelay.go).
 	Term *termSize `json:"term,omitempty"`
+	// LongArg: the last argument came ahead in arg frames (longarg.go).
+	LongArg bool `json:"long_arg,omitempty"`
 }
 
 // descriptors is how many descriptors a spawn carries: the pty slave;

@@ -1,6 +1,7 @@
 package sandboxagent
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -169,6 +170,12 @@ func TestAgentRefusesBadStreamFrames(t *testing.T) {
 		{"input over a chunk", []string{`{"op":"input","id":1,"data":"` + base64.StdEncoding.EncodeToString(make([]byte, streamChunk+1)) + `"}`}},
 		{"run with a terminal of no size", []string{`{"op":"run","id":2,"argv":["true"],"env":[],"dir":"/","tty":true,"rows":0,"cols":0}`}},
 		{"run with an unknown field", []string{`{"op":"run","id":2,"argv":["true"],"env":[],"dir":"/","tty":false,"rows":0,"cols":0,"root":true}`}},
+		{"arg with no data", []string{`{"op":"arg","id":2,"data":""}`}},
+		{"arg over a chunk", []string{`{"op":"arg","id":2,"data":"` + base64.StdEncoding.EncodeToString(make([]byte, argChunk+1)) + `"}`}},
+		{"arg over the kernel's limit", argFrames(2, maxLongArg/argChunk+1)},
+		{"args pending for too many ids", pendingArgs(maxPendingArgs + 1)},
+		{"long_arg without its arg frames", []string{`{"op":"run","id":2,"argv":["sh","-c",""],"env":[],"dir":"/","tty":false,"rows":0,"cols":0,"long_arg":true}`}},
+		{"long_arg with a last argument of its own", append(argFrames(2, 1), `{"op":"run","id":2,"argv":["sh","-c","true"],"env":[],"dir":"/","tty":false,"rows":0,"cols":0,"long_arg":true}`)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := dial(sock)
@@ -214,4 +221,23 @@ func TestAgentRefusesBadStreamFrames(t *testing.T) {
 			}
 		})
 	}
+}
+
+// argFrames is n full arg frames for id.
+func argFrames(id, n int) []string {
+	data := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("a"), argChunk))
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf(`{"op":"arg","id":%d,"data":"%s"}`, id, data)
+	}
+	return out
+}
+
+// pendingArgs is one small arg frame for each of n ids.
+func pendingArgs(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf(`{"op":"arg","id":%d,"data":"YQ=="}`, i+10)
+	}
+	return out
 }

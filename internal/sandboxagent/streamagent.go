@@ -46,6 +46,11 @@ func (a *agent) handleStream(fc *frameConn, op string, payload []byte) error {
 		if err := m.validate(); err != nil {
 			return &ProtocolError{Reason: "run: " + err.Error()}
 		}
+		if m.LongArg {
+			if err := a.takeLongArg(m.ID, m.Argv); err != nil {
+				return err
+			}
+		}
 		return a.runStream(fc, &m)
 	case opInput:
 		var m inputMsg

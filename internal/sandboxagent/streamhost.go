@@ -143,9 +143,12 @@ func (c *Conn) Run(ctx context.Context, req RunRequest) (*Proc, error) {
 		return nil, err
 	}
 	ps.stream, s.id, m.ID = s, id, id
-	payload, err := json.Marshal(m)
-	if err == nil && len(payload) > maxFrame {
-		err = fmt.Errorf("sandbox run: argv, env and dir take %d bytes encoded, over the %d-byte frame limit", len(payload), maxFrame)
+	payload, err := c.encodeLong(id, &m, req.Argv, func() {
+		m.Argv = append(append([]string(nil), req.Argv[:len(req.Argv)-1]...), "")
+		m.LongArg = true
+	})
+	if err != nil {
+		err = fmt.Errorf("sandbox run: %w", err)
 	}
 	if err == nil {
 		err = c.send(payload, nil)

@@ -50,6 +50,8 @@ type runMsg struct {
 	// Inherit: Env is laid over the agent's own environment (a Pod's
 	// container environment, which boxrt does not know).
 	Inherit bool `json:"inherit,omitempty"`
+	// LongArg: the last argument came ahead in arg frames (longarg.go).
+	LongArg bool `json:"long_arg,omitempty"`
 }
 
 type outputMsg struct {

@@ -94,9 +94,24 @@ func (e *Execs) observe(spec Spec, res ExecResult, err error, d time.Duration) {
 	}
 }
 
+// MaxCmdBytes is the longest cmd: the kernel takes no single argument
+// over MAX_ARG_STRLEN (128 KiB with its NUL), and a command is one.
+const MaxCmdBytes = 128<<10 - 1
+
+// checkCmd refuses an empty command and one no kernel would run.
+func checkCmd(cmd string) error {
+	switch {
+	case cmd == "":
+		return boxerr.Validation("cmd", "cmd must not be empty")
+	case len(cmd) > MaxCmdBytes:
+		return boxerr.Validation("cmd", "cmd is %d bytes, at most %d (the kernel's limit for one argument): write a long script to a file (box_fs_write) and run that", len(cmd), MaxCmdBytes)
+	}
+	return nil
+}
+
 func (e *Execs) exec(ctx context.Context, spec Spec, opts ExecOptions) (ExecResult, error) {
-	if spec.Cmd == "" {
-		return ExecResult{}, boxerr.Validation("cmd", "cmd must not be empty")
+	if err := checkCmd(spec.Cmd); err != nil {
+		return ExecResult{}, err
 	}
 	r := e.r
 	var err error

@@ -370,8 +370,8 @@ func (e *Execs) stopSession(s *session) {
 // the session's exec lock, so they run next to each other and next to
 // box_exec; box_exec calls stay serialised among themselves.
 func (e *Execs) Start(ctx context.Context, spec Spec, opts ExecOptions) (ExecInfo, error) {
-	if spec.Cmd == "" {
-		return ExecInfo{}, boxerr.Validation("cmd", "cmd must not be empty")
+	if err := checkCmd(spec.Cmd); err != nil {
+		return ExecInfo{}, err
 	}
 	r := e.r
 	var err error

@@ -110,6 +110,10 @@ func TestExecSemantics(t *testing.T) {
 			r := execIn(t, p, map[string]any{"session_id": sid, "cmd": "printf '%s' " + strings.Repeat("a", 100_000) + " | wc -c"})
 			assert.Equal(t, "completed", r.Status)
 			assert.Equal(t, "100000", strings.TrimSpace(r.Stdout))
+			resp := p.Call("box_exec", map[string]any{"session_id": sid, "cmd": "true #" + strings.Repeat("a", 128<<10)}, time.Minute)
+			require.NotNil(t, resp.Error, "a cmd over the kernel's limit for one argument")
+			assert.Contains(t, resp.Error.Message, "BoxValidationError")
+			assert.Contains(t, resp.Error.Message, "at most 131071")
 		})
 		t.Run("files persist across execs", func(t *testing.T) {
 			execIn(t, p, map[string]any{"session_id": sid, "cmd": "echo kept > /workspace/f.txt"})

@@ -24,7 +24,11 @@
 //	agent → host  exited  {id, code, signal}
 //	host → agent  signal  {id, signal}            to the process's group; no answer
 //	host → agent  resize  {id, rows, cols}        the term's size, 1..65535 each
+//	                      (or a stream-mode process's terminal)
 //	agent → host  resized {id}                    within 5 s, in order
+//	host → agent  arg     {id, data}              ahead of a spawn or run with
+//	                      long_arg: pieces of its last argument, up to 128 KiB
+//	                      (longarg.go), when it does not fit a frame
 //
 // The agent runs next to the session's code, as the same user: the host
 // treats everything it says as hostile. Frames are bounded, decoded

@@ -209,21 +209,21 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := h.adopt(ctx, spec.SessionID, created.SessionInfo, sandboxInit{template: body.TemplateID, envs: body.EnvVars,
-		metadata: body.Metadata, autoPause: body.AutoPause})
+		metadata: body.Metadata, autoPause: body.AutoPause, timeout: timeout})
 	if err != nil {
 		writeRuntimeError(w, err)
 		return
 	}
-	h.sandboxes.setTimeout(sb, timeout, time.Now(), func() { h.expire(sb) })
 	writeJSON(w, http.StatusCreated, sb.json())
 }
 
 // sandboxInit is what a new record starts with; an adopted session has
-// template base and nothing else.
+// template base and nothing else (no timeout).
 type sandboxInit struct {
 	template       string
 	envs, metadata map[string]string
 	autoPause      bool
+	timeout        time.Duration
 }
 
 var adopted = sandboxInit{template: "base"}
@@ -239,10 +239,19 @@ func (h *Handler) adopt(ctx context.Context, id string, info runtime.SessionInfo
 		return sb, nil
 	}
 	p, scoped := tenant.FromContext(ctx)
+	now := time.Now()
 	sb := &sandbox{physical: physical, logical: id, placement: p, scoped: scoped, token: randomHex(24),
-		template: first.template, envs: first.envs, metadata: first.metadata, autoPause: first.autoPause, started: time.Now(),
+		template: first.template, envs: first.envs, metadata: first.metadata, autoPause: first.autoPause, started: now,
 		box: info.Sandbox, procs: map[uint32]*command{}}
-	return h.sandboxes.put(sb), nil
+	if first.timeout > 0 {
+		sb.endAt = now.Add(first.timeout)
+	}
+	// One record write (put), with the timeout already in it.
+	kept := h.sandboxes.put(sb)
+	if kept == sb && first.timeout > 0 {
+		h.sandboxes.arm(sb, sb.endAt, first.timeout, func() { h.expire(sb) })
+	}
+	return kept, nil
 }
 
 func (sb *sandbox) json() sandboxJSON {

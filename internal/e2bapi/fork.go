@@ -55,9 +55,9 @@ func (h *Handler) forkOne(r *http.Request, src *sandbox, timeout time.Duration) 
 	info, err := h.rt.Snapshots().Fork(ctx, src.logical, id)
 	if err == nil {
 		var sb *sandbox
-		first := sandboxInit{template: src.template, envs: maps.Clone(src.envs), metadata: maps.Clone(src.metadata), autoPause: src.autoPause}
+		first := sandboxInit{template: src.template, envs: maps.Clone(src.envs), metadata: maps.Clone(src.metadata), autoPause: src.autoPause,
+			timeout: timeout}
 		if sb, err = h.adopt(ctx, id, info, first); err == nil {
-			h.sandboxes.setTimeout(sb, timeout, time.Now(), func() { h.expire(sb) })
 			j := sb.json()
 			return forkResult{Sandbox: &j}
 		}

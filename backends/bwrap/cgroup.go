@@ -392,9 +392,10 @@ func (m *cgroupManager) enforcedLimits() []string {
 type cgroup struct {
 	m    *cgroupManager
 	dirs []string // leaf directory per base, same order as m.bases
-	// cmds is the agent's and the commands' child of the leaf in the v1
-	// pids hierarchy ("": none), limited to the session's pids limit plus
-	// the agent's threads (placeAgent).
+	// cmds is the commands' child of the leaf in the v1 pids hierarchy
+	// that boxrt made before the agent shared the leaf with them ("":
+	// none); a sandbox it still holds is adopted with it, and counted and
+	// removed with it.
 	cmds string
 }
 
@@ -417,67 +418,7 @@ func (m *cgroupManager) create(instance, leaf string, lim limits) (*cgroup, erro
 		cg.remove()
 		return nil, err
 	}
-	if err := cg.makeCommands(lim); err != nil {
-		cg.remove()
-		return nil, err
-	}
 	return cg, nil
-}
-
-// makeCommands makes cg.cmds (v1 with a pids limit only: on v2 a cgroup
-// with processes cannot have limited children).
-func (cg *cgroup) makeCommands(lim limits) error {
-	if cg.m.version != cgroupV1 || lim.pids <= 0 {
-		return nil
-	}
-	for i, b := range cg.m.bases {
-		if !slices.Contains(b.controllers, "pids") {
-			continue
-		}
-		dir := filepath.Join(cg.dirs[i], commandsCgroup)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return fmt.Errorf("create cgroup %s: %w", dir, err)
-		}
-		cg.cmds = dir
-		if err := writeFile(filepath.Join(dir, "pids.max"), strconv.Itoa(lim.pids)); err != nil {
-			return fmt.Errorf("set cgroup limit pids.max=%d: %w", lim.pids, err)
-		}
-	}
-	return nil
-}
-
-// commandsCgroup names cgroup.cmds.
-const commandsCgroup = "cmds"
-
-// placeAgent moves the agent, the process with host pid pid (the kernel's
-// word for who connected: Conn.PeerPID, never the agent's own), from the
-// leaf into cg.cmds, so that every command it forks is born there: one
-// move per sandbox, none per command (a move by pid waits for an RCU
-// grace period on the kernel's global cgroup lock, ~7 ms, every time that
-// lock was idle). cmds' limit grows by the agent's threads, so that the
-// commands keep pidsLimit to themselves; the agent's threads are all made
-// by then (the Go runtime keeps its idle threads), so a fork bomb that
-// fills the limit does not need to take their room. An agent already
-// there (adopted) is left as it is.
-func (cg *cgroup) placeAgent(pid, pidsLimit int) error {
-	if cg == nil || cg.cmds == "" {
-		return nil
-	}
-	w := strconv.Itoa(pid)
-	if slices.Contains(readWords(filepath.Join(cg.cmds, "cgroup.procs")), w) {
-		return nil
-	}
-	if pid <= 0 || !slices.Contains(readWords(filepath.Join(filepath.Dir(cg.cmds), "cgroup.procs")), w) {
-		return fmt.Errorf("the agent (pid %d) is not in the sandbox's cgroup %s", pid, filepath.Dir(cg.cmds))
-	}
-	threads, err := os.ReadDir("/proc/" + w + "/task")
-	if err != nil {
-		return err
-	}
-	if err := writeFile(filepath.Join(cg.cmds, "pids.max"), strconv.Itoa(pidsLimit+len(threads))); err != nil {
-		return err
-	}
-	return writeFile(filepath.Join(cg.cmds, "cgroup.procs"), w)
 }
 
 func (m *cgroupManager) mkLeaf(b cgroupBase, instance, leaf string) (string, error) {
@@ -793,6 +734,9 @@ func (m *cgroupManager) leaves(instance string) []string {
 	}
 	return out
 }
+
+// commandsCgroup names cgroup.cmds.
+const commandsCgroup = "cmds"
 
 // existing returns a handle on a leaf left by an earlier run (StopSession,
 // Adopt), without creating anything.

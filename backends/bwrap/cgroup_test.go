@@ -304,20 +304,19 @@ func TestQuickExecsKeepThePidsLimit(t *testing.T) {
 	}
 }
 
-// TestCommandsBornInCommandsCgroup: on cgroup v1 the agent is moved into
-// the leaf's cmds/ once, so a command (and what it forks) is born there,
-// with nothing moved per command.
-func TestCommandsBornInCommandsCgroup(t *testing.T) {
+// TestCommandsShareTheSandboxLeaf: a command and what it forks are born
+// in the session's own cgroup (the root of its cgroup namespace), where the
+// agent is: nothing is moved per command or per sandbox.
+func TestCommandsShareTheSandboxLeaf(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
 	b := newBackend(t)
-	if b.cg.version != cgroupV1 || !slices.Contains(b.Describe().EnforcedLimits, limitPids) {
-		t.Skip("SKIPPED: no v1 pids hierarchy here")
+	if !slices.Contains(b.Describe().EnforcedLimits, limitPids) {
+		t.Fatal("the pids limit is not enforced here: this machine has a pids hierarchy")
 	}
 	info := newSession(t, b, func(s *backends.SandboxSpec) { s.PidsLimit = 16 })
 	got := mustRun(t, b, info, "grep :pids: /proc/self/cgroup; sh -c 'grep :pids: /proc/self/cgroup'")
-	want := ":pids:/" + commandsCgroup + "\n"
-	if lines := strings.SplitAfter(got, "\n"); len(lines) < 2 || !strings.HasSuffix(lines[0], want) || !strings.HasSuffix(lines[1], want) {
-		t.Fatalf("the command and its child are not in %s: %q", commandsCgroup, got)
+	if lines := strings.Split(strings.TrimSpace(got), "\n"); len(lines) != 2 || !strings.HasSuffix(lines[0], ":pids:/") || lines[1] != lines[0] {
+		t.Fatalf("the command and its child are not in the sandbox's own cgroup: %q", got)
 	}
 }

@@ -76,12 +76,12 @@
 // cloned directly into its cgroup (CLONE_INTO_CGROUP; a shell joins and
 // execs bwrap on kernels without it); on v1 bwrap is forked by a thread
 // moved into the cgroup for that (cgroup.enterThread). The leaf's pids
-// limit leaves room for bwrap and the agent's threads (pidsOverhead); on
-// v1 the agent runs in its child cmds/ (the session's pids limit plus the
-// agent's threads), moved there once when it connects, so every command
-// it forks is born there (cgroup.placeAgent): no command is moved, which
-// on v1 cost a kernel grace period (~7 ms) per command. On v2 the agent
-// and the commands share the leaf.
+// limit leaves room for bwrap and the agent's threads (pidsOverhead), which
+// share the leaf with the session's commands on v1 as on v2: a command is
+// born where the agent is, and nothing is moved between cgroups after
+// the start (on v1 a move by pid waits for a kernel RCU grace period,
+// ~7-11 ms here, which a new session paid once when the agent had a
+// child cgroup of its own).
 // boxrt is a child subreaper and reaps each sandbox's namespace init
 // itself, which outlives bwrap by a few milliseconds (reap.go).
 //

@@ -163,11 +163,6 @@ func (b *Backend) adoptResident(ctx context.Context, sf *sessionFiles, dir strin
 		actx, cancel := context.WithTimeout(ctx, acceptTimeout)
 		conn, err = res.ln.Accept(actx)
 		cancel()
-		if err == nil {
-			if err = r.cg.placeAgent(conn.PeerPID(), info.PidsLimit); err != nil {
-				_ = conn.Close()
-			}
-		}
 	}
 	if err != nil {
 		r.kill()

@@ -193,11 +193,6 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 		}
 	}()
 	conn, err := res.ln.Accept(actx)
-	if err == nil {
-		if err = r.cg.placeAgent(conn.PeerPID(), info.PidsLimit); err != nil {
-			_ = conn.Close()
-		}
-	}
 	if err != nil {
 		r.kill()
 		<-r.done

@@ -142,7 +142,6 @@ The back-to-back row is boxrt's call right after another one on the same session
 	boxBwrap := newMeasure("boxrt bwrap")
 	direct := newMeasure("direct bwrap spawn")
 	minimal := newMeasure("minimal bwrap spawn of /bin/true")
-	b.warmExec["docker"], b.warmExec["bwrap"] = boxDockerB2B, boxBwrap
 	sc.Rows = []Row{
 		{Case: "docker backend vs Engine API floor", Boxrt: boxDocker, Base: raw},
 		{Case: "docker backend vs Engine API floor, login shell", Boxrt: boxDocker, Base: rawLogin},

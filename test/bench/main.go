@@ -218,11 +218,6 @@ type bench struct {
 	// instances are the instance ids of the boxrt processes this run
 	// started: the final cleanup removes only their containers.
 	instances map[string]bool
-	// warmExec is scenario 2's boxrt warm exec per backend timed as the
-	// scale scenario's execs run, each call right after the one before
-	// (docker: the back-to-back case, whose exec is still starting), which
-	// that scenario compares against.
-	warmExec map[string]*Measure
 
 	echoMu sync.Mutex
 	// echoExe is the echo peers' executable (echoExecutable).
@@ -272,7 +267,7 @@ func (b *bench) runScenario(ctx context.Context, fn func(context.Context) *Scena
 }
 
 func run(c config) error {
-	b := &bench{cfg: c, start: time.Now(), instances: map[string]bool{}, warmExec: map[string]*Measure{}}
+	b := &bench{cfg: c, start: time.Now(), instances: map[string]bool{}}
 	var err error
 	if b.boxrtBin, err = filepath.Abs(c.boxrtBin); err != nil {
 		return err

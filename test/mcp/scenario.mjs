@@ -79,6 +79,42 @@ assert.equal(res.structuredContent.stdout, "héllo\n");
 res = await client.callTool({ name: "list_files", arguments: { path: "/workspace/dir" } });
 assert.deepEqual(res.structuredContent.entries.map((e) => e.name), ["hello.txt"]);
 
+res = await client.callTool({ name: "stat_file", arguments: { path: "/workspace/bin" } });
+assert.equal(res.structuredContent.type, "file");
+assert.equal(res.structuredContent.size, 3);
+res = await client.callTool({ name: "remove_file", arguments: { path: "/workspace/bin" } });
+assert.equal(res.isError ?? false, false, text(res));
+
+// A background command: started, read while it runs, stopped.
+res = await client.callTool({ name: "start_command", arguments: { command: "echo bg; sleep 30" } });
+assert.equal(res.isError ?? false, false, text(res));
+const execId = res.structuredContent.exec_id;
+res = await client.callTool({ name: "read_command_output", arguments: { exec_id: execId, wait_sec: 1 } });
+assert.equal(res.isError ?? false, false, text(res));
+assert.equal(res.structuredContent.status, "running");
+assert.equal(res.structuredContent.stdout, "bg\n");
+res = await client.callTool({ name: "stop_command", arguments: { exec_id: execId } });
+assert.equal(res.structuredContent.status, "canceled");
+res = await client.callTool({ name: "read_command_output", arguments: { exec_id: execId } });
+assert.equal(res.isError, true);
+assert.equal(res.structuredContent.status, "canceled");
+
+// A fork has the session's files; it can be snapshotted, suspended and
+// deleted.
+res = await client.callTool({ name: "fork_session", arguments: {} });
+assert.equal(res.isError ?? false, false, text(res));
+const fork = res.structuredContent.session_id;
+res = await client.callTool({ name: "read_file", arguments: { path: "/workspace/dir/hello.txt", session: fork } });
+assert.equal(res.structuredContent.content, "héllo\n");
+res = await client.callTool({ name: "snapshot_session", arguments: { session: fork } });
+assert.match(res.structuredContent.snapshot_id, /^snap-/, text(res));
+res = await client.callTool({ name: "suspend_session", arguments: { session: fork } });
+assert.equal(res.structuredContent.state, "suspended", text(res));
+res = await client.callTool({ name: "list_sessions", arguments: {} });
+assert.deepEqual(res.structuredContent.sessions.map((s) => s.session_id).sort(), [fork, session].sort());
+res = await client.callTool({ name: "delete_session", arguments: { session: fork } });
+assert.equal(res.structuredContent.deleted, fork);
+
 // A command that fails is a tool error with its exit code and output.
 res = await client.callTool({ name: "run_command", arguments: { command: "echo out; echo err >&2; exit 7" } });
 assert.equal(res.isError, true);

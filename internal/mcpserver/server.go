@@ -71,17 +71,19 @@ const instructions = `boxrt runs commands and keeps files in sandboxes (sessions
 // ServeStdio serves one MCP connection on in and out until in ends or ctx
 // is done; the connection's sessions are deleted before it returns.
 func (s *Server) ServeStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser) error {
-	err := s.mcp.Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
+	err := s.mcp.Run(ctx, &mcp.IOTransport{Reader: in, Writer: out, MaxLineLength: rpc.MaxMessageBytes})
 	s.ended.Wait()
 	return err
 }
 
 // HTTPHandler serves MCP's Streamable HTTP transport. The caller puts it
 // behind the control token and the Host/Origin guard (which also does the
-// SDK's localhost protection, with the operator's allowed hosts).
+// SDK's localhost protection, with the operator's allowed hosts). A
+// message may be as large as a JSON-RPC one (the SDK's 4 MiB default
+// would refuse a write_file the catalogue takes).
 func (s *Server) HTTPHandler() http.Handler {
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
-		&mcp.StreamableHTTPOptions{SessionTimeout: httpSessionIdle, DisableLocalhostProtection: true})
+		&mcp.StreamableHTTPOptions{SessionTimeout: httpSessionIdle, DisableLocalhostProtection: true, MaxRequestBodyBytes: rpc.MaxMessageBytes})
 }
 
 // Close ends every connection and waits, within ctx, until their default

@@ -79,6 +79,11 @@ assert.equal(res.structuredContent.stdout, "héllo\n");
 res = await client.callTool({ name: "list_files", arguments: { path: "/workspace/dir" } });
 assert.deepEqual(res.structuredContent.entries.map((e) => e.name), ["hello.txt"]);
 
+// A large file (6 MiB of text, 8 MiB in base64 on the way to the
+// catalogue) fits a message on both transports.
+res = await client.callTool({ name: "write_file", arguments: { path: "/workspace/big.txt", content: "a".repeat(6 << 20) } });
+assert.equal(res.isError ?? false, false, text(res));
+assert.equal(res.structuredContent.bytes_written, 6 << 20);
 res = await client.callTool({ name: "stat_file", arguments: { path: "/workspace/bin" } });
 assert.equal(res.structuredContent.type, "file");
 assert.equal(res.structuredContent.size, 3);

@@ -9,6 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/boxrt/boxrt/actions"
+	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/rpc"
 )
 
@@ -20,6 +21,10 @@ const toolOutputBytes = 32 << 10
 // minWaitSec is read_command_output's wait when the model asks for none:
 // box_exec_wait takes 0 as "until the end".
 const minWaitSec = 0.001
+
+// maxWaitSec bounds read_command_output's wait: a model polls a long
+// command rather than holding a call open for its whole life.
+const maxWaitSec = 300
 
 type runArgs struct {
 	sessionArg
@@ -107,6 +112,9 @@ func (s *Server) startCommand(ctx context.Context, req *mcp.CallToolRequest, a r
 }
 
 func (s *Server) readCommandOutput(ctx context.Context, _ *mcp.CallToolRequest, a readOutputArgs) (*mcp.CallToolResult, error) {
+	if a.WaitSec < 0 || a.WaitSec > maxWaitSec {
+		return nil, boxerr.Validation("wait_sec", "wait_sec must be between 0 and %d, got %v", maxWaitSec, a.WaitSec)
+	}
 	var r execResult
 	if err := s.call(ctx, "box_exec_wait", map[string]any{"exec_id": a.ExecID, "timeout_sec": max(a.WaitSec, minWaitSec)}, &r); err != nil {
 		return nil, err
@@ -129,10 +137,10 @@ type outputNotice struct {
 
 // progressNotifier turns a streamed command's output notifications into
 // progress notifications for token: the progress is the bytes of output so
-// far, the message the chunk (invalid UTF-8 replaced), _meta.stream
-// stdout or stderr. It is called by one
-// goroutine at a time (the exec's sink), and a client slow to read slows
-// the command, as a streaming JSON-RPC host does.
+// far, the message the chunk (invalid UTF-8 replaced), _meta.stream stdout
+// or stderr. It is called by one goroutine at a time (the exec's sink),
+// and a client slow to read slows the command, as a streaming JSON-RPC
+// host does.
 func progressNotifier(ctx context.Context, ss *mcp.ServerSession, token any) rpc.Notifier {
 	var total int
 	return func(method string, params json.RawMessage) error {

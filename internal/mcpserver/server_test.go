@@ -267,6 +267,26 @@ func TestCancellationReachesTheCommand(t *testing.T) {
 	assert.Error(t, <-errc)
 }
 
+func TestReadCommandOutputWaits(t *testing.T) {
+	c := &catalogue{answers: map[string]func(context.Context, map[string]any) (any, error){
+		"box_exec_wait": func(context.Context, map[string]any) (any, error) {
+			return map[string]any{"status": "running", "exit_code": nil, "stdout": "so far\n"}, nil
+		},
+	}}
+	_, cs := connect(t, c, nil)
+	res := callTool(t, cs, "read_command_output", map[string]any{"exec_id": "x-1"})
+	assert.False(t, res.IsError, "a running command is no error: %s", text(res))
+	assert.Contains(t, text(res), "so far\n")
+	// box_exec_wait's 0 waits for the end: "at once" is the smallest wait.
+	assert.Equal(t, map[string]any{"exec_id": "x-1", "timeout_sec": minWaitSec}, c.last(t, "box_exec_wait"))
+	callTool(t, cs, "read_command_output", map[string]any{"exec_id": "x-1", "wait_sec": 2.5})
+	assert.Equal(t, 2.5, c.last(t, "box_exec_wait")["timeout_sec"])
+	res = callTool(t, cs, "read_command_output", map[string]any{"exec_id": "x-1", "wait_sec": 301})
+	assert.True(t, res.IsError)
+	assert.Contains(t, text(res), `"wait_sec"`)
+	assert.Len(t, c.methods(), 2)
+}
+
 func TestFileTools(t *testing.T) {
 	c := &catalogue{answers: map[string]func(context.Context, map[string]any) (any, error){
 		"box_fs_read": func(_ context.Context, p map[string]any) (any, error) {

@@ -30,9 +30,10 @@ const Path = "/mcp"
 const maxToolCalls = rpc.DefaultMaxInFlight
 
 // httpSessionIdle ends an HTTP client's MCP session (and deletes its
-// default sandbox) after this long without a request. It is longer than
-// run_command's longest useful wait, so a long command does not lose its
-// connection's session meanwhile.
+// default sandbox) after this long without a request: the client that
+// vanished without its DELETE. The SDK does not count the time a call runs,
+// so a long run_command keeps its session; the margin is for a model that
+// leaves a background command running between two looks at it.
 const httpSessionIdle = 2 * time.Hour
 
 // deleteTimeout bounds deleting a connection's sessions when it ends.

@@ -136,7 +136,7 @@ func (s *Server) Run(ctx context.Context) {
 			}
 		}()
 	}
-	s.log.Info().Str("version", s.opts.Version).Bool("stdio", s.opts.Stdio).Str("protocol", string(s.opts.Protocol)).Str("listen", s.url).
+	s.log.Info().Str("version", s.opts.Version).Bool("stdio", s.opts.Stdio).Str("protocol", string(s.opts.Protocol)).Bool("mcp", s.opts.MCP).Str("listen", s.url).
 		Str("token_file", s.token.file).Str("instance_id", s.rt.InstanceID()).Msg("boxrt serving")
 	if !s.opts.Stdio {
 		<-ctx.Done()

@@ -19,9 +19,10 @@ func TestDependencyDirection(t *testing.T) {
 	allowed := map[string][]string{
 		".":                            {"internal/cli", "internal/fdsafe"},
 		"internal/cli":                 {"actions", "backends", "backends/e2b", "backends/kube", "internal/backendfactory", "internal/controltoken", "internal/logsink", "internal/sandboxagent", "internal/server", "reconnect", "runtime"},
-		"internal/server":              {"actions", "internal/backendfactory", "internal/e2bapi", "internal/clip", "internal/controltoken", "internal/statelock", "relay", "rpc", "runtime", "runtime/skills"},
+		"internal/server":              {"actions", "internal/backendfactory", "internal/e2bapi", "internal/mcpserver", "internal/clip", "internal/controltoken", "internal/statelock", "relay", "rpc", "runtime", "runtime/skills"},
 		"internal/backendfactory":      {"backends", "backends/bwrap", "backends/docker", "backends/e2b", "backends/host", "backends/kube", "internal/boxerr", "runtime"},
 		"internal/controltoken":        {"internal/atomicfile"},
+		"internal/mcpserver":           {"actions", "internal/boxerr", "rpc"},
 		"internal/logsink":             {},
 		"internal/e2bapi":              {"actions", "backends", "internal/atomicfile", "internal/boxerr", "internal/e2bapi/envd/process", "internal/e2bapi/envd/process/processconnect", "internal/e2bapi/envd/filesystem", "internal/e2bapi/envd/filesystem/filesystemconnect", "runtime", "runtime/tenant"},
 		"internal/e2bapi/envd":         {},

@@ -369,7 +369,7 @@ func NotifyQueued(ctx context.Context, method string, params any) error {
 func NotifyJSON(ctx context.Context, method string, params json.RawMessage, more bool) error {
 	c, ok := ctx.Value(connKey{}).(*conn)
 	if !ok {
-		return errNotifyOutside
+		return notifyOutside(ctx, method, params)
 	}
 	return c.send(Message{Method: method, Params: params}, !more)
 }
@@ -378,14 +378,39 @@ var errNotifyOutside = errors.New("rpc: Notify outside a request")
 
 func notify(ctx context.Context, method string, params any, flush bool) error {
 	c, ok := ctx.Value(connKey{}).(*conn)
-	if !ok {
+	_, other := ctx.Value(notifierKey{}).(Notifier)
+	if !ok && !other {
 		return errNotifyOutside
 	}
 	raw, err := json.Marshal(params)
 	if err != nil {
 		return err
 	}
+	if !ok {
+		return notifyOutside(ctx, method, raw)
+	}
 	return c.send(Message{Method: method, Params: raw}, flush)
+}
+
+// A Notifier receives the notifications of a request that a Handler serves
+// for something other than a connection of this package (boxrt's MCP
+// server calls the catalogue directly). params is not referenced after
+// it returns.
+type Notifier func(method string, params json.RawMessage) error
+
+type notifierKey struct{}
+
+// WithNotifier returns ctx whose Notify, NotifyQueued and NotifyJSON go to
+// n, for a request served outside a connection.
+func WithNotifier(ctx context.Context, n Notifier) context.Context {
+	return context.WithValue(ctx, notifierKey{}, n)
+}
+
+func notifyOutside(ctx context.Context, method string, params json.RawMessage) error {
+	if n, ok := ctx.Value(notifierKey{}).(Notifier); ok {
+		return n(method, params)
+	}
+	return errNotifyOutside
 }
 
 // ConnContext returns a context that lives as long as the connection the

@@ -450,3 +450,18 @@ func TestCancelRequest(t *testing.T) {
 		})
 	}
 }
+
+// A request served outside a connection notifies through the context's
+// Notifier, whichever Notify it uses; without one, Notify fails.
+func TestNotifierOutsideAConnection(t *testing.T) {
+	require.ErrorIs(t, Notify(context.Background(), "m", 1), errNotifyOutside)
+	var got []string
+	ctx := WithNotifier(context.Background(), func(method string, params json.RawMessage) error {
+		got = append(got, method+" "+string(params))
+		return nil
+	})
+	require.NoError(t, Notify(ctx, "a", map[string]int{"n": 1}))
+	require.NoError(t, NotifyQueued(ctx, "b", 2))
+	require.NoError(t, NotifyJSON(ctx, "c", json.RawMessage(`"x"`), true))
+	assert.Equal(t, []string{`a {"n":1}`, "b 2", `c "x"`}, got)
+}

@@ -27,11 +27,16 @@ var e2bConfigs = map[string]string{
 	"docker": `{"backend":"docker","docker":{"image":"boxrt-test:busybox"},"e2b":{"templates":{"base":"boxrt-sandbox:latest"}}}`,
 }
 
-// e2bSDK installs the pinned E2B SDK into test/e2b (once per lockfile:
-// its hash is kept beside node_modules) and returns that directory.
-func e2bSDK(t *testing.T) string {
+// e2bSDK installs the pinned E2B SDK into test/e2b and returns that
+// directory.
+func e2bSDK(t *testing.T) string { return npmPackages(t, "e2b") }
+
+// npmPackages installs the npm packages pinned in test/<name> (once per
+// lockfile: its hash is kept beside node_modules) and returns that
+// directory.
+func npmPackages(t *testing.T, name string) string {
 	t.Helper()
-	dir, err := filepath.Abs("e2b")
+	dir, err := filepath.Abs(name)
 	require.NoError(t, err)
 	lock, err := os.ReadFile(filepath.Join(dir, "package-lock.json"))
 	require.NoError(t, err)

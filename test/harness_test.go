@@ -119,6 +119,8 @@ func (b *syncBuffer) String() string {
 
 // Options for starting boxrt.
 type Options struct {
+	// Command is the boxrt command run, with serve's flags; serve when "".
+	Command  string
 	Args     []string // extra serve flags
 	Env      []string
 	StateDir string
@@ -150,7 +152,11 @@ func Start(t *testing.T, o Options) *Proc {
 	if addr == "" {
 		addr = freeAddr(t)
 	}
-	args := append([]string{"serve", "--listen", addr, "--state-dir", o.StateDir, "--log-level", "debug"}, o.Args...)
+	command := o.Command
+	if command == "" {
+		command = "serve"
+	}
+	args := append([]string{command, "--listen", addr, "--state-dir", o.StateDir, "--log-level", "debug"}, o.Args...)
 	if o.Stdio {
 		args = append(args, "--stdio")
 	}

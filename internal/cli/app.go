@@ -48,6 +48,7 @@ func newApp(version string) *cli.App {
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			serveCommand(),
+			mcpCommand(),
 			boxCommand(),
 			callCommand(),
 			execCommand(),

@@ -48,21 +48,28 @@ Configuration (JSON/YAML file, or JSON in BOXRT_CONFIG / LANGBOT_BOX_CONFIG,
 then box_init at run time), for example:
   {"backend": "auto", "limits": {"max_sessions": 64, "session_ttl_sec": 300},
    "local": {"allowed_mount_roots": ["/srv/boxrt"]}, "docker": {"image": "boxrt-sandbox:latest"}}`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "stdio", Usage: "serve JSON-RPC on stdin/stdout (the mode a host uses when it spawns boxrt)"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:5410", Usage: "HTTP listen address for /rpc/ws, the relay and health; port 0 picks a free port; '' turns the listener off; with --stdio the default is " + stdioListen + " (a free port, told in box_health's relay_url)"},
-			&cli.StringFlag{Name: "token-file", Usage: "read the control token from this file (instead of BOXRT_CONTROL_TOKEN)"},
-			&cli.StringFlag{Name: "config", Usage: "configuration file (JSON or YAML)"},
-			&cli.StringFlag{Name: "state-dir", Value: reconnect.DefaultStateDir(), Usage: "where boxrt keeps its instance id, bwrap sessions and skill store (STATE_DIR/skills, unless local.host_root or an absolute local.skills_root says otherwise); one runtime per directory (it is locked while boxrt runs)"},
-			&cli.StringFlag{Name: "private-state-dir", EnvVars: []string{"BOXRT_PRIVATE_STATE_DIR"}, Usage: "a state directory private to this run, which the spawner removes afterwards: every session ends when boxrt exits, persistent and suspended ones too (boxrt call --spawn and reconnect.Spawn set it; --state-dir wins over it)"},
-			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "log format on stderr: json or console (coloured only on a terminal)"},
-			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn, error"},
-			&cli.BoolFlag{Name: "metrics-public", Usage: "serve /metrics without the control token"},
-			&cli.StringSliceFlag{Name: "allowed-hosts", EnvVars: []string{"BOXRT_ALLOWED_HOSTS"}, Usage: "more host names or IPs clients may use in Host and Origin headers (comma-separated), e.g. the name a reverse proxy forwards"},
-			&cli.DurationFlag{Name: "keepalive", Value: 20 * time.Second, Usage: "ping idle WebSocket peers (control and relay) this often; a peer that misses a pong for half as long is closed"},
 			&cli.StringFlag{Name: "protocol", Value: string(server.JSONRPC), Usage: "envelope of stdio and /rpc/ws: jsonrpc (JSON-RPC 2.0) or langbot (LangBot's action RPC; see boxrt box)"},
-		},
+		}, runtimeFlags()...),
 		Action: noArgs("serve", runServe),
+	}
+}
+
+// runtimeFlags are the flags of every command that runs the runtime (serve,
+// mcp): its configuration, state directory, token, logs and listener.
+func runtimeFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "token-file", Usage: "read the control token from this file (instead of BOXRT_CONTROL_TOKEN)"},
+		&cli.StringFlag{Name: "config", Usage: "configuration file (JSON or YAML)"},
+		&cli.StringFlag{Name: "state-dir", Value: reconnect.DefaultStateDir(), Usage: "where boxrt keeps its instance id, bwrap sessions and skill store (STATE_DIR/skills, unless local.host_root or an absolute local.skills_root says otherwise); one runtime per directory (it is locked while boxrt runs)"},
+		&cli.StringFlag{Name: "private-state-dir", EnvVars: []string{"BOXRT_PRIVATE_STATE_DIR"}, Usage: "a state directory private to this run, which the spawner removes afterwards: every session ends when boxrt exits, persistent and suspended ones too (boxrt call --spawn and reconnect.Spawn set it; --state-dir wins over it)"},
+		&cli.StringFlag{Name: "log-format", Value: "json", Usage: "log format on stderr: json or console (coloured only on a terminal)"},
+		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn, error"},
+		&cli.BoolFlag{Name: "metrics-public", Usage: "serve /metrics without the control token"},
+		&cli.StringSliceFlag{Name: "allowed-hosts", EnvVars: []string{"BOXRT_ALLOWED_HOSTS"}, Usage: "more host names or IPs clients may use in Host and Origin headers (comma-separated), e.g. the name a reverse proxy forwards"},
+		&cli.DurationFlag{Name: "keepalive", Value: 20 * time.Second, Usage: "ping idle WebSocket peers (control and relay) this often; a peer that misses a pong for half as long is closed"},
 	}
 }
 
@@ -76,7 +83,11 @@ const shutdownTimeout = 4 * time.Second
 // listener.
 const stdioListen = "127.0.0.1:0"
 
-func runServe(c *cli.Context) error {
+func runServe(c *cli.Context) error { return runServer(c, serveOptions) }
+
+// runServer runs the runtime options reads from c's flags until a signal
+// or, on stdio, the end of stdin.
+func runServer(c *cli.Context, options func(*cli.Context) (server.Options, error)) error {
 	log, sink, err := newLogger(c.String("log-format"), c.String("log-level"))
 	if err != nil {
 		return err
@@ -86,7 +97,7 @@ func runServe(c *cli.Context) error {
 	// for.
 	defer sink.Close(2 * time.Second)
 	sink.CaptureStdlog(log)
-	opts, err := serveOptions(c)
+	opts, err := options(c)
 	if err != nil {
 		return err
 	}
@@ -115,6 +126,12 @@ func serveOptions(c *cli.Context) (server.Options, error) {
 	if stdio && !c.IsSet("listen") {
 		listen = stdioListen
 	}
+	return runtimeOptions(c, stdio, listen, server.Protocol(c.String("protocol")))
+}
+
+// runtimeOptions reads the flags and environment of runtimeFlags for a
+// runtime serving protocol on stdio and/or listen.
+func runtimeOptions(c *cli.Context, stdio bool, listen string, protocol server.Protocol) (server.Options, error) {
 	token, err := configuredToken(c.String("token-file"))
 	if err != nil {
 		return server.Options{}, err
@@ -127,7 +144,6 @@ func serveOptions(c *cli.Context) (server.Options, error) {
 	if err != nil {
 		return server.Options{}, err
 	}
-	protocol := server.Protocol(c.String("protocol"))
 	if protocol != server.JSONRPC && protocol != server.LangBot {
 		return server.Options{}, &exitError{code: 2, msg: fmt.Sprintf("--protocol %q: use jsonrpc or langbot", protocol)}
 	}

@@ -1,7 +1,8 @@
 // Package server is boxrt serve once its flags are read: it locks the
 // state directory, keeps or generates the control token, opens the
 // listener, builds the runtime and wires the method catalogue, the tenancy
-// layer, the frame loop, the relay and the HTTP routes around it; Run
+// layer, the frame loop (or, for boxrt mcp, the MCP server), the relay
+// and the HTTP routes around it; Run
 // serves until the context ends or the stdio peer hangs up, and Close
 // shuts everything down in the order that loses nothing (relay peers,
 // connections, listener, runtime). It also owns what only a serving

@@ -5,13 +5,14 @@ import (
 	"net/http"
 
 	"github.com/boxrt/boxrt/actions"
+	"github.com/boxrt/boxrt/internal/mcpserver"
 	"github.com/boxrt/boxrt/relay"
 	"github.com/boxrt/boxrt/runtime"
 )
 
 // routes is the HTTP listener's mux: health, /rpc/ws (unless stdio is the
-// control channel), the relay, the files endpoint, E2B's API and the
-// metrics.
+// control channel), /mcp (boxrt mcp), the relay, the files endpoint, E2B's
+// API and the metrics.
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	// The health probes need no token, so they say nothing beyond
@@ -27,6 +28,11 @@ func (s *Server) routes() *http.ServeMux {
 		mux.Handle("GET /rpc/ws", actions.RequireLangBotControl(s.rpc, s.opts.Token, s.opts.Trust, s.auth.Check))
 	default:
 		mux.Handle("GET /rpc/ws", s.auth.Require(s.rpc))
+	}
+	if s.mcp != nil {
+		// MCP's Streamable HTTP (POST, GET and DELETE on one path): the
+		// control token, as the control plane.
+		mux.Handle(mcpserver.Path, s.auth.Require(s.mcp.HTTPHandler()))
 	}
 	// The relay checks its own credentials: the control token, or the
 	// relay_token of the one process addressed.

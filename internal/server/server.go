@@ -13,6 +13,7 @@ import (
 
 	"github.com/boxrt/boxrt/actions"
 	"github.com/boxrt/boxrt/internal/e2bapi"
+	"github.com/boxrt/boxrt/internal/mcpserver"
 	"github.com/boxrt/boxrt/internal/statelock"
 	"github.com/boxrt/boxrt/relay"
 	"github.com/boxrt/boxrt/rpc"
@@ -54,7 +55,10 @@ type Options struct {
 	MetricsPublic bool
 	Protocol      Protocol
 	// Stdio serves the protocol on Stdin and Stdout as well.
-	Stdio  bool
+	Stdio bool
+	// MCP serves the Model Context Protocol (internal/mcpserver) instead
+	// of JSON-RPC on stdio, and at /mcp on the listener: boxrt mcp.
+	MCP    bool
 	Stdin  io.Reader
 	Stdout io.Writer
 	// Stderr gets the one notice saying where a generated token is kept.
@@ -90,6 +94,7 @@ type Server struct {
 	auth    *rpc.Authenticator
 	relay   *relay.Handler
 	e2b     *e2bapi.Handler
+	mcp     *mcpserver.Server
 	http    *http.Server
 }
 
@@ -131,7 +136,7 @@ func (s *Server) Run(ctx context.Context) {
 			}
 		}()
 	}
-	s.log.Info().Str("version", s.opts.Version).Bool("stdio", s.opts.Stdio).Str("protocol", string(s.opts.Protocol)).Str("listen", s.url).
+	s.log.Info().Str("version", s.opts.Version).Bool("stdio", s.opts.Stdio).Str("protocol", string(s.opts.Protocol)).Bool("mcp", s.opts.MCP).Str("listen", s.url).
 		Str("token_file", s.token.file).Str("instance_id", s.rt.InstanceID()).Msg("boxrt serving")
 	if !s.opts.Stdio {
 		<-ctx.Done()
@@ -140,7 +145,7 @@ func (s *Server) Run(ctx context.Context) {
 	}
 	done := make(chan struct{})
 	go func() {
-		s.rpc.ServeStdio(ctx, s.opts.Stdin, s.opts.Stdout)
+		s.serveStdio(ctx)
 		close(done)
 	}()
 	select {
@@ -150,6 +155,25 @@ func (s *Server) Run(ctx context.Context) {
 		s.log.Info().Msg("signal received; shutting down")
 	}
 }
+
+// serveStdio serves stdio's protocol until the peer closes stdin or ctx
+// ends.
+func (s *Server) serveStdio(ctx context.Context) {
+	if s.mcp == nil {
+		s.rpc.ServeStdio(ctx, s.opts.Stdin, s.opts.Stdout)
+		return
+	}
+	// The SDK closes its transport's ends; stdin and stdout stay the
+	// process's.
+	err := s.mcp.ServeStdio(ctx, io.NopCloser(s.opts.Stdin), nopWriteCloser{s.opts.Stdout})
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn().Err(err).Msg("MCP connection on stdio ended with an error")
+	}
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
 
 // relayDrainTimeout bounds waiting at shutdown for relay peers to answer
 // the close; a close handshake is one round trip.
@@ -167,6 +191,11 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	cancelRelay()
 	s.rpc.Close(ctx)
+	if s.mcp != nil {
+		// Before the runtime closes: the connections' sessions are
+		// deleted through the catalogue.
+		s.mcp.Close(ctx)
+	}
 	if s.http != nil {
 		_ = s.http.Shutdown(ctx)
 	}

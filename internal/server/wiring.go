@@ -8,6 +8,7 @@ import (
 	"github.com/boxrt/boxrt/actions"
 	"github.com/boxrt/boxrt/internal/backendfactory"
 	"github.com/boxrt/boxrt/internal/e2bapi"
+	"github.com/boxrt/boxrt/internal/mcpserver"
 	"github.com/boxrt/boxrt/relay"
 	"github.com/boxrt/boxrt/rpc"
 	"github.com/boxrt/boxrt/runtime"
@@ -55,8 +56,8 @@ func (s *Server) runtimeOptions() []runtime.Option {
 }
 
 // wire builds what answers requests around the runtime: the method
-// catalogue inside the tenancy layer, the frame loop, the relay and the
-// HTTP routes.
+// catalogue inside the tenancy layer, the frame loop (or MCP's tools over
+// the same tenancy layer), the relay and the HTTP routes.
 func (s *Server) wire() {
 	langbot := s.opts.Protocol == LangBot
 	// Only a token boxrt made up for this stdio session goes back to the
@@ -95,6 +96,9 @@ func (s *Server) wire() {
 	s.relay = relay.New(s.rt, relayOpts...)
 	s.e2b = e2bapi.New(s.rt, e2bapi.Options{Token: s.token.value, Scope: s.tenancy.RequestPlacement,
 		Watches: dispatcher.Watches(), Log: s.log.With().Str("component", "e2b").Logger(), StateDir: s.opts.StateDir})
+	if s.opts.MCP {
+		s.mcp = mcpserver.New(s.tenancy, mcpserver.Options{Version: s.opts.Version, Log: s.log.With().Str("component", "mcp").Logger()})
+	}
 	if s.ln != nil {
 		s.http = &http.Server{Handler: s.guard.Wrap(s.routes()), ReadHeaderTimeout: 10 * time.Second}
 	}

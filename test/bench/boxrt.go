@@ -29,6 +29,9 @@ type boxrtOpts struct {
 	DirectClient bool
 	// OneCPU: boxrt runs on CPU 0 only (see command).
 	OneCPU bool
+	// MCP: boxrt mcp (MCP on stdio) instead of serve; rpc is its
+	// connection, initialized (mcpInitialize).
+	MCP bool
 }
 
 // boxrtProc is a running boxrt.
@@ -58,15 +61,7 @@ func (b *bench) startBoxrt(ctx context.Context, o boxrtOpts) (*boxrtProc, error)
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"serve", "--state-dir", stateDir}
-	if o.Stdio {
-		args = append(args, "--stdio")
-	}
-	if o.Listen {
-		args = append(args, "--listen", "127.0.0.1:0")
-	} else {
-		args = append(args, "--listen", "")
-	}
+	args := serveArgs(o, stateDir)
 	cmd := command(o.OneCPU, b.boxrtBin, args...)
 	cmd.Env = filteredEnv("BOXRT_CONFIG", "LANGBOT_BOX_CONFIG", "BOXRT_CONTROL_TOKEN", "LANGBOT_BOX_CONTROL_TOKEN")
 	if o.Config != "" {
@@ -137,12 +132,36 @@ func (b *bench) startBoxrt(ctx context.Context, o boxrtOpts) (*boxrtProc, error)
 	if o.Stdio {
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
-		if _, err := p.rpc.Call(cctx, "__ping", nil); err != nil {
+		if err := ready(cctx, p); err != nil {
 			p.kill()
-			return nil, fmt.Errorf("boxrt does not answer __ping: %v; log %s:\n%s", err, logPath, tail(logPath, 20))
+			return nil, fmt.Errorf("boxrt does not answer: %v; log %s:\n%s", err, logPath, tail(logPath, 20))
 		}
 	}
 	return p, nil
+}
+
+// serveArgs are the command line of the boxrt o asks for.
+func serveArgs(o boxrtOpts, stateDir string) []string {
+	if o.MCP {
+		return []string{"mcp", "--state-dir", stateDir}
+	}
+	args := []string{"serve", "--state-dir", stateDir}
+	if o.Stdio {
+		args = append(args, "--stdio")
+	}
+	if o.Listen {
+		return append(args, "--listen", "127.0.0.1:0")
+	}
+	return append(args, "--listen", "")
+}
+
+// ready waits until the stdio peer answers: __ping, or MCP's handshake.
+func ready(ctx context.Context, p *boxrtProc) error {
+	if p.opts.MCP {
+		return mcpInitialize(ctx, p.rpc)
+	}
+	_, err := p.rpc.Call(ctx, "__ping", nil)
+	return err
 }
 
 // pid of the boxrt process.

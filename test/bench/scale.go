@@ -45,8 +45,9 @@ first output (`+"`box_exec echo hi`"+` on a new id, deleted untimed) — then:
 1. creates N sessions with `+"`box_create_session`"+` from %d concurrent callers (create rate = N ÷ wall time), pausing
    after the first %d for 1 s to sum the PSS of boxrt and every process below it (its sandboxes and their agents):
    host memory per idle session = the growth ÷ those sessions;
-2. runs `+"`box_exec true`"+` once in every session, sequentially (exec p50/p99 with N sessions alive), then times %d new
-   sessions' first output again (the flatness rows compare both sides, in the same boxrt);
+2. runs `+"`box_exec true`"+` once in every session, sequentially (exec p50/p99 with N sessions alive), then times %d
+   `+"`box_exec true`"+` on the first of them and %d new sessions' first output again (the flatness rows compare both
+   sides, in the same boxrt);
 3. reads boxrt's VmRSS from /proc/<pid>/status before step 1 and after step 2 (RSS per session = growth ÷ N);
 4. times 20 `+"`box_get_sessions`"+` (lists all N) and 20 `+"`box_status`"+` calls;
 5. **reaper**: waits 1.2 s so every session has been idle over 1 s, lowers the TTL with `+"`box_init {\"limits\":{\"session_ttl_sec\":1}}`"+`
@@ -60,7 +61,7 @@ Everything is deleted at the end (the reaper does it; any leftover is deleted ex
 container of this boxrt instance is left (`+"`docker ps -a --filter label=boxrt.instance=<id>`"+`).
 On bwrap a second fresh boxrt with `+"`bwrap.idle_release_sec`"+` %d creates %d sessions, leaves them idle past that (their
 sandboxes are released: stopped, files kept) and sums the PSS again: host memory per idle session once released.
-The scale scenario runs %d time(s); the numbers are medians over runs.`, flatSamples*5, flatSamples, cfg.scaleConc, densitySessions, flatSamples, densityIdleSec, densitySessions, cfg.scaleReps)
+The scale scenario runs %d time(s); the numbers are medians over runs.`, flatSamples*5, flatSamples, cfg.scaleConc, densitySessions, flatSamples*5, flatSamples, densityIdleSec, densitySessions, cfg.scaleReps)
 
 	backends := []*scaleStats{
 		{backend: "docker", n: cfg.scaleDocker},
@@ -289,7 +290,9 @@ func (b *bench) scaleRun(ctx context.Context, s *scaleStats, rep int) {
 		return err
 	})
 
-	s.flat.after(ctx, p, prefix)
+	if len(created) > 0 {
+		s.flat.after(ctx, p, created[0], prefix)
+	}
 
 	// 3. memory
 	rss1, err := rssKiB(p.pid())

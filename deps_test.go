@@ -18,11 +18,12 @@ func TestDependencyDirection(t *testing.T) {
 	const module = "github.com/boxrt/boxrt"
 	allowed := map[string][]string{
 		".":                            {"internal/cli", "internal/fdsafe"},
-		"internal/cli":                 {"actions", "backends", "backends/e2b", "backends/kube", "internal/backendfactory", "internal/controltoken", "internal/logsink", "internal/sandboxagent", "internal/server", "reconnect", "runtime"},
-		"internal/server":              {"actions", "internal/backendfactory", "internal/e2bapi", "internal/clip", "internal/controltoken", "internal/statelock", "relay", "rpc", "runtime", "runtime/skills"},
+		"internal/cli":                 {"actions", "backends", "backends/e2b", "backends/kube", "internal/backendfactory", "internal/controltoken", "internal/dialout", "internal/logsink", "internal/sandboxagent", "internal/server", "reconnect", "runtime"},
+		"internal/server":              {"actions", "internal/backendfactory", "internal/e2bapi", "internal/clip", "internal/controltoken", "internal/dialout", "internal/statelock", "relay", "rpc", "runtime", "runtime/skills"},
 		"internal/backendfactory":      {"backends", "backends/bwrap", "backends/docker", "backends/e2b", "backends/host", "backends/kube", "internal/boxerr", "runtime"},
 		"internal/controltoken":        {"internal/atomicfile"},
 		"internal/logsink":             {},
+		"internal/dialout":             {},
 		"internal/e2bapi":              {"actions", "backends", "internal/atomicfile", "internal/boxerr", "internal/e2bapi/envd/process", "internal/e2bapi/envd/process/processconnect", "internal/e2bapi/envd/filesystem", "internal/e2bapi/envd/filesystem/filesystemconnect", "runtime", "runtime/tenant"},
 		"internal/e2bapi/envd":         {},
 		"internal/e2bapi/envd/process": {},
@@ -47,7 +48,7 @@ func TestDependencyDirection(t *testing.T) {
 		"backends/internal/sandboxfs": {"backends", "internal/boxerr"},
 		"relay":                       {"rpc", "runtime", "internal/boxerr", "runtime/tenant", "backends"},
 		"rpc":                         {"internal/boxerr"},
-		"reconnect":                   {"internal/boxerr", "internal/controltoken", "internal/atomicfile"},
+		"reconnect":                   {"internal/boxerr", "internal/controltoken", "internal/atomicfile", "internal/dialout"},
 		"test":                        {"*"},
 		"test/bench":                  {"reconnect", "internal/atomicfile", "internal/boxerr", "internal/clip", "backends", "backends/bwrap", "backends/docker", "test/bench/echopeer"},
 		"test/bench/echopeer":         {},

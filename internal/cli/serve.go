@@ -15,6 +15,7 @@ import (
 
 	"github.com/boxrt/boxrt/actions"
 	"github.com/boxrt/boxrt/internal/controltoken"
+	"github.com/boxrt/boxrt/internal/dialout"
 	"github.com/boxrt/boxrt/internal/logsink"
 	"github.com/boxrt/boxrt/internal/server"
 	"github.com/boxrt/boxrt/reconnect"
@@ -44,6 +45,18 @@ otherwise). Every route
 refuses a Host or Origin header naming another host than the listener's
 (loopback names on a loopback listener; add names with --allowed-hosts).
 
+With --connect wss://HOST/PATH boxrt dials its host instead of being
+dialled, for a sandbox machine behind NAT or a firewall: the host is the
+WebSocket server, boxrt the client, and the same JSON-RPC flows over that
+connection; the relay and the files endpoint travel as streams inside it,
+so nothing listens (no --listen unless asked for). The control token
+(--token-file or BOXRT_CONTROL_TOKEN, required; never in the URL, which is
+refused if it carries one) is sent as "Authorization: Bearer". boxrt pings
+the host every --keepalive, redials with backoff (1 s doubling to 30 s,
+±20 % jitter) and resumes: sessions and running execs outlive a dropped
+connection, and answers made meanwhile are delivered when it is back
+(docs/protocol.md, "Dial-out runtimes").
+
 Configuration (JSON/YAML file, or JSON in BOXRT_CONFIG / LANGBOT_BOX_CONFIG,
 then box_init at run time), for example:
   {"backend": "auto", "limits": {"max_sessions": 64, "session_ttl_sec": 300},
@@ -51,6 +64,7 @@ then box_init at run time), for example:
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "stdio", Usage: "serve JSON-RPC on stdin/stdout (the mode a host uses when it spawns boxrt)"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:5410", Usage: "HTTP listen address for /rpc/ws, the relay and health; port 0 picks a free port; '' turns the listener off; with --stdio the default is " + stdioListen + " (a free port, told in box_health's relay_url)"},
+			&cli.StringFlag{Name: "connect", Usage: "dial the host at this wss:// URL (ws:// to a loopback host) and serve over that connection instead of listening; the token comes from --token-file or BOXRT_CONTROL_TOKEN, never from the URL"},
 			&cli.StringFlag{Name: "token-file", Usage: "read the control token from this file (instead of BOXRT_CONTROL_TOKEN)"},
 			&cli.StringFlag{Name: "config", Usage: "configuration file (JSON or YAML)"},
 			&cli.StringFlag{Name: "state-dir", Value: reconnect.DefaultStateDir(), Usage: "where boxrt keeps its instance id, bwrap sessions and skill store (STATE_DIR/skills, unless local.host_root or an absolute local.skills_root says otherwise); one runtime per directory (it is locked while boxrt runs)"},
@@ -115,9 +129,19 @@ func serveOptions(c *cli.Context) (server.Options, error) {
 	if stdio && !c.IsSet("listen") {
 		listen = stdioListen
 	}
+	connect, err := connectURL(c, stdio)
+	if err != nil {
+		return server.Options{}, err
+	}
+	if connect != "" && !c.IsSet("listen") {
+		listen = ""
+	}
 	token, err := configuredToken(c.String("token-file"))
 	if err != nil {
 		return server.Options{}, err
+	}
+	if connect != "" && token == "" {
+		return server.Options{}, &exitError{code: 2, msg: "--connect needs a control token to present to the host: set --token-file or BOXRT_CONTROL_TOKEN"}
 	}
 	if listen != "" && token == "" && !isLoopback(listen) {
 		return server.Options{}, &exitError{code: 2, msg: fmt.Sprintf("refusing to listen on %s without a control token: set BOXRT_CONTROL_TOKEN or --token-file, or listen on 127.0.0.1", listen)}
@@ -131,6 +155,9 @@ func serveOptions(c *cli.Context) (server.Options, error) {
 	if protocol != server.JSONRPC && protocol != server.LangBot {
 		return server.Options{}, &exitError{code: 2, msg: fmt.Sprintf("--protocol %q: use jsonrpc or langbot", protocol)}
 	}
+	if protocol != server.JSONRPC && connect != "" {
+		return server.Options{}, &exitError{code: 2, msg: "--connect serves JSON-RPC only: drop --protocol " + string(protocol)}
+	}
 	if protocol == server.LangBot && !stdio && token == "" && cfg.Backend == actions.HostBackend {
 		return server.Options{}, &exitError{code: 2, msg: actions.ErrOpenHostBackend().Error()}
 	}
@@ -142,8 +169,25 @@ func serveOptions(c *cli.Context) (server.Options, error) {
 		Version: c.App.Version, Config: cfg, StateDir: stateDir, PrivateStateDir: private,
 		Token: token, Listen: listen, AllowedHosts: c.StringSlice("allowed-hosts"), MetricsPublic: c.Bool("metrics-public"),
 		Protocol: protocol, Stdio: stdio, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		Trust: trust, LangBotConfig: os.Getenv("LANGBOT_BOX_CONFIG"), Keepalive: c.Duration("keepalive"),
+		Trust: trust, LangBotConfig: os.Getenv("LANGBOT_BOX_CONFIG"), Keepalive: c.Duration("keepalive"), Connect: connect,
 	}, nil
+}
+
+// connectURL is --connect, checked: a URL carrying a token is refused
+// before anything else, and --stdio has its own peer.
+func connectURL(c *cli.Context, stdio bool) (string, error) {
+	raw := c.String("connect")
+	if raw == "" {
+		return "", nil
+	}
+	u, err := dialout.CheckURL(raw)
+	if err != nil {
+		return "", &exitError{code: 2, msg: err.Error()}
+	}
+	if stdio {
+		return "", &exitError{code: 2, msg: "--connect and --stdio each name the host's channel: use one"}
+	}
+	return u, nil
 }
 
 // stateDirOf is the state directory serve uses, and whether it is a

@@ -1,0 +1,287 @@
+package dialout
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// ErrEnded is returned once a logical connection has ended.
+var ErrEnded = errors.New("dial-out connection ended")
+
+// ErrExpired is why a logical connection ends when no link resumed it
+// within its window.
+var ErrExpired = errors.New("dial-out connection not resumed in time")
+
+// Options configure a logical connection.
+type Options struct {
+	Limits Limits
+	// Window is how long the connection waits for a new link after one
+	// broke before it ends.
+	Window time.Duration
+	// Classify says how a frame is kept for replay (nil: all Keep).
+	Classify func(frame []byte) Class
+	// OnLost is told, after a resumption, what could not be replayed.
+	OnLost func(*Conn, Lost)
+}
+
+// Conn is a logical connection: whole text frames in both directions,
+// carried by one Link at a time and resumed on the next one. ReadFrame
+// returns frames from whatever link is current, waiting between links;
+// WriteFrame never waits for a link: the frame goes into the replay
+// buffer and out on the current link, if any. It ends (ErrEnded, or
+// ErrExpired) when End is called or no link resumed it within the window.
+type Conn struct {
+	id   string
+	opts Options
+
+	wmu  sync.Mutex // serialises writes and replays
+	seq  uint64     // frames sent
+	sent replay
+
+	mu     sync.Mutex
+	cur    *Link
+	wake   chan struct{} // closed and replaced when cur is set or the conn ends
+	ended  bool
+	endErr error
+	expiry *time.Timer
+
+	received atomic.Uint64 // frames delivered by ReadFrame
+	rbuf     bytes.Buffer  // reused between reads: the ReadFrame contract
+}
+
+// NewConn starts a logical connection, detached: it waits up to its window
+// for a first link.
+func NewConn(id string, opts Options) *Conn {
+	if opts.Limits == (Limits{}) {
+		opts.Limits = DefaultLimits
+	}
+	c := &Conn{id: id, opts: opts, sent: replay{lim: opts.Limits}, wake: make(chan struct{})}
+	c.mu.Lock()
+	c.armExpiry()
+	c.mu.Unlock()
+	return c
+}
+
+// ID is the connection's id, which a Hello names to resume it.
+func (c *Conn) ID() string { return c.id }
+
+// Received counts the frames ReadFrame delivered.
+func (c *Conn) Received() uint64 { return c.received.Load() }
+
+// Ended reports whether the connection has ended.
+func (c *Conn) Ended() bool { return c.err() != nil }
+
+// err is why the connection ended, nil while it lives.
+func (c *Conn) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.endErr
+}
+
+// Attached reports whether a link carries the connection now.
+func (c *Conn) Attached() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cur != nil
+}
+
+// Link is the current link, nil between links.
+func (c *Conn) Link() *Link {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cur
+}
+
+// ReadFrame returns the next text frame, valid until the next call; binary
+// frames go to the link's streams on the way.
+func (c *Conn) ReadFrame() ([]byte, error) {
+	for {
+		l, err := c.waitLink()
+		if err != nil {
+			return nil, err
+		}
+		typ, r, err := l.ws.Reader(l.ctx)
+		if err == nil {
+			if typ == websocket.MessageBinary {
+				err = l.mux.receive(r)
+			} else {
+				c.rbuf.Reset()
+				if _, err = c.rbuf.ReadFrom(r); err == nil {
+					c.received.Add(1)
+					return c.rbuf.Bytes(), nil
+				}
+			}
+		}
+		if err != nil {
+			c.detach(l)
+		}
+	}
+}
+
+// waitLink returns the current link, waiting for one.
+func (c *Conn) waitLink() (*Link, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.cur == nil {
+		if c.ended {
+			return nil, c.endErr
+		}
+		wake := c.wake
+		c.mu.Unlock()
+		<-wake
+		c.mu.Lock()
+	}
+	return c.cur, nil
+}
+
+// detach drops l after it broke; the window starts.
+func (c *Conn) detach(l *Link) {
+	l.Close()
+	c.mu.Lock()
+	if c.cur == l {
+		c.cur = nil
+		c.armExpiry()
+	}
+	c.mu.Unlock()
+	l.detach()
+}
+
+// armExpiry starts the window; c.mu is held.
+func (c *Conn) armExpiry() {
+	if c.expiry != nil {
+		c.expiry.Stop()
+	}
+	if c.opts.Window <= 0 || c.ended {
+		return
+	}
+	c.expiry = time.AfterFunc(c.opts.Window, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.cur == nil {
+			c.endLocked(ErrExpired)
+		}
+	})
+}
+
+// WriteFrame sends frame, or keeps it for the next link.
+func (c *Conn) WriteFrame(frame []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	l, ended, err := c.cur, c.ended, c.endErr
+	c.mu.Unlock()
+	if ended {
+		return err
+	}
+	class := Keep
+	if c.opts.Classify != nil {
+		class = c.opts.Classify(frame)
+	}
+	c.seq++
+	c.sent.add(c.seq, frame, class)
+	if l != nil {
+		if err := l.ws.Write(l.ctx, websocket.MessageText, frame); err != nil {
+			// The reader sees the break and detaches the link; the frame
+			// goes out again on the next one.
+			l.Close()
+		}
+	}
+	return nil
+}
+
+// Resume makes l the connection's link: a link still current is broken
+// first and its reader waited for, so the received count is final; then
+// handshake tells the peer that count and returns the peer's, and what
+// the peer lacks is replayed on l.
+func (c *Conn) Resume(l *Link, handshake func(received uint64) (peerReceived uint64, err error)) error {
+	if old := c.Link(); old != nil {
+		c.detachWait(old)
+	}
+	if err := c.err(); err != nil {
+		return err
+	}
+	peer, err := handshake(c.received.Load())
+	if err != nil {
+		return err
+	}
+	c.wmu.Lock()
+	frames, lost, err := c.sent.since(peer, c.seq)
+	if err == nil {
+		for _, f := range frames {
+			if err = l.ws.Write(l.ctx, websocket.MessageText, f); err != nil {
+				err = fmt.Errorf("replaying: %w", err)
+				break
+			}
+		}
+	}
+	if err == nil {
+		c.mu.Lock()
+		if c.ended {
+			err = c.endErr
+		} else {
+			c.cur = l
+			if c.expiry != nil {
+				c.expiry.Stop()
+			}
+			close(c.wake)
+			c.wake = make(chan struct{})
+		}
+		c.mu.Unlock()
+	}
+	c.wmu.Unlock()
+	if (len(lost.IDs) > 0 || lost.Bulk > 0) && c.opts.OnLost != nil {
+		c.opts.OnLost(c, lost)
+	}
+	return err
+}
+
+// detachWait breaks l and waits until the reader let go of it. A reader
+// that is not reading (nobody calls ReadFrame) is not waited for long.
+func (c *Conn) detachWait(l *Link) {
+	l.Close()
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	select {
+	case <-l.detached:
+	case <-t.C:
+		c.detach(l)
+	}
+}
+
+// End ends the connection with err (ErrEnded if nil): reads and writes
+// fail with it, and the current link is closed.
+func (c *Conn) End(err error) {
+	if err == nil {
+		err = ErrEnded
+	}
+	c.mu.Lock()
+	l := c.cur
+	c.endLocked(err)
+	c.mu.Unlock()
+	if l != nil {
+		l.Close()
+	}
+}
+
+func (c *Conn) endLocked(err error) {
+	if c.ended {
+		return
+	}
+	c.ended, c.endErr = true, err
+	if c.expiry != nil {
+		c.expiry.Stop()
+	}
+	close(c.wake)
+}
+
+// Close is End(nil), for the frame loop that serves the connection.
+func (c *Conn) Close() error {
+	c.End(nil)
+	return nil
+}

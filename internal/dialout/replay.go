@@ -1,0 +1,154 @@
+package dialout
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Class says how a sent frame is kept for replay.
+type Class int
+
+const (
+	// Keep: a frame the peer waits for (an answer, a request): kept up to
+	// Limits.KeepFrames and Limits.KeepBytes; one evicted before the peer
+	// got it is reported by its id.
+	Keep Class = iota
+	// Bulk: a notification (exec output): kept up to Limits.BulkBytes,
+	// oldest dropped first; dropped ones are counted.
+	Bulk
+)
+
+// Limits bound what a logical connection keeps for replay. The buffer
+// holds the last frames sent whether or not the peer already has them
+// (there are no acknowledgements besides the handshake's count), so these
+// are also its steady-state memory.
+type Limits struct {
+	KeepFrames int
+	KeepBytes  int
+	BulkBytes  int
+}
+
+// DefaultLimits: a 16 MiB message (the JSON-RPC limit) fits, and up to
+// 1024 answers; 1 MiB of notifications, about 60 chunks of exec output.
+var DefaultLimits = Limits{KeepFrames: 1024, KeepBytes: 16 << 20, BulkBytes: 1 << 20}
+
+// evictedMax bounds the record of evicted frames; past it the oldest
+// records, the likeliest to have been received, are forgotten.
+const evictedMax = 1 << 16
+
+type sent struct {
+	seq   uint64
+	frame []byte
+}
+
+type queue struct {
+	items []sent
+	bytes int
+}
+
+func (q *queue) push(s sent) {
+	q.items = append(q.items, s)
+	q.bytes += len(s.frame)
+}
+
+func (q *queue) pop() sent {
+	s := q.items[0]
+	q.items[0] = sent{}
+	q.items = q.items[1:]
+	q.bytes -= len(s.frame)
+	return s
+}
+
+// dropThrough forgets the frames the peer has (seq ≤ n).
+func (q *queue) dropThrough(n uint64) {
+	for len(q.items) > 0 && q.items[0].seq <= n {
+		q.pop()
+	}
+}
+
+// lostFrame is an evicted frame: its id for a Keep frame, nil for Bulk.
+type lostFrame struct {
+	seq uint64
+	id  json.RawMessage
+}
+
+// replay is a logical connection's sent frames, by class.
+type replay struct {
+	lim        Limits
+	keep, bulk queue
+	evicted    []lostFrame
+}
+
+func (r *replay) add(seq uint64, frame []byte, c Class) {
+	s := sent{seq: seq, frame: append([]byte(nil), frame...)}
+	if c == Bulk {
+		r.bulk.push(s)
+		for r.bulk.bytes > r.lim.BulkBytes && len(r.bulk.items) > 1 {
+			r.evict(r.bulk.pop().seq, nil)
+		}
+		return
+	}
+	r.keep.push(s)
+	for (r.keep.bytes > r.lim.KeepBytes || len(r.keep.items) > r.lim.KeepFrames) && len(r.keep.items) > 1 {
+		e := r.keep.pop()
+		r.evict(e.seq, frameID(e.frame))
+	}
+}
+
+func (r *replay) evict(seq uint64, id json.RawMessage) {
+	if len(r.evicted) == evictedMax {
+		copy(r.evicted, r.evicted[1:])
+		r.evicted = r.evicted[:evictedMax-1]
+	}
+	r.evicted = append(r.evicted, lostFrame{seq, id})
+}
+
+// Lost is what a resumption could not replay: the ids of Keep frames and
+// the number of Bulk frames evicted before the peer got them.
+type Lost struct {
+	IDs  []json.RawMessage
+	Bulk int
+}
+
+// since returns the frames after peer's count n (peer got 1..n), in order,
+// and what of them was evicted; it forgets everything up to n. last is the
+// highest seq sent: a peer claiming more is lying or confused.
+func (r *replay) since(n, last uint64) ([][]byte, Lost, error) {
+	if n > last {
+		return nil, Lost{}, fmt.Errorf("the peer claims %d frames received of %d sent", n, last)
+	}
+	r.keep.dropThrough(n)
+	r.bulk.dropThrough(n)
+	var lost Lost
+	for _, e := range r.evicted {
+		switch {
+		case e.seq <= n:
+		case e.id != nil:
+			lost.IDs = append(lost.IDs, e.id)
+		default:
+			lost.Bulk++
+		}
+	}
+	r.evicted = r.evicted[:0]
+	frames := make([][]byte, 0, len(r.keep.items)+len(r.bulk.items))
+	k, b := r.keep.items, r.bulk.items
+	for len(k) > 0 || len(b) > 0 {
+		if len(b) == 0 || (len(k) > 0 && k[0].seq < b[0].seq) {
+			frames, k = append(frames, k[0].frame), k[1:]
+		} else {
+			frames, b = append(frames, b[0].frame), b[1:]
+		}
+	}
+	return frames, lost, nil
+}
+
+// frameID is a JSON-RPC message's id, nil if it has none.
+func frameID(frame []byte) json.RawMessage {
+	var m struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(frame, &m) != nil || len(m.ID) == 0 || string(m.ID) == "null" {
+		return nil
+	}
+	return m.ID
+}

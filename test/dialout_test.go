@@ -149,7 +149,7 @@ func callCtx(t *testing.T) context.Context {
 // runs, and a host restart.
 func TestDialOut(t *testing.T) {
 	host := startDialHost(t, "", dialToken)
-	startDialRuntime(t, host.URL, dialToken)
+	rt := startDialRuntime(t, host.URL, dialToken)
 	c := host.accept(t)
 	assert.NotEmpty(t, c.RuntimeID())
 	ctx := callCtx(t)
@@ -217,6 +217,7 @@ func TestDialOut(t *testing.T) {
 		require.NoError(t, o.err, "the answer made while the connection was down arrives after the resumption")
 		assert.Equal(t, "finished\n", o.res.Stdout)
 		assert.Equal(t, 1, c.Status().Connects, "the same logical connection was resumed")
+		assert.Contains(t, rt.stderr.String(), "dial-out: connection resumed")
 		res, err := c.Exec(ctx, reconnect.ExecSpec{SessionID: "dial", Cmd: "echo after"})
 		require.NoError(t, err)
 		assert.Equal(t, "after\n", res.Stdout)

@@ -29,6 +29,8 @@ type boxrtOpts struct {
 	DirectClient bool
 	// OneCPU: boxrt runs on CPU 0 only (see command).
 	OneCPU bool
+	// Args are more serve flags.
+	Args []string
 }
 
 // boxrtProc is a running boxrt.
@@ -67,6 +69,7 @@ func (b *bench) startBoxrt(ctx context.Context, o boxrtOpts) (*boxrtProc, error)
 	} else {
 		args = append(args, "--listen", "")
 	}
+	args = append(args, o.Args...)
 	cmd := command(o.OneCPU, b.boxrtBin, args...)
 	cmd.Env = filteredEnv("BOXRT_CONFIG", "LANGBOT_BOX_CONFIG", "BOXRT_CONTROL_TOKEN", "LANGBOT_BOX_CONTROL_TOKEN")
 	if o.Config != "" {

@@ -177,7 +177,8 @@ func (l *Listener) serveLink(ws *websocket.Conn, token string) error {
 func (l *Listener) runtime(id, token string) (*dialedRuntime, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if rt := l.runtimes[id]; rt != nil {
+	// A runtime whose Client the host closed is a new runtime to it.
+	if rt := l.runtimes[id]; rt != nil && rt.client.ctx.Err() == nil {
 		if subtle.ConstantTimeCompare([]byte(rt.token), []byte(token)) != 1 {
 			return nil, fmt.Errorf("runtime %s came back with another token than its Client uses; close that Client first", id)
 		}

@@ -104,15 +104,15 @@ type dialRuntime struct {
 	code   int
 }
 
-func startDialRuntime(t *testing.T, url, token string, args ...string) *dialRuntime {
+func startDialRuntime(t *testing.T, url, token, backend string) *dialRuntime {
 	t.Helper()
 	dir := t.TempDir()
 	tokFile := filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(tokFile, []byte(token+"\n"), 0o600))
 	state := filepath.Join(dir, "state")
-	cmd := exec.Command(binPath, append([]string{"serve", "--connect", url, "--token-file", tokFile, "--state-dir", state,
-		"--keepalive", "2s", "--log-level", "debug"}, args...)...)
-	cmd.Env = append(os.Environ(), "BOXRT_CONFIG="+bwrapConfig)
+	cmd := exec.Command(binPath, "serve", "--connect", url, "--token-file", tokFile, "--state-dir", state,
+		"--keepalive", "2s", "--log-level", "debug")
+	cmd.Env = append(os.Environ(), "BOXRT_CONFIG={"+backendConfigs[backend]+"}")
 	r := &dialRuntime{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = r.stderr
 	require.NoError(t, cmd.Start())
@@ -143,19 +143,27 @@ func callCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// TestDialOut drives a real boxrt on bwrap that dialed a host built on
-// reconnect.Listener: calls, streamed exec output, files and the relay
-// through the same connection, an exec whose connection is cut while it
-// runs, and a host restart.
+// TestDialOut drives a real boxrt on bwrap and on docker that dialed a
+// host built on reconnect.Listener: calls, streamed exec output, files and
+// the relay through the same connection, an exec whose connection is cut
+// while it runs, and a host restart.
 func TestDialOut(t *testing.T) {
+	for _, backend := range []string{"bwrap", "docker"} {
+		t.Run(backend, func(t *testing.T) { testDialOut(t, backend) })
+	}
+}
+
+func testDialOut(t *testing.T, backend string) {
 	host := startDialHost(t, "", dialToken)
-	rt := startDialRuntime(t, host.URL, dialToken)
+	rt := startDialRuntime(t, host.URL, dialToken, backend)
 	c := host.accept(t)
 	assert.NotEmpty(t, c.RuntimeID())
 	ctx := callCtx(t)
 
 	_, err := c.CreateSession(ctx, reconnect.ExecSpec{SessionID: "dial"})
 	require.NoError(t, err)
+	cur := c // the host's Client of the runtime, a new one after the restart
+	t.Cleanup(func() { _ = cur.DeleteSession(context.Background(), "dial") })
 	res, err := c.Exec(ctx, reconnect.ExecSpec{SessionID: "dial", Cmd: "echo hi"})
 	require.NoError(t, err)
 	assert.Equal(t, "hi\n", res.Stdout)
@@ -229,6 +237,7 @@ func TestDialOut(t *testing.T) {
 		time.Sleep(500 * time.Millisecond) // the runtime's first redials meet a closed port
 		host2 := startDialHost(t, addr, dialToken)
 		c2 := host2.accept(t)
+		cur = c2
 		var sess map[string]any
 		require.NoError(t, c2.Call(ctx, "box_get_session", map[string]any{"session_id": "dial"}, &sess), "sessions outlive the host")
 		res, err := c2.Exec(ctx, reconnect.ExecSpec{SessionID: "dial", Cmd: "cat /tmp/big.bin | wc -c"})
@@ -243,7 +252,7 @@ func TestDialOut(t *testing.T) {
 func TestDialOutRefusals(t *testing.T) {
 	t.Run("wrong token", func(t *testing.T) {
 		host := startDialHost(t, "", dialToken)
-		rt := startDialRuntime(t, host.URL, "another-token-that-is-long-enough-0123456789")
+		rt := startDialRuntime(t, host.URL, "another-token-that-is-long-enough-0123456789", "bwrap")
 		require.Eventually(t, func() bool { return strings.Contains(rt.stderr.String(), "refused the control token (HTTP 401)") },
 			30*time.Second, 100*time.Millisecond)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -34,6 +34,11 @@ import (
 // the call ran). The heartbeat pauses while the runtime is away. A
 // runtime the host does not know (a host restart, or its Client closed)
 // starts a new logical connection, which a new Client serves.
+//
+// A runtime names itself (its instance id) in its handshake, and the
+// Client of a runtime is tied to the token it first presented: give each
+// runtime its own token where one runtime must not be able to take over
+// another's Client.
 type Listener struct {
 	tokens   [][]byte
 	opts     []Option
@@ -50,6 +55,9 @@ type Listener struct {
 // waited for before its logical connection ends (the runtime keeps its own
 // for as long).
 const DialedRuntimeWindow = 5 * time.Minute
+
+// MaxDialedRuntimes bounds the runtimes one Listener serves at once.
+const MaxDialedRuntimes = 4096
 
 // dialedKeepalive: the host pings each runtime's WebSocket this often, so
 // a silently dead one is noticed and the runtime's next dial resumes.
@@ -186,6 +194,9 @@ func (l *Listener) runtime(id, token string) (*dialedRuntime, error) {
 	}
 	if l.ctx.Err() != nil {
 		return nil, ErrClosed
+	}
+	if len(l.runtimes) >= MaxDialedRuntimes {
+		return nil, fmt.Errorf("%d runtimes are connected, the limit; close some Clients", MaxDialedRuntimes)
 	}
 	rt := &dialedRuntime{id: id, token: token, conns: make(chan *dialedConn, 1)}
 	rt.client = l.newClient(rt)

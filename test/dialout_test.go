@@ -243,6 +243,24 @@ func testDialOut(t *testing.T, backend string) {
 		res, err := c2.Exec(ctx, reconnect.ExecSpec{SessionID: "dial", Cmd: "cat /tmp/big.bin | wc -c"})
 		require.NoError(t, err)
 		assert.Equal(t, "1048576", strings.TrimSpace(res.Stdout))
+
+		// The runtime shutting down says so (1001): the host's call in
+		// flight fails at once instead of waiting for a resumption.
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c2.Exec(ctx, reconnect.ExecSpec{SessionID: "dial", Cmd: "sleep 60"})
+			errc <- err
+		}()
+		time.Sleep(time.Second)
+		require.NoError(t, rt.cmd.Process.Signal(syscall.SIGTERM))
+		select {
+		case err := <-errc:
+			assert.ErrorIs(t, err, reconnect.ErrRuntimeUnavailable)
+		case <-time.After(20 * time.Second):
+			t.Fatal("the call in flight still waits after the runtime went away")
+		}
+		<-rt.done
+		assert.Equal(t, 0, rt.code)
 	})
 }
 

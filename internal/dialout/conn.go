@@ -14,6 +14,10 @@ import (
 // ErrEnded is returned once a logical connection has ended.
 var ErrEnded = errors.New("dial-out connection ended")
 
+// ErrGoingAway is why a logical connection ends when the peer closed its
+// link with 1001 (going away: shutting down).
+var ErrGoingAway = errors.New("dial-out peer went away (shutting down)")
+
 // ErrExpired is why a logical connection ends when no link resumed it
 // within its window.
 var ErrExpired = errors.New("dial-out connection not resumed in time")
@@ -120,6 +124,12 @@ func (c *Conn) ReadFrame() ([]byte, error) {
 		}
 		if err != nil {
 			c.detach(l)
+			if websocket.CloseStatus(err) == websocket.StatusGoingAway {
+				// The peer is shutting down: nothing will resume this
+				// connection, so what waits on it fails now, not after
+				// the window.
+				c.End(ErrGoingAway)
+			}
 		}
 	}
 }

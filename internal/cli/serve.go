@@ -73,7 +73,7 @@ then box_init at run time), for example:
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn, error"},
 			&cli.BoolFlag{Name: "metrics-public", Usage: "serve /metrics without the control token"},
 			&cli.StringSliceFlag{Name: "allowed-hosts", EnvVars: []string{"BOXRT_ALLOWED_HOSTS"}, Usage: "more host names or IPs clients may use in Host and Origin headers (comma-separated), e.g. the name a reverse proxy forwards"},
-			&cli.DurationFlag{Name: "keepalive", Value: 20 * time.Second, Usage: "ping idle WebSocket peers (control and relay) this often; a peer that misses a pong for half as long is closed"},
+			&cli.DurationFlag{Name: "keepalive", Value: 20 * time.Second, Usage: "ping idle WebSocket peers (control and relay; with --connect, the host) this often; a peer that misses a pong for half as long is closed"},
 			&cli.StringFlag{Name: "protocol", Value: string(server.JSONRPC), Usage: "envelope of stdio and /rpc/ws: jsonrpc (JSON-RPC 2.0) or langbot (LangBot's action RPC; see boxrt box)"},
 		},
 		Action: noArgs("serve", runServe),

@@ -43,6 +43,10 @@ type Mux struct {
 	write  func(context.Context, []byte) error
 	accept func(*Stream) bool
 
+	// rbuf holds the payload being received (receive runs on the
+	// logical connection's one reading goroutine).
+	rbuf []byte
+
 	mu      sync.Mutex
 	streams map[uint32]*Stream
 	next    uint32
@@ -95,8 +99,10 @@ func (m *Mux) receive(r io.Reader) error {
 		return fmt.Errorf("dial-out stream frame: %w", err)
 	}
 	id := binary.BigEndian.Uint32(hdr[1:])
-	var payload [maxChunk + 1]byte
-	n, err := io.ReadFull(r, payload[:])
+	if m.rbuf == nil {
+		m.rbuf = make([]byte, maxChunk+1)
+	}
+	n, err := io.ReadFull(r, m.rbuf)
 	switch {
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 	case err != nil:
@@ -104,7 +110,7 @@ func (m *Mux) receive(r io.Reader) error {
 	default:
 		return fmt.Errorf("dial-out stream frame over %d bytes", maxChunk)
 	}
-	p := payload[:n]
+	p := m.rbuf[:n]
 	if hdr[0] == frameOpen {
 		return m.opened(id)
 	}

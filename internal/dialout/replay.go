@@ -1,6 +1,7 @@
 package dialout
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 )
@@ -76,7 +77,10 @@ type lostFrame struct {
 type replay struct {
 	lim        Limits
 	keep, bulk queue
-	evicted    []lostFrame
+	// evicted is a ring of the last evictedMax evictions: it grows up to
+	// that, then evictedHead is its oldest entry.
+	evicted     []lostFrame
+	evictedHead int
 }
 
 func (r *replay) add(seq uint64, frame []byte, c Class) {
@@ -96,11 +100,12 @@ func (r *replay) add(seq uint64, frame []byte, c Class) {
 }
 
 func (r *replay) evict(seq uint64, id json.RawMessage) {
-	if len(r.evicted) == evictedMax {
-		copy(r.evicted, r.evicted[1:])
-		r.evicted = r.evicted[:evictedMax-1]
+	if len(r.evicted) < evictedMax {
+		r.evicted = append(r.evicted, lostFrame{seq, id})
+		return
 	}
-	r.evicted = append(r.evicted, lostFrame{seq, id})
+	r.evicted[r.evictedHead] = lostFrame{seq, id}
+	r.evictedHead = (r.evictedHead + 1) % evictedMax
 }
 
 // Lost is what a resumption could not replay: the ids of Keep frames and
@@ -129,7 +134,8 @@ func (r *replay) since(n, last uint64) ([][]byte, Lost, error) {
 			lost.Bulk++
 		}
 	}
-	r.evicted = r.evicted[:0]
+	clear(r.evicted)
+	r.evicted, r.evictedHead = r.evicted[:0], 0
 	frames := make([][]byte, 0, len(r.keep.items)+len(r.bulk.items))
 	k, b := r.keep.items, r.bulk.items
 	for len(k) > 0 || len(b) > 0 {
@@ -142,8 +148,34 @@ func (r *replay) since(n, last uint64) ([][]byte, Lost, error) {
 	return frames, lost, nil
 }
 
-// frameID is a JSON-RPC message's id, nil if it has none.
+// The layouts whose numeric ids frameID reads without decoding: boxrt's
+// answers start with the id; the host's requests (jsonrpc2's encoding)
+// end with it and the version.
+var (
+	answerPrefix  = []byte(`{"jsonrpc":"2.0","id":`)
+	requestSuffix = []byte(`,"jsonrpc":"2.0"}`)
+	idMember      = []byte(`"id":`)
+)
+
+// frameID is a JSON-RPC message's id, nil if it has none. A numeric id in
+// one of the known layouts is read without decoding the message
+// (evictions are on the hot path); anything else is decoded.
 func frameID(frame []byte) json.RawMessage {
+	if rest, ok := bytes.CutPrefix(frame, answerPrefix); ok {
+		if n := numberLen(rest); n > 0 && n < len(rest) && rest[n] == ',' {
+			return append(json.RawMessage(nil), rest[:n]...)
+		}
+	} else if head, ok := bytes.CutSuffix(frame, requestSuffix); ok {
+		// The very end of an object is its last members, never the
+		// inside of a string: "id":N is the request's own.
+		i := len(head)
+		for i > 0 && (head[i-1] == '-' || isDigit(head[i-1])) {
+			i--
+		}
+		if i < len(head) && bytes.HasSuffix(head[:i], idMember) {
+			return append(json.RawMessage(nil), head[i:]...)
+		}
+	}
 	var m struct {
 		ID json.RawMessage `json:"id"`
 	}
@@ -152,3 +184,14 @@ func frameID(frame []byte) json.RawMessage {
 	}
 	return m.ID
 }
+
+// numberLen is the length of the integer b starts with.
+func numberLen(b []byte) int {
+	n := 0
+	for n < len(b) && (b[n] == '-' || isDigit(b[n])) {
+		n++
+	}
+	return n
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }

@@ -78,3 +78,38 @@ func TestReplayKeepsOneOversizedFrame(t *testing.T) {
 		t.Error("the newest frame is kept even over the byte limit")
 	}
 }
+
+func TestFrameID(t *testing.T) {
+	for frame, want := range map[string]string{
+		`{"jsonrpc":"2.0","id":42,"result":{"id":7}}`:                                    "42",
+		`{"jsonrpc":"2.0","id":"a,b","result":{}}`:                                       `"a,b"`,
+		`{"method":"box_exec","params":{"cmd":"echo \"id\":9"},"id":12,"jsonrpc":"2.0"}`: "12",
+		`{"method":"x","params":{"id":3},"id":"s","jsonrpc":"2.0"}`:                      `"s"`,
+		`{"jsonrpc":"2.0","method":"box_exec_output","params":{"id":5}}`:                 "",
+		`{"jsonrpc":"2.0","id":null,"error":{}}`:                                         "",
+	} {
+		if got := string(frameID([]byte(frame))); got != want {
+			t.Errorf("frameID(%s) = %q, want %q", frame, got, want)
+		}
+	}
+}
+
+// The record of evictions is a ring: past its size it forgets the oldest
+// (the likeliest to have been received), in constant time per eviction.
+func TestReplayEvictionRecordWraps(t *testing.T) {
+	r := replay{lim: Limits{KeepFrames: 1, KeepBytes: 1 << 20, BulkBytes: 1}}
+	total := evictedMax + 1000
+	for i := 1; i <= total+1; i++ {
+		r.add(uint64(i), notification(i), Bulk)
+	}
+	if len(r.evicted) != evictedMax {
+		t.Fatalf("record holds %d, want %d", len(r.evicted), evictedMax)
+	}
+	_, lost, err := r.since(uint64(total-10), uint64(total+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lost.Bulk != 10 {
+		t.Errorf("notifications lost after the peer's count = %d, want 10", lost.Bulk)
+	}
+}

@@ -33,9 +33,33 @@ type Limits struct {
 // 1024 answers; 1 MiB of notifications, about 60 chunks of exec output.
 var DefaultLimits = Limits{KeepFrames: 1024, KeepBytes: 16 << 20, BulkBytes: 1 << 20}
 
-// evictedMax bounds the record of evicted frames; past it the oldest
-// records, the likeliest to have been received, are forgotten.
-const evictedMax = 1 << 16
+// evictedMax bounds the record of evicted frames of each class; past it
+// the oldest records, the likeliest to have been received, are forgotten.
+// Answers outstanding at once are bounded by the runtime's in-flight limit
+// (128 per connection), far below it; for notifications only the count
+// matters.
+const evictedMax = 4096
+
+// evictions is a ring of the last evictedMax evictions of a class: it
+// grows up to that, then head is its oldest entry.
+type evictions struct {
+	items []lostFrame
+	head  int
+}
+
+func (e *evictions) add(f lostFrame) {
+	if len(e.items) < evictedMax {
+		e.items = append(e.items, f)
+		return
+	}
+	e.items[e.head] = f
+	e.head = (e.head + 1) % evictedMax
+}
+
+func (e *evictions) reset() {
+	clear(e.items)
+	e.items, e.head = e.items[:0], 0
+}
 
 type sent struct {
 	seq   uint64
@@ -77,10 +101,8 @@ type lostFrame struct {
 type replay struct {
 	lim        Limits
 	keep, bulk queue
-	// evicted is a ring of the last evictedMax evictions: it grows up to
-	// that, then evictedHead is its oldest entry.
-	evicted     []lostFrame
-	evictedHead int
+	// evictedKeep and evictedBulk record what the queues dropped.
+	evictedKeep, evictedBulk evictions
 }
 
 func (r *replay) add(seq uint64, frame []byte, c Class) {
@@ -88,24 +110,15 @@ func (r *replay) add(seq uint64, frame []byte, c Class) {
 	if c == Bulk {
 		r.bulk.push(s)
 		for r.bulk.bytes > r.lim.BulkBytes && len(r.bulk.items) > 1 {
-			r.evict(r.bulk.pop().seq, nil)
+			r.evictedBulk.add(lostFrame{seq: r.bulk.pop().seq})
 		}
 		return
 	}
 	r.keep.push(s)
 	for (r.keep.bytes > r.lim.KeepBytes || len(r.keep.items) > r.lim.KeepFrames) && len(r.keep.items) > 1 {
 		e := r.keep.pop()
-		r.evict(e.seq, frameID(e.frame))
+		r.evictedKeep.add(lostFrame{e.seq, frameID(e.frame)})
 	}
-}
-
-func (r *replay) evict(seq uint64, id json.RawMessage) {
-	if len(r.evicted) < evictedMax {
-		r.evicted = append(r.evicted, lostFrame{seq, id})
-		return
-	}
-	r.evicted[r.evictedHead] = lostFrame{seq, id}
-	r.evictedHead = (r.evictedHead + 1) % evictedMax
 }
 
 // Lost is what a resumption could not replay: the ids of Keep frames and
@@ -125,17 +138,18 @@ func (r *replay) since(n, last uint64) ([][]byte, Lost, error) {
 	r.keep.dropThrough(n)
 	r.bulk.dropThrough(n)
 	var lost Lost
-	for _, e := range r.evicted {
-		switch {
-		case e.seq <= n:
-		case e.id != nil:
+	for _, e := range r.evictedKeep.items {
+		if e.seq > n && e.id != nil {
 			lost.IDs = append(lost.IDs, e.id)
-		default:
+		}
+	}
+	for _, e := range r.evictedBulk.items {
+		if e.seq > n {
 			lost.Bulk++
 		}
 	}
-	clear(r.evicted)
-	r.evicted, r.evictedHead = r.evicted[:0], 0
+	r.evictedKeep.reset()
+	r.evictedBulk.reset()
 	frames := make([][]byte, 0, len(r.keep.items)+len(r.bulk.items))
 	k, b := r.keep.items, r.bulk.items
 	for len(k) > 0 || len(b) > 0 {

@@ -102,8 +102,8 @@ func TestReplayEvictionRecordWraps(t *testing.T) {
 	for i := 1; i <= total+1; i++ {
 		r.add(uint64(i), notification(i), Bulk)
 	}
-	if len(r.evicted) != evictedMax {
-		t.Fatalf("record holds %d, want %d", len(r.evicted), evictedMax)
+	if len(r.evictedBulk.items) != evictedMax {
+		t.Fatalf("record holds %d, want %d", len(r.evictedBulk.items), evictedMax)
 	}
 	_, lost, err := r.since(uint64(total-10), uint64(total+1))
 	if err != nil {

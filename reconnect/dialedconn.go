@@ -14,7 +14,7 @@ import (
 // requests' ids], "notifications_lost": n}. The Client fails those calls
 // itself (ErrRuntimeUnavailable, not retryable: they ran); the
 // notification also reaches WithOnNotification.
-const AnswersLostNotification = "box_answers_lost"
+const AnswersLostNotification = dialout.AnswersLostNotification
 
 // dialedConn adapts a dial-out logical connection to the link's
 // frameConn, and turns what a resumption lost into error answers for the
@@ -28,16 +28,15 @@ type dialedConn struct {
 
 func newDialedConn(id string) *dialedConn {
 	d := &dialedConn{}
-	d.c = dialout.NewConn(id, dialout.Options{Window: DialedRuntimeWindow, OnLost: func(_ *dialout.Conn, lost dialout.Lost) {
+	d.c = dialout.NewConn(id, dialout.Options{Window: DialedRuntimeWindow, OnLost: func(_ string, lost dialout.Lost) ([]byte, [][]byte) {
 		// Requests of ours the runtime never got: they did not run.
-		d.fail(lost.IDs, true, "the request was lost with the connection to the dialed-in runtime (the host's replay buffer overflowed); it did not run")
+		return nil, errorAnswers(lost.IDs, true, "the request was lost with the connection to the dialed-in runtime (the host's replay buffer overflowed); it did not run")
 	}})
 	return d
 }
 
-// ReadFrame returns the injected answers first. Those made while the
-// reader waits for a frame go out with the next one (a heartbeat answer at
-// the latest).
+// ReadFrame returns the error answers box_answers_lost calls for right
+// after it.
 func (d *dialedConn) ReadFrame() ([]byte, error) {
 	if f := d.next(); f != nil {
 		return f, nil
@@ -70,13 +69,16 @@ func (d *dialedConn) answersLost(frame []byte) {
 	if json.Unmarshal(frame, &m) != nil || m.Method != AnswersLostNotification {
 		return
 	}
-	// Bounded by what the runtime could have evicted (its replay buffer's
-	// frame limit) well before this; more is not believed.
-	d.fail(m.Params.IDs[:min(len(m.Params.IDs), 1<<16)], false, "the answer was lost while the dialed-in runtime was disconnected (its replay buffer overflowed); the call ran")
+	// Bounded by what the runtime remembers of its evictions; more is not
+	// believed.
+	answers := errorAnswers(m.Params.IDs[:min(len(m.Params.IDs), 1<<13)], false, "the answer was lost while the dialed-in runtime was disconnected (its replay buffer overflowed); the call ran")
+	d.mu.Lock()
+	d.inject = append(d.inject, answers...)
+	d.mu.Unlock()
 }
 
-// fail queues an error answer for each id.
-func (d *dialedConn) fail(ids []json.RawMessage, retryable bool, msg string) {
+// errorAnswers is an error answer for each id.
+func errorAnswers(ids []json.RawMessage, retryable bool, msg string) [][]byte {
 	type data struct {
 		Type      string `json:"type"`
 		Retryable bool   `json:"retryable"`
@@ -86,8 +88,7 @@ func (d *dialedConn) fail(ids []json.RawMessage, retryable bool, msg string) {
 		Message string `json:"message"`
 		Data    data   `json:"data"`
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	var out [][]byte
 	for _, id := range ids {
 		if !json.Valid(id) {
 			continue
@@ -98,9 +99,10 @@ func (d *dialedConn) fail(ids []json.RawMessage, retryable bool, msg string) {
 			Error   wireErr         `json:"error"`
 		}{"2.0", id, wireErr{ErrRuntimeUnavailable.Code, ErrRuntimeUnavailable.Type + ": " + msg, data{ErrRuntimeUnavailable.Type, retryable}}})
 		if err == nil {
-			d.inject = append(d.inject, f)
+			out = append(out, f)
 		}
 	}
+	return out
 }
 
 func (d *dialedConn) WriteFrame(_ context.Context, b []byte) (int, error) {

@@ -17,7 +17,7 @@ func TestDialedConnFailsLostCalls(t *testing.T) {
 	d := newDialedConn("c")
 	defer d.Close()
 	d.answersLost([]byte(`{"jsonrpc":"2.0","method":"box_answers_lost","params":{"ids":[7,"x"],"notifications_lost":3}}`))
-	d.fail([]json.RawMessage{json.RawMessage(`9`), json.RawMessage(`not json`)}, true, "lost")
+	d.inject = append(d.inject, errorAnswers([]json.RawMessage{json.RawMessage(`9`), json.RawMessage(`not json`)}, true, "lost")...)
 	for _, want := range []struct {
 		id        string
 		retryable bool

@@ -59,9 +59,9 @@ func (f *fakeDialer) connect() {
 	w, err := dialout.Exchange(ctx, ws, dialout.Hello{RuntimeID: "rt-1"})
 	require.NoError(f.t, err)
 	f.conn = dialout.NewConn(w.ConnID, dialout.Options{Window: time.Minute, Limits: dialout.Limits{KeepFrames: 2, KeepBytes: 1 << 20, BulkBytes: 1 << 20},
-		OnLost: func(c *dialout.Conn, lost dialout.Lost) {
+		OnLost: func(_ string, lost dialout.Lost) ([]byte, [][]byte) {
 			b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": AnswersLostNotification, "params": map[string]any{"ids": lost.IDs, "notifications_lost": lost.Bulk}})
-			_ = c.WriteFrame(b)
+			return b, nil
 		}})
 	require.NoError(f.t, f.conn.Resume(f.link, func(uint64) (uint64, error) { return 0, nil }))
 	go f.serve()

@@ -30,8 +30,11 @@ type Options struct {
 	Window time.Duration
 	// Classify says how a frame is kept for replay (nil: all Keep).
 	Classify func(frame []byte) Class
-	// OnLost is told, after a resumption, what could not be replayed.
-	OnLost func(*Conn, Lost)
+	// OnLost is told, during a resumption, what could not be replayed.
+	// It returns a frame to send the peer after the replay (nil: none) and
+	// frames ReadFrame returns before anything more from the peer (nil:
+	// none), e.g. error answers for calls whose requests were lost.
+	OnLost func(connID string, lost Lost) (send []byte, local [][]byte)
 }
 
 // Conn is a logical connection: whole text frames in both directions,
@@ -49,6 +52,7 @@ type Conn struct {
 	sent replay
 
 	mu     sync.Mutex
+	local  [][]byte // OnLost's frames for ReadFrame
 	cur    *Link
 	wake   chan struct{} // closed and replaced when cur is set or the conn ends
 	ended  bool
@@ -106,9 +110,9 @@ func (c *Conn) Link() *Link {
 // frames go to the link's streams on the way.
 func (c *Conn) ReadFrame() ([]byte, error) {
 	for {
-		l, err := c.waitLink()
-		if err != nil {
-			return nil, err
+		l, local, err := c.next()
+		if err != nil || local != nil {
+			return local, err
 		}
 		typ, r, err := l.ws.Reader(l.ctx)
 		if err == nil {
@@ -134,20 +138,28 @@ func (c *Conn) ReadFrame() ([]byte, error) {
 	}
 }
 
-// waitLink returns the current link, waiting for one.
-func (c *Conn) waitLink() (*Link, error) {
+// next returns a local frame if one waits, else the current link,
+// waiting for one.
+func (c *Conn) next() (*Link, []byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for c.cur == nil {
-		if c.ended {
-			return nil, c.endErr
+	for {
+		switch {
+		case len(c.local) > 0:
+			f := c.local[0]
+			c.local[0] = nil
+			c.local = c.local[1:]
+			return nil, f, nil
+		case c.cur != nil:
+			return c.cur, nil, nil
+		case c.ended:
+			return nil, nil, c.endErr
 		}
 		wake := c.wake
 		c.mu.Unlock()
 		<-wake
 		c.mu.Lock()
 	}
-	return c.cur, nil
 }
 
 // detach drops l after it broke; the window starts.
@@ -189,12 +201,7 @@ func (c *Conn) WriteFrame(frame []byte) error {
 	if ended {
 		return err
 	}
-	class := Keep
-	if c.opts.Classify != nil {
-		class = c.opts.Classify(frame)
-	}
-	c.seq++
-	c.sent.add(c.seq, frame, class)
+	c.keep(frame)
 	if l != nil {
 		if err := l.ws.Write(l.ctx, websocket.MessageText, frame); err != nil {
 			// The reader sees the break and detaches the link; the frame
@@ -208,7 +215,8 @@ func (c *Conn) WriteFrame(frame []byte) error {
 // Resume makes l the connection's link: a link still current is broken
 // first and its reader waited for, so the received count is final; then
 // handshake tells the peer that count and returns the peer's, and what
-// the peer lacks is replayed on l.
+// the peer lacks is replayed on l, followed by OnLost's notice if frames
+// were lost.
 func (c *Conn) Resume(l *Link, handshake func(received uint64) (peerReceived uint64, err error)) error {
 	if old := c.Link(); old != nil {
 		c.detachWait(old)
@@ -221,34 +229,55 @@ func (c *Conn) Resume(l *Link, handshake func(received uint64) (peerReceived uin
 		return err
 	}
 	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	frames, lost, err := c.sent.since(peer, c.seq)
-	if err == nil {
-		for _, f := range frames {
-			if err = l.ws.Write(l.ctx, websocket.MessageText, f); err != nil {
-				err = fmt.Errorf("replaying: %w", err)
-				break
-			}
-		}
+	if err != nil {
+		return err
 	}
-	if err == nil {
-		c.mu.Lock()
-		if c.ended {
-			err = c.endErr
-		} else {
-			c.cur = l
-			if c.expiry != nil {
-				c.expiry.Stop()
-			}
-			close(c.wake)
-			c.wake = make(chan struct{})
-		}
-		c.mu.Unlock()
-	}
-	c.wmu.Unlock()
+	var local [][]byte
 	if (len(lost.IDs) > 0 || lost.Bulk > 0) && c.opts.OnLost != nil {
-		c.opts.OnLost(c, lost)
+		var send []byte
+		send, local = c.opts.OnLost(c.id, lost)
+		if send != nil {
+			// Kept like any frame, so a link that breaks now still
+			// carries it on the next.
+			frames = append(frames, c.keep(send))
+		}
+	}
+	for _, f := range frames {
+		if err = l.ws.Write(l.ctx, websocket.MessageText, f); err != nil {
+			err = fmt.Errorf("replaying: %w", err)
+			break
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.local = append(c.local, local...)
+	switch {
+	case c.ended:
+		err = c.endErr
+	case err == nil:
+		c.cur = l
+		if c.expiry != nil {
+			c.expiry.Stop()
+		}
+	}
+	if c.cur == l || len(local) > 0 {
+		close(c.wake)
+		c.wake = make(chan struct{})
 	}
 	return err
+}
+
+// keep numbers frame and puts it in the replay buffer; c.wmu is held. It
+// returns the buffer's copy.
+func (c *Conn) keep(frame []byte) []byte {
+	class := Keep
+	if c.opts.Classify != nil {
+		class = c.opts.Classify(frame)
+	}
+	c.seq++
+	return c.sent.add(c.seq, frame, class)
 }
 
 // detachWait breaks l and waits until the reader let go of it. A reader

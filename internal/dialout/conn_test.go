@@ -88,7 +88,12 @@ func TestConnResumesAndReplays(t *testing.T) {
 	var mu sync.Mutex
 	var lost []Lost
 	p := newPair(t, Options{Window: time.Minute, Limits: Limits{KeepFrames: 2, KeepBytes: 1 << 20, BulkBytes: 1 << 20},
-		OnLost: func(_ *Conn, l Lost) { mu.Lock(); lost = append(lost, l); mu.Unlock() }})
+		OnLost: func(_ string, l Lost) ([]byte, [][]byte) {
+			mu.Lock()
+			lost = append(lost, l)
+			mu.Unlock()
+			return []byte(`{"lost":true}`), [][]byte{[]byte(`{"local":true}`)}
+		}})
 	rl, _ := p.connect()
 	must(t, p.runtime.WriteFrame(answer(1)))
 	must(t, p.host.WriteFrame([]byte(`{"id":10}`)))
@@ -109,9 +114,9 @@ func TestConnResumesAndReplays(t *testing.T) {
 		must(t, p.runtime.WriteFrame(answer(id)))
 	}
 	must(t, p.host.WriteFrame([]byte(`{"id":11}`)))
-	hostRead := make(chan string, 2)
+	hostRead := make(chan string, 3)
 	go func() { // the host reads on, as its client does
-		for range 2 {
+		for range 3 {
 			f, _ := p.host.ReadFrame()
 			hostRead <- string(f)
 		}
@@ -123,7 +128,13 @@ func TestConnResumesAndReplays(t *testing.T) {
 	if got := <-hostRead; got != string(answer(4)) {
 		t.Errorf("second replayed answer %q", got)
 	}
-	if got := <-done; got != `{"id":11}` {
+	if got := <-hostRead; got != `{"lost":true}` {
+		t.Errorf("OnLost's notice follows the replay: got %q", got)
+	}
+	if got := <-done; got != `{"local":true}` {
+		t.Errorf("OnLost's local frame comes first: got %q", got)
+	}
+	if got := read(t, p.runtime); got != `{"id":11}` {
 		t.Errorf("the host's request was not replayed: %q", got)
 	}
 	mu.Lock()

@@ -105,21 +105,28 @@ type replay struct {
 	evictedKeep, evictedBulk evictions
 }
 
-func (r *replay) add(seq uint64, frame []byte, c Class) {
+// add keeps a copy of frame, which it returns.
+func (r *replay) add(seq uint64, frame []byte, c Class) []byte {
 	s := sent{seq: seq, frame: append([]byte(nil), frame...)}
 	if c == Bulk {
 		r.bulk.push(s)
 		for r.bulk.bytes > r.lim.BulkBytes && len(r.bulk.items) > 1 {
 			r.evictedBulk.add(lostFrame{seq: r.bulk.pop().seq})
 		}
-		return
+		return s.frame
 	}
 	r.keep.push(s)
 	for (r.keep.bytes > r.lim.KeepBytes || len(r.keep.items) > r.lim.KeepFrames) && len(r.keep.items) > 1 {
 		e := r.keep.pop()
 		r.evictedKeep.add(lostFrame{e.seq, frameID(e.frame)})
 	}
+	return s.frame
 }
+
+// AnswersLostNotification is what the runtime sends after a resumption
+// that could not replay everything: params {"ids": [the ids of the answers
+// lost], "notifications_lost": n}.
+const AnswersLostNotification = "box_answers_lost"
 
 // Lost is what a resumption could not replay: the ids of Keep frames and
 // the number of Bulk frames evicted before the peer got them.

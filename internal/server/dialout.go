@@ -30,10 +30,6 @@ const (
 	dialOutJitter         = 0.2
 )
 
-// AnswersLostNotification tells the host which answers a resumption could
-// not replay (its replay buffer overflowed while the host was away).
-const AnswersLostNotification = "box_answers_lost"
-
 // dialOut serves --connect until ctx ends: JSON-RPC on the logical
 // connection, and the HTTP routes (relay, files) on the streams the host
 // opens, so nothing listens for the host.
@@ -57,10 +53,14 @@ func (s *Server) dialOut(ctx context.Context) {
 // (answers start with the id).
 var notificationPrefix = []byte(`{"jsonrpc":"2.0","method":`)
 
+// lostPrefix starts box_answers_lost, a notification kept like an answer:
+// the host's calls wait on it.
+var lostPrefix = append(append([]byte(nil), notificationPrefix...), `"`+dialout.AnswersLostNotification+`"`...)
+
 // classifyFrame: notifications (exec output) are Bulk, dropped first
 // while the host is away; answers are Keep.
 func classifyFrame(frame []byte) dialout.Class {
-	if bytes.HasPrefix(frame, notificationPrefix) {
+	if bytes.HasPrefix(frame, notificationPrefix) && !bytes.HasPrefix(frame, lostPrefix) {
 		return dialout.Bulk
 	}
 	return dialout.Keep
@@ -69,8 +69,8 @@ func classifyFrame(frame []byte) dialout.Class {
 // reportLost sends box_answers_lost after a resumption that could not
 // replay everything: the ids of the answers lost and how many
 // notifications were dropped.
-func reportLost(log zerolog.Logger) func(*dialout.Conn, dialout.Lost) {
-	return func(c *dialout.Conn, lost dialout.Lost) {
+func reportLost(log zerolog.Logger) func(string, dialout.Lost) ([]byte, [][]byte) {
+	return func(connID string, lost dialout.Lost) ([]byte, [][]byte) {
 		ids := lost.IDs
 		if ids == nil {
 			ids = []json.RawMessage{}
@@ -83,11 +83,9 @@ func reportLost(log zerolog.Logger) func(*dialout.Conn, dialout.Lost) {
 			JSONRPC string `json:"jsonrpc"`
 			Method  string `json:"method"`
 			Params  params `json:"params"`
-		}{"2.0", AnswersLostNotification, params{ids, lost.Bulk}})
-		log.Warn().Int("answers_lost", len(lost.IDs)).Int("notifications_lost", lost.Bulk).Str("conn_id", c.ID()).Msg("dial-out: the replay buffer overflowed while the host was away")
-		if err := c.WriteFrame(frame); err != nil {
-			log.Debug().Err(err).Msg("dial-out: cannot report lost answers")
-		}
+		}{"2.0", dialout.AnswersLostNotification, params{ids, lost.Bulk}})
+		log.Warn().Int("answers_lost", len(lost.IDs)).Int("notifications_lost", lost.Bulk).Str("conn_id", connID).Msg("dial-out: the replay buffer overflowed while the host was away")
+		return frame, nil
 	}
 }
 
@@ -116,9 +114,7 @@ type dialer struct {
 	// dials (Backoff). A link that lived at least BackoffInitial resets it.
 	BackoffInitial, BackoffMax time.Duration
 	Jitter                     float64
-	// HTTPClient dials (nil: http.DefaultClient's transport).
-	HTTPClient *http.Client
-	Log        zerolog.Logger
+	Log                        zerolog.Logger
 
 	wg sync.WaitGroup // Serve's goroutines
 }
@@ -236,7 +232,7 @@ var errNotResumed = errors.New("the host started a new connection")
 func (r *dialer) dial(ctx context.Context) (*websocket.Conn, error) {
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+r.Token)
-	ws, resp, err := websocket.Dial(ctx, r.URL, &websocket.DialOptions{HTTPClient: r.HTTPClient, HTTPHeader: h, Subprotocols: []string{dialout.Subprotocol}})
+	ws, resp, err := websocket.Dial(ctx, r.URL, &websocket.DialOptions{HTTPHeader: h, Subprotocols: []string{dialout.Subprotocol}})
 	if err == nil {
 		return ws, nil
 	}

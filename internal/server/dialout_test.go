@@ -21,6 +21,9 @@ func TestClassifyFrameFollowsTheCodec(t *testing.T) {
 	if c := classifyFrame(enc(rpc.Message{Method: "box_exec_output", Params: json.RawMessage(`{"seq":1}`)})); c != dialout.Bulk {
 		t.Error("a notification is Bulk")
 	}
+	if c := classifyFrame(enc(rpc.Message{Method: dialout.AnswersLostNotification, Params: json.RawMessage(`{"ids":[]}`)})); c != dialout.Keep {
+		t.Error("box_answers_lost is kept like an answer")
+	}
 	if c := classifyFrame(enc(rpc.Message{ID: json.RawMessage(`7`), Result: json.RawMessage(`{}`)})); c != dialout.Keep {
 		t.Error("an answer is Keep")
 	}

@@ -183,7 +183,7 @@ var (
 // (evictions are on the hot path); anything else is decoded.
 func frameID(frame []byte) json.RawMessage {
 	if rest, ok := bytes.CutPrefix(frame, answerPrefix); ok {
-		if n := numberLen(rest); n > 0 && n < len(rest) && rest[n] == ',' {
+		if n := numberLen(rest); n > 0 && n < len(rest) && rest[n] == ',' && json.Valid(rest[:n]) {
 			return append(json.RawMessage(nil), rest[:n]...)
 		}
 	} else if head, ok := bytes.CutSuffix(frame, requestSuffix); ok {
@@ -193,7 +193,7 @@ func frameID(frame []byte) json.RawMessage {
 		for i > 0 && (head[i-1] == '-' || isDigit(head[i-1])) {
 			i--
 		}
-		if i < len(head) && bytes.HasSuffix(head[:i], idMember) {
+		if i < len(head) && bytes.HasSuffix(head[:i], idMember) && json.Valid(head[i:]) {
 			return append(json.RawMessage(nil), head[i:]...)
 		}
 	}

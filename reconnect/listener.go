@@ -97,8 +97,8 @@ func (l *Listener) Accept(ctx context.Context) (*Client, error) {
 // Close refuses new runtimes, closes every Client it made and waits for
 // its WebSockets to end.
 func (l *Listener) Close() error {
-	l.cancel()
 	l.mu.Lock()
+	l.cancel() // under mu: no ServeHTTP joins wg after this
 	rts := make([]*dialedRuntime, 0, len(l.runtimes))
 	for _, rt := range l.runtimes {
 		rts = append(rts, rt)
@@ -114,10 +114,6 @@ func (l *Listener) Close() error {
 // ServeHTTP accepts one WebSocket of a runtime and serves it until it
 // breaks.
 func (l *Listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if l.ctx.Err() != nil {
-		http.Error(w, "BoxRuntimeUnavailableError: the host is shutting down", http.StatusServiceUnavailable)
-		return
-	}
 	for k := range r.URL.Query() {
 		if strings.Contains(strings.ToLower(k), "token") {
 			http.Error(w, "BoxValidationError: a token in the URL is refused; send it as Authorization: Bearer", http.StatusBadRequest)
@@ -130,7 +126,14 @@ func (l *Listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "BoxPermissionError: missing or wrong control token (Authorization: Bearer)", http.StatusUnauthorized)
 		return
 	}
+	l.mu.Lock()
+	if l.ctx.Err() != nil {
+		l.mu.Unlock()
+		http.Error(w, "BoxRuntimeUnavailableError: the host is shutting down", http.StatusServiceUnavailable)
+		return
+	}
 	l.wg.Add(1)
+	l.mu.Unlock()
 	defer l.wg.Done()
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{dialout.Subprotocol}})
 	if err != nil {

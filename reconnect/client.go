@@ -42,6 +42,9 @@ type Client struct {
 	lastErr  error
 	connects int
 	closed   bool
+
+	// runtimeID names a runtime that dialed in (Listener); "" otherwise.
+	runtimeID string
 }
 
 // Status is a snapshot of a Client's link.
@@ -442,6 +445,13 @@ func (c *Client) heartbeat(ctx context.Context, l *link) error {
 			t.Stop()
 			return nil
 		case <-t.C():
+		}
+		if l.paused != nil && l.paused() {
+			// A dialed-in runtime between WebSockets: its logical
+			// connection waits for it to dial again, and unanswered
+			// pings would only end what is meant to resume.
+			failed, wait = 0, c.o.hbInterval
+			continue
 		}
 		started := clk.Now()
 		pctx, cancel := context.WithCancelCause(ctx)

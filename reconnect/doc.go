@@ -1,6 +1,7 @@
 // Package reconnect is the Go client a host embeds to drive boxrt: it
-// spawns `boxrt serve --stdio` (Spawn) or dials a runtime's /rpc/ws (Dial),
-// speaks JSON-RPC 2.0 to it, and keeps the link alive.
+// spawns `boxrt serve --stdio` (Spawn), dials a runtime's /rpc/ws (Dial),
+// or accepts runtimes that dial the host (`boxrt serve --connect`,
+// Listener), speaks JSON-RPC 2.0 to it, and keeps the link alive.
 //
 // What it does for the host:
 //
@@ -47,12 +48,22 @@
 //     ending with EOF or, when the link drops, a retryable error (the exec
 //     goes on in boxrt: re-attach after the reconnect from the next seq).
 //     WithOnNotification sees every notification.
+//   - Dialed-in runtimes: Listener is an http.Handler for the host's
+//     server; it checks each runtime's bearer token against the host's
+//     tokens (constant time) and hands one Client per runtime to Accept.
+//     A dropped WebSocket is resumed when the runtime dials again: calls
+//     in flight keep waiting for their answers, the heartbeat pauses, and
+//     calls whose answer (or request) was lost beyond the replay buffers
+//     fail with ErrRuntimeUnavailable (docs/protocol.md, "Dial-out
+//     runtimes"). Client.HTTP reaches the runtime's relay and files
+//     endpoint through streams of the same connection.
 //
 // Close stops the heartbeat and any reconnect and ends the child or socket;
 // when it returns nothing of the Client is left running.
 //
-// The package imports nothing else from boxrt, so embedding it does not pull
-// in the runtime or its Docker client. The wire framing is its own: one
+// The package imports only boxrt's leaf packages (errors, the token rules,
+// the dial-out wire), so embedding it does not pull in the runtime or its
+// Docker client. The wire framing is its own: one
 // JSON object per line on stdio, one message per text frame on WebSocket
 // (github.com/coder/websocket), messages up to 16 MiB, with
 // github.com/sourcegraph/jsonrpc2 doing the request bookkeeping.

@@ -46,6 +46,10 @@ type link struct {
 	// before the link carries any call that could cause one).
 	onNotify atomic.Pointer[func(method string, params json.RawMessage)]
 
+	// paused reports, for a dialed-in runtime's link, that no WebSocket
+	// carries it right now (the heartbeat waits); nil otherwise.
+	paused func() bool
+
 	wg sync.WaitGroup // watch and reply goroutines
 }
 

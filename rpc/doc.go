@@ -1,5 +1,7 @@
 // Package rpc is boxrt's RPC plumbing: one frame loop per connection over
-// line-framed stdio or WebSocket (coder/websocket) text messages, with a
+// line-framed stdio or WebSocket (coder/websocket) text messages, or over
+// a message transport the caller brings (ServeFrames: a dial-out
+// runtime's logical connection), with a
 // pluggable Codec for the envelope (JSON-RPC 2.0, and LangBot's
 // action-RPC envelope with its stdio chunk framing). The loop owns what every envelope shares:
 // frame size limits, decoding each frame once, the per-connection

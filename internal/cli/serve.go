@@ -15,6 +15,7 @@ import (
 
 	"github.com/boxrt/boxrt/actions"
 	"github.com/boxrt/boxrt/internal/controltoken"
+	"github.com/boxrt/boxrt/internal/dialout"
 	"github.com/boxrt/boxrt/internal/logsink"
 	"github.com/boxrt/boxrt/internal/server"
 	"github.com/boxrt/boxrt/reconnect"
@@ -44,6 +45,18 @@ otherwise). Every route
 refuses a Host or Origin header naming another host than the listener's
 (loopback names on a loopback listener; add names with --allowed-hosts).
 
+With --connect wss://HOST/PATH boxrt dials its host instead of being
+dialled, for a sandbox machine behind NAT or a firewall: the host is the
+WebSocket server, boxrt the client, and the same JSON-RPC flows over that
+connection; the relay and the files endpoint travel as streams inside it,
+so nothing listens (no --listen unless asked for). The control token
+(--token-file or BOXRT_CONTROL_TOKEN, required; never in the URL, which is
+refused if it carries one) is sent as "Authorization: Bearer". boxrt pings
+the host every --keepalive, redials with backoff (1 s doubling to 30 s,
+±20 % jitter) and resumes: sessions and running execs outlive a dropped
+connection, and answers made meanwhile are delivered when it is back
+(docs/protocol.md, "Dial-out runtimes").
+
 Configuration (JSON/YAML file, or JSON in BOXRT_CONFIG / LANGBOT_BOX_CONFIG,
 then box_init at run time), for example:
   {"backend": "auto", "limits": {"max_sessions": 64, "session_ttl_sec": 300},
@@ -51,6 +64,7 @@ then box_init at run time), for example:
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "stdio", Usage: "serve JSON-RPC on stdin/stdout (the mode a host uses when it spawns boxrt)"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:5410", Usage: "HTTP listen address for /rpc/ws, the relay and health; port 0 picks a free port; '' turns the listener off; with --stdio the default is " + stdioListen + " (a free port, told in box_health's relay_url)"},
+			&cli.StringFlag{Name: "connect", Usage: "dial the host at this wss:// URL (ws:// to a loopback host) and serve over that connection instead of listening; the token comes from --token-file or BOXRT_CONTROL_TOKEN, never from the URL"},
 			&cli.StringFlag{Name: "protocol", Value: string(server.JSONRPC), Usage: "envelope of stdio and /rpc/ws: jsonrpc (JSON-RPC 2.0) or langbot (LangBot's action RPC; see boxrt box)"},
 		}, runtimeFlags()...),
 		Action: noArgs("serve", runServe),
@@ -69,7 +83,7 @@ func runtimeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn, error"},
 		&cli.BoolFlag{Name: "metrics-public", Usage: "serve /metrics without the control token"},
 		&cli.StringSliceFlag{Name: "allowed-hosts", EnvVars: []string{"BOXRT_ALLOWED_HOSTS"}, Usage: "more host names or IPs clients may use in Host and Origin headers (comma-separated), e.g. the name a reverse proxy forwards"},
-		&cli.DurationFlag{Name: "keepalive", Value: 20 * time.Second, Usage: "ping idle WebSocket peers (control and relay) this often; a peer that misses a pong for half as long is closed"},
+		&cli.DurationFlag{Name: "keepalive", Value: 20 * time.Second, Usage: "ping idle WebSocket peers (control and relay; with --connect, the host) this often; a peer that misses a pong for half as long is closed"},
 	}
 }
 
@@ -126,7 +140,26 @@ func serveOptions(c *cli.Context) (server.Options, error) {
 	if stdio && !c.IsSet("listen") {
 		listen = stdioListen
 	}
-	return runtimeOptions(c, stdio, listen, server.Protocol(c.String("protocol")))
+	connect, err := connectURL(c, stdio)
+	if err != nil {
+		return server.Options{}, err
+	}
+	if connect != "" && !c.IsSet("listen") {
+		listen = ""
+	}
+	protocol := server.Protocol(c.String("protocol"))
+	if protocol != server.JSONRPC && connect != "" {
+		return server.Options{}, &exitError{code: 2, msg: "--connect serves JSON-RPC only: drop --protocol " + string(protocol)}
+	}
+	opts, err := runtimeOptions(c, stdio, listen, protocol)
+	if err != nil {
+		return opts, err
+	}
+	if connect != "" && opts.Token == "" {
+		return server.Options{}, &exitError{code: 2, msg: "--connect needs a control token to present to the host: set --token-file or BOXRT_CONTROL_TOKEN"}
+	}
+	opts.Connect = connect
+	return opts, nil
 }
 
 // runtimeOptions reads the flags and environment of runtimeFlags for a
@@ -160,6 +193,23 @@ func runtimeOptions(c *cli.Context, stdio bool, listen string, protocol server.P
 		Protocol: protocol, Stdio: stdio, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Trust: trust, LangBotConfig: os.Getenv("LANGBOT_BOX_CONFIG"), Keepalive: c.Duration("keepalive"),
 	}, nil
+}
+
+// connectURL is --connect, checked: a URL carrying a token is refused
+// before anything else, and --stdio has its own peer.
+func connectURL(c *cli.Context, stdio bool) (string, error) {
+	raw := c.String("connect")
+	if raw == "" {
+		return "", nil
+	}
+	u, err := dialout.CheckURL(raw)
+	if err != nil {
+		return "", &exitError{code: 2, msg: err.Error()}
+	}
+	if stdio {
+		return "", &exitError{code: 2, msg: "--connect and --stdio each name the host's channel: use one"}
+	}
+	return u, nil
 }
 
 // stateDirOf is the state directory serve uses, and whether it is a

@@ -68,6 +68,10 @@ type Options struct {
 	// LangBotConfig is LANGBOT_BOX_CONFIG as the host set it; the tenancy
 	// layer takes its start-up settings from it.
 	LangBotConfig string
+	// Connect is the host to dial (serve --connect, checked by
+	// dialout.CheckURL): the protocol is served on that connection, the
+	// relay and files on its streams. Token must be set.
+	Connect string
 	// Keepalive pings idle WebSocket peers (control and relay) this often.
 	Keepalive time.Duration
 	Log       zerolog.Logger
@@ -137,7 +141,15 @@ func (s *Server) Run(ctx context.Context) {
 		}()
 	}
 	s.log.Info().Str("version", s.opts.Version).Bool("stdio", s.opts.Stdio).Str("protocol", string(s.opts.Protocol)).Bool("mcp", s.opts.MCP).Str("listen", s.url).
-		Str("token_file", s.token.file).Str("instance_id", s.rt.InstanceID()).Msg("boxrt serving")
+		Str("connect", s.opts.Connect).Str("token_file", s.token.file).Str("instance_id", s.rt.InstanceID()).Msg("boxrt serving")
+	if s.opts.Connect != "" {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.dialOut(ctx)
+		}()
+		defer func() { <-done }()
+	}
 	if !s.opts.Stdio {
 		<-ctx.Done()
 		s.log.Info().Msg("signal received; shutting down")

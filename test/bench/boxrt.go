@@ -32,6 +32,8 @@ type boxrtOpts struct {
 	// MCP: boxrt mcp (MCP on stdio) instead of serve; rpc is its
 	// connection, initialized (mcpInitialize).
 	MCP bool
+	// Args are more serve flags.
+	Args []string
 }
 
 // boxrtProc is a running boxrt.
@@ -150,9 +152,11 @@ func serveArgs(o boxrtOpts, stateDir string) []string {
 		args = append(args, "--stdio")
 	}
 	if o.Listen {
-		return append(args, "--listen", "127.0.0.1:0")
+		args = append(args, "--listen", "127.0.0.1:0")
+	} else {
+		args = append(args, "--listen", "")
 	}
-	return append(args, "--listen", "")
+	return append(args, o.Args...)
 }
 
 // ready waits until the stdio peer answers: __ping, or MCP's handshake.

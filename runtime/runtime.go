@@ -321,6 +321,7 @@ type Status struct {
 	UptimeSec        float64      `json:"uptime_sec"`
 	InstanceID       string       `json:"instance_id"`
 	Pools            []PoolStatus `json:"pools,omitempty"`
+	Events           EventStats   `json:"events"`
 	Counters
 }
 
@@ -336,6 +337,7 @@ func (r *Runtime) Status() Status {
 		InstanceID:       r.instanceID,
 	}
 	st.ActiveSessions, st.Counters = r.sessions.census()
+	st.Events = EventStats{Dropped: r.events.Dropped() - r.webhook.sub.Dropped(), Webhook: r.WebhookStats()}
 	if len(cfg.Durable.Pools) > 0 {
 		st.Pools = r.pools.status(cfg.Durable)
 	}

@@ -56,6 +56,13 @@ const (
 	webhookMaxWait  = 5 * time.Second
 )
 
+// EventStats is box_status's view of the events: what subscribers lost
+// to full queues, and the webhook's deliveries.
+type EventStats struct {
+	Dropped int64        `json:"subscriber_dropped"`
+	Webhook WebhookStats `json:"webhook"`
+}
+
 // WebhookStats counts the webhook's deliveries.
 type WebhookStats struct {
 	Delivered int64 `json:"delivered"`

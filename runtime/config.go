@@ -34,6 +34,7 @@ type Config struct {
 	Kube    Kube           `json:"kube"`
 	E2B     map[string]any `json:"e2b,omitempty"`
 	Events  EventsConfig   `json:"events"`
+	Metrics MetricsConfig  `json:"metrics"`
 
 	// stateDir is the state directory of the runtime the configuration
 	// serves (WithStateDir): the skill store's home when local.host_root is

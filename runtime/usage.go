@@ -30,6 +30,39 @@ func (r *Runtime) SessionMetrics(ctx context.Context, id string) (SessionMetrics
 	if err != nil {
 		return SessionMetrics{}, err
 	}
+	return r.sessionMetrics(ctx, physical, id)
+}
+
+// MetricsConfig turns on /metrics series beyond boxrt's own.
+type MetricsConfig struct {
+	// SessionUsage adds each session's usage (box_get_session_metrics)
+	// as series labelled by session and backend, for at most
+	// MaxUsageSeries sessions (the oldest), measured at scrape time.
+	SessionUsage FlexBool `json:"session_usage"`
+}
+
+// MaxUsageSeries bounds the sessions metrics.session_usage labels.
+const MaxUsageSeries = 100
+
+// Usage measures up to limit sessions of every namespace, oldest first,
+// for the operator's /metrics (metrics.session_usage); a session that
+// cannot be measured (gone meanwhile) is left out.
+func (i Internal) Usage(ctx context.Context, limit int) []SessionMetrics {
+	var out []SessionMetrics
+	for _, s := range i.Sessions() {
+		if len(out) == limit || ctx.Err() != nil {
+			break
+		}
+		if m, err := i.r.sessionMetrics(ctx, s.SessionID, s.SessionID); err == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// sessionMetrics measures the session with physical id (named id by the
+// caller).
+func (r *Runtime) sessionMetrics(ctx context.Context, physical, id string) (SessionMetrics, error) {
 	s := r.sessions.get(physical)
 	if s == nil {
 		return SessionMetrics{}, boxerr.SessionNotFound(id)

@@ -1,6 +1,9 @@
 package test
 
 import (
+	"fmt"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
@@ -65,6 +68,33 @@ func TestSessionMetrics(t *testing.T) {
 			r := p.Call("box_get_session_metrics", map[string]any{"session_id": "nope"}, time.Minute)
 			require.NotNil(t, r.Error)
 			assert.Equal(t, "BoxSessionNotFoundError", r.Error.Type())
+		})
+	}
+}
+
+// TestSessionUsageSeries: metrics.session_usage adds each session's usage
+// to /metrics; without it no per-session series exist.
+func TestSessionUsageSeries(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprint("session_usage=", on), func(t *testing.T) {
+			p := Start(t, Options{Stdio: true, Args: []string{"--metrics-public"},
+				Config: fmt.Sprintf(`{"backend":"bwrap","metrics":{"session_usage":%v}}`, on)})
+			p.MustCall("box_create_session", map[string]any{"session_id": "u"}, nil)
+			t.Cleanup(func() { p.Call("box_delete_session", map[string]any{"session_id": "u"}, time.Minute) })
+			p.MustCall("box_exec", map[string]any{"session_id": "u", "cmd": "true"}, nil)
+			resp, err := http.Get("http://" + p.Addr + "/metrics")
+			require.NoError(t, err)
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			assert.Contains(t, string(body), `boxrt_webhook_events_total{outcome="dropped"} 0`)
+			series := `boxrt_session_memory_bytes{backend="bwrap",session="u"}`
+			if on {
+				assert.Contains(t, string(body), series)
+				assert.Contains(t, string(body), `boxrt_session_cpu_seconds_total{backend="bwrap",session="u"}`)
+			} else {
+				assert.NotContains(t, string(body), "boxrt_session_memory_bytes")
+			}
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -71,11 +72,14 @@ func NewPorts(rt *runtime.Runtime, log zerolog.Logger, scope Scope) *Ports {
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
 	}
+	// Without a FlushInterval, a body of unknown length (a stream, server-
+	// sent events) is still flushed at every write; one of known length
+	// moves through large buffers.
 	p.proxy = &httputil.ReverseProxy{
-		Rewrite:       p.rewrite,
-		Transport:     transport,
-		FlushInterval: -1,
-		ErrorHandler:  p.proxyError,
+		Rewrite:      p.rewrite,
+		Transport:    transport,
+		BufferPool:   proxyBuffers{},
+		ErrorHandler: p.proxyError,
 	}
 	return p
 }
@@ -172,3 +176,15 @@ func (p *Ports) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	rpc.WriteHTTPError(w, http.StatusBadGateway, "BadGateway",
 		"cannot reach port "+strconv.Itoa(t.port)+" in session "+t.session+" (is a server listening on 127.0.0.1 there?): "+err.Error())
 }
+
+// proxyBufferBytes is a proxied body's copy buffer: large, so a download
+// costs few syscalls.
+const proxyBufferBytes = 256 << 10
+
+var proxyBufferPool = sync.Pool{New: func() any { b := make([]byte, proxyBufferBytes); return &b }}
+
+// proxyBuffers lends the reverse proxy its copy buffers.
+type proxyBuffers struct{}
+
+func (proxyBuffers) Get() []byte  { return *proxyBufferPool.Get().(*[]byte) }
+func (proxyBuffers) Put(b []byte) { proxyBufferPool.Put(&b) }

@@ -163,14 +163,14 @@ func (p *Ports) dropSession(physical string) {
 // or a revoked one.
 var ErrPortToken = errors.New("port token missing, invalid, expired or revoked")
 
-const tokenPayload = 8 + 16
+const tokenPayload = 16 + 8
 
-// sign is the token of exposure e of k: payload (expiry, nonce) and MAC,
+// sign is the token of exposure e of k: payload (nonce, expiry) and MAC,
 // base64url.
 func (p *Ports) sign(k portKey, e exposure) string {
 	buf := make([]byte, tokenPayload, tokenPayload+sha256.Size)
-	binary.BigEndian.PutUint64(buf, uint64(e.expires.Unix()))
-	copy(buf[8:], e.nonce[:])
+	copy(buf, e.nonce[:])
+	binary.BigEndian.PutUint64(buf[16:], uint64(e.expires.Unix()))
 	return base64.RawURLEncoding.EncodeToString(append(buf, p.mac(k, buf)...))
 }
 
@@ -195,13 +195,13 @@ func (p *Ports) Authorize(physical string, port int, token string) error {
 	if !hmac.Equal(raw[tokenPayload:], p.mac(k, raw[:tokenPayload])) {
 		return ErrPortToken
 	}
-	if p.r.clock.Now().Unix() >= int64(binary.BigEndian.Uint64(raw)) {
+	if p.r.clock.Now().Unix() >= int64(binary.BigEndian.Uint64(raw[16:tokenPayload])) {
 		return ErrPortToken
 	}
 	p.mu.Lock()
 	e, ok := p.open[k]
 	p.mu.Unlock()
-	if !ok || subtle.ConstantTimeCompare(e.nonce[:], raw[8:tokenPayload]) != 1 {
+	if !ok || subtle.ConstantTimeCompare(e.nonce[:], raw[:16]) != 1 {
 		return ErrPortToken
 	}
 	return nil

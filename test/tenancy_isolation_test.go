@@ -529,4 +529,31 @@ func TestTenantHTTPRoutes(t *testing.T) {
 	assert.NotEqual(t, http.StatusSwitchingProtocols, dial(""), "the control token alone does not reach a Workspace's process")
 	assert.Equal(t, http.StatusUnauthorized, dial("workspace-b"), "another Workspace's headers")
 	assert.Equal(t, http.StatusSwitchingProtocols, dial("workspace-a"), "A's own headers attach")
+
+	// An exposed port of A (nothing listens on it: reaching it is 502).
+	var x struct {
+		URL   string `json:"url"`
+		Token string `json:"token"`
+	}
+	r = p.CallMeta(a, "box_expose_port", map[string]any{"session_id": "s1", "port": 8000}, time.Minute)
+	require.Nil(t, r.Error, "%+v", r.Error)
+	require.NoError(t, json.Unmarshal(r.Result, &x))
+	assert.Contains(t, x.URL, "/v1/sessions/"+phys+"/ports/8000/", "the URL names the physical id, as the relay's")
+	port := func(workspace, portToken string) int {
+		req, err := http.NewRequest("GET", x.URL, nil)
+		require.NoError(t, err)
+		req.Header = headers(workspace)
+		req.Header.Del("Authorization") // the control token opens no port anyway
+		if portToken != "" {
+			req.Header.Set("X-Boxrt-Port-Token", portToken)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	assert.Equal(t, http.StatusNotFound, port("workspace-b", x.Token), "another Workspace's headers, even with A's token")
+	assert.Equal(t, http.StatusUnauthorized, port("workspace-a", ""), "A's headers without the port's token")
+	assert.Equal(t, http.StatusBadGateway, port("workspace-a", x.Token), "A's headers and token reach the port")
+	assert.Equal(t, http.StatusBadGateway, port("", x.Token), "the token alone reaches it (a browser link)")
 }

@@ -124,7 +124,7 @@ func (p *Ports) dialable(physical string) error {
 		return boxerr.SessionNotFound(physical)
 	}
 	b := p.r.backends.current()
-	if _, ok := b.(PortDialer); !ok || b == nil {
+	if _, ok := b.(PortDialer); !ok {
 		name := "no"
 		if b != nil {
 			name = "the " + b.Name()

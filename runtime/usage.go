@@ -70,7 +70,7 @@ func (r *Runtime) sessionMetrics(ctx context.Context, physical, id string) (Sess
 	info := r.sessions.info(s)
 	b := r.backends.current()
 	ur, ok := b.(UsageReader)
-	if !ok || b == nil {
+	if !ok {
 		return SessionMetrics{}, boxerr.Failure("this backend cannot measure a session's use (bwrap and docker can)")
 	}
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)

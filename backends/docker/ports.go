@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/internal/procstat"
@@ -26,13 +28,15 @@ func (b *Backend) DialSessionPort(ctx context.Context, info backends.Session, po
 		return nil, boxerr.Failure("session %s runs under gVisor, whose network stack boxrt cannot enter: its ports cannot be exposed", info.SessionID).
 			With("reason", "gvisor")
 	}
-	pid, err := b.containerPID(ctx, info)
+	pid, id, err := b.containerPID(ctx, info)
 	if err != nil {
 		return nil, err
 	}
+	// The pid is still the container's (not reused since the inspect)
+	// when its cgroup names the container's id.
 	alive := func() bool {
-		again, err := b.containerPID(ctx, info)
-		return err == nil && again == pid
+		data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+		return err == nil && strings.Contains(string(data), id)
 	}
 	c, err := netns.DialLoopback(ctx, "/proc/"+strconv.Itoa(pid)+"/ns/net", alive, port)
 	if errors.Is(err, netns.ErrGone) {
@@ -41,16 +45,17 @@ func (b *Backend) DialSessionPort(ctx context.Context, info backends.Session, po
 	return c, err
 }
 
-// containerPID is the host pid of the session's running container's PID 1.
-func (b *Backend) containerPID(ctx context.Context, info backends.Session) (int, error) {
+// containerPID is the host pid of the session's running container's PID 1,
+// and the container's full id.
+func (b *Backend) containerPID(ctx context.Context, info backends.Session) (int, string, error) {
 	c, err := b.inspectOwned(ctx, info)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	if c.State == nil || !c.State.Running || c.State.Pid <= 0 {
-		return 0, notRunning(info)
+	if c.State == nil || !c.State.Running || c.State.Pid <= 0 || len(c.ID) < 12 {
+		return 0, "", notRunning(info)
 	}
-	return c.State.Pid, nil
+	return c.State.Pid, c.ID, nil
 }
 
 func notRunning(info backends.Session) error {

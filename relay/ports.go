@@ -45,7 +45,10 @@ type Ports struct {
 	rt    *runtime.Runtime
 	log   zerolog.Logger
 	scope Scope
-	proxy *httputil.ReverseProxy
+	// control reports a request carrying boxrt's control token, which is
+	// then not passed on (nil: none is recognised).
+	control func(*http.Request) bool
+	proxy   *httputil.ReverseProxy
 }
 
 // portTarget is the session and port a proxied request goes to: the
@@ -57,9 +60,10 @@ type portTarget struct {
 
 type portTargetKey struct{}
 
-// NewPorts returns the exposed ports' handler for rt; scope may be nil.
-func NewPorts(rt *runtime.Runtime, log zerolog.Logger, scope Scope) *Ports {
-	p := &Ports{rt: rt, log: log, scope: scope}
+// NewPorts returns the exposed ports' handler for rt; scope and control
+// may be nil.
+func NewPorts(rt *runtime.Runtime, log zerolog.Logger, scope Scope, control func(*http.Request) bool) *Ports {
+	p := &Ports{rt: rt, log: log, scope: scope, control: control}
 	transport := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			t, ok := ctx.Value(portTargetKey{}).(portTarget)
@@ -146,8 +150,30 @@ func (p *Ports) rewrite(pr *httputil.ProxyRequest) {
 	}
 	pr.Out.Header.Del(HeaderPortToken)
 	pr.Out.Header.Del("X-LangBot-Box-Control-Token")
+	if p.control != nil && p.control(pr.In) {
+		pr.Out.Header.Del("Authorization")
+	}
+	dropBearerProtocols(pr.Out.Header)
 	dropCookie(pr.Out, PortTokenCookie)
 	pr.SetXForwarded()
+}
+
+// dropBearerProtocols removes the WebSocket subprotocols that carry a
+// boxrt token (rpc.BearerSubprotocolPrefix).
+func dropBearerProtocols(h http.Header) {
+	const name = "Sec-Websocket-Protocol"
+	var keep []string
+	for _, v := range h.Values(name) {
+		for _, proto := range strings.Split(v, ",") {
+			if proto = strings.TrimSpace(proto); proto != "" && !strings.HasPrefix(proto, rpc.BearerSubprotocolPrefix) {
+				keep = append(keep, proto)
+			}
+		}
+	}
+	h.Del(name)
+	if len(keep) > 0 {
+		h.Set(name, strings.Join(keep, ", "))
+	}
 }
 
 // dropCookie removes one cookie from the request's Cookie headers.

@@ -199,6 +199,7 @@ func (p *Ports) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		return // the client went away
 	}
 	t, _ := r.Context().Value(portTargetKey{}).(portTarget)
+	p.log.Debug().Err(err).Str("session_id", t.session).Int("port", t.port).Msg("exposed port unreachable")
 	rpc.WriteHTTPError(w, http.StatusBadGateway, "BadGateway",
 		"cannot reach port "+strconv.Itoa(t.port)+" in session "+t.session+" (is a server listening on 127.0.0.1 there?): "+err.Error())
 }

@@ -123,3 +123,21 @@ func TestEventsSubscribers(t *testing.T) {
 	assert.Equal(t, int64(10), all.Dropped())
 	assert.Equal(t, int64(20), rt.Events().Dropped(), "both subscribers' losses; the webhook, with no URL, queues nothing")
 }
+
+func TestReapedEvent(t *testing.T) {
+	rt, clock := newTestRuntime(t, newFake(), `{"limits":{"session_ttl_sec":60},"durable":{"idle_policy":"destroy"}}`)
+	ctx := context.Background()
+	sub, err := rt.Events().Subscribe(ctx, "idle")
+	require.NoError(t, err)
+	defer sub.Close()
+	_, err = rt.CreateSession(ctx, Spec{SandboxSpec: backends.SandboxSpec{SessionID: "idle"}})
+	require.NoError(t, err)
+	clock.Advance(2 * time.Minute)
+	require.Equal(t, 1, rt.Reap(ctx))
+	require.Len(t, sub.C(), 2)
+	assert.Equal(t, EventCreated, (<-sub.C()).Type)
+	ev := <-sub.C()
+	assert.Equal(t, EventReaped, ev.Type)
+	assert.Equal(t, map[string]any{"reason": "ttl"}, ev.Details)
+	assert.Equal(t, clock.Now(), ev.At)
+}

@@ -104,7 +104,9 @@ func (p *Ports) Expose(ctx context.Context, id string, port int, ttl time.Durati
 	}
 	var e exposure
 	_, _ = rand.Read(e.nonce[:])
-	e.expires = p.r.clock.Now().Add(ttl).Truncate(time.Second)
+	// Whole seconds (the token carries Unix seconds), rounded up: a token
+	// never lives shorter than ttl.
+	e.expires = p.r.clock.Now().Add(ttl + time.Second - time.Nanosecond).Truncate(time.Second)
 	k := portKey{physical, port}
 	p.mu.Lock()
 	if _, ok := p.open[k]; !ok && len(p.open) >= MaxExposures {

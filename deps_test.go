@@ -38,10 +38,11 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/boxerr":             {},
 		"runtime/tenant":              {"internal/boxerr"},
 		"backends":                    {"internal/boxerr"},
-		"backends/bwrap":              {"backends", "backends/internal/sandboxsh", "internal/boxerr", "internal/atomicfile", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
-		"backends/docker":             {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "internal/boxerr", "internal/atomicfile", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
+		"backends/bwrap":              {"backends", "backends/internal/sandboxsh", "backends/internal/procstat", "internal/netns", "internal/boxerr", "internal/atomicfile", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
+		"backends/docker":             {"backends", "backends/internal/sandboxsh", "backends/internal/procstat", "internal/netns", "backends/internal/sandboxfs", "backends/internal/execproc", "internal/boxerr", "internal/atomicfile", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
 		"backends/kube":               {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "internal/boxerr", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
 		"backends/internal/sandboxsh": {},
+		"backends/internal/procstat":  {},
 		"backends/internal/execproc":  {"backends"},
 		"backends/backendtest":        {"backends", "runtime", "internal/boxerr"},
 		"backends/e2b":                {"backends", "internal/boxerr", "internal/e2bapi/envd/process", "internal/e2bapi/envd/process/processconnect", "internal/e2bapi/envd/filesystem", "internal/e2bapi/envd/filesystem/filesystemconnect"},
@@ -67,7 +68,10 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/sandboxagent/agenttest": {},
 
 		// The egress proxy: a leaf the runtime and backends will wire.
-		"internal/egress": {"internal/boxerr"},
+		"internal/egress": {"internal/boxerr", "internal/netns"},
+
+		// Code on a thread inside another network namespace.
+		"internal/netns": {},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...").Output()
 	if err != nil {

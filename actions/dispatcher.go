@@ -29,6 +29,7 @@ type Dispatcher struct {
 	methods map[string]handler
 	errors  errorRing
 	watches WatchBudget
+	subs    subscriptions
 }
 
 // New returns a Dispatcher with every method registered: the runtime's and
@@ -88,6 +89,12 @@ func New(rt *runtime.Runtime, store *skills.Store, server Server) *Dispatcher {
 		"box_fs_rename":  method(d.fsRename),
 		"box_fs_watch":   method(d.fsWatch),
 		"box_fs_unwatch": method(d.fsUnwatch),
+
+		"box_expose_port":         method(d.exposePort),
+		"box_unexpose_port":       method(d.unexposePort),
+		"box_subscribe_events":    method(d.subscribeEvents),
+		"box_unsubscribe_events":  method(d.unsubscribeEvents),
+		"box_get_session_metrics": method(d.sessionMetrics),
 	}
 	return d
 }

@@ -245,6 +245,9 @@ type ExitStatus struct {
 	// misbehaved, or a kill from the host ended it): what earlier commands
 	// left running is gone, the files are kept.
 	Restarted bool
+	// OOMKilled: the memory limit killed a process of the session while
+	// the command ran (the command itself, or another).
+	OOMKilled bool
 }
 
 // ProcessSpec is a managed process (an stdio MCP server, typically).

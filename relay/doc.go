@@ -8,4 +8,8 @@
 //
 // Files (files.go) is the other HTTP surface of a session: its files
 // streamed in and out with GET and PUT, behind the control token.
+//
+// Ports (ports.go) reverse-proxies a session's exposed TCP port (HTTP and
+// WebSocket) to whoever holds that exposure's token, never the control
+// token's holder as such.
 package relay

@@ -33,6 +33,8 @@ type Config struct {
 	Durable Durable        `json:"durable"`
 	Kube    Kube           `json:"kube"`
 	E2B     map[string]any `json:"e2b,omitempty"`
+	Events  EventsConfig   `json:"events"`
+	Metrics MetricsConfig  `json:"metrics"`
 
 	// stateDir is the state directory of the runtime the configuration
 	// serves (WithStateDir): the skill store's home when local.host_root is
@@ -267,6 +269,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Durable.validate(); err != nil {
+		return err
+	}
+	if err := c.Events.validate(); err != nil {
 		return err
 	}
 	if u := c.Docker.User; u != "" && u != "auto" && strings.ContainsAny(u, " \t\n") {

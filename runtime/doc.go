@@ -3,9 +3,12 @@
 // (get-or-create, compatibility, liveness, capacity), exec with bounded
 // head/tail output capture, live execs (execs.go: streamed output through a
 // bounded replay log, background execs with stdin, terminals, kill and
-// re-attach by exec id), managed processes, and the TTL reaper. Each part
+// re-attach by exec id), managed processes, the TTL reaper, session
+// events (events.go, webhook.go), exposed ports (ports.go) and usage
+// (usage.go). Each part
 // owns its state and its lock (settings.go, backend.go, session_table.go,
-// Execs, Processes, Files, Snapshots, pool.go, counters.go); Runtime
+// Execs, Processes, Files, Snapshots, pool.go, counters.go, Events,
+// Ports); Runtime
 // composes them and coordinates what spans them: a session's creation,
 // suspension, resumption and destruction, reaping and shutdown. It owns
 // the wire-facing session model too (model.go): Spec with its defaults and

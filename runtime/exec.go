@@ -232,6 +232,9 @@ func (e *Execs) run(ctx context.Context, spec Spec, b backends.Backend, info bac
 	if err != nil && !canceled {
 		return ExecResult{}, ctx.Err() == nil && !b.Alive(ctx, info), err
 	}
+	if !canceled {
+		e.r.publishExec(spec.SessionID, spec, status)
+	}
 	res := ExecResult{
 		SessionID:   spec.SessionID,
 		BackendName: b.Name(),

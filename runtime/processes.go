@@ -481,6 +481,7 @@ func (ps *Processes) watch(p *managedProcess, drained *sync.WaitGroup) {
 	p.mu.Unlock()
 	close(p.done)
 	r.counters.processesExited.Add(1)
+	r.events.publish(p.sessionID, EventProcessExited, map[string]any{"process_id": p.spec.ProcessID, "exit_code": code})
 	r.sessions.touch(p.sessionID)
 	r.log.Info().Str("session_id", p.sessionID).Str("process_id", p.spec.ProcessID).Int("exit_code", code).
 		AnErr("wait_error", err).Msg("managed process exited")

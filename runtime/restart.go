@@ -34,5 +34,6 @@ func (e *Execs) restart(ctx context.Context, id string, s *session) bool {
 	}
 	r.log.Warn().Str("session_id", info.SessionID).Str("backend_session_id", info.BackendSessionID).
 		Msg("the session's sandbox had stopped (its engine restarted?); started it again: files kept, processes gone")
+	r.events.publish(info.SessionID, EventRestarted, map[string]any{"reason": "sandbox stopped"})
 	return true
 }

@@ -46,6 +46,9 @@ type Runtime struct {
 	pools     *warmPools
 	records   suspendRecords
 	counters  counters
+	events    *Events
+	webhook   *webhook
+	ports     *Ports
 
 	// life gates the work Close waits for: inflight (session creations,
 	// resumes and process starts under way) and bg (background loops).
@@ -118,6 +121,9 @@ func New(cfg Config, factory Factory, stateDir string, opts ...Option) (*Runtime
 	}
 	r.instanceID = id
 	r.sessions = newSessionTable(r.clock, &r.counters)
+	r.events = &Events{clock: r.clock}
+	r.webhook = newWebhook(r)
+	r.ports = newPorts(r)
 	r.records = suspendRecords{dir: filepath.Join(stateDir, "suspended"), log: r.log}
 	r.backends = &backendSelector{factory: factory, settings: &r.settings, instanceID: id, stateDir: stateDir,
 		clock: r.clock, log: r.log, counters: &r.counters, life: &r.life, bg: &r.bg, probeEvery: r.probeEvery,
@@ -180,7 +186,7 @@ func (r *Runtime) Start(ctx context.Context) {
 	bgCtx, cancel := context.WithCancel(context.Background())
 	r.backends.runIn(bgCtx)
 	r.stopBG = cancel
-	for _, loop := range []func(context.Context){r.reaperLoop, r.backends.healthLoop, r.pools.loop} {
+	for _, loop := range []func(context.Context){r.reaperLoop, r.backends.healthLoop, r.pools.loop, r.webhook.loop} {
 		r.bg.Add(1)
 		go func() {
 			defer r.bg.Done()
@@ -315,6 +321,7 @@ type Status struct {
 	UptimeSec        float64      `json:"uptime_sec"`
 	InstanceID       string       `json:"instance_id"`
 	Pools            []PoolStatus `json:"pools,omitempty"`
+	Events           EventStats   `json:"events"`
 	Counters
 }
 
@@ -330,6 +337,7 @@ func (r *Runtime) Status() Status {
 		InstanceID:       r.instanceID,
 	}
 	st.ActiveSessions, st.Counters = r.sessions.census()
+	st.Events = EventStats{Dropped: r.events.Dropped() - r.webhook.sub.Dropped(), Webhook: r.WebhookStats()}
 	if len(cfg.Durable.Pools) > 0 {
 		st.Pools = r.pools.status(cfg.Durable)
 	}

@@ -275,6 +275,7 @@ func (r *Runtime) create(ctx context.Context, b backends.Backend, spec Spec, ski
 		return nil, false, nil, errShuttingDown()
 	}
 	s := r.sessions.insertCreated(spec, info, skills, forExec)
+	r.events.publish(spec.SessionID, EventCreated, map[string]any{"backend": info.BackendName})
 	r.log.Info().Str("session_id", spec.SessionID).Str("backend", info.BackendName).
 		Str("backend_session_id", info.BackendSessionID).Msg("session created")
 	return s, true, nil, nil
@@ -424,6 +425,8 @@ func (r *Runtime) destroy(ctx context.Context, s *session, reason string, interr
 
 	r.sessions.remove(s, reason)
 	close(s.deleted)
+	r.ports.dropSession(info.SessionID)
+	r.publishDestroyed(info.SessionID, reason)
 	r.log.Info().Str("session_id", info.SessionID).Str("reason", reason).Err(err).Msg("session destroyed")
 	if err != nil {
 		return boxerr.Failure("destroy session %s: %v", info.SessionID, err).Wrap(err)

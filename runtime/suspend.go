@@ -156,6 +156,7 @@ func (r *Runtime) suspend(ctx context.Context, b backends.Backend, s *session, r
 		return err
 	}
 	r.sessions.suspended(s, specs)
+	r.events.publish(info.SessionID, EventSuspended, map[string]any{"reason": reason})
 	r.log.Info().Str("session_id", info.SessionID).Str("reason", reason).Int("processes", len(specs)).Msg("session suspended")
 	return nil
 }
@@ -229,6 +230,7 @@ func (r *Runtime) resume(ctx context.Context, b backends.Backend, s *session) er
 		return err
 	}
 	r.sessions.resumed(s)
+	r.events.publish(info.SessionID, EventResumed, nil)
 	r.records.drop(info.SessionID)
 	s.op.Lock()
 	defer s.op.Unlock()

@@ -169,7 +169,7 @@ func TestE2BBadInput(t *testing.T) {
 	status, body = e2bCall(t, "POST", api+"/sandboxes/nope/fork", key, nil)
 	e2bError(t, status, body, 404)
 	status, body = e2bCall(t, "GET", api+"/sandboxes/nope/metrics", key, nil)
-	e2bError(t, status, body, 501)
+	e2bError(t, status, body, 404)
 	status, body = e2bCall(t, "GET", api+"/no/such/route", key, nil)
 	e2bError(t, status, body, 404)
 	status, body = e2bCall(t, "GET", api+"/sandboxes", map[string]string{"X-API-Key": "e2b_00"}, nil)
@@ -191,6 +191,28 @@ func TestE2BBadInput(t *testing.T) {
 	status, body = e2bCall(t, "GET", api+"/v2/sandboxes?state=paused", key, nil)
 	require.Equal(t, 200, status, "%s", body)
 	assert.Equal(t, "[]\n", string(body))
+
+	// Metrics: one sample now, in E2B's SandboxMetric shape.
+	status, body = e2bCall(t, "GET", api+"/sandboxes/"+sb.SandboxID+"/metrics", key, nil)
+	require.Equal(t, 200, status, "%s", body)
+	var samples []struct {
+		TimestampUnix int64   `json:"timestampUnix"`
+		CPUCount      int     `json:"cpuCount"`
+		CPUUsedPct    float64 `json:"cpuUsedPct"`
+		MemUsed       int64   `json:"memUsed"`
+		MemTotal      int64   `json:"memTotal"`
+		DiskTotal     int64   `json:"diskTotal"`
+	}
+	require.NoError(t, json.Unmarshal(body, &samples), "%s", body)
+	require.Len(t, samples, 1)
+	assert.WithinDuration(t, time.Now(), time.Unix(samples[0].TimestampUnix, 0), time.Minute)
+	assert.Equal(t, 1, samples[0].CPUCount)
+	assert.Equal(t, int64(512<<20), samples[0].MemTotal, "the session's memory limit")
+	assert.Positive(t, samples[0].DiskTotal)
+	status, body = e2bCall(t, "GET", api+"/sandboxes/metrics?sandbox_ids="+sb.SandboxID+",nope", key, nil)
+	require.Equal(t, 200, status, "%s", body)
+	assert.Contains(t, string(body), `"`+sb.SandboxID+`":{"timestamp"`)
+	assert.NotContains(t, string(body), "nope")
 
 	envd := api + "/envd"
 	rpc := func(id, token, ctype string) map[string]string {

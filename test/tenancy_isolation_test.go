@@ -24,7 +24,7 @@ import (
 // logical or the physical id), a session to create beside it, its live
 // exec, snapshot, watch and managed process.
 type isoTarget struct {
-	Session, NewSession, Exec, Snapshot, Watch, Process string
+	Session, NewSession, Exec, Snapshot, Watch, Process, Subscription string
 }
 
 // isoProbe is one call another namespace makes against A.
@@ -141,6 +141,13 @@ var isolationTable = map[string]isoEntry{
 	"box_fs_unwatch": {probes: []isoProbe{{unknown: true, params: func(x isoTarget) map[string]any {
 		return map[string]any{"watch_id": x.Watch}
 	}}}},
+	"box_expose_port":         {probes: []isoProbe{{params: onSession(map[string]any{"port": 8000})}}},
+	"box_unexpose_port":       {probes: []isoProbe{{params: onSession(map[string]any{"port": 8000})}}},
+	"box_get_session_metrics": {probes: []isoProbe{{params: onSession(nil)}}},
+	"box_subscribe_events":    {probes: []isoProbe{{params: onSession(nil)}}},
+	"box_unsubscribe_events": {probes: []isoProbe{{unknown: true, params: func(x isoTarget) map[string]any {
+		return map[string]any{"subscription_id": x.Subscription}
+	}}}},
 }
 
 // unknown is x with ids of the right shape that nothing holds in place
@@ -148,6 +155,7 @@ var isolationTable = map[string]isoEntry{
 func (x isoTarget) unknown() isoTarget {
 	x.Exec, x.Snapshot, x.Watch, x.Process = "x-000000000000000000000000", "snap-0000000000000000",
 		"w-00000000000000000000000000000000", "nosuch"
+	x.Subscription = "sub-00000000000000000000000000000000"
 	return x
 }
 
@@ -169,6 +177,8 @@ type workspaceA struct {
 	meta              map[string]any
 	physical, backend string
 	exec, snap, watch string
+	sub               string
+	token             string // of A's exposed port 8000
 }
 
 // setUpWorkspaceA gives A a persistent session s1 with a secret file, a
@@ -209,6 +219,16 @@ func setUpWorkspaceA(t *testing.T, p *Proc) workspaceA {
 	}
 	must("box_fs_watch", map[string]any{"session_id": "s1", "path": "/workspace", "interval_ms": 60000}, &w)
 	a.watch = w.WatchID
+	var sub struct {
+		SubscriptionID string `json:"subscription_id"`
+	}
+	must("box_subscribe_events", map[string]any{"session_id": "s1"}, &sub)
+	a.sub = sub.SubscriptionID
+	var port struct {
+		Token string `json:"token"`
+	}
+	must("box_expose_port", map[string]any{"session_id": "s1", "port": 8000}, &port)
+	a.token = port.Token
 	return a
 }
 
@@ -250,6 +270,12 @@ func (a workspaceA) checkUntouched(t *testing.T, p *Proc) {
 	assert.Contains(t, string(snaps), a.snap, "A's snapshot is still A's")
 	call("box_get_snapshot", map[string]any{"snapshot_id": a.snap})
 	call("box_fs_unwatch", map[string]any{"watch_id": a.watch})
+	call("box_unsubscribe_events", map[string]any{"subscription_id": a.sub})
+	var un struct {
+		Unexposed bool `json:"unexposed"`
+	}
+	require.NoError(t, json.Unmarshal(call("box_unexpose_port", map[string]any{"session_id": "s1", "port": 8000}), &un))
+	assert.True(t, un.Unexposed, "A's port is still exposed")
 }
 
 // TestTenantIsolationCatalogue: for every method of the catalogue that
@@ -286,13 +312,13 @@ func TestTenantIsolationCatalogue(t *testing.T) {
 		{"no context names A's physical ids", nil, isoTarget{Session: a.physical, NewSession: ns + "-g1-s2"}},
 	}
 	// The file's content as box_fs_read carries it, too.
-	secrets := []string{"secret-a", base64.StdEncoding.EncodeToString([]byte("secret-a\n")), a.backend, a.exec, a.snap, a.watch}
+	secrets := []string{"secret-a", base64.StdEncoding.EncodeToString([]byte("secret-a\n")), a.backend, a.exec, a.snap, a.watch, a.sub, a.token}
 	probes := 0
 	for _, c := range callers {
 		// A session of the caller's own, for a fork into A's namespace.
 		require.Nil(t, p.CallMeta(c.meta, "box_create_session", map[string]any{"session_id": "own-b"}, 2*time.Minute).Error)
 		target := c.target
-		target.Exec, target.Snapshot, target.Watch, target.Process = a.exec, a.snap, a.watch, "pa"
+		target.Exec, target.Snapshot, target.Watch, target.Process, target.Subscription = a.exec, a.snap, a.watch, "pa", a.sub
 		for _, m := range methods {
 			for i, probe := range isolationTable[m].probes {
 				probes++
@@ -503,4 +529,31 @@ func TestTenantHTTPRoutes(t *testing.T) {
 	assert.NotEqual(t, http.StatusSwitchingProtocols, dial(""), "the control token alone does not reach a Workspace's process")
 	assert.Equal(t, http.StatusUnauthorized, dial("workspace-b"), "another Workspace's headers")
 	assert.Equal(t, http.StatusSwitchingProtocols, dial("workspace-a"), "A's own headers attach")
+
+	// An exposed port of A (nothing listens on it: reaching it is 502).
+	var x struct {
+		URL   string `json:"url"`
+		Token string `json:"token"`
+	}
+	r = p.CallMeta(a, "box_expose_port", map[string]any{"session_id": "s1", "port": 8000}, time.Minute)
+	require.Nil(t, r.Error, "%+v", r.Error)
+	require.NoError(t, json.Unmarshal(r.Result, &x))
+	assert.Contains(t, x.URL, "/v1/sessions/"+phys+"/ports/8000/", "the URL names the physical id, as the relay's")
+	port := func(workspace, portToken string) int {
+		req, err := http.NewRequest("GET", x.URL, nil)
+		require.NoError(t, err)
+		req.Header = headers(workspace)
+		req.Header.Del("Authorization") // the control token opens no port anyway
+		if portToken != "" {
+			req.Header.Set("X-Boxrt-Port-Token", portToken)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	assert.Equal(t, http.StatusNotFound, port("workspace-b", x.Token), "another Workspace's headers, even with A's token")
+	assert.Equal(t, http.StatusUnauthorized, port("workspace-a", ""), "A's headers without the port's token")
+	assert.Equal(t, http.StatusBadGateway, port("workspace-a", x.Token), "A's headers and token reach the port")
+	assert.Equal(t, http.StatusBadGateway, port("", x.Token), "the token alone reaches it (a browser link)")
 }

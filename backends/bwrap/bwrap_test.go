@@ -348,10 +348,13 @@ func TestMemoryLimit(t *testing.T) {
 		t.Fatalf("300 MB hog under a 64 MiB limit: code=%d stdout=%q stderr=%q", r.status.ExitCode, r.stdout, r.stderr)
 	}
 	r = execIn(t, b, info, backends.ExecRequest{Cmd: "head -c 300000000 /dev/zero | tail"})
-	if r.status.ExitCode != 137 {
-		t.Fatalf("hog exit code = %d, want 137 (SIGKILL by the OOM killer); stderr=%q", r.status.ExitCode, r.stderr)
+	if r.status.ExitCode != 137 || !r.status.OOMKilled {
+		t.Fatalf("hog exit code = %d, OOMKilled %v; want 137 (SIGKILL by the OOM killer), reported; stderr=%q", r.status.ExitCode, r.status.OOMKilled, r.stderr)
 	}
 	// below the limit is fine, and the session survives
+	if r := execIn(t, b, info, backends.ExecRequest{Cmd: "true"}); r.status.OOMKilled {
+		t.Fatalf("a command the limit killed nothing of reports OOMKilled")
+	}
 	if got := mustRun(t, b, info, "head -c 16000000 /dev/zero | tail | wc -c"); strings.TrimSpace(got) != "16000000" {
 		t.Fatalf("16 MB under a 64 MiB limit: %q", got)
 	}

@@ -50,6 +50,11 @@ var controllerOf = map[string]string{limitMemory: "memory", limitPids: "pids", l
 // wantedControllers in the order EnforcedLimits lists them.
 var wantedControllers = []string{"memory", "pids", "cpu"}
 
+// v1Controllers adds cpuacct on v1, where CPU time is counted by its own
+// controller (a session's metrics read cpuacct.usage); v2's cpu.stat
+// counts it without one. It enforces nothing.
+var v1Controllers = append(slices.Clone(wantedControllers), "cpuacct")
+
 // cgroupParentName is the directory every boxrt installation on the machine
 // shares; below it each installation has a directory named after its
 // instance id, and below that one leaf per exec / managed process.
@@ -295,7 +300,7 @@ func setupV1(mounts []mountInfo, own map[string]string, instance string) *cgroup
 	// share it.
 	byPoint := map[string]int{}
 	var failures []string
-	for _, c := range wantedControllers {
+	for _, c := range v1Controllers {
 		var m *mountInfo
 		for i := range mounts {
 			if mounts[i].fstype == "cgroup" && slices.Contains(mounts[i].superOpts, c) {
@@ -368,7 +373,7 @@ func usableV1Base(base, instance, controller string) bool {
 	if err != nil {
 		return false
 	}
-	file := map[string]string{"memory": "memory.limit_in_bytes", "pids": "pids.max", "cpu": "cpu.cfs_quota_us"}[controller]
+	file := map[string]string{"memory": "memory.limit_in_bytes", "pids": "pids.max", "cpu": "cpu.cfs_quota_us", "cpuacct": "cpuacct.usage"}[controller]
 	ok := exists(filepath.Join(inst, file))
 	if syscall.Rmdir(inst) == nil {
 		_ = syscall.Rmdir(filepath.Dir(inst))

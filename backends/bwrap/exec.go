@@ -84,12 +84,13 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	case canceled:
 		return backends.ExitStatus{}, ctx.Err()
 	}
-	explainLimits(req.Stderr, info, m.r.cg.oomKills()-oom, m.r.cg.pidsLimitHits()-pids)
+	ooms := m.r.cg.oomKills() - oom
+	explainLimits(req.Stderr, info, ooms, m.r.cg.pidsLimitHits()-pids)
 	restarted := m.restarted || hostKilled || !m.alive()
 	if timedOut {
-		return backends.ExitStatus{TimedOut: true, Restarted: restarted}, nil
+		return backends.ExitStatus{TimedOut: true, Restarted: restarted, OOMKilled: ooms > 0}, nil
 	}
-	return backends.ExitStatus{ExitCode: exit.Code, Restarted: restarted}, nil
+	return backends.ExitStatus{ExitCode: exit.Code, Restarted: restarted, OOMKilled: ooms > 0}, nil
 }
 
 // commandLayout is the session's layout for one command: its working

@@ -55,6 +55,7 @@ func (b *Backend) agentExec(ctx context.Context, info backends.Session, l *agent
 	if err != nil {
 		return backends.ExitStatus{}, b.spawnError(ctx, l, conn, err)
 	}
+	oom := b.oomKills(conn.PeerPID())
 	r := watchRun(proc, sio, req)
 	defer r.stop()
 	status, ended, err := execproc.Await(ctx, req, execproc.Running{
@@ -64,6 +65,7 @@ func (b *Backend) agentExec(ctx context.Context, info backends.Session, l *agent
 		Kill:   func() { restarted = r.kill(ctx, l, conn) || restarted },
 	})
 	status.Restarted = restarted
+	status.OOMKilled = oom >= 0 && b.oomKills(conn.PeerPID()) > oom
 	if !ended {
 		return status, err
 	}

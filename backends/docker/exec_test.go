@@ -303,6 +303,9 @@ func TestExecMemoryLimitKillsHog(t *testing.T) {
 	if r.status.ExitCode != 137 || strings.Contains(r.stdout, "survived") {
 		t.Fatalf("memory hog not OOM-killed: exit %d stdout %q stderr %q", r.status.ExitCode, r.stdout, r.stderr)
 	}
+	if usesAgent(t) && !r.status.OOMKilled {
+		t.Fatalf("the OOM kill is not reported (OOMKilled): %+v", r.status)
+	}
 	if got := mustRun(t, b, info, "echo still here"); got != "still here\n" {
 		t.Fatalf("session unusable after OOM: %q", got)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/boxrt/boxrt/internal/netns"
 	"golang.org/x/net/dns/dnsmessage"
 )
 
@@ -94,7 +95,7 @@ func TestDNSHostileQueries(t *testing.T) {
 // on port 53 reaches it) and waits for an answer.
 func (e *env) exchange(msg []byte, wait time.Duration) ([]byte, error) {
 	var conn net.Conn
-	if err := inNetns(e.ns, func() (err error) {
+	if err := netns.Do(e.ns, func() (err error) {
 		conn, err = net.Dial("udp4", "192.0.2.53:53")
 		return err
 	}); err != nil {

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/boxrt/boxrt/internal/netns"
 	"github.com/rs/zerolog"
 	"github.com/vishvananda/netlink"
 	"go.uber.org/goleak"
@@ -220,7 +221,7 @@ func (e *env) dial(ctx context.Context, t testing.TB, addr string) (net.Conn, er
 		host = addrs[0].String()
 	}
 	var c net.Conn
-	err = inNetns(e.ns, func() (err error) {
+	err = netns.Do(e.ns, func() (err error) {
 		var d net.Dialer
 		c, err = d.DialContext(ctx, "tcp4", net.JoinHostPort(host, port))
 		return err

@@ -3,49 +3,16 @@ package egress
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 
+	"github.com/boxrt/boxrt/internal/netns"
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
-
-// inNetns runs f on a thread that has entered the network namespace ns;
-// sockets f makes belong to ns for their whole life. The thread goes back
-// to its own namespace afterwards; if it cannot, it stays locked and ends
-// with its goroutine, so no other goroutine ever runs in the sandbox's
-// namespace.
-func inNetns(ns *os.File, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("entering the network namespace: %w", err)
-			return
-		}
-		ferr := f()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("leaving the network namespace: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
 
 // listeners are a session's two sockets inside its namespace.
 type listeners struct {
@@ -67,7 +34,7 @@ func (l listeners) close() {
 // redirect) and opens the proxy's and the resolver's sockets on its
 // 127.0.0.1. IPv6 gets no route beyond ::1.
 func prepareNetns(ns *os.File) (l listeners, err error) {
-	err = inNetns(ns, func() error {
+	err = netns.Do(ns, func() error {
 		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 		if err != nil {
 			return err

@@ -45,6 +45,9 @@ func (s *Server) routes() *http.ServeMux {
 	for _, m := range []string{"GET", "PUT"} { // GET serves HEAD too
 		mux.Handle(m+" "+runtime.FilesEndpoint, files)
 	}
+	// Exposed ports (box_expose_port): each exposure's own token, never
+	// the control token.
+	mux.Handle(relay.PortsRoute, relay.NewPorts(s.rt, s.log.With().Str("component", "ports").Logger(), s.tenancy.RequestPlacement, s.auth.Check))
 	// E2B's API (control under /e2b, envd under /e2b/envd): the control
 	// token as X-API-Key, each sandbox's own token for envd.
 	s.e2b.Mount(mux)

@@ -30,14 +30,14 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/e2bapi/envd/filesystem":                   {},
 		"internal/e2bapi/envd/filesystem/filesystemconnect": {"internal/e2bapi/envd/filesystem"},
 		"actions":                     {"rpc", "runtime", "runtime/skills", "runtime/snapshots", "internal/boxerr", "runtime/tenant", "backends", "internal/clip"},
-		"runtime":                     {"backends", "runtime/skills", "runtime/snapshots", "internal/boxerr", "runtime/tenant", "internal/clip", "internal/keyed", "internal/atomicfile"},
+		"runtime":                     {"backends", "internal/egress", "runtime/skills", "runtime/snapshots", "internal/boxerr", "runtime/tenant", "internal/clip", "internal/keyed", "internal/atomicfile"},
 		"runtime/skills":              {"internal/boxerr", "internal/keyed"},
 		"runtime/snapshots":           {"internal/boxerr"},
 		"internal/boxerr":             {},
 		"runtime/tenant":              {"internal/boxerr"},
-		"backends":                    {"internal/boxerr"},
-		"backends/bwrap":              {"backends", "backends/internal/sandboxsh", "internal/boxerr", "internal/atomicfile", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
-		"backends/docker":             {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "internal/boxerr", "internal/atomicfile", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
+		"backends":                    {"internal/boxerr", "internal/egress"},
+		"backends/bwrap":              {"backends", "internal/egress", "backends/internal/sandboxsh", "internal/boxerr", "internal/atomicfile", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
+		"backends/docker":             {"backends", "internal/egress", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "internal/boxerr", "internal/atomicfile", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
 		"backends/kube":               {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "internal/boxerr", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
 		"backends/internal/sandboxsh": {},
 		"backends/internal/execproc":  {"backends"},
@@ -64,7 +64,7 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/sandboxagent":           {"internal/fdsafe"},
 		"internal/sandboxagent/agenttest": {},
 
-		// The egress proxy: a leaf the runtime and backends will wire.
+		// The egress proxy: a leaf the runtime and the backends use.
 		"internal/egress": {"internal/boxerr"},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...").Output()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/egress"
 	"github.com/boxrt/boxrt/runtime/skills"
 )
 
@@ -33,12 +34,20 @@ type Config struct {
 	Durable Durable        `json:"durable"`
 	Kube    Kube           `json:"kube"`
 	E2B     map[string]any `json:"e2b,omitempty"`
+	Egress  Egress         `json:"egress"`
 
 	// stateDir is the state directory of the runtime the configuration
 	// serves (WithStateDir): the skill store's home when local.host_root is
 	// unset. It is not configuration, so not on the wire.
 	stateDir string
+	// egressProxy is the runtime's egress proxy, handed to the backends
+	// the factory builds (EgressProxy); not configuration either.
+	egressProxy *egress.Proxy
 }
+
+// EgressProxy is the egress proxy the runtime's sessions go out through;
+// nil outside a runtime (the doctor's probes).
+func (c Config) EgressProxy() *egress.Proxy { return c.egressProxy }
 
 // WithStateDir returns c for a runtime whose state directory is dir, which
 // then holds the skill store unless local.host_root or an absolute
@@ -123,6 +132,19 @@ type Docker struct {
 	// GVisorRuntime is the engine runtime that serves sessions whose spec
 	// asks for isolation "gvisor"; "" refuses such specs.
 	GVisorRuntime string `json:"gvisor_runtime"`
+}
+
+// Egress configures the egress proxy every session with network goes
+// out through (read at start).
+type Egress struct {
+	// Hosts resolves names before the host's resolver does (air-gapped
+	// setups, tests): name → IPv4 address. A policy that allows the name
+	// reaches the address even when it is private.
+	Hosts map[string]string `json:"hosts"`
+	// SecretsFile is the operator's secret store: a JSON object of
+	// name → value, read on each use, that a spec's secret names with
+	// {"name", "ref", "hosts"} instead of sending the value.
+	SecretsFile string `json:"secrets_file"`
 }
 
 // Bwrap configures the bwrap backend.
@@ -268,6 +290,12 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Durable.validate(); err != nil {
 		return err
+	}
+	if _, err := egress.New(egress.Config{Hosts: c.Egress.Hosts}); err != nil {
+		return err
+	}
+	if f := c.Egress.SecretsFile; f != "" && !filepath.IsAbs(f) {
+		return boxerr.Validation("egress.secrets_file", "egress.secrets_file must be an absolute path, got %q", f)
 	}
 	if u := c.Docker.User; u != "" && u != "auto" && strings.ContainsAny(u, " \t\n") {
 		return boxerr.Validation("docker.user", "docker.user must be \"auto\" or uid[:gid], got %q", u)

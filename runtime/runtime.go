@@ -46,6 +46,7 @@ type Runtime struct {
 	pools     *warmPools
 	records   suspendRecords
 	counters  counters
+	egress    *egressHub
 
 	// life gates the work Close waits for: inflight (session creations,
 	// resumes and process starts under way) and bg (background loops).
@@ -119,7 +120,10 @@ func New(cfg Config, factory Factory, stateDir string, opts ...Option) (*Runtime
 	r.instanceID = id
 	r.sessions = newSessionTable(r.clock, &r.counters)
 	r.records = suspendRecords{dir: filepath.Join(stateDir, "suspended"), log: r.log}
-	r.backends = &backendSelector{factory: factory, settings: &r.settings, instanceID: id, stateDir: stateDir,
+	if r.egress, err = newEgressHub(cfg.Egress, r.log); err != nil {
+		return nil, err
+	}
+	r.backends = &backendSelector{egress: r.egress.proxy, factory: factory, settings: &r.settings, instanceID: id, stateDir: stateDir,
 		clock: r.clock, log: r.log, counters: &r.counters, life: &r.life, bg: &r.bg, probeEvery: r.probeEvery,
 		inUse: r.sessions.inUse, switched: r.backendSwitched}
 	r.pools = newWarmPools(r)
@@ -372,6 +376,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 		return errors.Join(waitErr, err)
 	}
 	CloseBackend(b)
+	r.egress.proxy.Close()
 	return err
 }
 

@@ -85,7 +85,7 @@ func (sf *sessionFiles) releaseIdle(idle time.Duration) {
 	res.r, res.conn = nil, nil
 	res.dropListener()
 	// Under res.mu: no sandbox starts on the old slirp4netns meanwhile.
-	sf.stopSlirp()
+	sf.detachNet()
 }
 
 // userProcesses reports whether the sandbox's cgroup holds a process other

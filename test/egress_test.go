@@ -1,0 +1,384 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// The egress tests run boxrt in a network namespace the test makes: its
+// loopback carries the test servers' addresses (TEST-NET-3 and the
+// metadata address), so nothing a session does can reach any other
+// address, and egress.hosts names them. The proxy dials from boxrt's
+// namespace, so a server reached through it saw a connection and one that
+// was refused saw none.
+const (
+	egressAPI   = "203.0.113.10"
+	egressOther = "203.0.113.20"
+	egressBad   = "203.0.113.30"
+	egressMeta  = "169.254.169.254"
+)
+
+// egressNet is a network namespace made for one test.
+type egressNet struct{ ns *os.File }
+
+func newEgressNet(t *testing.T) *egressNet {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the egress tests need root: boxrt attaches its proxy to sandbox namespaces")
+	}
+	type made struct {
+		ns  *os.File
+		err error
+	}
+	ch := make(chan made, 1)
+	go func() {
+		// Never unlocked: the thread, in the new namespace, ends with the
+		// goroutine.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			ch <- made{err: err}
+			return
+		}
+		ns, err := os.Open("/proc/thread-self/ns/net")
+		if err == nil {
+			err = egressLoopback()
+		}
+		ch <- made{ns, err}
+	}()
+	m := <-ch
+	require.NoError(t, m.err)
+	t.Cleanup(func() { m.ns.Close() })
+	return &egressNet{ns: m.ns}
+}
+
+// egressLoopback brings lo up with the servers' addresses on it.
+func egressLoopback() error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		return err
+	}
+	for _, a := range []string{egressAPI, egressOther, egressBad, egressMeta} {
+		addr, _ := netlink.ParseAddr(a + "/32")
+		if err := netlink.AddrAdd(lo, addr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run runs f on a thread of its own in the namespace (sockets it opens and
+// processes it starts live there); the thread is discarded afterwards.
+func (n *egressNet) run(t *testing.T, f func()) {
+	t.Helper()
+	require.NoError(t, n.do(f))
+}
+
+func (n *egressNet) do(f func()) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Setns(int(n.ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- err
+			return
+		}
+		completed := false
+		defer func() {
+			if !completed { // f failed its test (runtime.Goexit)
+				errc <- errors.New("failed in the test's network namespace")
+			}
+		}()
+		f()
+		completed = true
+		errc <- nil
+	}()
+	return <-errc
+}
+
+// client is an HTTP client that dials in the namespace.
+func (n *egressNet) client() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
+			if derr := n.do(func() { conn, err = (&net.Dialer{}).DialContext(ctx, network, addr) }); derr != nil {
+				return nil, derr
+			}
+			return conn, err
+		},
+	}}
+}
+
+// egressServer is an HTTP server in the test namespace that counts its
+// requests and keeps their Authorization headers.
+type egressServer struct {
+	addr string
+	body string
+	hits atomic.Int64
+	mu   sync.Mutex
+	auth []string
+}
+
+func (n *egressNet) serve(t *testing.T, ip, body string) *egressServer {
+	t.Helper()
+	s := &egressServer{body: body}
+	var ln net.Listener
+	var err error
+	n.run(t, func() { ln, err = net.Listen("tcp4", ip+":0") })
+	require.NoError(t, err)
+	s.addr = ln.Addr().String()
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.hits.Add(1)
+		s.mu.Lock()
+		s.auth = append(s.auth, r.Header.Get("Authorization"))
+		s.mu.Unlock()
+		fmt.Fprintln(w, s.body)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(ln); close(done) }()
+	t.Cleanup(func() { _ = srv.Close(); <-done })
+	return s
+}
+
+func (s *egressServer) port() string {
+	_, p, _ := net.SplitHostPort(s.addr)
+	return p
+}
+
+func (s *egressServer) auths() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.auth...)
+}
+
+// egressEnv is a stdio boxrt on one backend in its own namespace, with
+// its servers.
+type egressEnv struct {
+	n                           *egressNet
+	p                           *Proc
+	api, api2, other, bad, meta *egressServer
+}
+
+const egressHosts = `{"api.test":"` + egressAPI + `","other.test":"` + egressOther + `","bad.test":"` + egressBad + `"}`
+
+func newEgressEnv(t *testing.T, backend string) *egressEnv {
+	t.Helper()
+	e := &egressEnv{n: newEgressNet(t)}
+	e.api = e.n.serve(t, egressAPI, "api")
+	e.api2 = e.n.serve(t, egressAPI, "api other port")
+	e.other = e.n.serve(t, egressOther, "other")
+	e.bad = e.n.serve(t, egressBad, "bad")
+	e.meta = e.n.serve(t, egressMeta, "meta")
+	cfg := "{" + backendConfigs[backend] + `,"egress":{"hosts":` + egressHosts + `}}`
+	e.n.run(t, func() { e.p = Start(t, Options{Stdio: true, Config: cfg, HTTP: e.n.client()}) })
+	return e
+}
+
+// fetchPy is a client that ignores HTTP(S)_PROXY: it connects to the
+// address the sandbox's resolver gives (argv: url, then headers).
+const fetchPy = `import sys, urllib.request as u
+r = u.Request(sys.argv[1])
+for h in sys.argv[2:]:
+    r.add_header(*h.split(": ", 1))
+o = u.build_opener(u.ProxyHandler({}))
+sys.stdout.write(o.open(r, timeout=5).read().decode())`
+
+// fetchCmd fetches url with python3 (bwrap's host root and the docker
+// sandbox image have it), sending header when not empty (the shell
+// expands it); it prints the body or fails.
+func fetchCmd(url, header string) string {
+	cmd := fmt.Sprintf("python3 -c '%s' %s", fetchPy, url)
+	if header != "" {
+		cmd += fmt.Sprintf(` "%s"`, header)
+	}
+	return cmd + " 2>/dev/null"
+}
+
+// resolveCmd resolves name with the sandbox's resolver.
+func resolveCmd(name string) string { return "getent hosts " + name }
+
+type egressExec struct {
+	ExitCode int    `json:"exit_code"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+}
+
+func (e *egressEnv) exec(t *testing.T, spec map[string]any, cmd string) egressExec {
+	t.Helper()
+	params := map[string]any{"cmd": cmd, "timeout_sec": 60}
+	for k, v := range spec {
+		params[k] = v
+	}
+	var r egressExec
+	e.p.MustCall("box_exec", params, &r)
+	return r
+}
+
+func TestEgress(t *testing.T) {
+	// docker-default: boxrt-sandbox:latest has python3.
+	for _, backend := range []string{"bwrap", "docker-default"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			e := newEgressEnv(t, backend)
+			t.Run("policy", func(t *testing.T) { testEgressPolicy(t, e) })
+			t.Run("on", func(t *testing.T) { testEgressOn(t, e) })
+			t.Run("update", func(t *testing.T) { testEgressUpdate(t, e) })
+		})
+	}
+}
+
+// testEgressPolicy: the allowed name and port are reachable and carry the
+// secret; every other way out is refused before any server sees it; the
+// sandbox holds only the placeholder; the counters and notifications say
+// what happened.
+func testEgressPolicy(t *testing.T, e *egressEnv) {
+	const secret = "sk-egress-test-5f1b0c2a9d"
+	spec := map[string]any{
+		"session_id": "policy",
+		"network":    map[string]any{"allow": []string{"api.test:" + e.api.port(), "bad.test"}, "deny": []string{egressBad}},
+		"secrets":    []map[string]any{{"name": "API_TOKEN", "value": secret, "hosts": []string{"api.test"}}},
+	}
+	r := e.exec(t, spec, fetchCmd("http://api.test:"+e.api.port()+"/", `Authorization: Bearer $API_TOKEN`))
+	require.Equal(t, 0, r.ExitCode, "allowed name: %+v", r)
+	assert.Equal(t, "api\n", r.Stdout)
+	assert.Equal(t, []string{"Bearer " + secret}, e.api.auths(), "the secret arrives at its host")
+
+	refused := map[string]string{
+		"other port of the allowed name": fetchCmd("http://api.test:"+e.api2.port()+"/", ""),
+		"other name":                     fetchCmd("http://other.test:"+e.other.port()+"/", ""),
+		"raw IP":                         fetchCmd("http://"+e.other.addr+"/", ""),
+		"name of a denied address":       fetchCmd("http://bad.test:"+e.bad.port()+"/", ""),
+		"metadata":                       fetchCmd("http://"+e.meta.addr+"/", ""),
+		"loopback":                       fetchCmd("http://127.0.0.1:"+e.api.port()+"/", ""),
+	}
+	for what, cmd := range refused {
+		r := e.exec(t, spec, cmd)
+		assert.NotEqual(t, 0, r.ExitCode, "%s reached: %+v", what, r)
+	}
+	for _, s := range []*egressServer{e.api2, e.other, e.bad, e.meta} {
+		assert.Zero(t, s.hits.Load(), "%s saw a refused connection", s.body)
+	}
+	assert.EqualValues(t, 1, e.api.hits.Load(), "the api server's requests")
+
+	r = e.exec(t, spec, resolveCmd("other.test"))
+	assert.NotEqual(t, 0, r.ExitCode, "DNS answered a denied name: %+v", r)
+	r = e.exec(t, spec, resolveCmd("api.test"))
+	assert.Contains(t, r.Stdout, egressAPI, "DNS of the allowed name: %+v", r)
+
+	// No trace of the value: environment, every process's environ, the
+	// writable places and the trust bundle. The pattern is split so that
+	// no command line carries it.
+	half := len(secret) / 2
+	r = e.exec(t, spec, fmt.Sprintf(`a=%s; b=%s; env | grep -c "$a$b"; grep -rlsF "$a$b" /proc/[0-9]*/environ /tmp /home /workspace /etc /run; test "$API_TOKEN" != "$a$b" && echo placeholder`,
+		secret[:half], secret[half:]))
+	assert.Equal(t, "0\nplaceholder\n", r.Stdout, "the sandbox holds the secret: %+v", r)
+
+	var info struct {
+		Network struct {
+			Policy  json.RawMessage `json:"policy"`
+			Allowed []struct {
+				Name string `json:"name"`
+			} `json:"allowed"`
+			Denied []struct {
+				Name string `json:"name"`
+			} `json:"denied"`
+		} `json:"network"`
+	}
+	e.p.MustCall("box_get_session", map[string]any{"session_id": "policy"}, &info)
+	require.NotEmpty(t, info.Network.Allowed, "box_get_session's network: %+v", info.Network)
+	assert.Equal(t, "api.test", info.Network.Allowed[0].Name)
+	assert.GreaterOrEqual(t, len(info.Network.Denied), 4, "denied rows: %+v", info.Network.Denied)
+
+	// Denials reach the caller of the box_exec as notifications.
+	drainLines(e.p)
+	e.exec(t, spec, fetchCmd("http://other.test:"+e.other.port()+"/", ""))
+	assert.Contains(t, networkEvents(e.p), "other.test", "box_network_event for the refused name")
+
+	assert.NotContains(t, e.p.Stderr(), secret, "the secret in boxrt's log")
+}
+
+// testEgressOn: "on" reaches neither the metadata address nor the host's
+// own addresses (which the proxy treats like its loopback).
+func testEgressOn(t *testing.T, e *egressEnv) {
+	spec := map[string]any{"session_id": "on", "network": "on"}
+	before := e.api.hits.Load()
+	for _, url := range []string{"http://" + e.meta.addr + "/", "http://" + e.api.addr + "/", "http://10.0.2.2:" + e.api.port() + "/"} {
+		r := e.exec(t, spec, fetchCmd(url, ""))
+		assert.NotEqual(t, 0, r.ExitCode, "network on reached %s: %+v", url, r)
+	}
+	assert.Zero(t, e.meta.hits.Load(), "the metadata server saw a connection")
+	assert.Equal(t, before, e.api.hits.Load(), "the host's own address saw a connection")
+}
+
+// testEgressUpdate: box_update_network opens and closes a running
+// session's way out; a session made with network off has none to change.
+func testEgressUpdate(t *testing.T, e *egressEnv) {
+	spec := map[string]any{"session_id": "live", "network": map[string]any{"allow": []string{}}}
+	fetch := fetchCmd("http://other.test:"+e.other.port()+"/", "")
+	r := e.exec(t, spec, fetch)
+	require.NotEqual(t, 0, r.ExitCode, "reached before the update: %+v", r)
+
+	allow := map[string]any{"allow": []string{"other.test"}}
+	e.p.MustCall("box_update_network", map[string]any{"session_id": "live", "network": allow}, nil)
+	spec["network"] = allow // the session's spec is its policy now
+	r = e.exec(t, spec, fetch)
+	assert.Equal(t, "other\n", r.Stdout, "after opening: %+v", r)
+
+	e.p.MustCall("box_update_network", map[string]any{"session_id": "live", "network": "off"}, nil)
+	spec["network"] = map[string]any{"allow": []string{}}
+	r = e.exec(t, spec, fetch)
+	assert.NotEqual(t, 0, r.ExitCode, "reached after closing: %+v", r)
+	assert.EqualValues(t, 1, e.other.hits.Load(), "the other server's requests")
+
+	e.exec(t, map[string]any{"session_id": "no-net"}, "true")
+	resp := e.p.Call("box_update_network", map[string]any{"session_id": "no-net", "network": "on"}, time.Minute)
+	require.NotNil(t, resp.Error)
+	assert.Equal(t, "BoxValidationError", resp.Error.Type())
+	resp = e.p.Call("box_update_network", map[string]any{"session_id": "live", "network": map[string]any{"allow": []string{"*."}}}, time.Minute)
+	require.NotNil(t, resp.Error)
+	assert.Equal(t, "BoxValidationError", resp.Error.Type())
+	assert.Contains(t, resp.Error.Message, "network.allow[0]")
+}
+
+// drainLines discards the stdout lines no call waited for so far.
+func drainLines(p *Proc) {
+	for {
+		select {
+		case <-p.lines:
+		default:
+			return
+		}
+	}
+}
+
+// networkEvents returns the box_network_event notifications read so far,
+// as text.
+func networkEvents(p *Proc) string {
+	var out []string
+	for {
+		select {
+		case l := <-p.lines:
+			if strings.Contains(string(l), `"box_network_event"`) {
+				out = append(out, string(l))
+			}
+		default:
+			return strings.Join(out, "\n")
+		}
+	}
+}

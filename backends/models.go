@@ -180,6 +180,19 @@ func (s Sandbox) ActiveExtraMounts() []MountSpec {
 	return out
 }
 
+// RefuseEgressPolicy is for a backend without boxrt's egress proxy: a
+// policy object or secrets, which only the proxy can enforce, are refused
+// rather than served as "on" or "off".
+func (s SandboxSpec) RefuseEgressPolicy(backend string) error {
+	switch {
+	case s.Network.Egress() && s.Network != NetworkOn:
+		return boxerr.Validation("network", "network: the %s backend has no egress proxy to enforce a policy; use \"off\" or \"on\" (bwrap and docker take policies)", backend)
+	case len(s.Secrets) > 0:
+		return boxerr.Validation("secrets", "secrets: the %s backend has no egress proxy to carry them (bwrap and docker do)", backend)
+	}
+	return nil
+}
+
 // SandboxSpec is what StartSession gets: the sandbox of session SessionID.
 type SandboxSpec struct {
 	SessionID string `json:"session_id"`

@@ -215,7 +215,7 @@ func TestNetwork(t *testing.T) {
 		target  string
 	}{
 		{backends.NetworkOff, srv.addr},
-		{backends.NetworkOn, srv.addr},          // the sandbox's own loopback
+		{backends.NetworkOn, srv.addr},           // the sandbox's own loopback
 		{backends.NetworkOn, "10.0.2.2:" + port}, // slirp's gateway to the host, once
 		{backends.NetworkOn, defaultRouteAddr(t) + ":" + port},
 		{backends.NetworkOn, "169.254.169.254:" + port},

@@ -145,6 +145,10 @@ type Egress struct {
 	// name → value, read on each use, that a spec's secret names with
 	// {"name", "ref", "hosts"} instead of sending the value.
 	SecretsFile string `json:"secrets_file"`
+	// UpstreamCAFile adds PEM certificates to the roots the proxy trusts
+	// when it terminates TLS for a host that carries a secret (a private
+	// CA's services); the host's roots stay trusted.
+	UpstreamCAFile string `json:"upstream_ca_file"`
 }
 
 // Bwrap configures the bwrap backend.
@@ -294,8 +298,13 @@ func (c *Config) Validate() error {
 	if _, err := egress.New(egress.Config{Hosts: c.Egress.Hosts}); err != nil {
 		return err
 	}
-	if f := c.Egress.SecretsFile; f != "" && !filepath.IsAbs(f) {
-		return boxerr.Validation("egress.secrets_file", "egress.secrets_file must be an absolute path, got %q", f)
+	for _, f := range []struct{ key, path string }{{"secrets_file", c.Egress.SecretsFile}, {"upstream_ca_file", c.Egress.UpstreamCAFile}} {
+		if f.path != "" && !filepath.IsAbs(f.path) {
+			return boxerr.Validation("egress."+f.key, "egress.%s must be an absolute path, got %q", f.key, f.path)
+		}
+	}
+	if _, err := c.Egress.upstreamRoots(); err != nil {
+		return err
 	}
 	if u := c.Docker.User; u != "" && u != "auto" && strings.ContainsAny(u, " \t\n") {
 		return boxerr.Validation("docker.user", "docker.user must be \"auto\" or uid[:gid], got %q", u)

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -32,7 +33,11 @@ const denialBuffer = 64
 
 func newEgressHub(cfg Egress, log zerolog.Logger) (*egressHub, error) {
 	h := &egressHub{watchers: map[string]map[chan egress.Denial]struct{}{}}
-	p, err := egress.New(egress.Config{Hosts: cfg.Hosts, OnDenied: h.denied, Log: log})
+	roots, err := cfg.upstreamRoots()
+	if err != nil {
+		return nil, err
+	}
+	p, err := egress.New(egress.Config{Hosts: cfg.Hosts, UpstreamRoots: roots, OnDenied: h.denied, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -212,6 +217,26 @@ func resolveSecrets(params []SecretParam, storeFile string) ([]egress.Secret, er
 		out[i].Value = v
 	}
 	return out, egress.ValidateSecrets(out, "secrets")
+}
+
+// upstreamRoots are the host's roots plus egress.upstream_ca_file's
+// certificates; nil (the host's roots) without the file.
+func (e Egress) upstreamRoots() (*x509.CertPool, error) {
+	if e.UpstreamCAFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(e.UpstreamCAFile)
+	if err != nil {
+		return nil, boxerr.Validation("egress.upstream_ca_file", "egress.upstream_ca_file: %v", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, boxerr.Validation("egress.upstream_ca_file", "egress.upstream_ca_file %s holds no PEM certificate", e.UpstreamCAFile)
+	}
+	return pool, nil
 }
 
 // readSecretStore reads egress.secrets_file, a JSON object name → value.

@@ -2,12 +2,21 @@ package test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -135,7 +144,8 @@ type egressServer struct {
 	auth []string
 }
 
-func (n *egressNet) serve(t *testing.T, ip, body string) *egressServer {
+// serve starts an HTTP server on ip, HTTPS with cert when it is not nil.
+func (n *egressNet) serve(t *testing.T, ip, body string, cert *tls.Certificate) *egressServer {
 	t.Helper()
 	s := &egressServer{body: body}
 	var ln net.Listener
@@ -143,6 +153,9 @@ func (n *egressNet) serve(t *testing.T, ip, body string) *egressServer {
 	n.run(t, func() { ln, err = net.Listen("tcp4", ip+":0") })
 	require.NoError(t, err)
 	s.addr = ln.Addr().String()
+	if cert != nil {
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*cert}})
+	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.hits.Add(1)
 		s.mu.Lock()
@@ -173,6 +186,32 @@ type egressEnv struct {
 	n                           *egressNet
 	p                           *Proc
 	api, api2, other, bad, meta *egressServer
+	apiTLS                      *egressServer
+}
+
+// egressCA makes a CA (written to a file, for egress.upstream_ca_file)
+// and a certificate it signs for name.
+func egressCA(t *testing.T, name string) (string, tls.Certificate) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "boxrt egress test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	require.NoError(t, err)
+	ca, err := x509.ParseCertificate(caDER)
+	require.NoError(t, err)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	leafDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name},
+		DNSNames: []string{name}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, ca, &key.PublicKey, caKey)
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "ca.pem")
+	require.NoError(t, os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644))
+	return file, tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: key}
 }
 
 const egressHosts = `{"api.test":"` + egressAPI + `","other.test":"` + egressOther + `","bad.test":"` + egressBad + `"}`
@@ -180,12 +219,14 @@ const egressHosts = `{"api.test":"` + egressAPI + `","other.test":"` + egressOth
 func newEgressEnv(t *testing.T, backend string) *egressEnv {
 	t.Helper()
 	e := &egressEnv{n: newEgressNet(t)}
-	e.api = e.n.serve(t, egressAPI, "api")
-	e.api2 = e.n.serve(t, egressAPI, "api other port")
-	e.other = e.n.serve(t, egressOther, "other")
-	e.bad = e.n.serve(t, egressBad, "bad")
-	e.meta = e.n.serve(t, egressMeta, "meta")
-	cfg := "{" + backendConfigs[backend] + `,"egress":{"hosts":` + egressHosts + `}}`
+	e.api = e.n.serve(t, egressAPI, "api", nil)
+	e.api2 = e.n.serve(t, egressAPI, "api other port", nil)
+	e.other = e.n.serve(t, egressOther, "other", nil)
+	e.bad = e.n.serve(t, egressBad, "bad", nil)
+	e.meta = e.n.serve(t, egressMeta, "meta", nil)
+	caFile, cert := egressCA(t, "api.test")
+	e.apiTLS = e.n.serve(t, egressAPI, "api over tls", &cert)
+	cfg := "{" + backendConfigs[backend] + `,"egress":{"hosts":` + egressHosts + `,"upstream_ca_file":"` + caFile + `"}}`
 	e.n.run(t, func() { e.p = Start(t, Options{Stdio: true, Config: cfg, HTTP: e.n.client()}) })
 	return e
 }
@@ -251,13 +292,19 @@ func testEgressPolicy(t *testing.T, e *egressEnv) {
 	const secret = "sk-egress-test-5f1b0c2a9d"
 	spec := map[string]any{
 		"session_id": "policy",
-		"network":    map[string]any{"allow": []string{"api.test:" + e.api.port(), "bad.test"}, "deny": []string{egressBad}},
+		"network":    map[string]any{"allow": []string{"api.test:" + e.api.port(), "api.test:" + e.apiTLS.port(), "bad.test"}, "deny": []string{egressBad}},
 		"secrets":    []map[string]any{{"name": "API_TOKEN", "value": secret, "hosts": []string{"api.test"}}},
 	}
 	r := e.exec(t, spec, fetchCmd("http://api.test:"+e.api.port()+"/", `Authorization: Bearer $API_TOKEN`))
 	require.Equal(t, 0, r.ExitCode, "allowed name: %+v", r)
 	assert.Equal(t, "api\n", r.Stdout)
 	assert.Equal(t, []string{"Bearer " + secret}, e.api.auths(), "the secret arrives at its host")
+	// HTTPS: the proxy terminates TLS for the secret's host with the
+	// session's CA, which the sandbox's bundle (SSL_CERT_FILE) trusts.
+	r = e.exec(t, spec, fetchCmd("https://api.test:"+e.apiTLS.port()+"/", `Authorization: Bearer $API_TOKEN`))
+	require.Equal(t, 0, r.ExitCode, "allowed name over TLS: %+v", r)
+	assert.Equal(t, "api over tls\n", r.Stdout)
+	assert.Equal(t, []string{"Bearer " + secret}, e.apiTLS.auths(), "the secret arrives at its host over TLS")
 
 	refused := map[string]string{
 		"other port of the allowed name": fetchCmd("http://api.test:"+e.api2.port()+"/", ""),

@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -214,6 +215,9 @@ func egressCA(t *testing.T, name string) (string, tls.Certificate) {
 	return file, tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: key}
 }
 
+// egressToken is the control token of the tests' boxrt (/metrics).
+const egressToken = "egress-test-token-0123456789abcdef"
+
 const egressHosts = `{"api.test":"` + egressAPI + `","other.test":"` + egressOther + `","bad.test":"` + egressBad + `"}`
 
 func newEgressEnv(t *testing.T, backend string) *egressEnv {
@@ -227,7 +231,9 @@ func newEgressEnv(t *testing.T, backend string) *egressEnv {
 	caFile, cert := egressCA(t, "api.test")
 	e.apiTLS = e.n.serve(t, egressAPI, "api over tls", &cert)
 	cfg := "{" + backendConfigs[backend] + `,"egress":{"hosts":` + egressHosts + `,"upstream_ca_file":"` + caFile + `"}}`
-	e.n.run(t, func() { e.p = Start(t, Options{Stdio: true, Config: cfg, HTTP: e.n.client()}) })
+	e.n.run(t, func() {
+		e.p = Start(t, Options{Stdio: true, Config: cfg, HTTP: e.n.client(), Env: []string{"BOXRT_CONTROL_TOKEN=" + egressToken}})
+	})
 	return e
 }
 
@@ -280,6 +286,7 @@ func TestEgress(t *testing.T) {
 			t.Run("policy", func(t *testing.T) { testEgressPolicy(t, e) })
 			t.Run("on", func(t *testing.T) { testEgressOn(t, e) })
 			t.Run("update", func(t *testing.T) { testEgressUpdate(t, e) })
+			t.Run("flood", func(t *testing.T) { testEgressFlood(t, e) })
 		})
 	}
 }
@@ -358,6 +365,22 @@ func testEgressPolicy(t *testing.T, e *egressEnv) {
 	assert.Contains(t, networkEvents(e.p), "other.test", "box_network_event for the refused name")
 
 	assert.NotContains(t, e.p.Stderr(), secret, "the secret in boxrt's log")
+
+	req, _ := http.NewRequest("GET", "http://"+e.p.Addr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+egressToken)
+	resp, err := e.n.client().Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	metrics := string(body)
+	assert.NotContains(t, metrics, secret)
+	assert.NotContains(t, metrics, "other.test", "a name in a metric label")
+	for _, series := range []string{`boxrt_egress_connections_total{decision="allowed"}`, `boxrt_egress_connections_total{decision="denied"}`, `boxrt_egress_bytes_total{direction="in"}`} {
+		v := metricValue(t, metrics, series)
+		assert.NotContains(t, []string{"", "0"}, v, "%s", series)
+	}
 }
 
 // testEgressOn: "on" reaches neither the metadata address nor the host's
@@ -401,6 +424,47 @@ func testEgressUpdate(t *testing.T, e *egressEnv) {
 	require.NotNil(t, resp.Error)
 	assert.Equal(t, "BoxValidationError", resp.Error.Type())
 	assert.Contains(t, resp.Error.Message, "network.allow[0]")
+}
+
+// floodPy opens argv[3] connections to argv[1]:argv[2] at once, sends a
+// request on each, holds them 2 s, and prints how many were answered.
+const floodPy = `import socket, sys, time
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+socks = []
+for _ in range(n):
+    try:
+        s = socket.create_connection((host, port), timeout=5)
+        s.sendall(b"GET / HTTP/1.1\r\nHost: " + host.encode() + b"\r\n\r\n")
+        socks.append(s)
+    except OSError:
+        pass
+answered = 0
+for s in socks:
+    try:
+        if s.recv(12).startswith(b"HTTP/1.1 200"):
+            answered += 1
+    except OSError:
+        pass
+time.sleep(2)
+print(answered)`
+
+// testEgressFlood: a connection flood from inside gets no more than the
+// per-session limit (256) through; the rest are refused and reported, and
+// the session's network works again afterwards.
+func testEgressFlood(t *testing.T, e *egressEnv) {
+	spec := map[string]any{"session_id": "flood", "network": map[string]any{"allow": []string{"api.test"}}}
+	drainLines(e.p)
+	r := e.exec(t, spec, fmt.Sprintf("python3 -c '%s' api.test %s 400", floodPy, e.api.port()))
+	require.Equal(t, 0, r.ExitCode, "%+v", r)
+	var answered int
+	_, err := fmt.Sscan(r.Stdout, &answered)
+	require.NoError(t, err, "%+v", r)
+	t.Logf("%d of 400 connections answered", answered)
+	assert.Greater(t, answered, 0)
+	assert.LessOrEqual(t, answered, 256, "connections through at once")
+	assert.Contains(t, networkEvents(e.p), "connection limit")
+	r = e.exec(t, spec, fetchCmd("http://api.test:"+e.api.port()+"/", ""))
+	assert.Equal(t, "api\n", r.Stdout, "after the flood: %+v", r)
 }
 
 // drainLines discards the stdout lines no call waited for so far.

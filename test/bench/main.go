@@ -330,6 +330,7 @@ func run(c config) error {
 		{"langbot", b.scenarioLangBot},
 		{"isolation", b.scenarioIsolation},
 		{"e2b", b.scenarioE2B},
+		{"egress", b.scenarioEgress},
 	}
 	for _, s := range steps {
 		if !b.want(s.name) {

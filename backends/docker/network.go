@@ -102,6 +102,11 @@ func (b *Backend) writeCA(name string, es *egress.Session) error {
 	if err != nil || bundle == nil {
 		return err
 	}
+	if _, err := os.Stat(b.agentDir(name)); err != nil {
+		// Engine execs (no agent): nothing of boxrt's is bound into the
+		// container to carry the bundle.
+		return boxerr.BackendUnavailable("docker: secrets need the session agent, whose directory carries the CA bundle into the container (this session runs without it)")
+	}
 	if err := atomicfile.Write(filepath.Join(b.agentDir(name), egressCAFile), bundle, 0o644); err != nil {
 		return boxerr.Failure("docker backend: writing the egress CA of %s: %v", name, err).Wrap(err)
 	}

@@ -273,8 +273,18 @@ func (e *egressEnv) exec(t *testing.T, spec map[string]any, cmd string) egressEx
 		params[k] = v
 	}
 	var r egressExec
-	e.p.MustCall("box_exec", params, &r)
+	e.call(t, "box_exec", params, &r)
 	return r
+}
+
+// call is Proc.MustCall failing t, the caller's (sub)test.
+func (e *egressEnv) call(t *testing.T, method string, params, out any) {
+	t.Helper()
+	r := e.p.Call(method, params, 2*time.Minute)
+	require.Nil(t, r.Error, "%s: %+v", method, r.Error)
+	if out != nil {
+		require.NoError(t, json.Unmarshal(r.Result, out))
+	}
 }
 
 func TestEgress(t *testing.T) {
@@ -287,6 +297,7 @@ func TestEgress(t *testing.T) {
 			t.Run("on", func(t *testing.T) { testEgressOn(t, e) })
 			t.Run("update", func(t *testing.T) { testEgressUpdate(t, e) })
 			t.Run("flood", func(t *testing.T) { testEgressFlood(t, e) })
+			t.Run("suspend", func(t *testing.T) { testEgressSuspend(t, e) })
 		})
 	}
 }
@@ -354,7 +365,7 @@ func testEgressPolicy(t *testing.T, e *egressEnv) {
 			} `json:"denied"`
 		} `json:"network"`
 	}
-	e.p.MustCall("box_get_session", map[string]any{"session_id": "policy"}, &info)
+	e.call(t, "box_get_session", map[string]any{"session_id": "policy"}, &info)
 	require.NotEmpty(t, info.Network.Allowed, "box_get_session's network: %+v", info.Network)
 	assert.Equal(t, "api.test", info.Network.Allowed[0].Name)
 	assert.GreaterOrEqual(t, len(info.Network.Denied), 4, "denied rows: %+v", info.Network.Denied)
@@ -405,12 +416,12 @@ func testEgressUpdate(t *testing.T, e *egressEnv) {
 	require.NotEqual(t, 0, r.ExitCode, "reached before the update: %+v", r)
 
 	allow := map[string]any{"allow": []string{"other.test"}}
-	e.p.MustCall("box_update_network", map[string]any{"session_id": "live", "network": allow}, nil)
+	e.call(t, "box_update_network", map[string]any{"session_id": "live", "network": allow}, nil)
 	spec["network"] = allow // the session's spec is its policy now
 	r = e.exec(t, spec, fetch)
 	assert.Equal(t, "other\n", r.Stdout, "after opening: %+v", r)
 
-	e.p.MustCall("box_update_network", map[string]any{"session_id": "live", "network": "off"}, nil)
+	e.call(t, "box_update_network", map[string]any{"session_id": "live", "network": "off"}, nil)
 	spec["network"] = map[string]any{"allow": []string{}}
 	r = e.exec(t, spec, fetch)
 	assert.NotEqual(t, 0, r.ExitCode, "reached after closing: %+v", r)
@@ -465,6 +476,29 @@ func testEgressFlood(t *testing.T, e *egressEnv) {
 	assert.Contains(t, networkEvents(e.p), "connection limit")
 	r = e.exec(t, spec, fetchCmd("http://api.test:"+e.api.port()+"/", ""))
 	assert.Equal(t, "api\n", r.Stdout, "after the flood: %+v", r)
+}
+
+// testEgressSuspend: a suspended session's network is detached from the
+// proxy and attached again, with the policy in force, when it resumes.
+func testEgressSuspend(t *testing.T, e *egressEnv) {
+	spec := map[string]any{"session_id": "durable", "network": map[string]any{"allow": []string{"other.test"}}}
+	fetch := fetchCmd("http://other.test:"+e.other.port()+"/", "")
+	require.Equal(t, "other\n", e.exec(t, spec, fetch).Stdout)
+	attached := func() bool {
+		var info struct {
+			Network struct {
+				Attached bool `json:"attached"`
+			} `json:"network"`
+		}
+		e.call(t, "box_get_session", map[string]any{"session_id": "durable"}, &info)
+		return info.Network.Attached
+	}
+	require.True(t, attached())
+	e.call(t, "box_suspend_session", map[string]any{"session_id": "durable"}, nil)
+	assert.False(t, attached(), "a suspended session is still attached")
+	e.call(t, "box_resume_session", map[string]any{"session_id": "durable"}, nil)
+	assert.Equal(t, "other\n", e.exec(t, spec, fetch).Stdout, "after the resume")
+	assert.True(t, attached())
 }
 
 // drainLines discards the stdout lines no call waited for so far.

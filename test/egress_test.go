@@ -126,6 +126,7 @@ func (n *egressNet) do(f func()) error {
 // client is an HTTP client that dials in the namespace.
 func (n *egressNet) client() *http.Client {
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true, // no idle connection outlives the test
 		DialContext: func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
 			if derr := n.do(func() { conn, err = (&net.Dialer{}).DialContext(ctx, network, addr) }); derr != nil {
 				return nil, derr

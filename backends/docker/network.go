@@ -29,6 +29,10 @@ import (
 // gVisor's netstack does not use the namespace's routes or rules, so a
 // gVisor session with network is refused rather than left unconfined.
 
+// egressResolver is the nameserver of a container with network: any
+// address that is not loopback would do.
+const egressResolver = "10.0.2.3"
+
 // egressCAFile is the CA bundle of a session with secrets, written into
 // its agent directory on the host, which the container sees read-only at
 // agentSockDir.

@@ -244,6 +244,12 @@ func (b *Backend) hostConfig(ctx context.Context, spec backends.SandboxSpec, mou
 		return nil, err
 	}
 	hc.NetworkMode = "none"
+	if spec.Network.Egress() {
+		// Not the host's resolver, which may be a loopback address the
+		// container would ask itself: port 53 of any other address
+		// reaches the egress proxy's resolver.
+		hc.DNS = []string{egressResolver}
+	}
 	hc.Tmpfs = map[string]string{pidDir: pidDirOpts}
 	return hc, nil
 }

@@ -32,14 +32,14 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/e2bapi/envd/filesystem":                   {},
 		"internal/e2bapi/envd/filesystem/filesystemconnect": {"internal/e2bapi/envd/filesystem"},
 		"actions":                     {"rpc", "runtime", "runtime/skills", "runtime/snapshots", "internal/boxerr", "runtime/tenant", "backends", "internal/clip"},
-		"runtime":                     {"backends", "runtime/skills", "runtime/snapshots", "internal/boxerr", "runtime/tenant", "internal/clip", "internal/keyed", "internal/atomicfile"},
+		"runtime":                     {"backends", "internal/egress", "runtime/skills", "runtime/snapshots", "internal/boxerr", "runtime/tenant", "internal/clip", "internal/keyed", "internal/atomicfile"},
 		"runtime/skills":              {"internal/boxerr", "internal/keyed"},
 		"runtime/snapshots":           {"internal/boxerr"},
 		"internal/boxerr":             {},
 		"runtime/tenant":              {"internal/boxerr"},
-		"backends":                    {"internal/boxerr"},
-		"backends/bwrap":              {"backends", "backends/internal/sandboxsh", "backends/internal/procstat", "internal/netns", "internal/boxerr", "internal/atomicfile", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
-		"backends/docker":             {"backends", "backends/internal/sandboxsh", "backends/internal/procstat", "internal/netns", "backends/internal/sandboxfs", "backends/internal/execproc", "internal/boxerr", "internal/atomicfile", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
+		"backends":                    {"internal/boxerr", "internal/egress"},
+		"backends/bwrap":              {"backends", "internal/egress", "backends/internal/sandboxsh", "internal/netns", "internal/boxerr", "internal/atomicfile", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
+		"backends/docker":             {"backends", "internal/egress", "backends/internal/sandboxsh", "backends/internal/procstat", "internal/netns", "backends/internal/sandboxfs", "backends/internal/execproc", "internal/boxerr", "internal/atomicfile", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
 		"backends/kube":               {"backends", "backends/internal/sandboxsh", "backends/internal/sandboxfs", "backends/internal/execproc", "internal/boxerr", "internal/sandboxagent", "internal/sandboxagent/agenttest"},
 		"backends/internal/sandboxsh": {},
 		"backends/internal/procstat":  {},
@@ -67,7 +67,7 @@ func TestDependencyDirection(t *testing.T) {
 		"internal/sandboxagent":           {"internal/fdsafe"},
 		"internal/sandboxagent/agenttest": {},
 
-		// The egress proxy: a leaf the runtime and backends will wire.
+		// The egress proxy: a leaf the runtime and the backends use.
 		"internal/egress": {"internal/boxerr", "internal/netns"},
 
 		// Code on a thread inside another network namespace.

@@ -151,7 +151,7 @@ func TestDispatcher(t *testing.T) {
 		assert.Equal(t, "s9", recent[1].SessionID)
 	})
 	t.Run("every core method is registered", func(t *testing.T) {
-		assert.Len(t, d.Methods(), 54)
+		assert.Len(t, d.Methods(), 55)
 		assert.Contains(t, d.Methods(), "box_install_skill_zip")
 		assert.Contains(t, d.Methods(), "__file_chunk")
 		assert.Contains(t, d.Methods(), "box_fork_session")

@@ -59,6 +59,7 @@ func New(rt *runtime.Runtime, store *skills.Store, server Server) *Dispatcher {
 		"box_resume_session":   method(d.resumeSession),
 		"box_fork_session":     method(d.forkSession),
 		"box_snapshot_session": method(d.snapshotSession),
+		"box_update_network":   method(d.updateNetwork),
 		"box_list_snapshots":   method(d.listSnapshots),
 		"box_get_snapshot":     method(d.getSnapshot),
 		"box_delete_snapshot":  method(d.deleteSnapshot),

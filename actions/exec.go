@@ -80,6 +80,9 @@ func (d *Dispatcher) exec(ctx context.Context, p execParams) (runtime.ExecResult
 	if p.opts.Stream {
 		opts.Sink = outputSink(ctx)
 	}
+	if p.spec.Network.Egress() { // a session's spec names its network
+		defer d.watchNetwork(ctx, p.spec.SessionID)()
+	}
 	return d.rt.Execs().ExecWith(ctx, p.spec, opts)
 }
 

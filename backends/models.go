@@ -1,6 +1,8 @@
 package backends
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
 	"path"
 	"strings"
@@ -8,15 +10,73 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/egress"
 )
 
-// NetworkMode says whether a sandbox may reach the network.
+// NetworkMode is what a sandbox may reach: "off", "on" (public addresses
+// only, through the egress proxy) or an egress policy object
+// ({"allow": [...], "deny": [...]}), held as its canonical JSON text so
+// that specs stay comparable values. On the wire and in saved state it is
+// the string or the object itself.
 type NetworkMode string
 
 const (
 	NetworkOff NetworkMode = "off"
 	NetworkOn  NetworkMode = "on"
 )
+
+// Policy parses the mode into the egress policy it stands for; field names
+// the parameter in the validation error.
+func (m NetworkMode) Policy(field string) (egress.Policy, error) {
+	if strings.HasPrefix(string(m), "{") {
+		return egress.Parse(json.RawMessage(m), field)
+	}
+	raw, _ := json.Marshal(string(m))
+	return egress.Parse(raw, field)
+}
+
+// Egress reports whether the sandbox reaches anything: every mode but off
+// goes out through the egress proxy.
+func (m NetworkMode) Egress() bool { return m != NetworkOff && m != "" }
+
+// CanonicalNetwork parses m and returns its canonical form.
+func CanonicalNetwork(m NetworkMode, field string) (NetworkMode, error) {
+	p, err := m.Policy(field)
+	if err != nil {
+		return "", err
+	}
+	data, _ := p.MarshalJSON()
+	if p.Mode != egress.ModeRules {
+		var s string
+		_ = json.Unmarshal(data, &s)
+		return NetworkMode(s), nil
+	}
+	return NetworkMode(data), nil
+}
+
+// MarshalJSON writes an object mode as the object.
+func (m NetworkMode) MarshalJSON() ([]byte, error) {
+	if strings.HasPrefix(string(m), "{") {
+		return []byte(m), nil
+	}
+	return json.Marshal(string(m))
+}
+
+// UnmarshalJSON takes a string or an object (kept as compact JSON text,
+// validated by CanonicalNetwork).
+func (m *NetworkMode) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*m = NetworkMode(s)
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil || !bytes.HasPrefix(buf.Bytes(), []byte("{")) {
+		return boxerr.Validation("network", `network: use "off", "on" or {"allow": [...], "deny": [...]}`)
+	}
+	*m = NetworkMode(buf.String())
+	return nil
+}
 
 // Isolation levels a spec may ask for. The default ("") is whatever the
 // backend is configured to give every session; a stronger level is only
@@ -120,10 +180,28 @@ func (s Sandbox) ActiveExtraMounts() []MountSpec {
 	return out
 }
 
+// RefuseEgressPolicy is for a backend without boxrt's egress proxy: a
+// policy object or secrets, which only the proxy can enforce, are refused
+// rather than served as "on" or "off".
+func (s SandboxSpec) RefuseEgressPolicy(backend string) error {
+	switch {
+	case s.Network.Egress() && s.Network != NetworkOn:
+		return boxerr.Validation("network", "network: the %s backend has no egress proxy to enforce a policy; use \"off\" or \"on\" (bwrap and docker take policies)", backend)
+	case len(s.Secrets) > 0:
+		return boxerr.Validation("secrets", "secrets: the %s backend has no egress proxy to carry them (bwrap and docker do)", backend)
+	}
+	return nil
+}
+
 // SandboxSpec is what StartSession gets: the sandbox of session SessionID.
 type SandboxSpec struct {
 	SessionID string `json:"session_id"`
 	Sandbox
+	// Secrets are the values the egress proxy puts into requests to their
+	// hosts (the sandbox sees placeholders). They never leave boxrt's
+	// memory: not persisted, not on the wire back, not in logs; a session
+	// adopted by a later boxrt has none.
+	Secrets []egress.Secret `json:"-"`
 }
 
 // DefaultSandboxSpec returns a SandboxSpec holding every reference default.

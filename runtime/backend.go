@@ -11,6 +11,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/egress"
 )
 
 // Factory builds a backend by name from the current configuration.
@@ -59,6 +60,7 @@ func CloseBackend(b backends.Backend) {
 // engine, and measures its isolation once. Its lock is taken before the
 // session table's (inUse), never after.
 type backendSelector struct {
+	egress     *egress.Proxy // handed to the backends built (Config.EgressProxy)
 	factory    Factory
 	settings   *settings
 	instanceID string
@@ -149,6 +151,7 @@ func (s *backendSelector) joinOrLead() (running <-chan struct{}, done chan struc
 // works; then it re-adopts that backend's sessions.
 func (s *backendSelector) probeAndAdopt(ctx context.Context) {
 	cfg := s.settings.get()
+	cfg.egressProxy = s.egress
 	var errs []string
 	for _, name := range Candidates(cfg.Backend) {
 		b, err := s.factory(name, cfg, s.instanceID, s.stateDir)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/egress"
 	"github.com/boxrt/boxrt/runtime/skills"
 )
 
@@ -35,12 +36,20 @@ type Config struct {
 	E2B     map[string]any `json:"e2b,omitempty"`
 	Events  EventsConfig   `json:"events"`
 	Metrics MetricsConfig  `json:"metrics"`
+	Egress  Egress         `json:"egress"`
 
 	// stateDir is the state directory of the runtime the configuration
 	// serves (WithStateDir): the skill store's home when local.host_root is
 	// unset. It is not configuration, so not on the wire.
 	stateDir string
+	// egressProxy is the runtime's egress proxy, handed to the backends
+	// the factory builds (EgressProxy); not configuration either.
+	egressProxy *egress.Proxy
 }
+
+// EgressProxy is the egress proxy the runtime's sessions go out through;
+// nil outside a runtime (the doctor's probes).
+func (c Config) EgressProxy() *egress.Proxy { return c.egressProxy }
 
 // WithStateDir returns c for a runtime whose state directory is dir, which
 // then holds the skill store unless local.host_root or an absolute
@@ -125,6 +134,23 @@ type Docker struct {
 	// GVisorRuntime is the engine runtime that serves sessions whose spec
 	// asks for isolation "gvisor"; "" refuses such specs.
 	GVisorRuntime string `json:"gvisor_runtime"`
+}
+
+// Egress configures the egress proxy every session with network goes
+// out through (read at start).
+type Egress struct {
+	// Hosts resolves names before the host's resolver does (air-gapped
+	// setups, tests): name → IPv4 address. A policy that allows the name
+	// reaches the address even when it is private.
+	Hosts map[string]string `json:"hosts"`
+	// SecretsFile is the operator's secret store: a JSON object of
+	// name → value, read on each use, that a spec's secret names with
+	// {"name", "ref", "hosts"} instead of sending the value.
+	SecretsFile string `json:"secrets_file"`
+	// UpstreamCAFile adds PEM certificates to the roots the proxy trusts
+	// when it terminates TLS for a host that carries a secret (a private
+	// CA's services); the host's roots stay trusted.
+	UpstreamCAFile string `json:"upstream_ca_file"`
 }
 
 // Bwrap configures the bwrap backend.
@@ -272,6 +298,17 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Events.validate(); err != nil {
+		return err
+	}
+	if _, err := egress.New(egress.Config{Hosts: c.Egress.Hosts}); err != nil {
+		return err
+	}
+	for _, f := range []struct{ key, path string }{{"secrets_file", c.Egress.SecretsFile}, {"upstream_ca_file", c.Egress.UpstreamCAFile}} {
+		if f.path != "" && !filepath.IsAbs(f.path) {
+			return boxerr.Validation("egress."+f.key, "egress.%s must be an absolute path, got %q", f.key, f.path)
+		}
+	}
+	if _, err := c.Egress.upstreamRoots(); err != nil {
 		return err
 	}
 	if u := c.Docker.User; u != "" && u != "auto" && strings.ContainsAny(u, " \t\n") {

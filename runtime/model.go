@@ -10,6 +10,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/egress"
 )
 
 // Reference defaults and bounds of the spec fields a backend never sees
@@ -48,9 +49,23 @@ type Spec struct {
 	// FromSnapshot creates a missing session from a stored snapshot: its
 	// sandbox fields and files (a session that exists ignores it).
 	FromSnapshot string `json:"from_snapshot"`
+	// SecretParams are the session's secrets (egress: placeholders in the
+	// sandbox, values put into requests to their hosts by the proxy); a
+	// session that exists keeps those it was made with.
+	SecretParams []SecretParam `json:"secrets"`
 	// restore, when set, fills a freshly started sandbox with files
 	// (snapshot restore, fork) before the session is served.
 	restore func(ctx context.Context, info backends.Session) error
+}
+
+// SecretParam is one of a spec's secrets: its value, or ref, the name of
+// an entry in the operator's secret store (egress.secrets_file), so the
+// value need not travel over the wire.
+type SecretParam struct {
+	Name  string   `json:"name"`
+	Value string   `json:"value,omitempty"`
+	Ref   string   `json:"ref,omitempty"`
+	Hosts []string `json:"hosts"`
 }
 
 // DefaultSpec returns a Spec holding every reference default.
@@ -67,6 +82,9 @@ func (s *Spec) Normalize() error {
 		return err
 	}
 	if err := s.checkEnv(); err != nil {
+		return err
+	}
+	if err := s.checkSecrets(); err != nil {
 		return err
 	}
 	if s.HostPath != "" && s.HostPathMode != backends.MountNone &&
@@ -111,6 +129,10 @@ func (s *Spec) checkFields() error {
 	if mountPathErr == nil {
 		s.MountPath = mountPath
 	}
+	network, networkErr := backends.CanonicalNetwork(s.Network, "network")
+	if networkErr == nil {
+		s.Network = network
+	}
 	switch {
 	case s.SessionID == "":
 		return boxerr.Validation("session_id", "session_id must not be empty")
@@ -120,8 +142,8 @@ func (s *Spec) checkFields() error {
 		return boxerr.Validation("session_id", "session_id must be at most 256 bytes")
 	case s.TimeoutSec <= 0 || s.TimeoutSec > MaxTimeoutSec:
 		return boxerr.Validation("timeout_sec", "timeout_sec must be between 1 and %d, got %d", MaxTimeoutSec, s.TimeoutSec)
-	case s.Network != backends.NetworkOff && s.Network != backends.NetworkOn:
-		return boxerr.Validation("network", "network must be \"off\" or \"on\", got %q", s.Network)
+	case networkErr != nil:
+		return networkErr
 	case !validMode(s.HostPathMode):
 		return boxerr.Validation("host_path_mode", "host_path_mode must be \"none\", \"ro\" or \"rw\", got %q", s.HostPathMode)
 	case mountPathErr != nil:
@@ -151,6 +173,28 @@ func (s *Spec) checkLimits() error {
 		return boxerr.Validation("max_output_bytes", "max_output_bytes must be between %d and %d, got %d", MinMaxOutputBytes, MaxMaxOutputBytes, s.MaxOutputBytes)
 	}
 	return nil
+}
+
+// checkSecrets validates the secrets' names and hosts (a ref's value is
+// checked when the store is read, at the session's creation).
+func (s *Spec) checkSecrets() error {
+	if len(s.SecretParams) == 0 {
+		return nil
+	}
+	if !s.Network.Egress() {
+		return boxerr.Validation("secrets", "secrets need network: the egress proxy carries them to their hosts; set network to a policy that allows those hosts")
+	}
+	list := make([]egress.Secret, len(s.SecretParams))
+	for i, p := range s.SecretParams {
+		if (p.Value == "") == (p.Ref == "") {
+			return boxerr.Validation(fmt.Sprintf("secrets[%d]", i), "secrets[%d]: give exactly one of value and ref", i)
+		}
+		list[i] = egress.Secret{Name: p.Name, Value: p.Value, Hosts: p.Hosts}
+		if p.Ref != "" {
+			list[i].Value = "ref"
+		}
+	}
+	return egress.ValidateSecrets(list, "secrets")
 }
 
 func (s *Spec) checkEnv() error {

@@ -92,7 +92,8 @@ func (p *warmPools) poolFor(b backends.Backend, spec Spec) string {
 // and has one ready (claimed for spec's session); otherwise, or when the
 // claim fails, it starts one cold.
 func (p *warmPools) startSandbox(ctx context.Context, b backends.Backend, spec Spec, start backends.SandboxSpec) (backends.Session, error) {
-	if pooler, ok := b.(backends.Pooler); ok && len(start.ExtraMounts) == 0 && canClaim(b, start) {
+	// A pooled sandbox has no egress session of its own to carry.
+	if pooler, ok := b.(backends.Pooler); ok && len(start.ExtraMounts) == 0 && !start.Network.Egress() && canClaim(b, start) {
 		if name := p.poolFor(b, spec); name != "" {
 			if info, ok := p.take(name); ok {
 				claimed, err := pooler.Claim(ctx, info, start)

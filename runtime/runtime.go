@@ -49,6 +49,7 @@ type Runtime struct {
 	events    *Events
 	webhook   *webhook
 	ports     *Ports
+	egress    *egressHub
 
 	// life gates the work Close waits for: inflight (session creations,
 	// resumes and process starts under way) and bg (background loops).
@@ -125,7 +126,10 @@ func New(cfg Config, factory Factory, stateDir string, opts ...Option) (*Runtime
 	r.webhook = newWebhook(r)
 	r.ports = newPorts(r)
 	r.records = suspendRecords{dir: filepath.Join(stateDir, "suspended"), log: r.log}
-	r.backends = &backendSelector{factory: factory, settings: &r.settings, instanceID: id, stateDir: stateDir,
+	if r.egress, err = newEgressHub(cfg.Egress, r.log); err != nil {
+		return nil, err
+	}
+	r.backends = &backendSelector{egress: r.egress.proxy, factory: factory, settings: &r.settings, instanceID: id, stateDir: stateDir,
 		clock: r.clock, log: r.log, counters: &r.counters, life: &r.life, bg: &r.bg, probeEvery: r.probeEvery,
 		inUse: r.sessions.inUse, switched: r.backendSwitched}
 	r.pools = newWarmPools(r)
@@ -380,6 +384,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 		return errors.Join(waitErr, err)
 	}
 	CloseBackend(b)
+	r.egress.proxy.Close()
 	return err
 }
 

@@ -288,6 +288,11 @@ func (r *Runtime) startSession(ctx context.Context, b backends.Backend, spec Spe
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	start := spec.SandboxSpec
+	secrets, err := resolveSecrets(spec.SecretParams, r.Config().Egress.SecretsFile)
+	if err != nil {
+		return backends.Session{}, err
+	}
+	start.Secrets = secrets
 	if !b.Describe().SkillsLive {
 		start.ExtraMounts = append(slices.Clone(spec.ExtraMounts), skills...)
 	}
@@ -306,6 +311,8 @@ type SessionDetails struct {
 	SessionInfo
 	ManagedProcesses map[string]ProcessInfo `json:"managed_processes,omitempty"`
 	ManagedProcess   *ProcessInfo           `json:"managed_process,omitempty"`
+	// Network is the egress proxy's view of a session with network.
+	Network *NetworkStatus `json:"network,omitempty"`
 }
 
 // MarshalJSON flattens the session info and adds the process fields; the
@@ -315,12 +322,20 @@ func (d SessionDetails) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.ManagedProcesses == nil {
+	if d.ManagedProcesses == nil && d.Network == nil {
 		return raw, nil
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, err
+	}
+	if d.Network != nil {
+		if m["network"], err = json.Marshal(d.Network); err != nil {
+			return nil, err
+		}
+	}
+	if d.ManagedProcesses == nil {
+		return json.Marshal(m)
 	}
 	if m["managed_processes"], err = json.Marshal(d.ManagedProcesses); err != nil {
 		return nil, err
@@ -344,6 +359,7 @@ func (r *Runtime) GetSession(ctx context.Context, id string) (SessionDetails, er
 		return SessionDetails{}, boxerr.SessionNotFound(id)
 	}
 	d := SessionDetails{SessionInfo: SessionInfo{r.sessions.info(s)}}
+	d.Network = r.networkStatus(physical, d.Session)
 	if procs := r.procs.table.infos(s); len(procs) > 0 {
 		d.ManagedProcesses = procs
 		if p, ok := procs[DefaultProcessID]; ok {

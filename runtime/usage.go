@@ -79,6 +79,12 @@ func (r *Runtime) sessionMetrics(ctx context.Context, physical, id string) (Sess
 	if err != nil {
 		return SessionMetrics{}, err
 	}
+	if es := r.egress.proxy.Session(physical); es != nil {
+		// A session with network reaches out only through the proxy, over
+		// its namespace's loopback, which the backend does not count.
+		st := es.Stats()
+		u.NetRxBytes, u.NetTxBytes = int64(st.BytesIn), int64(st.BytesOut)
+	}
 	state := info.State
 	if state == "" {
 		state = backends.StateRunning

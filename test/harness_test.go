@@ -94,6 +94,7 @@ type Proc struct {
 	// Token is the control token boxrt generated in its state directory
 	// (WebSocket mode without a configured token); "" otherwise.
 	Token   string
+	http    *http.Client
 	done    chan struct{}
 	mu      sync.Mutex
 	nextID  int
@@ -130,6 +131,10 @@ type Options struct {
 	Dir      string // working directory; the test's when empty
 	// ExtraFiles are inherited by boxrt from fd 3 on, as exec.Cmd's are.
 	ExtraFiles []*os.File
+	// HTTP reaches boxrt's listener (default: http.DefaultClient); one
+	// started in another network namespace needs a client that dials
+	// there.
+	HTTP *http.Client
 }
 
 // freeAddr returns a loopback address with a free port.
@@ -169,7 +174,10 @@ func Start(t *testing.T, o Options) *Proc {
 	}
 	// Runs after the Stop below (cleanups run last-registered first).
 	t.Cleanup(func() { reapSandboxes(t, o.StateDir) })
-	p := &Proc{t: t, cmd: cmd, stderr: &syncBuffer{}, Addr: addr, State: o.StateDir, done: make(chan struct{}),
+	if o.HTTP == nil {
+		o.HTTP = http.DefaultClient
+	}
+	p := &Proc{t: t, cmd: cmd, http: o.HTTP, stderr: &syncBuffer{}, Addr: addr, State: o.StateDir, done: make(chan struct{}),
 		waiters: map[string]chan Response{}, lines: make(chan []byte, 1024)}
 	cmd.Stderr = p.stderr
 	stdin, err := cmd.StdinPipe()
@@ -206,7 +214,7 @@ func lastLines(s string, n int) string {
 func (p *Proc) waitHTTP() {
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + p.Addr + "/healthz")
+		resp, err := p.http.Get("http://" + p.Addr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			return

@@ -116,6 +116,7 @@ var isolationTable = map[string]isoEntry{
 		}},
 	}},
 	"box_snapshot_session": {probes: []isoProbe{{params: onSession(nil)}}},
+	"box_update_network":   {probes: []isoProbe{{params: onSession(map[string]any{"network": "on"})}}},
 	"box_list_snapshots":   {probes: []isoProbe{{params: func(isoTarget) map[string]any { return map[string]any{} }}}},
 	"box_get_snapshot":     {probes: []isoProbe{onSnapshot()}},
 	"box_delete_snapshot":  {probes: []isoProbe{onSnapshot()}},

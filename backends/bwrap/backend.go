@@ -19,6 +19,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/egress"
 )
 
 // BackendName is the wire name of this backend.
@@ -43,6 +44,10 @@ type Config struct {
 	// no user process in it) before it is stopped, to be started again by
 	// the next call (idle.go); 0 keeps it running.
 	IdleRelease time.Duration
+	// Egress is boxrt's egress proxy: every session whose network is not
+	// off gets a network namespace whose only way out it is (net.go).
+	// nil: such sessions are refused.
+	Egress *egress.Proxy
 }
 
 // Backend runs sessions as bubblewrap sandboxes. It is safe for concurrent
@@ -67,10 +72,10 @@ type Backend struct {
 	idmapOnce sync.Once
 	idmap     *os.File // see idmap.go
 	idmapErr  error
-	// slirp4netns gives network: on sessions their outbound network;
-	// unshare (util-linux) makes their namespace.
-	slirp, unshare string
-	slirpErr       error
+	// unshare (util-linux) makes the network namespace of a session with
+	// network (net.go).
+	unshare string
+	netErr  error
 	// token makes this Backend's cgroup leaf names unique even for sessions
 	// adopted from an earlier boxrt process (whose leaves may linger).
 	token string
@@ -128,9 +133,9 @@ func New(cfg Config) (*Backend, error) {
 		token:    randomHex(4),
 	}
 	b.id, b.idErr = sandboxIdentity()
-	b.slirp, b.slirpErr = exec.LookPath("slirp4netns")
-	if b.slirpErr == nil {
-		b.unshare, b.slirpErr = lookSbin("unshare")
+	b.unshare, b.netErr = lookSbin("unshare")
+	if b.netErr == nil && cfg.Egress == nil {
+		b.netErr = errors.New("no egress proxy configured")
 	}
 	b.mkfs, b.noDiskWhy = diskTools()
 	b.diskQuota = b.noDiskWhy == ""
@@ -174,7 +179,7 @@ func (b *Backend) Describe() backends.Description {
 		"each session is one resident bwrap sandbox (new user, pid, ipc, uts, mount and cgroup namespaces, no capabilities) whose agent starts the session's execs and managed processes: they share its pid namespace and loopback, and what one command leaves running is there for the next; a persistent session's sandbox outlives boxrt and is adopted by the next boxrt on the same state directory, others end with boxrt",
 		"read_only_rootfs is always in effect: the root is the host's system directories (or the image rootfs) bound read-only; only the workspace, rw mounts, /tmp and /home are writable",
 		"commands run as uid 0 without capabilities inside a user namespace of their own; on the host that is the unprivileged user "+b.sandboxUserName()+", never root",
-		"network: on gives each session a network namespace of its own behind slirp4netns (no access to the host's loopback); off gives an empty one",
+		"a session with network (on or a policy) gets a network namespace of its own whose only way out is boxrt's egress proxy (public addresses only with on; the policy's hosts otherwise); off gives an empty one",
 	)
 	if b.cfg.IdleRelease > 0 && b.cg.version != cgroupNone {
 		notes = append(notes, fmt.Sprintf("a session's sandbox with no call and none of its processes running for %s is stopped (files kept) and started again by the next call", b.cfg.IdleRelease))
@@ -203,9 +208,9 @@ func (b *Backend) sandboxUserName() string {
 	return fmt.Sprintf("%s (uid %d)", SandboxUser, b.id.uid)
 }
 
-func (b *Backend) slirpUnavailable() error {
+func (b *Backend) netUnavailable() error {
 	return boxerr.BackendUnavailable(
-		"bwrap: network: on needs slirp4netns and unshare (%v); install them with: apt-get install slirp4netns util-linux", b.slirpErr).Wrap(b.slirpErr)
+		"bwrap: a session with network needs unshare and boxrt's egress proxy (%v); install unshare with: apt-get install util-linux", b.netErr).Wrap(b.netErr)
 }
 
 func (b *Backend) idUnavailable() error {
@@ -349,8 +354,8 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 	if b.idErr != nil {
 		return backends.Session{}, b.idUnavailable()
 	}
-	if spec.Network == backends.NetworkOn && b.slirpErr != nil {
-		return backends.Session{}, b.slirpUnavailable()
+	if spec.Network.Egress() && b.netErr != nil {
+		return backends.Session{}, b.netUnavailable()
 	}
 	if err := ctx.Err(); err != nil {
 		return backends.Session{}, err
@@ -380,7 +385,11 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 	}
 	// Host directories are opened (and created like `docker run -v` does,
 	// for ro mounts too) here, once for the session's lifetime.
-	l, err := b.layoutFor(b.files(name), dir, info, "/", nil)
+	sf := b.files(name)
+	sf.mu.Lock()
+	sf.secrets = spec.Secrets
+	sf.mu.Unlock()
+	l, err := b.layoutFor(sf, dir, info, "/", nil)
 	if err == nil {
 		err = prepareMounts(l, b.id)
 	}

@@ -191,7 +191,7 @@ func (b *Backend) Close() error {
 	for _, sf := range open {
 		if sf.res.closeOrDetach() {
 			// As when boxrt exits: the next one starts it again.
-			sf.stopSlirp()
+			sf.detachNet()
 		}
 	}
 	b.pool.close(b.poolDir())

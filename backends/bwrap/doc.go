@@ -29,8 +29,8 @@
 // changed (a new skill, a host directory re-created). A sandbox idle for
 // Config.IdleRelease (no call, no process of the session's own in its
 // cgroup) is stopped to free the host's memory and started again, without
-// Restarted, by the next call (idle.go). Besides the sandboxes only a
-// network: on session's slirp4netns runs (net.go).
+// Restarted, by the next call (idle.go). Nothing but the sandboxes runs
+// for a session: its network, if any, is boxrt's egress proxy (net.go).
 //
 // Host directories (host_path, extra mounts, skills, a rootfs image) are
 // opened once per session and mode (ro, rw) without following symlinks
@@ -50,7 +50,7 @@
 //     --cap-drop ALL, --clearenv with a fixed PATH and HOME=/home; each
 //     command gets that environment plus the request's env from the agent;
 //   - the host's /usr, /bin, /sbin, /lib* and a short list of /etc
-//     essentials read-only (resolv.conf naming slirp's DNS with network),
+//     essentials read-only (resolv.conf naming the proxy's DNS with network),
 //     or, when the image is an absolute path to a directory, that rootfs
 //     read-only;
 //   - a new /proc and /dev, the session's tmp at /tmp and home at /home,

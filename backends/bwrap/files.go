@@ -101,7 +101,7 @@ func (b *Backend) view(info backends.Session) (*fileView, error) {
 // thread its ids back and returns it to the pool.
 //
 // The thread must not end with the goroutine: it is any thread of the
-// pool, and every bwrap, slirp4netns or helper that thread once forked
+// pool, and every bwrap or helper that thread once forked
 // holds Pdeathsig tied to it, so its end would SIGKILL those children —
 // other sessions' sandboxes and their commands. A thread whose ids cannot
 // be restored is parked for good instead, never reused and never ended.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/backends/backendtest"
+	"github.com/boxrt/boxrt/internal/egress"
 	"github.com/boxrt/boxrt/internal/sandboxagent/agenttest"
 )
 
@@ -90,7 +91,12 @@ func conformanceEnv(t *testing.T) backendtest.Env {
 
 func newBackendAt(t *testing.T, stateDir, instance string) *Backend {
 	t.Helper()
-	b, err := New(Config{InstanceID: instance, StateDir: stateDir, AgentBinary: agenttest.Binary(t)})
+	proxy, err := egress.New(egress.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close) // after the backend's own cleanup
+	b, err := New(Config{InstanceID: instance, StateDir: stateDir, AgentBinary: agenttest.Binary(t), Egress: proxy})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

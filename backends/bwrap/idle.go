@@ -5,7 +5,7 @@ import (
 )
 
 // An idle session's resident sandbox (bwrap, its init and the agent: a few
-// MiB of the host's memory; with network: on also its slirp4netns) is
+// MiB of the host's memory; with network also its egress attachment) is
 // released after Config.IdleRelease with no call and no user process
 // running in it: the sandbox stops, the session's files, stage, network
 // namespace and cgroup stay, and the next call starts a sandbox again.
@@ -60,8 +60,8 @@ func (b *Backend) stopIdleLoop() {
 	}
 }
 
-// releaseIdle stops the session's sandbox, and a network: on session's
-// slirp4netns (started again with the next sandbox), when it has been idle
+// releaseIdle stops the session's sandbox, and detaches a session's
+// network (attached again with the next sandbox), when it has been idle
 // for at least idle.
 func (sf *sessionFiles) releaseIdle(idle time.Duration) {
 	res := &sf.res
@@ -84,8 +84,8 @@ func (sf *sessionFiles) releaseIdle(idle time.Duration) {
 	<-m.r.done
 	res.r, res.conn = nil, nil
 	res.dropListener()
-	// Under res.mu: no sandbox starts on the old slirp4netns meanwhile.
-	sf.stopSlirp()
+	// Under res.mu: no sandbox starts on the old attachment meanwhile.
+	sf.detachNet()
 }
 
 // userProcesses reports whether the sandbox's cgroup holds a process other

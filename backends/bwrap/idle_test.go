@@ -53,17 +53,17 @@ func TestIdleSandboxReleased(t *testing.T) {
 	}
 }
 
-// TestIdleReleaseStopsSlirp: a network: on session's slirp4netns goes
-// with its released sandbox and comes back with the next one.
-func TestIdleReleaseStopsSlirp(t *testing.T) {
+// TestIdleReleaseDetachesEgress: a network: on session's egress session
+// goes with its released sandbox and comes back with the next one.
+func TestIdleReleaseDetachesEgress(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
 	b := newBackend(t)
 	b.cfg.IdleRelease = 300 * time.Millisecond
 	info := newSession(t, b, func(s *backends.SandboxSpec) { s.Network = backends.NetworkOn })
-	const tap = "grep -c tap0: /proc/net/dev || true"
-	if got := mustRun(t, b, info, tap); got != "1\n" {
-		t.Fatalf("tap0 before the release: %q", got)
+	const route = "awk '$2 == \"00000000\" {print $1}' /proc/net/route"
+	if got := mustRun(t, b, info, route); got != "lo\n" {
+		t.Fatalf("default route before the release: %q", got)
 	}
 	sf := b.files(info.BackendSessionID)
 	deadline := time.Now().Add(10 * time.Second)
@@ -76,10 +76,13 @@ func TestIdleReleaseStopsSlirp(t *testing.T) {
 	sf.mu.Lock()
 	net := sf.net
 	sf.mu.Unlock()
-	if net != nil {
-		t.Fatal("slirp4netns still runs for the released sandbox")
+	if net != nil || b.cfg.Egress.Session(info.SessionID) != nil {
+		t.Fatal("the egress proxy still serves the released sandbox")
 	}
-	if got := mustRun(t, b, info, tap); got != "1\n" {
-		t.Fatalf("tap0 after the release: %q, want slirp4netns's device back", got)
+	if got := mustRun(t, b, info, route); got != "lo\n" {
+		t.Fatalf("default route after the release: %q", got)
+	}
+	if b.cfg.Egress.Session(info.SessionID) == nil {
+		t.Fatal("the next sandbox is not attached to the egress proxy")
 	}
 }

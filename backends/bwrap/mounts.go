@@ -13,6 +13,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/egress"
 )
 
 // Every directory bwrap binds from the host is an O_PATH descriptor boxrt
@@ -63,12 +64,15 @@ type sessionFiles struct {
 	stage         string // "" = no staging (boxrt is not root)
 	ws, tmp, home *os.File
 	net           *sessionNet
-	cg            *cgroup
-	host          map[hostKey]*os.File
-	staged        int  // h<n> names used so far
-	opened        int  // host directories opened so far (generation)
-	agentStaged   bool // the agent binary is mounted in the stage
-	closed        bool
+	// secrets are the spec's, kept in memory only (never in session.json)
+	// for the egress proxy to carry to their hosts.
+	secrets     []egress.Secret
+	cg          *cgroup
+	host        map[hostKey]*os.File
+	staged      int  // h<n> names used so far
+	opened      int  // host directories opened so far (generation)
+	agentStaged bool // the agent binary is mounted in the stage
+	closed      bool
 	// adopted: a persistent session's sandbox an earlier boxrt left
 	// running, to take over on first use (persist.go).
 	adopted *sandboxRecord
@@ -118,9 +122,10 @@ func (sf *sessionFiles) close() error {
 	return unstage(sf.stage)
 }
 
-// stopSlirp ends the session's slirp4netns, leaving its network
-// namespace pinned (a detached sandbox keeps using it).
-func (sf *sessionFiles) stopSlirp() {
+// detachNet stops serving the session's network (its egress session),
+// leaving its namespace pinned with its rules: a detached sandbox stays
+// cut off until the next sandbox attaches the proxy again.
+func (sf *sessionFiles) detachNet() {
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
 	sf.net.close()
@@ -208,9 +213,10 @@ type hostKey struct {
 
 var errSessionClosed = errors.New("session is being stopped")
 
-// network returns the session's network namespace, made (with its
-// slirp4netns) on first use. Only root can make one.
-func (sf *sessionFiles) network(b *Backend) (*os.File, error) {
+// network returns the session's network namespace, made (and attached to
+// the egress proxy with info's policy) on first use. Only root can make
+// one.
+func (sf *sessionFiles) network(b *Backend, info backends.Session) (*os.File, error) {
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
 	if err := sf.init(b); err != nil {
@@ -218,10 +224,17 @@ func (sf *sessionFiles) network(b *Backend) (*os.File, error) {
 	}
 	if sf.net == nil {
 		if sf.stage == "" {
-			return nil, boxerr.BackendUnavailable("bwrap: network: on needs boxrt to run as root (each session gets a network namespace of its own)")
+			return nil, boxerr.BackendUnavailable("bwrap: a session with network needs boxrt to run as root (each session gets a network namespace of its own)")
 		}
-		n, err := b.makeNet(sf.stage)
+		pol, err := info.Network.Policy("network")
 		if err != nil {
+			return nil, err
+		}
+		n, err := b.makeNet(sf.stage, egress.Attachment{ID: info.SessionID, Policy: pol, Secrets: sf.secrets})
+		if err != nil {
+			if be := (*boxerr.Error)(nil); errors.As(err, &be) {
+				return nil, err
+			}
 			return nil, boxerr.Failure("bwrap: the session's network: %v", err).Wrap(err)
 		}
 		sf.net = n

@@ -24,8 +24,8 @@ import (
 // keeps its cgroup leaf and its stage (the disk mount, the network
 // namespace's pin, the agent's socket directory and binary), and the
 // session's first call listens again at the same socket path, where the
-// agent, dialling again every second, connects. slirp4netns, which died
-// with the old boxrt, is started again on the pinned namespace. A
+// agent, dialling again every second, connects. The egress proxy, which
+// ended with the old boxrt, is attached again to the pinned namespace. A
 // graceful Close detaches from such a sandbox instead of killing it.
 
 // sandboxRecord is a persistent session's running sandbox.

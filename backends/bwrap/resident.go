@@ -91,11 +91,12 @@ func (m *machine) hostKill() {
 	_ = m.conn.Close()
 }
 
-// mountsKey is what of a session's spec decides its sandbox's mounts: a
+// mountsKey is what of a session's spec decides its sandbox's mounts (and
+// whether it has a network namespace; its policy changes live): a
 // change (a new skill, say) needs a new sandbox, as does a host directory
 // opened afresh (sessionFiles.generation).
 func mountsKey(info backends.Session) string {
-	data, _ := json.Marshal([]any{info.Image, info.HostPath, info.HostPathMode, info.MountPathOrDefault(), info.ExtraMounts, info.Network})
+	data, _ := json.Marshal([]any{info.Image, info.HostPath, info.HostPathMode, info.MountPathOrDefault(), info.ExtraMounts, info.Network.Egress()})
 	return string(data)
 }
 

@@ -3,6 +3,7 @@ package bwrap
 import (
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -67,6 +68,9 @@ type layout struct {
 	image   *os.File // nil = host system directories, else a rootfs directory
 	network bool
 	netns   *os.File // the session's network namespace (network only)
+	// ca is the egress session's CA bundle (hosts that carry a secret),
+	// bound read-only at egressCAPath; nil without secrets.
+	ca      []byte
 	userns  bool
 	tmp     *os.File // bound at /tmp (nil = a fresh tmpfs)
 	home    *os.File // bound at /home (nil = a fresh tmpfs)
@@ -191,10 +195,16 @@ func (b *Backend) layoutFor(sf *sessionFiles, dir string, info backends.Session,
 		wsBind.ro = !rw
 	}
 	var netns *os.File
-	if info.Network == backends.NetworkOn {
-		if netns, err = sf.network(b); err != nil {
+	var ca []byte
+	if info.Network.Egress() {
+		if netns, err = sf.network(b, info); err != nil {
 			return layout{}, err
 		}
+		var egEnv map[string]string
+		if egEnv, ca, err = sf.egressEnv(); err != nil {
+			return layout{}, err
+		}
+		env = withDefaults(env, egEnv)
 	}
 	binds := []bind{wsBind}
 	for i, m := range info.ExtraMounts {
@@ -220,6 +230,7 @@ func (b *Backend) layoutFor(sf *sessionFiles, dir string, info backends.Session,
 		image:   image,
 		network: netns != nil,
 		netns:   netns,
+		ca:      ca,
 		userns:  b.userns.Load(),
 		tmp:     tmp,
 		home:    home,
@@ -265,13 +276,20 @@ func bwrapArgs(l layout, fds *fdList) ([]string, error) {
 		return nil, err
 	}
 	if resolv {
-		// The network is slirp4netns' (net.go): its DNS forwarder is the
-		// resolver, whatever the host's resolv.conf says.
-		f, err := memFile("boxrt-resolv.conf", []byte(slirpResolvConf))
+		// The egress proxy's resolver answers port 53 of any address
+		// (net.go), whatever the host's resolv.conf says.
+		f, err := memFile("boxrt-resolv.conf", []byte(netResolvConf))
 		if err != nil {
 			return nil, err
 		}
 		a = append(a, "--ro-bind-data", fds.add(f, true), "/etc/resolv.conf")
+	}
+	if l.ca != nil {
+		f, err := memFile("boxrt-egress-ca.pem", l.ca)
+		if err != nil {
+			return nil, err
+		}
+		a = append(a, "--ro-bind-data", fds.add(f, true), egressCAPath)
 	}
 	a = append(a, "--proc", "/proc")
 	a = procHardening(a)
@@ -323,6 +341,16 @@ func bwrapArgs(l layout, fds *fdList) ([]string, error) {
 
 // sandboxEnv is the complete environment of a sandboxed command, sorted:
 // a fixed PATH, HOME=/home and env (checked by layoutFor) over them.
+// withDefaults is env over defaults (the caller's env wins).
+func withDefaults(env, defaults map[string]string) map[string]string {
+	if len(defaults) == 0 {
+		return env
+	}
+	out := maps.Clone(defaults)
+	maps.Copy(out, env)
+	return out
+}
+
 func sandboxEnv(env map[string]string) []string {
 	all := map[string]string{"PATH": defaultPath, "HOME": "/home", "PYTHONUNBUFFERED": "1"}
 	for k, v := range env {

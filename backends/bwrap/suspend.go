@@ -11,7 +11,7 @@ var _ backends.Suspender = (*Backend)(nil)
 
 // Suspend implements backends.Suspender: what still runs for the session
 // is killed, its stage detached (the disk unmounted, the loop device and a
-// network: on session's slirp4netns gone) and session.json rewritten with
+// session's egress attachment gone) and session.json rewritten with
 // State suspended (temp name, then rename). The directory with disk.img
 // stays; Adopt reports it suspended after a restart.
 func (b *Backend) Suspend(ctx context.Context, info backends.Session) error {

@@ -198,11 +198,11 @@ func TestBwrapArgs(t *testing.T) {
 		}
 		i := indexOf(a, "--ro-bind-data")
 		if i < 0 || a[i+2] != "/etc/resolv.conf" {
-			t.Fatalf("network on without slirp's resolv.conf: %q", a)
+			t.Fatalf("network on without the proxy's resolv.conf: %q", a)
 		}
 		n, _ := strconv.Atoi(a[i+1])
 		data, err := io.ReadAll(fds.files[n-fds.next])
-		if err != nil || string(data) != slirpResolvConf {
+		if err != nil || string(data) != netResolvConf {
 			t.Errorf("resolv.conf %q (%v)", data, err)
 		}
 	})

@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/backends/internal/procstat"
 )
 
 // maxUsageWalk bounds the entries a disk measurement of a session without
@@ -45,7 +44,6 @@ func (b *Backend) SessionUsage(_ context.Context, info backends.Session) (backen
 	}
 	if m != nil && m.alive() {
 		u.Processes = m.countUserProcesses()
-		u.NetRxBytes, u.NetTxBytes = procstat.Net("/proc/" + strconv.Itoa(m.conn.PeerPID()) + "/net/dev")
 	}
 	b.diskUsage(&u, dir, stage, info)
 	return u, nil

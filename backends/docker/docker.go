@@ -18,6 +18,7 @@ import (
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/egress"
 )
 
 // Name is the backend's wire name.
@@ -79,6 +80,9 @@ type Config struct {
 	// session agent, see agent.go). "" (or no StateDir, or a remote
 	// engine) runs commands through Engine execs instead.
 	AgentBinary string
+	// Egress is boxrt's egress proxy, attached to the network namespace
+	// of every container with network (network.go); nil refuses them.
+	Egress *egress.Proxy
 }
 
 // MaxTmpSizeMB bounds Config.TmpSizeMB.
@@ -106,9 +110,13 @@ type Backend struct {
 	engineDefaultRuntime   string              // as the engine reported it, "" until probed
 	runtimeArgs            map[string][]string // the engine's runtimes and their registered arguments, nil until read
 
-	netMu    sync.Mutex // guards netReady, netMode
-	netReady bool       // the sandbox network is made (network.go)
-	netMode  string     // NetworkMode of sessions with network on
+	// egress is Config.Egress; egSessions are the attached containers'
+	// egress sessions and egSecrets their secrets (memory only), by
+	// container name (network.go).
+	egress     *egress.Proxy
+	egMu       sync.Mutex
+	egSessions map[string]*egress.Session
+	egSecrets  map[string][]egress.Secret
 
 	secOptsMu sync.Mutex // guards secOpts
 	secOpts   []string   // containers' SecurityOpt, nil until worked out (seccomp.go)
@@ -189,6 +197,9 @@ func New(cfg Config) (*Backend, error) {
 		gvisorRuntime:  strings.TrimSpace(cfg.GVisorRuntime),
 		agentBinary:    agentBin,
 		agentOff:       agentOff,
+		egress:         cfg.Egress,
+		egSessions:     map[string]*egress.Session{},
+		egSecrets:      map[string][]egress.Secret{},
 	}
 	b.fileSystem = newFileSystem(b)
 	b.background, b.cancelBackground = context.WithCancel(context.Background())
@@ -205,6 +216,12 @@ func (b *Backend) Close() error {
 		b.dropLink(name.(string))
 		return true
 	})
+	b.egMu.Lock()
+	for name, es := range b.egSessions {
+		es.Close()
+		delete(b.egSessions, name)
+	}
+	b.egMu.Unlock()
 	return b.cli.Close()
 }
 

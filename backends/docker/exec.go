@@ -61,6 +61,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	if err := ctx.Err(); err != nil {
 		return backends.ExitStatus{}, err
 	}
+	req.Env = b.execEnv(info.BackendSessionID, req.Env)
 	if l, err := b.link(ctx, info); err != nil {
 		return backends.ExitStatus{}, err
 	} else if l != nil {

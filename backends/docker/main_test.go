@@ -23,6 +23,7 @@ import (
 	"github.com/boxrt/boxrt/backends/backendtest"
 	"github.com/boxrt/boxrt/backends/docker"
 	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/egress"
 	"github.com/boxrt/boxrt/internal/sandboxagent/agenttest"
 )
 
@@ -62,8 +63,14 @@ func matrixName() string {
 // built for the test, with its sockets under a state directory shared by
 // every backend of the test process (tests that need their own set one).
 func testConfig(t testing.TB, instance string) docker.Config {
+	proxy, err := egress.New(egress.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered first, so it runs after the backend's own cleanup.
+	t.Cleanup(proxy.Close)
 	return docker.Config{InstanceID: instance, DefaultImage: testImage, Runtime: matrixRuntime, GVisorRuntime: matrixRuntime,
-		AgentBinary: agenttest.Binary(t), StateDir: sharedStateDir}
+		AgentBinary: agenttest.Binary(t), StateDir: sharedStateDir, Egress: proxy}
 }
 
 // sharedStateDir is made by TestMain and removed after the tests.

@@ -2,111 +2,154 @@ package docker
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"os"
-	"os/exec"
+	"path/filepath"
 
-	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/network"
-
+	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/internal/atomicfile"
 	"github.com/boxrt/boxrt/internal/boxerr"
+	"github.com/boxrt/boxrt/internal/egress"
 )
 
-// Sessions with network on share one bridge network boxrt owns, with
-// inter-container communication disabled: on the engine's default bridge
-// every such session reached the others' listeners (bwrap's, each in a
-// namespace of its own behind slirp4netns, never could). Where boxrt is
-// root next to a local engine it also closes the host's address on that
-// bridge (the way bwrap's --disable-host-loopback closes the host's
-// loopback) and link-local addresses, cloud metadata among them, with two
-// firewall rules on the bridge's interface. The host's other addresses
-// and the outside stay reachable: filtering egress is the egress proxy's
-// job. Podman's Docker API ignores the ICC option (its bridge always lets
-// containers talk), so on Podman sessions keep its default network.
-const (
-	sandboxNetwork = "boxrt-sandbox"
-	sandboxBridge  = "boxrt0"
-	iccOption      = "com.docker.network.bridge.enable_icc"
-)
+// A session with network (on or a policy) runs with the engine's network
+// "none": a namespace with loopback only. Once its container has started,
+// boxrt (root, next to a local engine) attaches its egress proxy to that
+// namespace through /proc/<pid>/ns/net (internal/egress: a default route
+// into loopback, nftables rules that send every TCP connection to the
+// proxy and every DNS query to its resolver, the rest dropped). The
+// namespace belongs to the engine, not to the container's user namespace,
+// and the container has no CAP_NET_ADMIN, so it cannot undo the rules;
+// programs that ignore HTTP(S)_PROXY are confined all the same. Until the
+// attach there is no route out at all. A restarted container (resume,
+// restart, adoption) has a new namespace and is attached again; its
+// egress session ends with the container (stop, suspend, delete).
+//
+// gVisor's netstack does not use the namespace's routes or rules, so a
+// gVisor session with network is refused rather than left unconfined.
 
-// networkMode is the NetworkMode of a session with network on ("" for
-// the engine's default), the network made and fenced on first use.
-func (b *Backend) networkMode(ctx context.Context) (string, error) {
-	b.netMu.Lock()
-	defer b.netMu.Unlock()
-	if b.netReady {
-		return b.netMode, nil
-	}
-	podman, err := b.isPodman(ctx)
-	if err != nil {
-		return "", err
-	}
-	if !podman {
-		gateway, err := b.ensureNetwork(ctx)
-		if err != nil {
-			return "", err
-		}
-		if err := b.fenceHost(ctx, gateway); err != nil {
-			return "", err
-		}
-		b.netMode = sandboxNetwork
-	}
-	b.netReady = true
-	return b.netMode, nil
-}
+// egressResolver is the nameserver of a container with network: any
+// address that is not loopback would do.
+const egressResolver = "10.0.2.3"
 
-// ensureNetwork makes the sandbox network unless it exists (it is shared
-// by every boxrt of the engine and kept), checks that it isolates its
-// containers, and returns the host's address on it.
-func (b *Backend) ensureNetwork(ctx context.Context) (string, error) {
-	n, err := b.cli.NetworkInspect(ctx, sandboxNetwork, network.InspectOptions{})
-	if cerrdefs.IsNotFound(err) {
-		_, err = b.cli.NetworkCreate(ctx, sandboxNetwork, network.CreateOptions{
-			Driver:  "bridge",
-			Options: map[string]string{iccOption: "false", "com.docker.network.bridge.name": sandboxBridge},
-			Labels:  map[string]string{LabelManaged: "true"},
-		})
-		if err != nil && !cerrdefs.IsConflict(err) {
-			return "", b.apiError("creating network "+sandboxNetwork, err)
-		}
-		n, err = b.cli.NetworkInspect(ctx, sandboxNetwork, network.InspectOptions{})
-	}
-	if err != nil {
-		return "", b.apiError("inspecting network "+sandboxNetwork, err)
-	}
-	if n.Driver != "bridge" || n.Options[iccOption] != "false" {
-		return "", boxerr.BackendUnavailable("docker network %s exists but does not isolate its containers (driver %q, %s=%q); "+
-			"remove it (docker network rm %s) and boxrt makes it again", sandboxNetwork, n.Driver, iccOption, n.Options[iccOption], sandboxNetwork)
-	}
-	for _, c := range n.IPAM.Config {
-		if c.Gateway != "" {
-			return c.Gateway, nil
-		}
-	}
-	return "", nil
-}
+// egressCAFile is the CA bundle of a session with secrets, written into
+// its agent directory on the host, which the container sees read-only at
+// agentSockDir.
+const egressCAFile = "egress-ca.pem"
 
-// fenceHost rejects what the bridge's containers send to the host's
-// address on it and to link-local addresses; a rule already there is not
-// added twice. It does nothing where it cannot: an engine on another
-// host, boxrt not root, no iptables.
-func (b *Backend) fenceHost(ctx context.Context, gateway string) error {
-	ipt, err := exec.LookPath("iptables")
-	if !b.localEngine() || os.Geteuid() != 0 || err != nil {
+// checkEgress refuses a session with network where boxrt cannot attach
+// the proxy.
+func (b *Backend) checkEgress(sb backends.Sandbox) error {
+	if !sb.Network.Egress() {
 		return nil
 	}
-	rules := [][]string{{"DOCKER-USER", "-i", sandboxBridge, "-d", "169.254.0.0/16", "-j", "REJECT"}}
-	if gateway != "" {
-		// Only new connections: replies to the host's own (an engine's
-		// health check, a test) must still come in.
-		rules = append(rules, []string{"INPUT", "-i", sandboxBridge, "-d", gateway, "-m", "conntrack", "--ctstate", "NEW", "-j", "REJECT"})
-	}
-	for _, r := range rules {
-		if exec.CommandContext(ctx, ipt, append([]string{"-w", "-C"}, r...)...).Run() == nil {
-			continue
-		}
-		if err := run(ctx, ipt, append([]string{"-w", "-I"}, r...)...); err != nil {
-			return boxerr.BackendUnavailable("cannot fence the host off network %s: %v", sandboxNetwork, err).Wrap(err)
-		}
+	switch {
+	case b.egress == nil:
+		return boxerr.BackendUnavailable("docker: a session with network goes out through boxrt's egress proxy, and this backend has none (it is built by boxrt serve)")
+	case !b.localEngine() || os.Geteuid() != 0:
+		return boxerr.BackendUnavailable("docker: a session with network needs boxrt as root next to a local engine (it attaches its egress proxy to the container's network namespace); use network \"off\"")
+	case b.OnGVisor(sb):
+		return boxerr.Validation("network", "network other than \"off\" is not available with isolation %q: gVisor's netstack would bypass the egress proxy's rules", sb.Isolation)
 	}
 	return nil
+}
+
+// attachNet attaches the egress proxy to the started container of info
+// (replacing an earlier attachment of the same container) and writes its
+// CA bundle when it has secrets. A container without network: nothing.
+func (b *Backend) attachNet(ctx context.Context, info backends.Session) error {
+	if !info.Network.Egress() {
+		return nil
+	}
+	if err := b.checkEgress(info.Sandbox); err != nil {
+		return err
+	}
+	name := info.BackendSessionID
+	c, err := b.cli.ContainerInspect(ctx, name)
+	if err != nil {
+		return b.apiError("inspecting container "+name, err)
+	}
+	if c.State == nil || c.State.Pid <= 0 {
+		return boxerr.Failure("docker backend: container %s has no process to attach the network to", name)
+	}
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", c.State.Pid))
+	if err != nil {
+		return boxerr.Failure("docker backend: opening the network namespace of %s: %v", name, err).Wrap(err)
+	}
+	defer ns.Close()
+	pol, err := info.Network.Policy("network")
+	if err != nil {
+		return err
+	}
+	b.egMu.Lock()
+	defer b.egMu.Unlock()
+	if old := b.egSessions[name]; old != nil {
+		old.Close()
+		delete(b.egSessions, name)
+	}
+	es, err := b.egress.Attach(egress.Attachment{ID: info.SessionID, NetNS: ns, Policy: pol, Secrets: b.egSecrets[name]})
+	if err != nil {
+		return err
+	}
+	if err := b.writeCA(name, es); err != nil {
+		es.Close()
+		return err
+	}
+	b.egSessions[name] = es
+	return nil
+}
+
+// writeCA puts the session CA's bundle where the container reads it.
+func (b *Backend) writeCA(name string, es *egress.Session) error {
+	bundle, err := es.CABundle()
+	if err != nil || bundle == nil {
+		return err
+	}
+	if _, err := os.Stat(b.agentDir(name)); err != nil {
+		// Engine execs (no agent): nothing of boxrt's is bound into the
+		// container to carry the bundle.
+		return boxerr.BackendUnavailable("docker: secrets need the session agent, whose directory carries the CA bundle into the container (this session runs without it)")
+	}
+	if err := atomicfile.Write(filepath.Join(b.agentDir(name), egressCAFile), bundle, 0o644); err != nil {
+		return boxerr.Failure("docker backend: writing the egress CA of %s: %v", name, err).Wrap(err)
+	}
+	return nil
+}
+
+// detachNet ends the container's egress session (its namespace goes with
+// the container).
+func (b *Backend) detachNet(name string) {
+	b.egMu.Lock()
+	defer b.egMu.Unlock()
+	if es := b.egSessions[name]; es != nil {
+		es.Close()
+		delete(b.egSessions, name)
+	}
+}
+
+// forgetNet is detachNet for a session that ends: its secrets go too.
+func (b *Backend) forgetNet(name string) {
+	b.detachNet(name)
+	b.egMu.Lock()
+	delete(b.egSecrets, name)
+	b.egMu.Unlock()
+}
+
+// execEnv is env over what the container's egress session gives every
+// command: each secret's placeholder and, with secrets, the variables
+// naming the CA bundle.
+func (b *Backend) execEnv(name string, env map[string]string) map[string]string {
+	b.egMu.Lock()
+	es := b.egSessions[name]
+	b.egMu.Unlock()
+	if es == nil {
+		return env
+	}
+	out := es.Env()
+	if es.CAPEM() != nil {
+		maps.Copy(out, egress.TrustEnv(agentSockDir+"/"+egressCAFile))
+	}
+	maps.Copy(out, env)
+	return out
 }

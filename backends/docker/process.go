@@ -30,6 +30,7 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 	if strings.TrimSpace(spec.Command) == "" {
 		return nil, boxerr.Validation("command", "command must not be empty")
 	}
+	spec.Env = b.execEnv(info.BackendSessionID, spec.Env)
 	if b.processUser == "" {
 		// Another process user needs an Engine exec: the agent runs as
 		// the sessions' user and cannot change it.

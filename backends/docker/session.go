@@ -141,9 +141,18 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 			return backends.Session{}, err
 		}
 	}
+	if len(spec.Secrets) > 0 {
+		b.egMu.Lock()
+		b.egSecrets[name] = spec.Secrets
+		b.egMu.Unlock()
+	}
 	if err := b.cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
 		b.removeSession(ctx, name)
 		return backends.Session{}, b.apiError("starting container for session "+spec.SessionID, err)
+	}
+	if err := b.attachNet(ctx, info); err != nil {
+		b.removeSession(ctx, name)
+		return backends.Session{}, err
 	}
 	if link != nil {
 		link.mu.Lock()
@@ -229,12 +238,17 @@ func (b *Backend) hostConfig(ctx context.Context, spec backends.SandboxSpec, mou
 		}
 		hc.NanoCPUs = int64(spec.CPUs * 1e9)
 	}
-	if spec.Network != backends.NetworkOn {
-		hc.NetworkMode = "none"
-	} else if mode, err := b.networkMode(ctx); err != nil {
+	// With network too: the egress proxy is attached once it runs
+	// (network.go).
+	if err := b.checkEgress(spec.Sandbox); err != nil {
 		return nil, err
-	} else {
-		hc.NetworkMode = container.NetworkMode(mode)
+	}
+	hc.NetworkMode = "none"
+	if spec.Network.Egress() {
+		// Not the host's resolver, which may be a loopback address the
+		// container would ask itself: port 53 of any other address
+		// reaches the egress proxy's resolver.
+		hc.DNS = []string{egressResolver}
 	}
 	hc.Tmpfs = map[string]string{pidDir: pidDirOpts}
 	return hc, nil
@@ -546,6 +560,7 @@ func (b *Backend) StopSession(ctx context.Context, info backends.Session) error 
 	}
 	b.prestarts.Drop(name)
 	b.dropLink(name)
+	b.forgetNet(name)
 	if err := b.removeContainer(ctx, name); err != nil {
 		return err
 	}
@@ -601,6 +616,7 @@ func (b *Backend) removeSession(ctx context.Context, name string) {
 	ctx, cancel := cleanupContext(ctx, cleanupTimeout)
 	defer cancel()
 	b.dropLink(name)
+	b.forgetNet(name)
 	if b.removeContainer(ctx, name) == nil {
 		_ = b.removeVolumes(ctx, name)
 		_ = b.removeQuota(name)
@@ -693,6 +709,11 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 				if err := b.killOrphans(ctx, name); err != nil {
 					refused = append(refused, err)
 				}
+				// Its namespace kept the rules; the proxy that served it
+				// went with the earlier boxrt.
+				if err := b.attachNet(ctx, info); err != nil {
+					refused = append(refused, fmt.Errorf("session %s (container %s) has no network: %w", info.SessionID, name, err))
+				}
 				out = append(out, info)
 			}
 		case container.StateExited, container.StateDead, container.StateCreated:
@@ -718,6 +739,9 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 					}
 				}
 				if b.cli.ContainerStart(ctx, name, container.StartOptions{}) == nil {
+					if err := b.attachNet(ctx, info); err != nil {
+						refused = append(refused, fmt.Errorf("persistent session %s (container %s) has no network: %w", info.SessionID, name, err))
+					}
 					out = append(out, info)
 				}
 				continue

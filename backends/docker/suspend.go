@@ -60,6 +60,7 @@ func (b *Backend) Suspend(ctx context.Context, info backends.Session) error {
 	}
 	b.prestarts.Drop(name)
 	b.suspendLink(name)
+	b.detachNet(name)
 	timeout := suspendStopSec
 	if err := b.cli.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout}); err != nil {
 		return b.apiError("stopping container "+name, err)
@@ -103,7 +104,7 @@ func (b *Backend) startStopped(ctx context.Context, info backends.Session) error
 	if err := b.cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
 		return b.apiError("starting container "+name, err)
 	}
-	return nil
+	return b.attachNet(ctx, info)
 }
 
 var _ backends.Restarter = (*Backend)(nil)

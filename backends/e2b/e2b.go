@@ -249,6 +249,9 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 	if err := refuseMounts(spec); err != nil {
 		return backends.Session{}, err
 	}
+	if err := spec.RefuseEgressPolicy(Name); err != nil {
+		return backends.Session{}, err
+	}
 	template := spec.Image
 	if template == "" {
 		template = b.cfg.Template

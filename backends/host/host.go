@@ -85,6 +85,9 @@ func (b *Backend) sessionDir(sessionID string) string {
 // StartSession implements backends.Backend: the session's directory with
 // workspace/ (unless host_path is the workspace), home/ and tmp/.
 func (b *Backend) StartSession(_ context.Context, spec backends.SandboxSpec) (backends.Session, error) {
+	if err := spec.RefuseEgressPolicy(Name); err != nil {
+		return backends.Session{}, err
+	}
 	dir := b.sessionDir(spec.SessionID)
 	subdirs := []string{"home", "tmp"}
 	if spec.HostPath == "" {

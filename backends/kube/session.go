@@ -95,6 +95,9 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 	if b.configErr != nil {
 		return backends.Session{}, b.configErr
 	}
+	if err := spec.RefuseEgressPolicy("kube"); err != nil {
+		return backends.Session{}, err
+	}
 	if spec.SessionID == "" {
 		return backends.Session{}, boxerr.Validation("session_id", "session_id must not be empty")
 	}

@@ -38,6 +38,7 @@ func New(name string, cfg runtime.Config, instanceID, stateDir string) (backends
 			Runtime:                 cfg.Docker.Runtime,
 			GVisorRuntime:           cfg.Docker.GVisorRuntime,
 			AgentBinary:             agent,
+			Egress:                  cfg.EgressProxy(),
 		})
 	case "bwrap":
 		agent, err := AgentBinary()
@@ -45,7 +46,7 @@ func New(name string, cfg runtime.Config, instanceID, stateDir string) (backends
 			return nil, fmt.Errorf("bwrap: cannot find boxrt's own binary for the session agent: %w", err)
 		}
 		return bwrap.New(bwrap.Config{InstanceID: instanceID, StateDir: filepath.Clean(stateDir), AgentBinary: agent,
-			IdleRelease: time.Duration(cfg.Bwrap.IdleReleaseSec) * time.Second})
+			IdleRelease: time.Duration(cfg.Bwrap.IdleReleaseSec) * time.Second, Egress: cfg.EgressProxy()})
 	case "kube":
 		kc := KubeConfig(cfg.Kube, instanceID)
 		// Without an agent binary every command is an exec of its own.

@@ -489,3 +489,22 @@ func TestProxyWideConnectionLimit(t *testing.T) {
 		t.Errorf("denied counters: %+v", d)
 	}
 }
+
+// TestSessionLookupAndTotals: the proxy finds an attached session by its
+// tag, and its totals count decisions across sessions, closed ones too.
+func TestSessionLookupAndTotals(t *testing.T) {
+	e := newEnv(t, `{"allow":[]}`, nil)
+	if e.p.Session("t") != e.s || e.p.Session("nope") != nil {
+		t.Fatal("Session does not find the attached session by its tag")
+	}
+	if rc, _ := e.lookup(t, "api.test"); rc != dnsmessage.RCodeRefused {
+		t.Fatalf("DNS of a name the policy does not allow: %v", rc)
+	}
+	if tot := e.p.Totals(); tot.Denied != 1 || tot.Allowed != 0 || tot.Sessions != 1 {
+		t.Fatalf("totals %+v, want one denial of one session", tot)
+	}
+	e.s.Close()
+	if tot := e.p.Totals(); tot.Denied != 1 || tot.Sessions != 0 || e.p.Session("t") != nil {
+		t.Fatalf("totals after the close %+v, want the denial kept and no session", tot)
+	}
+}

@@ -77,6 +77,9 @@ type Proxy struct {
 	cfg   Config
 	hosts map[string]netip.Addr
 	conns atomic.Int64
+	// Totals over every session, those closed included (for /metrics).
+	allowedN, deniedN     atomic.Uint64
+	retiredOut, retiredIn atomic.Uint64
 
 	mu       sync.Mutex
 	sessions map[*Session]struct{}
@@ -285,7 +288,44 @@ func (s *Session) Close() {
 	s.wg.Wait()
 	s.p.mu.Lock()
 	delete(s.p.sessions, s)
+	s.p.retiredOut.Add(s.stats.bytesOut.Load())
+	s.p.retiredIn.Add(s.stats.bytesIn.Load())
 	s.p.mu.Unlock()
+}
+
+// Session returns the attached session tagged id, nil when none is.
+func (p *Proxy) Session(id string) *Session {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for s := range p.sessions {
+		if s.id == id {
+			return s
+		}
+	}
+	return nil
+}
+
+// Totals are the proxy's counters over all sessions, closed ones
+// included: connections allowed and denied, bytes each way, sessions and
+// connections open now.
+type Totals struct {
+	Allowed, Denied   uint64
+	BytesOut, BytesIn uint64
+	Sessions          int
+	Conns             int64
+}
+
+// Totals returns the proxy's counters now.
+func (p *Proxy) Totals() Totals {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := Totals{Allowed: p.allowedN.Load(), Denied: p.deniedN.Load(), BytesOut: p.retiredOut.Load(),
+		BytesIn: p.retiredIn.Load(), Sessions: len(p.sessions), Conns: p.conns.Load()}
+	for s := range p.sessions {
+		t.BytesOut += s.stats.bytesOut.Load()
+		t.BytesIn += s.stats.bytesIn.Load()
+	}
+	return t
 }
 
 func (s *Session) special(a netip.Addr) bool { return isSpecial(a, s.own) }
@@ -340,10 +380,12 @@ func (s *Session) serveTCP() {
 }
 
 func (s *Session) allowed(t target) {
+	s.p.allowedN.Add(1)
 	s.stats.count(true, label(t.name, t.dst.Addr()), t.dst.Port())
 }
 
 func (s *Session) denied(t target, reason string) {
+	s.p.deniedN.Add(1)
 	s.stats.count(false, label(t.name, t.dst.Addr()), t.dst.Port())
 	s.p.cfg.Log.Debug().Str("session", s.id).Str("name", t.name).Stringer("dst", t.dst).Str("reason", reason).Msg("egress: denied")
 	if s.p.cfg.OnDenied != nil {

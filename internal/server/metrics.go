@@ -74,7 +74,7 @@ func (m *metrics) register(rt *runtime.Runtime, methods []string) {
 	for _, name := range methods {
 		m.known[name] = methodMetrics{ok: m.rpcRequests.WithLabelValues(name, ""), duration: m.rpcDuration.WithLabelValues(name)}
 	}
-	m.reg.MustRegister(&statusCollector{rt: rt}, &usageCollector{rt: rt})
+	m.reg.MustRegister(&statusCollector{rt: rt}, &usageCollector{rt: rt}, &egressCollector{rt: rt})
 }
 
 func (m *metrics) exec(ev runtime.ExecEvent) {

@@ -94,7 +94,7 @@ func main() {
 	fs.StringVar(&c.out, "out", "docs/benchmarks.md", "where to write the report")
 	fs.StringVar(&c.jsonOut, "json", filepath.Join(os.TempDir(), "boxrt-bench-runs.json"), "where to write every run's numbers (JSON)")
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: small counts, about a minute")
-	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,ports,reconnect,dialout,scale,burst,burst64,durable,stream,files,kube,langbot,isolation,e2b,mcp (default all)")
+	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,ports,reconnect,dialout,scale,burst,burst64,durable,stream,files,kube,langbot,isolation,e2b,mcp,egress (default all)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster the kube scenario uses (default $BOXRT_TEST_KUBECONFIG, else scripts/kube-up's)")
 	fs.StringVar(&c.backends, "backends", "docker,bwrap", "comma-separated backends the exec and session scenarios measure: docker,bwrap")
 	fs.BoolVar(&c.keepWork, "keep-work", false, "keep the work directory (boxrt logs, state dirs)")
@@ -328,6 +328,7 @@ func run(c config) error {
 		{"isolation", b.scenarioIsolation},
 		{"e2b", b.scenarioE2B},
 		{"mcp", b.scenarioMCP},
+		{"egress", b.scenarioEgress},
 	}
 	for _, s := range steps {
 		if !b.want(s.name) {

@@ -1,5 +1,4 @@
 // Package procstat reads what the kernel counts for a sandbox, seen from
-// one of its processes: its network namespace's traffic (/proc/<pid>/
-// net/dev) and its memory cgroup's OOM kills, for the backends' usage
-// measurements and OOM reports.
+// one of its processes: its memory cgroup's OOM kills, for the backends'
+// usage measurements and OOM reports.
 package procstat

@@ -1,42 +1,10 @@
 package procstat
 
 import (
-	"bufio"
 	"os"
 	"strconv"
 	"strings"
 )
-
-// maxLines bounds the interfaces read.
-const maxLines = 1024
-
-// Net sums the received and sent bytes of every interface but lo in the
-// net/dev file at path; 0, 0 when it cannot be read.
-func Net(path string) (rx, tx int64) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for n := 0; sc.Scan() && n < maxLines; n++ {
-		name, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok || strings.TrimSpace(name) == "lo" {
-			continue
-		}
-		fields := strings.Fields(rest)
-		if len(fields) < 9 {
-			continue
-		}
-		r, err1 := strconv.ParseInt(fields[0], 10, 64)
-		t, err2 := strconv.ParseInt(fields[8], 10, 64)
-		if err1 == nil && err2 == nil {
-			rx += r
-			tx += t
-		}
-	}
-	return rx, tx
-}
 
 // OOMKills is how many processes the memory cgroup of process pid has
 // seen its limit kill (cgroup v1 memory.oom_control or v2 memory.events);

@@ -398,6 +398,7 @@ func (b *Backend) StartSession(ctx context.Context, spec backends.SandboxSpec) (
 		// that cannot run fails at create, and its first command only
 		// enters it.
 		_, err = b.sandbox(ctx, dir, info)
+		b.files(name).res.leave()
 	}
 	if err != nil {
 		b.discard(name, dir)

@@ -67,7 +67,7 @@ func (sf *sessionFiles) releaseIdle(idle time.Duration) {
 	res := &sf.res
 	res.mu.Lock()
 	defer res.mu.Unlock()
-	if res.conn == nil || res.pooled {
+	if res.conn == nil || res.pooled || res.entering > 0 {
 		return
 	}
 	m := &machine{r: res.r, conn: res.conn}

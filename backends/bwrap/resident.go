@@ -58,6 +58,10 @@ type resident struct {
 	// busyAt is when the sandbox was last handed to a call or seen with
 	// a user process (idle.go).
 	busyAt time.Time
+	// entering counts the calls sandbox handed it to that have not yet
+	// started their process (leave): it is not idle meanwhile, however
+	// long a loaded machine takes to start it.
+	entering int
 	// pooled: the session waits in a warm pool, whose point is a running
 	// sandbox; it is not released when idle.
 	pooled bool
@@ -101,12 +105,15 @@ func mountsKey(info backends.Session) string {
 }
 
 // sandbox returns the session's resident sandbox, starting it when there
-// is none, it was lost, or the session's mounts changed.
+// is none, it was lost, or the session's mounts changed. The caller
+// calls res.leave once its process is started (or it gave up), whether
+// sandbox failed or not.
 func (b *Backend) sandbox(ctx context.Context, dir string, info backends.Session) (*machine, error) {
 	sf := b.files(info.BackendSessionID)
 	res := &sf.res
 	res.mu.Lock()
 	defer res.mu.Unlock()
+	res.entering++
 	key := mountsKey(info) + sf.generation()
 	res.busyAt = time.Now()
 	res.pooled = strings.HasPrefix(info.SessionID, backends.PoolSessionPrefix)
@@ -328,24 +335,28 @@ func (res *resident) close() {
 	res.dropListener()
 }
 
+// leave ends a call's entering (sandbox): the sandbox counts as busy
+// until now.
+func (res *resident) leave() {
+	res.mu.Lock()
+	res.entering--
+	res.busyAt = time.Now()
+	res.mu.Unlock()
+}
+
 // spawn starts the process prepare describes for the sandbox it is given
 // in the session's sandbox. A sandbox found lost at this point (its agent
 // gone since sandbox returned it) is started again once.
 func (b *Backend) spawn(ctx context.Context, dir string, info backends.Session, prepare func(*machine) (sandboxagent.SpawnRequest, error)) (*machine, *sandboxagent.Proc, error) {
 	restarted := false
 	for attempt := 0; ; attempt++ {
-		m, err := b.sandbox(ctx, dir, info)
-		if err != nil {
-			return nil, nil, err
-		}
-		m.restarted = m.restarted || restarted
-		req, err := prepare(m)
-		if err != nil {
-			return nil, nil, err
-		}
-		p, err := m.conn.Spawn(ctx, req)
+		m, p, err := b.enter(ctx, dir, info, prepare)
 		if err == nil {
+			m.restarted = m.restarted || restarted
 			return m, p, nil
+		}
+		if m == nil {
+			return nil, nil, err
 		}
 		var se *sandboxagent.SpawnError
 		switch {
@@ -362,6 +373,22 @@ func (b *Backend) spawn(ctx context.Context, dir string, info backends.Session, 
 		m.hostKill()
 		restarted = true
 	}
+}
+
+// enter spawns prepare's process in the session's sandbox once: m is nil
+// when no sandbox was there to try it in.
+func (b *Backend) enter(ctx context.Context, dir string, info backends.Session, prepare func(*machine) (sandboxagent.SpawnRequest, error)) (*machine, *sandboxagent.Proc, error) {
+	defer b.files(info.BackendSessionID).res.leave()
+	m, err := b.sandbox(ctx, dir, info)
+	if err != nil {
+		return nil, nil, err
+	}
+	req, err := prepare(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := m.conn.Spawn(ctx, req)
+	return m, p, err
 }
 
 // waitProc delivers p's exit. An exit the agent could not report (the

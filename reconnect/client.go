@@ -316,8 +316,9 @@ func (c *Client) connect() (*link, error) {
 	if err != nil {
 		return nil, err
 	}
-	notify := c.notified
+	notify, output := c.notified, c.outputNotified
 	l.onNotify.Store(&notify)
+	l.onOutput.Store(&output)
 	answered := false
 	fail := func(step string, err error) (*link, error) {
 		if l.child != nil && l.child.waitExit(100*time.Millisecond) {
@@ -407,6 +408,17 @@ func (c *Client) notified(method string, params json.RawMessage) {
 	}
 	if c.o.onNotification != nil {
 		c.o.onNotification(method, params)
+	}
+}
+
+// outputNotified is notified for an exec output notification already
+// decoded (parseOutputFrame).
+func (c *Client) outputNotified(n outputNotice) {
+	if n.ours {
+		c.streams.route(n.requestID, n.out)
+	}
+	if c.o.onNotification != nil {
+		c.o.onNotification(OutputNotification, n.params)
 	}
 }
 

@@ -164,7 +164,11 @@ type objectStream struct {
 	onWriteError func(error)
 	// onReadEnd is told, once, why reading stopped.
 	onReadEnd func(error)
-	logger    interface{ Debug(string, ...any) }
+	// onOutput gets the exec output notifications parseOutputFrame reads,
+	// in order with the messages jsonrpc2 handles (both on the reading
+	// goroutine).
+	onOutput func(outputNotice)
+	logger   interface{ Debug(string, ...any) }
 
 	endOnce sync.Once
 }
@@ -202,6 +206,10 @@ func (s *objectStream) ReadObject(v any) error {
 		if err != nil {
 			s.endOnce.Do(func() { s.onReadEnd(err) })
 			return err
+		}
+		if n, ok := parseOutputFrame(frame); ok && s.onOutput != nil {
+			s.onOutput(n)
+			continue
 		}
 		// Lines that are not JSON at all (a wrapper script's banner, a
 		// stray print) are skipped rather than fatal; well-formed JSON that

@@ -64,11 +64,11 @@ type config struct {
 	// the large burst case: RSS and completion goals
 	burstLargeSessions int
 	burstLargeExecs    int
-	burstIdle     time.Duration
-	burstReps     int
-	timeoutTotal  time.Duration
-	waitQuiet     time.Duration
-	kubeconfig    string
+	burstIdle          time.Duration
+	burstReps          int
+	timeoutTotal       time.Duration
+	waitQuiet          time.Duration
+	kubeconfig         string
 }
 
 func defaults(quick bool) config {
@@ -96,7 +96,7 @@ func main() {
 	fs.StringVar(&c.out, "out", "docs/benchmarks.md", "where to write the report")
 	fs.StringVar(&c.jsonOut, "json", filepath.Join(os.TempDir(), "boxrt-bench-runs.json"), "where to write every run's numbers (JSON)")
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: small counts, about a minute")
-	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,reconnect,scale,burst,burst64,durable,stream,files,kube,langbot,isolation,e2b (default all)")
+	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,reconnect,scale,burst,burst64,idle,durable,stream,files,kube,langbot,isolation,e2b (default all)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster the kube scenario uses (default $BOXRT_TEST_KUBECONFIG, else scripts/kube-up's)")
 	fs.StringVar(&c.backends, "backends", "docker,bwrap", "comma-separated backends the exec and session scenarios measure: docker,bwrap")
 	fs.BoolVar(&c.keepWork, "keep-work", false, "keep the work directory (boxrt logs, state dirs)")
@@ -327,6 +327,7 @@ func run(c config) error {
 		{"scale", b.scenarioScale},
 		{"burst", b.scenarioBurst},
 		{"burst64", b.scenarioBurst64},
+		{"idle", b.scenarioIdle},
 		{"durable", b.scenarioDurable},
 		{"stream", b.scenarioStream},
 		{"files", b.scenarioFiles},

@@ -132,8 +132,11 @@ func (r *outputReader) str(dst *[]byte, text bool) bool {
 	out := *dst
 	start := i
 	for i < len(b) {
-		c := b[i]
-		switch {
+		if !stringSpecial[b[i]] {
+			i++
+			continue
+		}
+		switch c := b[i]; {
 		case c == '"':
 			out = append(out, b[start:i]...)
 			if text && !utf8.Valid(out[len(*dst):]) {
@@ -148,14 +151,22 @@ func (r *outputReader) str(dst *[]byte, text bool) bool {
 				return false
 			}
 			start = i
-		case c < 0x20:
+		default: // a control byte
 			return false
-		default:
-			i++
 		}
 	}
 	return false
 }
+
+// stringSpecial marks the bytes that end a run of a JSON string's plain
+// bytes: the quote, the backslash and control bytes.
+var stringSpecial = func() (t [256]bool) {
+	for c := range 0x20 {
+		t[c] = true
+	}
+	t['"'], t['\\'] = true, true
+	return t
+}()
 
 // unescape appends the escape at b[i] ('\\') and returns the index after
 // it.

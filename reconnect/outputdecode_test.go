@@ -1,6 +1,7 @@
 package reconnect
 
 import (
+	"bytes"
 	"encoding/json"
 	"math/rand/v2"
 	"testing"
@@ -78,5 +79,42 @@ func TestParseOutputFrameRandom(t *testing.T) {
 func mustJSON(t *testing.T, v any) []byte {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
+	return b
+}
+
+// BenchmarkOutputDecode compares the fast path with the general one on a
+// 16 KiB chunk of text, as boxrt streams a command's output.
+func BenchmarkOutputDecode(b *testing.B) {
+	data := string(bytes.Repeat([]byte("0123456789abcdefghijklmnopqrstuvwxyz\n"), 16384/37))
+	frame := []byte(`{"jsonrpc":"2.0","method":"box_exec_output","params":{"exec_id":"x1","request_id":"stream-1","seq":3,"stream":"stdout","offset":16384,"data":` +
+		string(mustJSONB(data)) + `}}`)
+	b.Run("fast", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for range b.N {
+			if _, ok := parseOutputFrame(frame); !ok {
+				b.Fatal("not read")
+			}
+		}
+	})
+	b.Run("general", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for range b.N {
+			var env struct {
+				Params json.RawMessage `json:"params"`
+			}
+			if !json.Valid(frame) || json.Unmarshal(frame, &env) != nil {
+				b.Fatal("invalid")
+			}
+			var p OutputParams
+			if json.Unmarshal(env.Params, &p) != nil {
+				b.Fatal("invalid params")
+			}
+			_ = p.Output()
+		}
+	})
+}
+
+func mustJSONB(v any) []byte {
+	b, _ := json.Marshal(v)
 	return b
 }

@@ -83,7 +83,12 @@ func (b *bench) idleRun(ctx context.Context, n int, m *Measure) (rssPer, gPer fl
 	for i := range ids {
 		ids[i] = fmt.Sprintf("bench-idle-%04d", i)
 	}
-	_, created, _ := b.createSessions(ctx, p, &scaleStats{create: m}, ids)
+	made := &scaleStats{create: newMeasure("create")}
+	_, created, _ := b.createSessions(ctx, p, made, ids)
+	if made.create.Errors > 0 {
+		notes = append(notes, fmt.Sprintf("%d of %d sessions could not be created (measured over the others); first error: %s",
+			made.create.Errors, n, made.create.FirstErr))
+	}
 	defer func() {
 		for _, id := range created {
 			_ = deleteSession(context.Background(), p.rpc, id)

@@ -1,6 +1,7 @@
 package reconnect
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -418,7 +419,8 @@ func (c *Client) outputNotified(n outputNotice) {
 		c.streams.route(n.requestID, n.out)
 	}
 	if c.o.onNotification != nil {
-		c.o.onNotification(OutputNotification, n.params)
+		// n.params is in the read buffer, which the next frame reuses.
+		c.o.onNotification(OutputNotification, bytes.Clone(n.params))
 	}
 }
 

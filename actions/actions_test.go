@@ -25,8 +25,6 @@ func TestEncodeError(t *testing.T) {
 		message   string
 		details   map[string]any
 	}{
-		{name: "busy connection", err: rpc.ErrBusy, typ: "BoxRuntimeUnavailableError", code: -32002, retryable: true,
-			message: "Runtime connection is busy (max 128 concurrent requests)"},
 		{name: "cancelled", err: fmt.Errorf("exec: %w", context.Canceled), typ: "BoxRuntimeUnavailableError", code: -32002, retryable: true,
 			message: "request cancelled: exec: context canceled"},
 		{name: "deadline", err: context.DeadlineExceeded, typ: "BoxRuntimeUnavailableError", code: -32002, retryable: true,

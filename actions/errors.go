@@ -11,9 +11,6 @@ import (
 // EncodeError maps a Go error to its wire form using boxerr's table. Typed
 // *boxerr.Error values keep their details; anything else is a BoxError.
 func EncodeError(err error) *rpc.Error {
-	if errors.Is(err, rpc.ErrBusy) {
-		return wireError(boxerr.ErrRuntimeUnavailable, "Runtime connection is busy (max 128 concurrent requests)", nil)
-	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return wireError(boxerr.ErrRuntimeUnavailable, "request cancelled: "+err.Error(), nil)
 	}

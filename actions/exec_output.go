@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -75,15 +76,16 @@ var jsonSafe = func() (t [utf8.RuneSelf]bool) {
 	return t
 }()
 
-// plainWord reports whether 8 bytes are all ASCII that a JSON string holds
-// as it is (no control character, quote or backslash), tested together:
-// most output is such text, and a byte at a time is the slow part of
-// escaping it. The zero-byte tests are exact for "any byte", which is all
-// that is asked.
-func plainWord(x uint64) bool {
+// specialBytes marks (with its high bit) each of 8 little-endian bytes
+// that a JSON string does not hold as it is: a control character, a quote,
+// a backslash, or a byte past ASCII (to be checked as UTF-8), all tested
+// together: most output is plain text, and a byte at a time is the slow
+// part of escaping it. A borrow may also mark bytes after a marked one,
+// never before, so the lowest mark is exactly the first such byte.
+func specialBytes(x uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	zero := func(v uint64) uint64 { return (v - ones) &^ v & highs }
-	return (x&highs)|((x-ones*0x20)&^x&highs)|zero(x^(ones*'"'))|zero(x^(ones*'\\')) == 0
+	return (x & highs) | ((x - ones*0x20) &^ x & highs) | zero(x^(ones*'"')) | zero(x^(ones*'\\'))
 }
 
 // appendJSONString appends s as a JSON string, escaped as encoding/json
@@ -96,7 +98,13 @@ func appendJSONString(b, s []byte) (_ []byte, valid bool) {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
-		for i+8 <= len(s) && plainWord(binary.LittleEndian.Uint64(s[i:])) {
+		// Straight to the next byte that is not plain (a newline every
+		// few dozen bytes is usual).
+		for i+8 <= len(s) {
+			if m := specialBytes(binary.LittleEndian.Uint64(s[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
 			i += 8
 		}
 		if i == len(s) {

@@ -1,6 +1,7 @@
 package reconnect
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -319,8 +320,9 @@ func (c *Client) connect() (*link, error) {
 	if err != nil {
 		return nil, err
 	}
-	notify := c.notified
+	notify, output := c.notified, c.outputNotified
 	l.onNotify.Store(&notify)
+	l.onOutput.Store(&output)
 	answered := false
 	fail := func(step string, err error) (*link, error) {
 		if l.child != nil && l.child.waitExit(100*time.Millisecond) {
@@ -410,6 +412,18 @@ func (c *Client) notified(method string, params json.RawMessage) {
 	}
 	if c.o.onNotification != nil {
 		c.o.onNotification(method, params)
+	}
+}
+
+// outputNotified is notified for an exec output notification already
+// decoded (parseOutputFrame).
+func (c *Client) outputNotified(n outputNotice) {
+	if n.ours {
+		c.streams.route(n.requestID, n.out)
+	}
+	if c.o.onNotification != nil {
+		// n.params is in the read buffer, which the next frame reuses.
+		c.o.onNotification(OutputNotification, bytes.Clone(n.params))
 	}
 }
 

@@ -126,9 +126,13 @@ func (s *streams) deliver(raw json.RawMessage) {
 	if json.Unmarshal(p.RequestID, &id) != nil {
 		return // not one of ours (a number: another client's request)
 	}
-	out := p.Output()
+	s.route(id, p.Output())
+}
+
+// route hands out to the CallStream whose request id is id, if any.
+func (s *streams) route(id string, out ExecOutput) {
 	var sub *streamSub
-	if p.EOF {
+	if out.EOF {
 		sub = s.remove(id)
 	} else {
 		sub = s.get(id)

@@ -45,6 +45,9 @@ type link struct {
 	// onNotify receives the runtime's notifications (set by the Client
 	// before the link carries any call that could cause one).
 	onNotify atomic.Pointer[func(method string, params json.RawMessage)]
+	// onOutput receives the exec output notifications read on the fast
+	// path (parseOutputFrame); set with onNotify.
+	onOutput atomic.Pointer[func(outputNotice)]
 
 	// paused reports, for a dialed-in runtime's link, that no WebSocket
 	// carries it right now (the heartbeat waits); nil otherwise.
@@ -70,6 +73,11 @@ func newLink(fc frameConn, ch *child, desc string, log *slog.Logger) *link {
 			close(l.readEnd)
 		},
 		logger: log,
+		onOutput: func(n outputNotice) {
+			if fn := l.onOutput.Load(); fn != nil {
+				(*fn)(n)
+			}
+		},
 	}
 	l.conn = jsonrpc2.NewConn(context.Background(), stream, refuseRequests{l}, jsonrpc2.SetLogger(slogPrintf{log}))
 	l.wg.Add(1)

@@ -16,6 +16,7 @@ import (
 // frameConn moves whole JSON-RPC messages: lines on stdio, text messages on
 // a WebSocket.
 type frameConn interface {
+	// ReadFrame returns the next message, valid until the next call.
 	ReadFrame() ([]byte, error)
 	// WriteFrame writes one message, giving up when ctx ends. It returns
 	// how many bytes went out so a caller can tell an untouched stream
@@ -45,14 +46,20 @@ func newLineConn(r io.ReadCloser, w io.WriteCloser) *lineConn {
 	return lc
 }
 
-// ReadFrame returns the next non-blank line without its terminator. A line
-// over the limit is fatal: the server never sends one (it replaces an
-// oversized response by an error), so the stream cannot be trusted.
+// ReadFrame returns the next non-blank line without its terminator, valid
+// until the next ReadFrame: a line that fits the read buffer is not copied
+// (streamed output is most of the lines). A line over the limit is fatal:
+// the server never sends one (it replaces an oversized response by an
+// error), so the stream cannot be trusted.
 func (c *lineConn) ReadFrame() ([]byte, error) {
 	for {
 		var line []byte
 		for {
 			chunk, err := c.r.ReadSlice('\n')
+			if err == nil && line == nil {
+				line = chunk // whole in the buffer
+				break
+			}
 			if len(line)+len(chunk) > MaxMessageBytes+1 {
 				return nil, errTooLarge
 			}
@@ -164,7 +171,11 @@ type objectStream struct {
 	onWriteError func(error)
 	// onReadEnd is told, once, why reading stopped.
 	onReadEnd func(error)
-	logger    interface{ Debug(string, ...any) }
+	// onOutput gets the exec output notifications parseOutputFrame reads,
+	// in order with the messages jsonrpc2 handles (both on the reading
+	// goroutine).
+	onOutput func(outputNotice)
+	logger   interface{ Debug(string, ...any) }
 
 	endOnce sync.Once
 }
@@ -202,6 +213,10 @@ func (s *objectStream) ReadObject(v any) error {
 		if err != nil {
 			s.endOnce.Do(func() { s.onReadEnd(err) })
 			return err
+		}
+		if n, ok := parseOutputFrame(frame); ok && s.onOutput != nil {
+			s.onOutput(n)
+			continue
 		}
 		// Lines that are not JSON at all (a wrapper script's banner, a
 		// stray print) are skipped rather than fatal; well-formed JSON that

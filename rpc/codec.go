@@ -7,7 +7,7 @@ import (
 // Codec is the envelope of one connection: it turns an inbound frame into
 // a Request and an outbound Message into frames. The frame loop decodes
 // each frame once and encodes each answer once; everything between (the
-// in-flight bound, cancellation, size limits, write coalescing) is the
+// running bound and queue, cancellation, size limits, write coalescing) is the
 // loop's and the same for every codec. A codec may keep per-connection
 // state (reassembling a message sent in chunks), so the Server makes one
 // per connection; the loop calls Decode from one goroutine and Encode from

@@ -43,7 +43,7 @@ type conn struct {
 	codec     Codec
 	transport string
 	out       outbox
-	sem       chan struct{}
+	sched     *scheduler
 
 	// req is the request being read; an inline call is served from it and
 	// from inlineCtx and inlineFrames, so a heartbeat allocates nothing.
@@ -78,10 +78,13 @@ func (rc *requestContext) Value(key any) any {
 }
 
 // asyncCall is a request whose handler runs on its own goroutine, copied
-// out of the reading goroutine's, with its context: one allocation.
+// out of the reading goroutine's, with its context and its place in the
+// connection's scheduler: one allocation.
 type asyncCall struct {
-	req Request
-	ctx requestContext
+	req  Request
+	ctx  requestContext
+	done func() // unregisters it from $/cancelRequest
+	q    queued
 }
 
 // CancelMethod is the notification that cancels an in-flight request, as
@@ -92,7 +95,8 @@ type asyncCall struct {
 const CancelMethod = "$/cancelRequest"
 
 func (s *Server) serve(ctx context.Context, fc frameConn, transport string) {
-	c := &conn{srv: s, fc: fc, codec: s.newCodec(), transport: transport, sem: make(chan struct{}, s.maxInFlight)}
+	c := &conn{srv: s, fc: fc, codec: s.newCodec(), transport: transport,
+		sched: newScheduler(s.maxInFlight, s.maxPerKey, s.maxQueued, s.maxQueuedBytes)}
 	c.out.init(fc, c.codec)
 	ctx, cancel := context.WithCancel(context.WithValue(ctx, connKey{}, c))
 	defer cancel()
@@ -112,6 +116,7 @@ func (s *Server) serve(ctx context.Context, fc frameConn, transport string) {
 	c.closed = true
 	c.mu.Unlock()
 	cancel()
+	c.dropQueued()
 	_ = fc.Close()
 	// One handler stuck writing to a peer that stopped reading must not
 	// hold shutdown.
@@ -170,49 +175,80 @@ func (c *conn) readLoop(ctx context.Context) {
 }
 
 // dispatch runs inline methods on the reading goroutine and everything
-// else on its own goroutine, at most maxInFlight at a time; the next one
-// is refused at once with ErrBusy.
+// else on its own goroutine, when the scheduler gives it a turn; a request
+// the full queue has no room for is refused at once.
 func (c *conn) dispatch(ctx context.Context, req *Request) {
 	if c.srv.inline[req.Method] {
-		c.run(&c.inlineCtx, req, true)
-		return
-	}
-	select {
-	case c.sem <- struct{}{}:
-	default:
-		if !req.Notif {
-			c.reply(req, time.Now(), nil, ErrBusy, true) // on the reading goroutine
-		}
+		c.run(&c.inlineCtx, req, true, 0)
 		return
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		<-c.sem
 		return
 	}
 	c.handlers.Add(1)
 	c.mu.Unlock()
-	a := &asyncCall{req: *req}
+	a := &asyncCall{req: *req, done: func() {}}
+	a.q = queued{call: a, size: len(req.Params), at: time.Now()}
+	if c.srv.queueKey != nil {
+		a.q.key = c.srv.queueKey(req)
+	}
 	a.req.detach()
 	// Registered here, on the reading goroutine, so a $/cancelRequest read
-	// right after the request finds it even before its goroutine runs.
-	done := func() {}
+	// right after the request finds it even before it runs; and before
+	// the scheduler sees it, since a finishing request may start it at
+	// once.
 	if !a.req.Notif && a.req.ID != nil {
-		ctx, done = c.cancellable(ctx, a.req.ID)
+		ctx, a.done = c.cancellable(ctx, a.req.ID)
 	}
 	a.ctx = requestContext{Context: ctx, req: &a.req}
-	go func() {
-		defer c.handlers.Done()
-		defer func() { <-c.sem }()
-		defer done()
-		c.run(&a.ctx, &a.req, false)
-	}()
+	run, ok, retryAfter := c.sched.admit(&a.q)
+	switch {
+	case run:
+		go c.runQueued(a)
+	case !ok:
+		a.done()
+		c.handlers.Done()
+		if !a.req.Notif && retryAfter > 0 {
+			c.reply(&a.req, a.q.at, 0, nil, queueFull(c.srv.maxQueued, retryAfter), true) // on the reading goroutine
+		}
+	}
 }
 
-// run serves req, whose request ctx already carries; inline: on the
-// reading goroutine.
-func (c *conn) run(ctx context.Context, req *Request, inline bool) {
+// runQueued serves a, then, on the same goroutine, the requests the
+// scheduler hands over as each one finishes. A request handed over once
+// the connection is ending is dropped unanswered, as dropQueued would.
+func (c *conn) runQueued(a *asyncCall) {
+	for handedOver := false; a != nil; handedOver = true {
+		start := time.Now()
+		if !handedOver {
+			c.run(&a.ctx, &a.req, false, 0)
+		} else if c.life.Err() == nil {
+			c.run(&a.ctx, &a.req, false, start.Sub(a.q.at))
+		}
+		a.done()
+		c.handlers.Done()
+		next := c.sched.done(a.q.key, time.Since(start))
+		a = nil
+		if next != nil {
+			a = next.call
+		}
+	}
+}
+
+// dropQueued forgets the requests that were waiting when the connection
+// ended: they never ran and get no answer, like those cancelled running.
+func (c *conn) dropQueued() {
+	for _, q := range c.sched.close() {
+		q.call.done()
+		c.handlers.Done()
+	}
+}
+
+// run serves req, whose request ctx already carries, after it waited
+// its turn for waited; inline: on the reading goroutine.
+func (c *conn) run(ctx context.Context, req *Request, inline bool, waited time.Duration) {
 	start := time.Now()
 	result, err := c.srv.handler.Handle(ctx, req)
 	if errors.Is(err, ErrNoReply) {
@@ -220,15 +256,15 @@ func (c *conn) run(ctx context.Context, req *Request, inline bool) {
 		return
 	}
 	if !req.Notif {
-		c.reply(req, start, result, err, inline)
+		c.reply(req, start, waited, result, err, inline)
 	}
 }
 
 // reply answers req. An answer made on the reading goroutine (inline) is
 // written at once unless more requests are already buffered (those share
 // one write), so it does not wait for the observer (log line, metrics).
-func (c *conn) reply(req *Request, start time.Time, result json.RawMessage, err error, inline bool) {
-	call := Call{Method: req.Method, ID: req.ID, Params: req.Params, Transport: c.transport}
+func (c *conn) reply(req *Request, start time.Time, waited time.Duration, result json.RawMessage, err error, inline bool) {
+	call := Call{Method: req.Method, ID: req.ID, Params: req.Params, Transport: c.transport, Waited: waited}
 	m := Message{ID: req.ID, Result: result}
 	if err != nil {
 		call.Err = Encode(c.srv.encoder, err)

@@ -5,7 +5,8 @@
 // pluggable Codec for the envelope (JSON-RPC 2.0, and LangBot's
 // action-RPC envelope with its stdio chunk framing). The loop owns what every envelope shares:
 // frame size limits, decoding each frame once, the per-connection
-// in-flight bound, cancellation when the connection ends or by the
+// scheduler (a running bound and a bounded queue with per-session turns:
+// queue.go), back-pressure on a peer that does not read, cancellation when the connection ends or by the
 // LSP-style $/cancelRequest notification, encoding each answer once,
 // coalesced writes, and server-initiated notifications (Notify,
 // NotifyQueued). It also owns bearer-token authentication, the Host/Origin guard in

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
 
@@ -42,11 +43,9 @@ func (e *Error) jsonrpc() *jsonrpc2.Error {
 // ErrorEncoder turns an error returned by a Handler into a wire Error.
 type ErrorEncoder func(error) *Error
 
-// Sentinels the transport itself produces; the ErrorEncoder sees ErrBusy
-// and ErrTooLarge so it can give them the application's error type.
+// Sentinels the transport itself produces; the ErrorEncoder sees
+// ErrResponseTooLarge so it can give it the application's error type.
 var (
-	// ErrBusy: the connection already has the maximum of requests in flight.
-	ErrBusy = errors.New("connection is busy")
 	// ErrResponseTooLarge: an encoded response exceeded the message limit.
 	ErrResponseTooLarge = errors.New("response exceeds the message size limit")
 	// ErrNoReply: a Handler returns it for a request that must get no
@@ -61,6 +60,18 @@ func (e *MethodNotFoundError) Error() string { return fmt.Sprintf("method %q not
 
 func protocolError(k *boxerr.Kind, format string, args ...any) *Error {
 	return &Error{Code: k.Code, Type: k.Type, Retryable: k.Retryable, Message: fmt.Sprintf(format, args...)}
+}
+
+// QueueFullLimit is the limit a queue-full refusal names.
+const QueueFullLimit = "max_queued_requests"
+
+// queueFull refuses a request the connection's queue has no room for;
+// retry_after_ms says when the requests ahead should be done.
+func queueFull(limit int, retryAfter time.Duration) *Error {
+	ms := retryAfter.Milliseconds()
+	return protocolError(boxerr.ErrCapacityExceeded,
+		"Runtime connection queue is full (at most %d requests wait on one connection); retry after %d ms", limit, ms).
+		withDetail("limit", QueueFullLimit).withDetail("value", limit).withDetail("retry_after_ms", ms)
 }
 
 func parseError(format string, args ...any) *Error {

@@ -25,9 +25,6 @@ const (
 	// is cut and marked, as the reference does.
 	langBotMaxErrorChars = 4096
 	langBotTruncated     = "... [protocol error truncated]"
-	// LangBotBusyMessage is the whole message of the answer to an action
-	// past the in-flight bound: the reference sends it without a class.
-	LangBotBusyMessage = "Runtime connection is busy (max 128 concurrent actions)"
 )
 
 // LangBot is the codec of LangBot's action-RPC envelope: requests
@@ -319,7 +316,7 @@ func encodeLangBotAnswer(m *Message) []byte {
 	}
 	code, message, data := "0", "success", m.Result
 	if m.Error != nil {
-		code, message, data = "1", LangBotMessage(m.Error), emptyResult
+		code, message, data = "1", LangBotMessage(m.Error), langBotErrorData(m.Error)
 	} else if len(data) == 0 {
 		data = emptyResult
 	}
@@ -333,6 +330,16 @@ func encodeLangBotAnswer(m *Message) []byte {
 	b = append(b, `,"data":`...)
 	b = append(b, data...)
 	return append(b, `,"chunk_status":"continue"}`...)
+}
+
+// langBotErrorData is an error answer's data: {} as the reference sends,
+// or {"retry_after_ms": n} for a refusal that says when to retry.
+func langBotErrorData(e *Error) json.RawMessage {
+	ms, ok := e.Details["retry_after_ms"].(int64)
+	if !ok {
+		return emptyResult
+	}
+	return append(strconv.AppendInt([]byte(`{"retry_after_ms":`), ms, 10), '}')
 }
 
 // LangBotMessage is the envelope's error message for e: "<Class>: <text>",
@@ -351,10 +358,6 @@ func LangBotMessage(e *Error) string {
 		}
 	case boxerr.ErrInternal.Type:
 		class = "RuntimeError"
-	case boxerr.ErrRuntimeUnavailable.Type:
-		if strings.HasPrefix(text, "Runtime connection is busy") {
-			return LangBotBusyMessage
-		}
 	}
 	if utf8.RuneCountInString(text) > langBotMaxErrorChars {
 		r := []rune(text)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -84,8 +85,8 @@ func TestLangBotEncodeAnswers(t *testing.T) {
 			want: `{"seq_id":2,"code":1,"message":"BoxSessionNotFoundError: session s not found","data":{},"chunk_status":"continue"}`},
 		{name: "unknown action", m: Message{ID: json.RawMessage("3"), Error: &Error{Type: boxerr.ErrMethodNotFound.Type, Message: `method "x" not found`, Details: map[string]any{"method": "__heartbeat"}}},
 			want: `{"seq_id":3,"code":1,"message":"ValueError: Action __heartbeat not found","data":{},"chunk_status":"continue"}`},
-		{name: "busy", m: Message{ID: json.RawMessage("4"), Error: &Error{Type: boxerr.ErrRuntimeUnavailable.Type, Message: "Runtime connection is busy (max 128 concurrent requests)"}},
-			want: `{"seq_id":4,"code":1,"message":"Runtime connection is busy (max 128 concurrent actions)","data":{},"chunk_status":"continue"}`},
+		{name: "queue full says when to retry", m: Message{ID: json.RawMessage("4"), Error: queueFull(4096, 1500*time.Millisecond)},
+			want: `{"seq_id":4,"code":1,"message":"BoxCapacityExceededError: Runtime connection queue is full (at most 4096 requests wait on one connection); retry after 1500 ms","data":{"retry_after_ms":1500},"chunk_status":"continue"}`},
 		{name: "invalid envelope", m: Message{ID: nil, Error: &Error{Type: boxerr.ErrInvalidRequest.Type, Message: "bad"}},
 			want: `{"seq_id":-1,"code":1,"message":"ValidationError: bad","data":{},"chunk_status":"continue"}`},
 		{name: "permission", m: Message{ID: json.RawMessage("5"), Error: &Error{Type: "PermissionError", Message: "Stale Box placement generation"}},

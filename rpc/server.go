@@ -18,9 +18,6 @@ const (
 	TransportWebSocket = "websocket"
 )
 
-// DefaultMaxInFlight is the per-connection limit of concurrent requests.
-const DefaultMaxInFlight = 128
-
 // Request is one call as a Handler sees it.
 type Request struct {
 	Method string
@@ -71,21 +68,29 @@ type Call struct {
 	Params    json.RawMessage
 	Transport string
 	Duration  time.Duration
+	// Waited is how long the request waited in the connection's queue
+	// before it ran.
+	Waited time.Duration
 	// Err is the encoded error, nil on success.
 	Err *Error
 }
 
 // Server serves JSON-RPC connections on any number of transports.
 type Server struct {
-	handler      Handler
-	encoder      ErrorEncoder
-	log          zerolog.Logger
-	maxInFlight  int
-	pingInterval time.Duration
-	pingTimeout  time.Duration
-	observe      func(Call)
-	inline       map[string]bool
-	newCodec     func() Codec
+	handler     Handler
+	encoder     ErrorEncoder
+	log         zerolog.Logger
+	maxInFlight int
+	maxPerKey   int
+	maxQueued   int
+	// maxQueuedBytes bounds the params of the waiting requests.
+	maxQueuedBytes int
+	queueKey       func(*Request) string
+	pingInterval   time.Duration
+	pingTimeout    time.Duration
+	observe        func(Call)
+	inline         map[string]bool
+	newCodec       func() Codec
 
 	mu      sync.Mutex
 	closed  bool
@@ -102,8 +107,20 @@ func WithErrorEncoder(e ErrorEncoder) Option { return func(s *Server) { s.encode
 // WithLogger sets the logger.
 func WithLogger(l zerolog.Logger) Option { return func(s *Server) { s.log = l } }
 
-// WithMaxInFlight sets the per-connection concurrency limit.
+// WithMaxInFlight sets how many requests of one connection run at once.
 func WithMaxInFlight(n int) Option { return func(s *Server) { s.maxInFlight = n } }
+
+// WithQueueBounds sets how many requests of one key run at once, and how
+// many requests (and bytes of params) may wait on one connection.
+func WithQueueBounds(perKey, queued, queuedBytes int) Option {
+	return func(s *Server) { s.maxPerKey, s.maxQueued, s.maxQueuedBytes = perKey, queued, queuedBytes }
+}
+
+// WithQueueKey names what a request's fair share is counted by (its
+// session): requests of one key run at most WithQueueBounds' perKey at
+// once, and waiting keys take turns. key reads the request before it
+// runs, so must be quick; "" is the key of requests that name none.
+func WithQueueKey(key func(*Request) string) Option { return func(s *Server) { s.queueKey = key } }
 
 // WithKeepalive sets how often idle WebSocket peers are pinged and how long
 // a pong may take before the peer is declared dead.
@@ -134,14 +151,17 @@ func WithObserver(f func(Call)) Option { return func(s *Server) { s.observe = f 
 // NewServer returns a Server for h.
 func NewServer(h Handler, opts ...Option) *Server {
 	s := &Server{
-		handler:      h,
-		log:          zerolog.Nop(),
-		maxInFlight:  DefaultMaxInFlight,
-		pingInterval: 20 * time.Second,
-		pingTimeout:  10 * time.Second,
-		sockets:      map[*websocket.Conn]struct{}{},
-		inline:       map[string]bool{},
-		newCodec:     func() Codec { return JSONRPC{} },
+		handler:        h,
+		log:            zerolog.Nop(),
+		maxInFlight:    DefaultMaxInFlight,
+		maxPerKey:      DefaultMaxPerKey,
+		maxQueued:      DefaultMaxQueued,
+		maxQueuedBytes: DefaultMaxQueuedBytes,
+		pingInterval:   20 * time.Second,
+		pingTimeout:    10 * time.Second,
+		sockets:        map[*websocket.Conn]struct{}{},
+		inline:         map[string]bool{},
+		newCodec:       func() Codec { return JSONRPC{} },
 	}
 	for _, o := range opts {
 		o(s)

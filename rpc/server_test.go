@@ -90,32 +90,6 @@ func (c *pipeClient) read(t *testing.T) map[string]any {
 	return m
 }
 
-func TestInFlightLimit(t *testing.T) {
-	h := &blockingHandler{release: make(chan struct{})}
-	c, stop := startStdio(t, h, WithMaxInFlight(4), WithErrorEncoder(func(err error) *Error {
-		return &Error{Code: -32002, Type: "BoxRuntimeUnavailableError", Message: err.Error(), Retryable: true}
-	}))
-	defer stop()
-	// io.Pipe has no buffer: send from another goroutine, as a kernel pipe
-	// would let the writer run ahead.
-	go func() {
-		for i := range 6 {
-			fmt.Fprintf(c.w, `{"jsonrpc":"2.0","id":%d,"method":"wait"}`+"\n", i)
-		}
-	}()
-	for range 2 {
-		r := c.read(t)
-		errObj := r["error"].(map[string]any)
-		assert.Equal(t, float64(-32002), errObj["code"])
-		assert.Contains(t, []any{float64(4), float64(5)}, r["id"], "the 5th and 6th are refused")
-	}
-	close(h.release)
-	for range 4 {
-		r := c.read(t)
-		assert.Equal(t, "released", r["result"])
-	}
-}
-
 func TestNotificationsAndIDs(t *testing.T) {
 	h := &blockingHandler{release: make(chan struct{})}
 	c, stop := startStdio(t, h)

@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"errors"
+	"io"
 	"slices"
 	"sync"
 	"time"
@@ -311,6 +313,32 @@ func (l *lockedHeadTail) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.h.Write(p)
+}
+
+// copyBufs lends the buffers a command's output is read through.
+// io.Copy would allocate 32 KiB for each stream of every exec: a burst of
+// a thousand execs made 64 MB of garbage, and the heap a burst leaves
+// behind grows with it.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// ReadFrom reads r to its end through a lent buffer; io.Copy calls it.
+func (l *lockedHeadTail) ReadFrom(r io.Reader) (int64, error) {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	var n int64
+	for {
+		k, err := r.Read(*bp)
+		if k > 0 {
+			_, _ = l.Write((*bp)[:k])
+			n += int64(k)
+		}
+		switch {
+		case errors.Is(err, io.EOF):
+			return n, nil
+		case err != nil:
+			return n, err
+		}
+	}
 }
 
 // release frees the buffers once the result holds what they had.

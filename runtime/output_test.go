@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"bytes"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -153,4 +154,21 @@ func TestHeadTailRingDoesNotAllocate(t *testing.T) {
 	chunk := []byte("0123456789abcdef")
 	allocs := testing.AllocsPerRun(100, func() { _, _ = h.Write(chunk) })
 	assert.Zero(t, allocs)
+}
+
+// TestLockedHeadTailReadFrom: io.Copy into an exec's output goes through
+// ReadFrom and keeps what Write would.
+func TestLockedHeadTailReadFrom(t *testing.T) {
+	data := strings.Repeat("0123456789", 10_000)
+	viaCopy := &lockedHeadTail{h: newHeadTail(1000)}
+	n, err := io.Copy(viaCopy, struct{ io.Reader }{strings.NewReader(data)}) // no WriterTo: ReadFrom runs
+	require.NoError(t, err)
+	assert.Equal(t, int64(len(data)), n)
+	viaWrite := &lockedHeadTail{h: newHeadTail(1000)}
+	_, _ = viaWrite.Write([]byte(data))
+	got, gotTrunc, gotTotal := viaCopy.snapshot()
+	want, wantTrunc, wantTotal := viaWrite.snapshot()
+	assert.Equal(t, want, got)
+	assert.Equal(t, wantTrunc, gotTrunc)
+	assert.Equal(t, wantTotal, gotTotal)
 }

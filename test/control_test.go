@@ -186,27 +186,6 @@ func TestBackendUnavailable(t *testing.T) {
 	assert.Equal(t, false, info["available"])
 }
 
-func TestBusy(t *testing.T) {
-	p := Start(t, Options{Stdio: true, Config: bwrapConfig})
-	var batch bytes.Buffer
-	for i := range 140 {
-		fmt.Fprintf(&batch, `{"jsonrpc":"2.0","id":%d,"method":"box_exec","params":{"session_id":"busy","cmd":"sleep 0.05"}}`+"\n", 1000+i)
-	}
-	p.Send(batch.Bytes())
-	busy := 0
-	for range 140 {
-		var r Response
-		require.NoError(t, json.Unmarshal(p.NextLine(2*time.Minute), &r))
-		if r.Error != nil {
-			assert.Equal(t, int64(-32002), r.Error.Code)
-			assert.Equal(t, true, r.Error.Data["retryable"])
-			assert.Contains(t, r.Error.Message, "busy")
-			busy++
-		}
-	}
-	assert.Equal(t, 12, busy, "the 129th request and later ones are refused while 128 are in flight")
-}
-
 func TestOutOfOrder(t *testing.T) {
 	p := Start(t, Options{Stdio: true, Config: bwrapConfig})
 	p.MustCall("box_create_session", map[string]any{"session_id": "slow"}, nil)

@@ -85,7 +85,7 @@ func TestUndrainedStderrNeverStallsTheProtocol(t *testing.T) {
 	}()
 
 	// Every request at once, as a host that pipelines: each one is answered
-	// (not found, or busy past the 128-in-flight bound) and logged.
+	// (not found, after waiting its turn in the queue) and logged.
 	var reqs bytes.Buffer
 	for i := 1; i <= calls; i++ {
 		fmt.Fprintf(&reqs, `{"jsonrpc":"2.0","id":%d,"method":"box_get_session","params":{"session_id":"missing-%d"}}`+"\n", i, i)

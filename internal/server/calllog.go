@@ -10,7 +10,7 @@ import (
 )
 
 // logCall logs one answered request: method, id, session and process ids,
-// duration, error type. Params are never logged, only those two ids. The
+// duration, time queued, error type. Params are never logged, only those two ids. The
 // heartbeat logs at debug so it does not drown the rest.
 func logCall(log zerolog.Logger, call rpc.Call) {
 	var ev *zerolog.Event
@@ -30,6 +30,9 @@ func logCall(log zerolog.Logger, call rpc.Call) {
 		if ids.ProcessID != "" {
 			ev = ev.Str("process_id", ids.ProcessID)
 		}
+	}
+	if call.Waited > 0 {
+		ev = ev.Float64("queued_ms", float64(call.Waited.Microseconds())/1000)
 	}
 	ev.Str("method", call.Method).RawJSON("request_id", call.ID).Str("transport", call.Transport).
 		Float64("duration_ms", float64(call.Duration.Microseconds())/1000).Msg("rpc")

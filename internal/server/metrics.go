@@ -20,6 +20,7 @@ type metrics struct {
 	known        map[string]methodMetrics
 	rpcRequests  *prometheus.CounterVec
 	rpcDuration  *prometheus.HistogramVec
+	queueWait    prometheus.Histogram
 	relayEvents  *prometheus.CounterVec
 	relayBytes   *prometheus.CounterVec
 	replayDrops  prometheus.Counter
@@ -40,6 +41,10 @@ func newMetrics() *metrics {
 			Name: "boxrt_rpc_request_duration_seconds", Help: "Time from request to response, by method.",
 			Buckets: []float64{.0001, .0005, .001, .005, .01, .05, .1, .5, 1, 5, 30, 120},
 		}, []string{"method"}),
+		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "boxrt_rpc_queue_wait_seconds", Help: "Time a request waited in its connection's queue before it ran (0 for most).",
+			Buckets: []float64{.0001, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
 		relayEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxrt_relay_frames_total", Help: "Relay frames, by direction (in = to the process's stdin, out = stdout lines).",
 		}, []string{"direction"}),
@@ -57,7 +62,7 @@ func newMetrics() *metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}, []string{"backend", "status"}),
 	}
-	m.reg.MustRegister(m.rpcRequests, m.rpcDuration, m.relayEvents, m.relayBytes, m.replayDrops, m.relayAttachs,
+	m.reg.MustRegister(m.rpcRequests, m.rpcDuration, m.queueWait, m.relayEvents, m.relayBytes, m.replayDrops, m.relayAttachs,
 		m.execDuration, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -106,6 +111,7 @@ func (m *metrics) observe(call rpc.Call) {
 		m.rpcRequests.WithLabelValues(method, "").Inc()
 	}
 	mm.duration.Observe(call.Duration.Seconds())
+	m.queueWait.Observe(call.Waited.Seconds())
 }
 
 func (m *metrics) relay(ev relay.Event) {

@@ -82,6 +82,7 @@ func (s *Server) wire() {
 		rpc.WithCodec(s.codec()),
 		rpc.WithKeepalive(keepalive, keepalive/2),
 		rpc.WithInline("__ping", "box_health", "box_get_backend_info"),
+		rpc.WithQueueKey(actions.QueueKey),
 		rpc.WithErrorEncoder(actions.EncodeError),
 		rpc.WithLogger(rpcLog),
 		rpc.WithObserver(func(call rpc.Call) { logCall(rpcLog, call); s.metrics.observe(call) }),

@@ -61,12 +61,14 @@ type config struct {
 	// burst: memory after many concurrent execs
 	burstSessions int
 	burstExecs    int
-	burstInFlight int
-	burstIdle     time.Duration
-	burstReps     int
-	timeoutTotal  time.Duration
-	waitQuiet     time.Duration
-	kubeconfig    string
+	// the large burst case: RSS and completion goals
+	burstLargeSessions int
+	burstLargeExecs    int
+	burstIdle          time.Duration
+	burstReps          int
+	timeoutTotal       time.Duration
+	waitQuiet          time.Duration
+	kubeconfig         string
 }
 
 func defaults(quick bool) config {
@@ -74,7 +76,7 @@ func defaults(quick bool) config {
 		return config{reps: 3, pingN: 2000, pingConcN: 40, pingCallers: 64, execNDocker: 15, execNCLI: 6,
 			execNBwrap: 30, coldNDocker: 2, coldNBwrap: 5, relayN: 300, streamSec: 0.5, execStreamMB: 20, scaleDocker: 10,
 			scaleBwrap: 50, scaleReps: 1, scaleConc: 4, reconnectN: 2, reconnectRep: 1, burstSessions: 20, burstExecs: 60,
-			burstInFlight: 32, burstIdle: 5 * time.Second, burstReps: 1, timeoutTotal: 10 * time.Minute}
+			burstLargeSessions: 60, burstLargeExecs: 200, burstIdle: 5 * time.Second, burstReps: 1, timeoutTotal: 10 * time.Minute}
 	}
 	// Sized for a full run of about 20 minutes on 2 cores: enough calls
 	// that a p50 is stable to a few per cent, one pass of the slow scale
@@ -82,7 +84,7 @@ func defaults(quick bool) config {
 	return config{reps: 3, pingN: 20000, pingConcN: 500, pingCallers: 64, execNDocker: 60, execNCLI: 10,
 		execNBwrap: 120, coldNDocker: 8, coldNBwrap: 30, relayN: 3000, streamSec: 3, execStreamMB: 200, scaleDocker: 200,
 		scaleBwrap: 1000, scaleReps: 1, scaleConc: 4, reconnectN: 6, reconnectRep: 1, burstSessions: 100, burstExecs: 300,
-		burstInFlight: 128, burstIdle: 30 * time.Second, burstReps: 1, timeoutTotal: 45 * time.Minute}
+		burstLargeSessions: 300, burstLargeExecs: 1000, burstIdle: 30 * time.Second, burstReps: 1, timeoutTotal: 45 * time.Minute}
 }
 
 func main() {
@@ -94,7 +96,7 @@ func main() {
 	fs.StringVar(&c.out, "out", "docs/benchmarks.md", "where to write the report")
 	fs.StringVar(&c.jsonOut, "json", filepath.Join(os.TempDir(), "boxrt-bench-runs.json"), "where to write every run's numbers (JSON)")
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: small counts, about a minute")
-	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,ports,reconnect,dialout,scale,burst,burst64,durable,stream,files,kube,langbot,isolation,e2b,mcp,egress (default all)")
+	fs.StringVar(&c.only, "only", "", "comma-separated scenarios to run: ping,exec,session,relay,ports,reconnect,dialout,scale,burst,burst64,idle,durable,stream,files,kube,langbot,isolation,e2b,mcp,egress (default all)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster the kube scenario uses (default $BOXRT_TEST_KUBECONFIG, else scripts/kube-up's)")
 	fs.StringVar(&c.backends, "backends", "docker,bwrap", "comma-separated backends the exec and session scenarios measure: docker,bwrap")
 	fs.BoolVar(&c.keepWork, "keep-work", false, "keep the work directory (boxrt logs, state dirs)")
@@ -118,9 +120,10 @@ func main() {
 	fs.IntVar(&c.scaleConc, "scale-concurrency", d.scaleConc, "concurrent box_create_session callers in the scale scenario")
 	fs.IntVar(&c.reconnectN, "reconnect-n", d.reconnectN, "respawn/restart cycles per run (reconnect hook)")
 	fs.IntVar(&c.reconnectRep, "reconnect-reps", d.reconnectRep, "repetitions of the reconnect scenario")
-	fs.IntVar(&c.burstSessions, "burst-sessions", d.burstSessions, "bwrap sessions in the burst scenario")
-	fs.IntVar(&c.burstExecs, "burst-execs", d.burstExecs, "execs in the burst scenario")
-	fs.IntVar(&c.burstInFlight, "burst-in-flight", d.burstInFlight, "concurrent box_exec callers in the burst scenario (at most 128, boxrt's per-connection bound)")
+	fs.IntVar(&c.burstSessions, "burst-sessions", d.burstSessions, "bwrap sessions in the burst scenario's first case")
+	fs.IntVar(&c.burstExecs, "burst-execs", d.burstExecs, "execs sent at once in the burst scenario's first case")
+	fs.IntVar(&c.burstLargeSessions, "burst-large-sessions", d.burstLargeSessions, "bwrap sessions in the burst scenario's large case")
+	fs.IntVar(&c.burstLargeExecs, "burst-large-execs", d.burstLargeExecs, "execs sent at once in the burst scenario's large case")
 	fs.DurationVar(&c.burstIdle, "burst-idle", d.burstIdle, "idle wait after the burst before the last RSS reading")
 	fs.IntVar(&c.burstReps, "burst-reps", d.burstReps, "repetitions of the burst scenario")
 	fs.DurationVar(&c.timeoutTotal, "timeout", d.timeoutTotal, "give up on the remaining scenarios after this long")
@@ -172,7 +175,8 @@ func main() {
 		apply("reconnect-reps", &c.reconnectRep, q.reconnectRep)
 		apply("burst-sessions", &c.burstSessions, q.burstSessions)
 		apply("burst-execs", &c.burstExecs, q.burstExecs)
-		apply("burst-in-flight", &c.burstInFlight, q.burstInFlight)
+		apply("burst-large-sessions", &c.burstLargeSessions, q.burstLargeSessions)
+		apply("burst-large-execs", &c.burstLargeExecs, q.burstLargeExecs)
 		apply("burst-reps", &c.burstReps, q.burstReps)
 		if !set["burst-idle"] {
 			c.burstIdle = q.burstIdle
@@ -186,8 +190,8 @@ func main() {
 	}
 	c.reps = max(c.reps, 1)
 	c.burstReps = max(c.burstReps, 1)
-	c.burstInFlight = min(max(c.burstInFlight, 1), 128)
 	c.burstSessions = max(c.burstSessions, 1)
+	c.burstLargeSessions = max(c.burstLargeSessions, 1)
 	c.reconnectRep = max(c.reconnectRep, 1)
 
 	if err := run(c); err != nil {
@@ -320,6 +324,7 @@ func run(c config) error {
 		{"scale", b.scenarioScale},
 		{"burst", b.scenarioBurst},
 		{"burst64", b.scenarioBurst64},
+		{"idle", b.scenarioIdle},
 		{"durable", b.scenarioDurable},
 		{"stream", b.scenarioStream},
 		{"files", b.scenarioFiles},

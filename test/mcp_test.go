@@ -57,6 +57,7 @@ func TestMCPServer(t *testing.T) {
 		t.Run(backend+"/stdio", func(t *testing.T) {
 			state := t.TempDir()
 			t.Cleanup(func() { reapSandboxes(t, state) })
+			removeInstanceContainers(t, state)
 			out, logs := runMCPScenario(t, "stdio", "BOXRT_BIN="+binPath, "BOXRT_STATE_DIR="+state, "BOXRT_CONFIG="+cfg)
 			// The connection's session was deleted when it ended.
 			assert.True(t, loggedDeletion(logs, out.Session), "no deletion of %s logged:\n%s", out.Session, lastLines(logs, 40))
@@ -64,7 +65,9 @@ func TestMCPServer(t *testing.T) {
 			assert.Contains(t, logs, `"status":"canceled"`, "the cancelled command was killed")
 		})
 		t.Run(backend+"/http", func(t *testing.T) {
-			p := Start(t, Options{Command: "mcp", Config: cfg})
+			state := t.TempDir()
+			removeInstanceContainers(t, state) // the persistent session, should the test end early
+			p := Start(t, Options{Command: "mcp", Config: cfg, StateDir: state})
 			require.NotEmpty(t, p.Token)
 			url := "http://" + p.Addr + "/mcp"
 			resp, err := http.Post(url, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))

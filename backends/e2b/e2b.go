@@ -185,10 +185,13 @@ func (b *Backend) Probe(ctx context.Context) error {
 
 // sandboxID is the form of an id an endpoint may hand out: it goes into
 // URL paths, a header and a host name.
-var sandboxID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
+// The patterns with counted repetitions are compiled on first use: each
+// costs milliseconds to compile, which every boxrt process, the session
+// agent among them, would otherwise pay at start.
+var sandboxID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`) })
 
 // accessToken is the form of an envd access token.
-var accessToken = regexp.MustCompile(`^[\x21-\x7e]{0,512}$`)
+var accessToken = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[\x21-\x7e]{0,512}$`) })
 
 // sandboxJSON is what create, connect and get answer (Sandbox,
 // SandboxDetail), as far as boxrt reads it.
@@ -202,10 +205,10 @@ type sandboxJSON struct {
 
 // check validates what the endpoint said about a sandbox.
 func (s sandboxJSON) check() error {
-	if !sandboxID.MatchString(s.SandboxID) {
+	if !sandboxID().MatchString(s.SandboxID) {
 		return boxerr.Failure("the E2B endpoint answered a malformed sandbox id %.80q", s.SandboxID)
 	}
-	if !accessToken.MatchString(s.EnvdAccessToken) {
+	if !accessToken().MatchString(s.EnvdAccessToken) {
 		return boxerr.Failure("the E2B endpoint answered a malformed envd access token for sandbox %s", s.SandboxID)
 	}
 	if s.Domain != nil && *s.Domain != "" && !validDomain(*s.Domain) {
@@ -214,9 +217,9 @@ func (s sandboxJSON) check() error {
 	return nil
 }
 
-var domainName = regexp.MustCompile(`^[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?$`)
+var domainName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?$`) })
 
-func validDomain(d string) bool { return domainName.MatchString(d) }
+func validDomain(d string) bool { return domainName().MatchString(d) }
 
 // newSandboxBody is E2B's NewSandbox.
 type newSandboxBody struct {
@@ -365,7 +368,7 @@ func (b *Backend) Existing(ctx context.Context) (map[string]bool, error) {
 	}
 	out := make(map[string]bool, len(list))
 	for _, s := range list {
-		if s.Metadata[metaInstance] == b.cfg.InstanceID && sandboxID.MatchString(s.SandboxID) {
+		if s.Metadata[metaInstance] == b.cfg.InstanceID && sandboxID().MatchString(s.SandboxID) {
 			out[s.SandboxID] = true
 		}
 	}
@@ -394,7 +397,7 @@ func (b *Backend) adopted(s sandboxJSON) (backends.Session, error) {
 	if s.Metadata[metaInstance] != b.cfg.InstanceID {
 		return backends.Session{}, nil
 	}
-	if !sandboxID.MatchString(s.SandboxID) || s.Metadata[metaSession] == "" || len(s.Metadata[metaSession]) > 1024 {
+	if !sandboxID().MatchString(s.SandboxID) || s.Metadata[metaSession] == "" || len(s.Metadata[metaSession]) > 1024 {
 		return backends.Session{}, boxerr.Failure("e2b backend: sandbox %.80q has no valid session id in its metadata", s.SandboxID)
 	}
 	var box backends.Sandbox

@@ -20,7 +20,10 @@ const (
 	UploadTTL        = 10 * time.Minute
 )
 
-var fileKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$`)
+// fileKeyRE is compiled on first use: its counted repetition costs
+// milliseconds to compile, which every boxrt process (the session agent
+// among them) would otherwise pay at start.
+var fileKeyRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$`) })
 
 // Chunk is one __file_chunk request. FileLength and ChunkSize are optional
 // cross-checks (the reference ignores them; boxrt refuses a mismatch
@@ -59,7 +62,7 @@ type upload struct {
 // ValidateFileKey applies the reference's transfer key rule.
 func ValidateFileKey(key string) error {
 	if key != strings.TrimSpace(key) || filepath.IsAbs(key) || strings.ContainsAny(key, `/\`) ||
-		strings.Contains(key, "..") || !fileKeyRE.MatchString(key) {
+		strings.Contains(key, "..") || !fileKeyRE().MatchString(key) {
 		return boxerr.Validation("file_key", "Invalid file transfer key: %q", key)
 	}
 	return nil

@@ -58,9 +58,16 @@ func newEgressNet(t *testing.T) *egressNet {
 	}
 	ch := make(chan made, 1)
 	go func() {
-		// Never unlocked: the thread, in the new namespace, ends with the
-		// goroutine.
+		// The thread goes back to its namespace before it is unlocked: a
+		// locked goroutine that ended elsewhere would wedge the main
+		// thread there, and /proc/net (the main thread's) with it.
 		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			ch <- made{err: err}
+			return
+		}
+		defer orig.Close()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			ch <- made{err: err}
 			return
@@ -69,6 +76,11 @@ func newEgressNet(t *testing.T) *egressNet {
 		if err == nil {
 			err = egressLoopback()
 		}
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- made{err: err} // the thread ends with the goroutine, still locked
+			return
+		}
+		runtime.UnlockOSThread()
 		ch <- made{ns, err}
 	}()
 	m := <-ch
@@ -106,19 +118,33 @@ func (n *egressNet) do(f func()) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer orig.Close()
 		if err := unix.Setns(int(n.ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			errc <- err
 			return
 		}
 		completed := false
 		defer func() {
-			if !completed { // f failed its test (runtime.Goexit)
-				errc <- errors.New("failed in the test's network namespace")
+			// Home again before the thread is unlocked, also when f failed
+			// its test (runtime.Goexit): see newEgressNet.
+			if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+				runtime.UnlockOSThread()
 			}
+			if !completed {
+				errc <- errors.New("failed in the test's network namespace")
+				return
+			}
+			errc <- nil
 		}()
 		f()
 		completed = true
-		errc <- nil
 	}()
 	return <-errc
 }

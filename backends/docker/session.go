@@ -725,23 +725,11 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 				continue
 			}
 			if info.Persistent {
-				// Restarting re-binds the host paths: a path swapped for a
-				// symlink while boxrt was down must not be followed. The
-				// container is left stopped for an operator to look at.
-				if err := recheckBinds(info); err != nil {
-					refused = append(refused, fmt.Errorf("not restarting persistent session %s (container %s): %w", info.SessionID, name, err))
-					continue
+				started, err := b.restartPersistent(ctx, name, info)
+				if err != nil {
+					refused = append(refused, err)
 				}
-				if b.hasQuota(name) {
-					if err := b.mountQuota(ctx, name); err != nil {
-						refused = append(refused, fmt.Errorf("not restarting persistent session %s (container %s): %w", info.SessionID, name, err))
-						continue
-					}
-				}
-				if b.cli.ContainerStart(ctx, name, container.StartOptions{}) == nil {
-					if err := b.attachNet(ctx, info); err != nil {
-						refused = append(refused, fmt.Errorf("persistent session %s (container %s) has no network: %w", info.SessionID, name, err))
-					}
+				if started {
 					out = append(out, info)
 				}
 				continue
@@ -763,6 +751,29 @@ func (b *Backend) Adopt(ctx context.Context) ([]backends.Session, error) {
 		return out, boxerr.Failure("docker backend: adopting: %v", errors.Join(refused...)).Wrap(errors.Join(refused...))
 	}
 	return out, nil
+}
+
+// restartPersistent starts the stopped container name of a persistent
+// session again (Adopt). Restarting re-binds the host paths: a path
+// swapped for a symlink while boxrt was down must not be followed, so the
+// container is then left stopped for an operator to look at. started
+// says whether it runs (err may still say its network is missing).
+func (b *Backend) restartPersistent(ctx context.Context, name string, info backends.Session) (started bool, err error) {
+	if err := recheckBinds(info); err != nil {
+		return false, fmt.Errorf("not restarting persistent session %s (container %s): %w", info.SessionID, name, err)
+	}
+	if b.hasQuota(name) {
+		if err := b.mountQuota(ctx, name); err != nil {
+			return false, fmt.Errorf("not restarting persistent session %s (container %s): %w", info.SessionID, name, err)
+		}
+	}
+	if b.cli.ContainerStart(ctx, name, container.StartOptions{}) != nil {
+		return false, nil
+	}
+	if err := b.attachNet(ctx, info); err != nil {
+		return true, fmt.Errorf("persistent session %s (container %s) has no network: %w", info.SessionID, name, err)
+	}
+	return true, nil
 }
 
 // killOrphans kills the managed processes a previous boxrt left running in

@@ -69,9 +69,14 @@ type Backend struct {
 	pool      diskPool // default-size disks made ahead (diskpool.go)
 	stageOnce sync.Once
 	stageErr  error
-	idmapOnce sync.Once
-	idmap     *os.File // see idmap.go
-	idmapErr  error
+	// launchNS is the mount namespace every sandbox's is copied from
+	// (mountns.go).
+	launchOnce sync.Once
+	launchNS   int
+	launchErr  error
+	idmapOnce  sync.Once
+	idmap      *os.File // see idmap.go
+	idmapErr   error
 	// unshare (util-linux) makes the network namespace of a session with
 	// network (net.go).
 	unshare string
@@ -297,7 +302,7 @@ func (b *Backend) dryRun(ctx context.Context, l layout) (string, error) {
 	cmd.Stdout = &out
 	cmd.Stderr = &out
 	if l.netns != nil {
-		err = startOnThread(l.netns, nil, cmd.Start)
+		err = b.startOnThread(placement{netns: l.netns}, cmd.Start)
 	} else {
 		err = cmd.Start()
 	}

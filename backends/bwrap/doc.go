@@ -11,7 +11,9 @@
 // session's sandbox binds — its disk, clones of its host directories, its
 // network namespace, the agent binary — is mounted in its stage,
 // /run/boxrt/bwrap/<InstanceID>/<session dir>/ (stage.go), which also
-// holds the agent's socket directory (agent/).
+// holds the agent's socket directory (agent/). bwrap is started from a
+// mount namespace holding that one stage, not boxrt's, which holds them
+// all (mountns.go).
 //
 // A session is one resident sandbox (resident.go): a bwrap started when
 // the session is created (StartSession) whose command is the

@@ -258,8 +258,8 @@ func (b *Backend) startCmd(r *run, l launch, af *os.File, fds *fdList, cg *cgrou
 	}
 	r.mu.Lock()
 	var err error
-	if netns != nil || thread != nil {
-		err = startOnThread(netns, thread, cmd.Start)
+	if p := (placement{stage: b.files(l.key).stage, netns: netns, cg: thread}); p.needsThread() {
+		err = b.startOnThread(p, cmd.Start)
 	} else {
 		err = cmd.Start()
 	}

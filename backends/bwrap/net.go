@@ -137,17 +137,28 @@ func unpin(path string) error {
 	return errors.Join(errs...)
 }
 
+// placement is where a sandbox's bwrap is born besides its cgroup on v2:
+// the session's stage (bwrap then starts from a mount namespace holding
+// only that stage: mountns.go), its network namespace, and on cgroup v1
+// its cgroup. Each may be empty.
+type placement struct {
+	stage string
+	netns *os.File
+	cg    *cgroup
+}
+
+func (p placement) needsThread() bool { return p.stage != "" || p.netns != nil || p.cg != nil }
+
 // startOnThread runs start (which forks bwrap) on a locked OS thread that
-// first enters the session's network namespace ns and, on cgroup v1, the
-// cgroup cg (either may be nil), so that the child is born in both. The
-// thread must outlive the child (Pdeathsig is tied to the thread that
-// forked it), so it goes back afterwards rather than ending; one that
-// cannot go back is never reused elsewhere: it stays parked.
-func startOnThread(ns *os.File, cg *cgroup, start func() error) error {
+// first enters the placement, so that the child is born there. The thread
+// must outlive the child (Pdeathsig is tied to the thread that forked it),
+// so it goes back afterwards rather than ending; one that cannot go back
+// is never reused elsewhere: it stays parked.
+func (b *Backend) startOnThread(p placement, start func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		err := enterAndStart(ns, cg, start)
+		err := b.enterAndStart(p, start)
 		if errors.Is(err, errThreadAway) {
 			errc <- err // not expected of root
 			select {}
@@ -159,35 +170,44 @@ func startOnThread(ns *os.File, cg *cgroup, start func() error) error {
 }
 
 // errThreadAway marks a thread that could not return to boxrt's own
-// network namespace or cgroups.
+// namespaces or cgroups.
 var errThreadAway = errors.New("the thread could not return")
 
-func enterAndStart(ns *os.File, cg *cgroup, start func() error) (err error) {
-	if ns != nil {
+func (b *Backend) enterAndStart(p placement, start func() error) (err error) {
+	goBack := func(leave func() error) {
+		if lerr := leave(); lerr != nil {
+			err = errors.Join(err, fmt.Errorf("%w: %w", errThreadAway, lerr))
+		}
+	}
+	if p.stage != "" {
+		goHome, merr := b.enterSessionMounts(p.stage)
+		if merr != nil {
+			return fmt.Errorf("enter the session's mount namespace: %w", merr)
+		}
+		defer goBack(goHome)
+	}
+	if p.netns != nil {
 		home, oerr := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if oerr != nil {
 			return fmt.Errorf("open boxrt's network namespace: %w", oerr)
 		}
 		defer unix.Close(home)
-		if serr := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); serr != nil {
+		if serr := unix.Setns(int(p.netns.Fd()), unix.CLONE_NEWNET); serr != nil {
 			return fmt.Errorf("enter the session's network namespace: %w", serr)
 		}
-		defer func() {
+		defer goBack(func() error {
 			if herr := unix.Setns(home, unix.CLONE_NEWNET); herr != nil {
-				err = errors.Join(err, fmt.Errorf("%w: leave the session's network namespace: %w", errThreadAway, herr))
+				return fmt.Errorf("leave the session's network namespace: %w", herr)
 			}
-		}()
+			return nil
+		})
 	}
-	if cg != nil {
-		leave, cerr := cg.enterThread()
+	if p.cg != nil {
+		leave, cerr := p.cg.enterThread()
 		if cerr != nil {
 			return fmt.Errorf("place the sandbox into its cgroup: %w", cerr)
 		}
-		defer func() {
-			if lerr := leave(); lerr != nil {
-				err = errors.Join(err, fmt.Errorf("%w: %w", errThreadAway, lerr))
-			}
-		}()
+		defer goBack(leave)
 	}
 	return start()
 }

@@ -3,6 +3,8 @@ package bwrap
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -264,5 +266,50 @@ func TestClaimedPersistentGetsPersistentSandbox(t *testing.T) {
 	res.mu.Unlock()
 	if !persist {
 		t.Fatal("the claimed persistent session runs in the pool's sandbox, which ends with boxrt")
+	}
+}
+
+// TestSandboxMountsHoldOnlyItsStage: a sandbox's bwrap starts from a mount
+// namespace that holds its own session's stage and none of the others', so
+// its mount table does not grow with the number of sessions (mountns.go).
+func TestSandboxMountsHoldOnlyItsStage(t *testing.T) {
+	b := newBackend(t)
+	var infos []backends.Session
+	for i := range 6 {
+		infos = append(infos, newSession(t, b, func(s *backends.SandboxSpec) {
+			s.SessionID = fmt.Sprintf("%s-%d", t.Name(), i)
+		}))
+	}
+	last := infos[len(infos)-1]
+	mustRun(t, b, last, "true")
+	sf := b.files(last.BackendSessionID)
+	sf.res.mu.Lock()
+	pid := sf.res.r.cmd.Process.Pid
+	sf.res.mu.Unlock()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, others := 0, 0
+	for _, line := range strings.Split(string(data), "\n") {
+		switch {
+		case sf.stage != "" && (strings.Contains(line, " "+sf.stage+"/") || strings.Contains(line, " "+sf.stage+" ")):
+			own++
+		case strings.Contains(line, " "+stageRoot+"/"):
+			others++
+		}
+	}
+	if sf.stage == "" {
+		t.Fatal("no stage: this test needs root")
+	}
+	if own == 0 || others != 0 {
+		t.Fatalf("bwrap's mount namespace holds %d mounts of its own stage and %d of other stages:\n%s", own, others, data)
+	}
+	host, err := os.ReadFile("/proc/thread-self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(host), " "+filepath.Join(stageRoot, b.cfg.InstanceID)+"/"); n < 2*len(infos) {
+		t.Fatalf("boxrt's namespace holds %d stage mounts of %d sessions: the test did not stage what it meant to", n, len(infos))
 	}
 }

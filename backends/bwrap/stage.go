@@ -120,17 +120,9 @@ func unstage(dir string) error {
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	mounts, err := mountsUnder(dir)
-	if err != nil {
-		return err
-	}
-	slices.SortFunc(mounts, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
 	var errs []error
-	for _, m := range mounts {
-		// Detached lazily: a loop device then goes with its last user.
-		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
-		}
+	if err := detachUnder("/proc/thread-self/mountinfo", dir); err != nil {
+		errs = append(errs, err)
 	}
 	// Only empty mount points are removed (rmdir, never a recursive
 	// delete): should anything still be mounted, its files are the
@@ -159,9 +151,29 @@ func unstage(dir string) error {
 	return errors.Join(errs...)
 }
 
+// detachUnder detaches every mount below dir in the namespace whose
+// mountinfo is given, deepest first. Lazily: a loop device then goes with
+// its last user.
+func detachUnder(mountinfo, dir string) error {
+	mounts, err := mountsUnder(mountinfo, dir)
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(mounts, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	var errs []error
+	for _, m := range mounts {
+		// EINVAL/ENOENT: gone already (a stage removed meanwhile takes the
+		// copies of its mounts with it).
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // mountsUnder lists the mount points strictly below dir.
-func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+func mountsUnder(mountinfo, dir string) ([]string, error) {
+	f, err := os.Open(mountinfo)
 	if err != nil {
 		return nil, err
 	}

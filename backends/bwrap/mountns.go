@@ -3,6 +3,8 @@ package bwrap
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 
 	"golang.org/x/sys/unix"
@@ -17,7 +19,7 @@ import (
 // 21 ms (a minimal bwrap 5.4 → 50 ms with 2000 extra mounts). So bwrap is
 // born in a namespace of its own session: a copy of the launch template
 // (boxrt's namespace as it was without any stage, made once) into which
-// a recursive clone of that one session's stage is attached. Its size does
+// clones of that one session's staged mounts are attached. Its size does
 // not depend on how many sessions exist.
 //
 // The template is private (nothing propagates into it from boxrt's
@@ -106,22 +108,26 @@ func awayFromHome() (goHome func() error, err error) {
 }
 
 // enterSessionMounts moves the calling locked thread into a new copy of
-// the launch template with the stage attached at its path, and returns
-// how to bring it back.
+// the launch template with the stage's mounts attached at their paths,
+// and returns how to bring it back.
 func (b *Backend) enterSessionMounts(stage string) (goHome func() error, err error) {
 	tmpl, err := b.launchTemplate()
 	if err != nil {
 		return nil, err
 	}
-	tree, err := unix.OpenTree(unix.AT_FDCWD, stage, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	trees, err := cloneStageMounts(stage)
+	defer func() {
+		for _, t := range trees {
+			unix.Close(t.fd)
+		}
+	}()
 	if err != nil {
-		return nil, fmt.Errorf("clone the stage %s: %w", stage, err)
+		return nil, err
 	}
-	defer unix.Close(tree)
 	if goHome, err = awayFromHome(); err != nil {
 		return nil, err
 	}
-	if err := enterCopyWith(tmpl, tree, stage); err != nil {
+	if err := enterCopyWith(tmpl, trees); err != nil {
 		if herr := goHome(); herr != nil {
 			return nil, errors.Join(err, fmt.Errorf("%w: %w", errThreadAway, herr))
 		}
@@ -130,17 +136,60 @@ func (b *Backend) enterSessionMounts(stage string) (goHome func() error, err err
 	return goHome, nil
 }
 
+// stagedTree is a detached clone of one of a stage's mounts.
+type stagedTree struct {
+	fd     int
+	target string
+}
+
+// cloneStageMounts clones each mount at an entry of the stage (its disk,
+// agent binary, network namespace, host directories). Each is cloned on
+// its own: a recursive clone of the stage directory, which is no mount
+// point, would walk every mount of the filesystem it lies on — boxrt's
+// whole table — to find the few below it.
+func cloneStageMounts(stage string) ([]stagedTree, error) {
+	entries, err := os.ReadDir(stage)
+	if err != nil {
+		return nil, fmt.Errorf("read the stage: %w", err)
+	}
+	var trees []stagedTree
+	for _, e := range entries {
+		p := filepath.Join(stage, e.Name())
+		var stx unix.Statx_t
+		if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_NLINK, &stx); err != nil {
+			return trees, fmt.Errorf("stat %s: %w", p, err)
+		}
+		if stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+			return trees, fmt.Errorf("stat %s: the kernel does not say which files are mount points", p)
+		}
+		// Nlink 0: a clone of a host directory removed since, which the
+		// session no longer binds (it stages the new one) and which the
+		// kernel would not attach (its root is unlinked).
+		if stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 || stx.Nlink == 0 {
+			continue
+		}
+		fd, err := unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
+		if err != nil {
+			return trees, fmt.Errorf("clone %s: %w", p, err)
+		}
+		trees = append(trees, stagedTree{fd: fd, target: p})
+	}
+	return trees, nil
+}
+
 // enterCopyWith enters a new copy of the template namespace and attaches
-// the detached tree at target in it.
-func enterCopyWith(tmpl, tree int, target string) error {
+// the detached trees in it.
+func enterCopyWith(tmpl int, trees []stagedTree) error {
 	if err := unix.Setns(tmpl, unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("enter the launch namespace: %w", err)
 	}
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("copy the launch namespace: %w", err)
 	}
-	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("attach the stage at %s: %w", target, err)
+	for _, t := range trees {
+		if err := unix.MoveMount(t.fd, "", unix.AT_FDCWD, t.target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("attach %s: %w", t.target, err)
+		}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -21,7 +22,8 @@ import (
 // physical id), and the denials it reports, fanned out to whoever watches
 // a session's network (a box_exec's caller).
 type egressHub struct {
-	proxy *egress.Proxy
+	proxy   *egress.Proxy
+	updates *networkUpdates
 
 	mu       sync.Mutex
 	watchers map[string]map[chan egress.Denial]struct{}
@@ -31,13 +33,15 @@ type egressHub struct {
 // dropped (the counters in box_get_session still count them).
 const denialBuffer = 64
 
-func newEgressHub(cfg Egress, log zerolog.Logger) (*egressHub, error) {
-	h := &egressHub{watchers: map[string]map[chan egress.Denial]struct{}{}}
+func newEgressHub(cfg Egress, stateDir string, log zerolog.Logger) (*egressHub, error) {
+	h := &egressHub{watchers: map[string]map[chan egress.Denial]struct{}{},
+		updates: loadNetworkUpdates(filepath.Join(stateDir, "network"), log)}
 	roots, err := cfg.upstreamRoots()
 	if err != nil {
 		return nil, err
 	}
-	p, err := egress.New(egress.Config{Hosts: cfg.Hosts, UpstreamRoots: roots, OnDenied: h.denied, Log: log})
+	p, err := egress.New(egress.Config{Hosts: cfg.Hosts, UpstreamRoots: roots, OnDenied: h.denied,
+		PolicyOverride: h.updates.policy, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -175,8 +179,15 @@ func (r *Runtime) UpdateNetwork(ctx context.Context, sessionID string, network b
 			r.sessions.mu.Unlock()
 			return boxerr.Validation("network", "session %s was created with network \"off\": it has no network to change; create it with \"on\" or a policy (e.g. {\"allow\": []}) to change it later", sessionID)
 		}
-		s.info.Network = canon
 		info := s.info
+		info.Network = canon
+		r.sessions.mu.Unlock()
+		rec := networkRecord{SessionID: info.SessionID, BackendSessionID: info.BackendSessionID, Network: canon}
+		if err := r.egress.updates.set(rec); err != nil {
+			return boxerr.Failure("cannot record session %s's new network in the state directory, so it was not changed: %v", sessionID, err).Wrap(err)
+		}
+		r.sessions.mu.Lock()
+		s.info.Network = canon
 		r.sessions.mu.Unlock()
 		if es := r.egress.proxy.Session(physical); es != nil {
 			es.Update(pol)

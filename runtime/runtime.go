@@ -125,8 +125,8 @@ func New(cfg Config, factory Factory, stateDir string, opts ...Option) (*Runtime
 	r.events = &Events{clock: r.clock}
 	r.webhook = newWebhook(r)
 	r.ports = newPorts(r)
-	r.records = suspendRecords{dir: filepath.Join(stateDir, "suspended"), log: r.log}
-	if r.egress, err = newEgressHub(cfg.Egress, r.log); err != nil {
+	r.records = suspendRecords{sessionRecords{dir: filepath.Join(stateDir, "suspended"), log: r.log}}
+	if r.egress, err = newEgressHub(cfg.Egress, stateDir, r.log); err != nil {
 		return nil, err
 	}
 	r.backends = &backendSelector{egress: r.egress.proxy, factory: factory, settings: &r.settings, instanceID: id, stateDir: stateDir,
@@ -267,7 +267,7 @@ func (r *Runtime) adopt(ctx context.Context, b backends.Backend) {
 			stop(info)
 			continue
 		}
-		kept = append(kept, info)
+		kept = append(kept, r.egress.updates.adopted(info))
 	}
 	adopted, duplicates := r.sessions.adopt(kept, r.records.read)
 	for _, info := range adopted {

@@ -293,6 +293,9 @@ func (r *Runtime) startSession(ctx context.Context, b backends.Backend, spec Spe
 		return backends.Session{}, err
 	}
 	start.Secrets = secrets
+	// An update recorded for an earlier session of this id (whose delete
+	// failed) must not reach the new one.
+	r.egress.updates.drop(start.SessionID)
 	if !b.Describe().SkillsLive {
 		start.ExtraMounts = append(slices.Clone(spec.ExtraMounts), skills...)
 	}
@@ -436,6 +439,7 @@ func (r *Runtime) destroy(ctx context.Context, s *session, reason string, interr
 	}
 	if err == nil {
 		r.records.drop(info.SessionID)
+		r.egress.updates.drop(info.SessionID)
 	}
 	s.op.Unlock()
 

@@ -2,19 +2,9 @@ package runtime
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/boxrt/boxrt/backends"
-	"github.com/boxrt/boxrt/internal/atomicfile"
 	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
@@ -43,46 +33,21 @@ type suspendRecord struct {
 	Processes        []backends.ProcessSpec `json:"processes"`
 }
 
-// suspendRecords keeps the records in a directory of the state directory.
-type suspendRecords struct {
-	dir string
-	log zerolog.Logger
-}
-
-func (rs suspendRecords) path(sessionID string) string {
-	sum := sha256.Sum256([]byte(sessionID))
-	return filepath.Join(rs.dir, hex.EncodeToString(sum[:])+".json")
-}
+// suspendRecords keeps the suspend records in <state dir>/suspended/.
+type suspendRecords struct{ sessionRecords }
 
 func (rs suspendRecords) write(rec suspendRecord) error {
-	if err := os.MkdirAll(rs.dir, 0o700); err != nil {
-		return err
-	}
-	data, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	return atomicfile.Write(rs.path(rec.SessionID), data, 0o600)
+	return rs.sessionRecords.write(rec.SessionID, rec)
 }
 
 // read returns the processes recorded for an adopted suspended session; a
 // missing or foreign record (another sandbox of the same id) means none.
 func (rs suspendRecords) read(info backends.Session) []backends.ProcessSpec {
-	data, err := os.ReadFile(rs.path(info.SessionID))
-	if err != nil {
-		return nil
-	}
 	var rec suspendRecord
-	if json.Unmarshal(data, &rec) != nil || rec.SessionID != info.SessionID || rec.BackendSessionID != info.BackendSessionID {
+	if !rs.load(info.SessionID, &rec) || rec.SessionID != info.SessionID || rec.BackendSessionID != info.BackendSessionID {
 		return nil
 	}
 	return rec.Processes
-}
-
-func (rs suspendRecords) drop(sessionID string) {
-	if err := os.Remove(rs.path(sessionID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		rs.log.Warn().Err(err).Str("session_id", sessionID).Msg("cannot remove suspend record")
-	}
 }
 
 // suspender returns the backend's Suspender or a typed error naming it.

@@ -215,6 +215,7 @@ type egressEnv struct {
 	p                           *Proc
 	api, api2, other, bad, meta *egressServer
 	apiTLS                      *egressServer
+	opts                        Options // how p was started (restart)
 }
 
 // egressCA makes a CA (written to a file, for egress.upstream_ca_file)
@@ -258,10 +259,15 @@ func newEgressEnv(t *testing.T, backend string) *egressEnv {
 	caFile, cert := egressCA(t, "api.test")
 	e.apiTLS = e.n.serve(t, egressAPI, "api over tls", &cert)
 	cfg := "{" + backendConfigs[backend] + `,"egress":{"hosts":` + egressHosts + `,"upstream_ca_file":"` + caFile + `"}}`
-	e.n.run(t, func() {
-		e.p = Start(t, Options{Stdio: true, Config: cfg, HTTP: e.n.client(), Env: []string{"BOXRT_CONTROL_TOKEN=" + egressToken}})
-	})
+	e.opts = Options{Stdio: true, Config: cfg, HTTP: e.n.client(), Env: []string{"BOXRT_CONTROL_TOKEN=" + egressToken}, StateDir: t.TempDir()}
+	e.n.run(t, func() { e.p = Start(t, e.opts) })
 	return e
+}
+
+// restart kills boxrt (SIGKILL) and starts it again on its state directory.
+func (e *egressEnv) restart(t *testing.T) {
+	e.p.Kill()
+	e.n.run(t, func() { e.p = Start(t, e.opts) })
 }
 
 // fetchPy is a client that ignores HTTP(S)_PROXY: it connects to the
@@ -325,6 +331,8 @@ func TestEgress(t *testing.T) {
 			t.Run("update", func(t *testing.T) { testEgressUpdate(t, e) })
 			t.Run("flood", func(t *testing.T) { testEgressFlood(t, e) })
 			t.Run("suspend", func(t *testing.T) { testEgressSuspend(t, e) })
+			// Last: it restarts boxrt, which ends the other sessions.
+			t.Run("update survives a restart", func(t *testing.T) { testEgressUpdateRestart(t, e) })
 		})
 	}
 }
@@ -462,6 +470,37 @@ func testEgressUpdate(t *testing.T, e *egressEnv) {
 	require.NotNil(t, resp.Error)
 	assert.Equal(t, "BoxValidationError", resp.Error.Type())
 	assert.Contains(t, resp.Error.Message, "network.allow[0]")
+}
+
+// testEgressUpdateRestart: the policy box_update_network gave a
+// persistent session is the one it has after boxrt is killed and
+// restarted, both ways (opened, then closed again).
+func testEgressUpdateRestart(t *testing.T, e *egressEnv) {
+	closed, open := map[string]any{"allow": []string{}}, map[string]any{"allow": []string{"other.test"}}
+	spec := map[string]any{"session_id": "kept", "persistent": true, "network": closed}
+	fetch := fetchCmd("http://other.test:"+e.other.port()+"/", "")
+	require.NotEqual(t, 0, e.exec(t, spec, fetch).ExitCode, "reached before the update")
+	policy := func() string {
+		var info struct {
+			Network struct {
+				Policy json.RawMessage `json:"policy"`
+			} `json:"network"`
+		}
+		e.call(t, "box_get_session", map[string]any{"session_id": "kept"}, &info)
+		return string(info.Network.Policy)
+	}
+
+	e.call(t, "box_update_network", map[string]any{"session_id": "kept", "network": open}, nil)
+	e.restart(t)
+	assert.JSONEq(t, `{"allow":["other.test"]}`, policy(), "the policy after a restart")
+	spec["network"] = open
+	assert.Equal(t, "other\n", e.exec(t, spec, fetch).Stdout, "opened, then restarted")
+
+	e.call(t, "box_update_network", map[string]any{"session_id": "kept", "network": closed}, nil)
+	e.restart(t)
+	spec["network"] = closed
+	assert.NotEqual(t, 0, e.exec(t, spec, fetch).ExitCode, "closed, then restarted: reached")
+	e.call(t, "box_delete_session", map[string]any{"session_id": "kept"}, nil)
 }
 
 // floodPy opens argv[3] connections to argv[1]:argv[2] at once, sends a

@@ -32,8 +32,13 @@ type Config struct {
 	// OnDenied hears every refused connection and DNS question. It runs
 	// on the connection's goroutine and must not block.
 	OnDenied func(Denial)
-	Limits   Limits
-	Log      zerolog.Logger
+	// PolicyOverride, when it knows the session, gives the policy an
+	// attachment starts with instead of the Attachment's: the policy a
+	// live update gave it, which a backend re-attaching a sandbox adopted
+	// after a restart does not know.
+	PolicyOverride func(sessionID string) (Policy, bool)
+	Limits         Limits
+	Log            zerolog.Logger
 }
 
 // Limits bound what the sandboxes can make the proxy hold. Zero fields
@@ -154,6 +159,11 @@ func (p *Proxy) Attach(a Attachment) (_ *Session, err error) {
 		}
 	}()
 	pol := a.Policy
+	if p.cfg.PolicyOverride != nil {
+		if o, ok := p.cfg.PolicyOverride(a.ID); ok {
+			pol = o
+		}
+	}
 	s.policy.Store(&pol)
 	if s.secrets, err = newSessionSecrets(a.Secrets); err != nil {
 		return nil, err

@@ -211,7 +211,7 @@ func resolveSecrets(params []SecretParam, storeFile string) ([]egress.Secret, er
 	var store map[string]string
 	out := make([]egress.Secret, len(params))
 	for i, p := range params {
-		out[i] = egress.Secret{Name: p.Name, Value: p.Value, Hosts: p.Hosts}
+		out[i] = egress.Secret{Name: p.Name, Value: p.Value, Hosts: p.Hosts, Query: p.Query}
 		if p.Ref == "" {
 			continue
 		}

@@ -66,6 +66,7 @@ type SecretParam struct {
 	Value string   `json:"value,omitempty"`
 	Ref   string   `json:"ref,omitempty"`
 	Hosts []string `json:"hosts"`
+	Query bool     `json:"query,omitempty"`
 }
 
 // DefaultSpec returns a Spec holding every reference default.
@@ -189,7 +190,7 @@ func (s *Spec) checkSecrets() error {
 		if (p.Value == "") == (p.Ref == "") {
 			return boxerr.Validation(fmt.Sprintf("secrets[%d]", i), "secrets[%d]: give exactly one of value and ref", i)
 		}
-		list[i] = egress.Secret{Name: p.Name, Value: p.Value, Hosts: p.Hosts}
+		list[i] = egress.Secret{Name: p.Name, Value: p.Value, Hosts: p.Hosts, Query: p.Query}
 		if p.Ref != "" {
 			list[i].Value = "ref"
 		}

@@ -16,6 +16,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -165,11 +166,12 @@ func (n *egressNet) client() *http.Client {
 // egressServer is an HTTP server in the test namespace that counts its
 // requests and keeps their Authorization headers.
 type egressServer struct {
-	addr string
-	body string
-	hits atomic.Int64
-	mu   sync.Mutex
-	auth []string
+	addr  string
+	body  string
+	hits  atomic.Int64
+	mu    sync.Mutex
+	auth  []string
+	query []string
 }
 
 // serve starts an HTTP server on ip, HTTPS with cert when it is not nil.
@@ -188,6 +190,7 @@ func (n *egressNet) serve(t *testing.T, ip, body string, cert *tls.Certificate) 
 		s.hits.Add(1)
 		s.mu.Lock()
 		s.auth = append(s.auth, r.Header.Get("Authorization"))
+		s.query = append(s.query, r.URL.RawQuery)
 		s.mu.Unlock()
 		fmt.Fprintln(w, s.body)
 	}), ReadHeaderTimeout: 5 * time.Second}
@@ -206,6 +209,12 @@ func (s *egressServer) auths() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.auth...)
+}
+
+func (s *egressServer) queries() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.query...)
 }
 
 // egressEnv is a stdio boxrt on one backend in its own namespace, with
@@ -342,11 +351,12 @@ func TestEgress(t *testing.T) {
 // sandbox holds only the placeholder; the counters and notifications say
 // what happened.
 func testEgressPolicy(t *testing.T, e *egressEnv) {
-	const secret = "sk-egress-test-5f1b0c2a9d"
+	const secret, querySecret = "sk-egress-test-5f1b0c2a9d", "qk egress&test"
 	spec := map[string]any{
 		"session_id": "policy",
 		"network":    map[string]any{"allow": []string{"api.test:" + e.api.port(), "api.test:" + e.apiTLS.port(), "bad.test"}, "deny": []string{egressBad}},
-		"secrets":    []map[string]any{{"name": "API_TOKEN", "value": secret, "hosts": []string{"api.test"}}},
+		"secrets": []map[string]any{{"name": "API_TOKEN", "value": secret, "hosts": []string{"api.test"}},
+			{"name": "API_KEY", "value": querySecret, "hosts": []string{"api.test"}, "query": true}},
 	}
 	r := e.exec(t, spec, fetchCmd("http://api.test:"+e.api.port()+"/", `Authorization: Bearer $API_TOKEN`))
 	require.Equal(t, 0, r.ExitCode, "allowed name: %+v", r)
@@ -358,6 +368,16 @@ func testEgressPolicy(t *testing.T, e *egressEnv) {
 	require.Equal(t, 0, r.ExitCode, "allowed name over TLS: %+v", r)
 	assert.Equal(t, "api over tls\n", r.Stdout)
 	assert.Equal(t, []string{"Bearer " + secret}, e.apiTLS.auths(), "the secret arrives at its host over TLS")
+	// A secret configured for query strings arrives there, URL-encoded; the
+	// header-only one stays a placeholder in a query.
+	r = e.exec(t, spec, fetchCmd(`"https://api.test:`+e.apiTLS.port()+`/?key=$API_KEY&tok=$API_TOKEN"`, ""))
+	require.Equal(t, 0, r.ExitCode, "query secret over TLS: %+v", r)
+	if q := e.apiTLS.queries(); assert.Len(t, q, 2) {
+		v, err := url.ParseQuery(q[1])
+		require.NoError(t, err)
+		assert.Equal(t, querySecret, v.Get("key"), "the query secret at its host")
+		assert.True(t, strings.HasPrefix(v.Get("tok"), "boxrt-secret-"), "a header-only secret went into a query: %q", q[1])
+	}
 
 	refused := map[string]string{
 		"other port of the allowed name": fetchCmd("http://api.test:"+e.api2.port()+"/", ""),

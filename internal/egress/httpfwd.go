@@ -73,6 +73,7 @@ func (s *Session) forwardOne(ctx context.Context, br *bufio.Reader, conn net.Con
 		return false
 	}
 	insertSecrets(req.Header, secrets)
+	insertSecretsInQuery(req.URL, secrets)
 	req.URL.Scheme, req.URL.Host, req.RequestURI = scheme, req.Host, ""
 	resp, err := tr.RoundTrip(req.WithContext(ctx))
 	if err != nil {
@@ -81,6 +82,7 @@ func (s *Session) forwardOne(ctx context.Context, br *bufio.Reader, conn net.Con
 		return false
 	}
 	defer resp.Body.Close()
+	secrets = scrubForms(secrets)
 	scrubSecrets(resp.Header, secrets)
 	scrubSecrets(resp.Trailer, secrets)
 	if resp.StatusCode == http.StatusSwitchingProtocols {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -130,6 +131,40 @@ func TestInsertSecretsInBasicAuth(t *testing.T) {
 	insertSecrets(req.Header, secrets)
 	if user, pw, _ := req.BasicAuth(); user != "me" || pw != "hunter2" {
 		t.Errorf("basic auth: %q %q", user, pw)
+	}
+}
+
+func TestInsertSecretsInQuery(t *testing.T) {
+	secrets, err := newSessionSecrets([]Secret{
+		{Name: "Q", Value: "a b&c=d", Hosts: []string{"api.test"}, Query: true},
+		{Name: "H", Value: "header-only", Hosts: []string{"api.test"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, h := secrets[0].placeholder, secrets[1].placeholder
+	tests := []struct{ name, query, want string }{
+		{"a secret configured for queries", "key=" + q + "&x=1", "key=a+b%26c%3Dd&x=1"},
+		{"a header-only secret stays a placeholder", "key=" + h, "key=" + h},
+		{"no placeholder", "key=plain", "key=plain"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u, _ := url.Parse("http://api.test/p?" + tt.query)
+			insertSecretsInQuery(u, secrets)
+			if u.RawQuery != tt.want {
+				t.Errorf("query %q, want %q", u.RawQuery, tt.want)
+			}
+			if u.Query().Get("key") == "a b&c=d" != (tt.want != tt.query) {
+				t.Errorf("decoded key %q", u.Query().Get("key"))
+			}
+		})
+	}
+	// What the host sends back is scrubbed in both forms.
+	hdr := http.Header{"Location": {"/next?key=a+b%26c%3Dd"}, "X-Echo": {"a b&c=d"}}
+	scrubSecrets(hdr, scrubForms(secrets))
+	if hdr.Get("Location") != "/next?key="+q || hdr.Get("X-Echo") != q {
+		t.Errorf("scrubbed headers: %v", hdr)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/boxrt/boxrt/internal/boxerr"
@@ -16,11 +18,13 @@ import (
 
 // Secret is a value the sandbox never sees: its environment holds a
 // placeholder under Name, and the proxy puts Value in place of the
-// placeholder in the headers of requests to Hosts (names or wildcards).
+// placeholder in the headers of requests to Hosts (names or wildcards),
+// and with Query in their query strings too (URL-encoded).
 type Secret struct {
 	Name  string   `json:"name"`
 	Value string   `json:"value"`
 	Hosts []string `json:"hosts"`
+	Query bool     `json:"query,omitempty"`
 }
 
 // Bounds on the secrets of one session.
@@ -37,7 +41,7 @@ func ParseSecrets(raw json.RawMessage, field string) ([]Secret, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&list); err != nil {
-		return nil, boxerr.Validation(field, `%s: not a list of {"name", "value", "hosts"} (%v)`, field, err)
+		return nil, boxerr.Validation(field, `%s: not a list of {"name", "value", "hosts", "query"} (%v)`, field, err)
 	}
 	if err := ValidateSecrets(list, field); err != nil {
 		return nil, err
@@ -109,6 +113,7 @@ func validEnvName(s string) bool {
 type sessionSecret struct {
 	name, value, placeholder string
 	hosts                    []Rule
+	query                    bool
 }
 
 func newSessionSecrets(list []Secret) ([]sessionSecret, error) {
@@ -122,7 +127,7 @@ func newSessionSecrets(list []Secret) ([]sessionSecret, error) {
 		if _, err := rand.Read(b); err != nil {
 			return nil, err
 		}
-		out = append(out, sessionSecret{name: s.Name, value: s.Value, placeholder: "boxrt-secret-" + hex.EncodeToString(b), hosts: hosts})
+		out = append(out, sessionSecret{name: s.Name, value: s.Value, placeholder: "boxrt-secret-" + hex.EncodeToString(b), hosts: hosts, query: s.Query})
 	}
 	return out, nil
 }
@@ -153,6 +158,34 @@ func insertSecrets(h http.Header, secrets []sessionSecret) {
 			values[i] = replaceInBasic(v, secrets)
 		}
 	}
+}
+
+// insertSecretsInQuery puts the value of each secret configured for
+// query strings in place of its placeholder there, URL-encoded (the
+// placeholder needs no encoding: letters, digits and dashes).
+func insertSecretsInQuery(u *url.URL, secrets []sessionSecret) {
+	for _, s := range secrets {
+		if s.query {
+			u.RawQuery = strings.ReplaceAll(u.RawQuery, s.placeholder, url.QueryEscape(s.value))
+		}
+	}
+}
+
+// scrubForms are the forms in which a host may send the secrets back: the
+// values, and the URL-encoded values of those that went in a query string
+// (a redirect's Location, say).
+func scrubForms(secrets []sessionSecret) []sessionSecret {
+	out := secrets
+	for _, s := range secrets {
+		if enc := url.QueryEscape(s.value); s.query && enc != s.value {
+			if len(out) == len(secrets) {
+				out = slices.Clone(secrets)
+			}
+			s.value = enc
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // replaceInHeader replaces, in every header value, each secret's old

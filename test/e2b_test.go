@@ -23,9 +23,13 @@ import (
 // are /bin/bash -l -c, so docker runs boxrt's Debian image (the busybox
 // test image has no bash), named by an e2b.templates entry.
 var e2bConfigs = map[string]string{
-	"bwrap":  `{"backend":"bwrap"}`,
-	"docker": `{"backend":"docker","docker":{"image":"boxrt-test:busybox"},"e2b":{"templates":{"base":"boxrt-sandbox:latest"}}}`,
+	"bwrap":  `{"backend":"bwrap",` + e2bEgress + `}`,
+	"docker": `{"backend":"docker","docker":{"image":"boxrt-test:busybox"},"e2b":{"templates":{"base":"boxrt-sandbox:latest"}},` + e2bEgress + `}`,
 }
+
+// e2bEgress names the hosts the network step of scenario.mjs resolves
+// (addresses of TEST-NET-3: nothing is contacted).
+const e2bEgress = `"egress":{"hosts":{"api.test":"203.0.113.10","other.test":"203.0.113.11"}}`
 
 // e2bSDK installs the pinned E2B SDK into test/e2b and returns that
 // directory.

@@ -40,7 +40,7 @@ func (h *Handler) mountControl(mux *http.ServeMux) {
 		"POST /sandboxes/{id}/fork":       h.fork,
 		"POST /sandboxes/{id}/snapshots":  h.snapshot,
 		"GET /snapshots":                  h.listSnapshots,
-		"PUT /sandboxes/{id}/network":     notImplemented("network updates"),
+		"PUT /sandboxes/{id}/network":     h.updateNetwork,
 		"POST /sandboxes/{id}/refreshes":  h.refresh,
 	}
 	for pattern, fn := range routes {
@@ -68,6 +68,9 @@ type newSandbox struct {
 	Timeout    *int              `json:"timeout"`
 	Metadata   map[string]string `json:"metadata"`
 	EnvVars    map[string]string `json:"envVars"`
+	// Egress: see policyOf.
+	Network             *e2bNetwork `json:"network"`
+	AllowInternetAccess *bool       `json:"allow_internet_access"`
 }
 
 // sandboxJSON is the Sandbox schema: what create, resume and connect
@@ -189,6 +192,12 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	} else {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("template '%s' not found: boxrt knows \"base\", the names under e2b.templates in its configuration and its snapshots' ids", body.TemplateID))
 		return
+	}
+	if mode, set, err := policyOf(body.Network, body.AllowInternetAccess); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	} else if set {
+		spec.Network = mode
 	}
 	if err := spec.Normalize(); err != nil {
 		writeRuntimeError(w, err)

@@ -52,7 +52,7 @@ func execSpec(ctx context.Context, sb *sandbox, cfg *process.ProcessConfig) (run
 	}
 	spec := runtime.DefaultSpec()
 	spec.SessionID = sb.logical
-	spec.Sandbox = sb.box
+	spec.Sandbox = sb.sandboxSpec()
 	spec.Cmd = strings.Join(words, " ")
 	spec.TimeoutSec = commandTimeout(ctx)
 	spec.Env = maps.Clone(sb.envs)
@@ -60,7 +60,7 @@ func execSpec(ctx context.Context, sb *sandbox, cfg *process.ProcessConfig) (run
 		spec.Env = map[string]string{}
 	}
 	maps.Copy(spec.Env, cfg.GetEnvs())
-	if _, set := spec.Env["HOME"]; !set && sb.box.MountPathOrDefault() == userHome {
+	if _, set := spec.Env["HOME"]; !set && spec.MountPathOrDefault() == userHome {
 		spec.Env["HOME"] = userHome
 	}
 	if cfg.Cwd != nil {

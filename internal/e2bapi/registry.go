@@ -23,7 +23,8 @@ type sandbox struct {
 	template  string
 	started   time.Time
 	// box is the session's sandbox, which every exec's spec repeats (the
-	// runtime refuses a spec that differs from its session's).
+	// runtime refuses a spec that differs from its session's); its
+	// network changes with updates, under mu.
 	box      backends.Sandbox
 	envs     map[string]string
 	metadata map[string]string
@@ -215,6 +216,22 @@ func (r *registry) close() {
 }
 
 // setTimeout makes s end d from now, calling expire then.
+// setNetwork records the session's network after an update: every
+// exec's spec repeats it.
+func (r *registry) setNetwork(s *sandbox, mode backends.NetworkMode) {
+	s.mu.Lock()
+	s.box.Network = mode
+	s.mu.Unlock()
+	r.persist(s)
+}
+
+// sandboxSpec is the session's sandbox as execs repeat it.
+func (s *sandbox) sandboxSpec() backends.Sandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.box
+}
+
 func (r *registry) setTimeout(s *sandbox, d time.Duration, now time.Time, expire func()) {
 	r.arm(s, now.Add(d), d, expire)
 	r.persist(s)

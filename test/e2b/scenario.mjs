@@ -4,7 +4,7 @@
 // failure.
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
-import { Sandbox, CommandExitError, AuthenticationError, TimeoutError } from 'e2b'
+import { Sandbox, CommandExitError, AuthenticationError, TimeoutError, ALL_TRAFFIC } from 'e2b'
 
 const step = async (name, fn) => {
   await fn()
@@ -173,6 +173,22 @@ await step('pause, then connect resumes with the files kept', async () => {
   assert.equal((await resumed.getInfo()).state, 'running')
   const res = await resumed.commands.run('wc -c < /tmp/e2b/blob.bin')
   assert.equal(res.stdout.trim(), String(3 << 20))
+})
+
+await step('network: allowOut with everything else denied, then updateNetwork', async () => {
+  // boxrt's egress.hosts (test/e2b_test.go) names api.test and other.test;
+  // the sandbox's resolver answers only the names its policy allows.
+  const net = await Sandbox.create('base', { timeoutMs: 60_000, network: { allowOut: ['api.test'], denyOut: [ALL_TRAFFIC] } })
+  try {
+    assert.match((await net.commands.run('getent hosts api.test')).stdout, /203\.0\.113\.10/)
+    await assert.rejects(net.commands.run('getent hosts other.test'), CommandExitError)
+    await net.updateNetwork({ allowOut: ['other.test'], denyOut: [ALL_TRAFFIC] })
+    assert.match((await net.commands.run('getent hosts other.test')).stdout, /203\.0\.113\.11/)
+    await assert.rejects(net.commands.run('getent hosts api.test'), CommandExitError)
+  } finally {
+    await net.kill()
+  }
+  await assert.rejects(Sandbox.create('base', { network: { denyOut: ['10.0.0.0/8'] } }), /denyOut/)
 })
 
 await step('a wrong API key is an AuthenticationError', async () => {

@@ -23,7 +23,7 @@ import (
 // a session's network (a box_exec's caller).
 type egressHub struct {
 	proxy   *egress.Proxy
-	updates *networkUpdates
+	records *egressRecords
 
 	mu       sync.Mutex
 	watchers map[string]map[chan egress.Denial]struct{}
@@ -33,15 +33,15 @@ type egressHub struct {
 // dropped (the counters in box_get_session still count them).
 const denialBuffer = 64
 
-func newEgressHub(cfg Egress, stateDir string, log zerolog.Logger) (*egressHub, error) {
+func newEgressHub(cfg Egress, stateDir string, secretsFile func() string, log zerolog.Logger) (*egressHub, error) {
 	h := &egressHub{watchers: map[string]map[chan egress.Denial]struct{}{},
-		updates: loadNetworkUpdates(filepath.Join(stateDir, "network"), log)}
+		records: loadEgressRecords(filepath.Join(stateDir, "network"), secretsFile, log)}
 	roots, err := cfg.upstreamRoots()
 	if err != nil {
 		return nil, err
 	}
 	p, err := egress.New(egress.Config{Hosts: cfg.Hosts, UpstreamRoots: roots, OnDenied: h.denied,
-		PolicyOverride: h.updates.policy, Log: log})
+		Restore: h.records.restore, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -182,8 +182,7 @@ func (r *Runtime) UpdateNetwork(ctx context.Context, sessionID string, network b
 		info := s.info
 		info.Network = canon
 		r.sessions.mu.Unlock()
-		rec := networkRecord{SessionID: info.SessionID, BackendSessionID: info.BackendSessionID, Network: canon}
-		if err := r.egress.updates.set(rec); err != nil {
+		if err := r.egress.records.update(info, func(rec *egressRecord) { rec.Network = canon }); err != nil {
 			return boxerr.Failure("cannot record session %s's new network in the state directory, so it was not changed: %v", sessionID, err).Wrap(err)
 		}
 		r.sessions.mu.Lock()
@@ -196,6 +195,25 @@ func (r *Runtime) UpdateNetwork(ctx context.Context, sessionID string, network b
 		return nil
 	})
 	return out, err
+}
+
+// recordSecrets keeps a new persistent session's secrets and their
+// identity for a boxrt restarted on the same state directory (the
+// sandbox's processes keep their placeholders, its bundle the CA). A
+// session with none, or one that cannot outlive boxrt, records nothing.
+func (r *Runtime) recordSecrets(info backends.Session, params []SecretParam) error {
+	if len(params) == 0 || !info.Persistent {
+		return nil
+	}
+	es := r.egress.proxy.Session(info.SessionID)
+	if es == nil {
+		return nil // not attached: a restart gives it new placeholders, as a resume does
+	}
+	id, err := es.Identity()
+	if err != nil {
+		return err
+	}
+	return r.egress.records.update(info, func(rec *egressRecord) { rec.Secrets, rec.Identity = params, id })
 }
 
 // EgressTotals are the proxy's counters over all sessions (/metrics).

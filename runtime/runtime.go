@@ -126,7 +126,7 @@ func New(cfg Config, factory Factory, stateDir string, opts ...Option) (*Runtime
 	r.webhook = newWebhook(r)
 	r.ports = newPorts(r)
 	r.records = suspendRecords{sessionRecords{dir: filepath.Join(stateDir, "suspended"), log: r.log}}
-	if r.egress, err = newEgressHub(cfg.Egress, stateDir, r.log); err != nil {
+	if r.egress, err = newEgressHub(cfg.Egress, stateDir, func() string { return r.Config().Egress.SecretsFile }, r.log); err != nil {
 		return nil, err
 	}
 	r.backends = &backendSelector{egress: r.egress.proxy, factory: factory, settings: &r.settings, instanceID: id, stateDir: stateDir,
@@ -267,9 +267,10 @@ func (r *Runtime) adopt(ctx context.Context, b backends.Backend) {
 			stop(info)
 			continue
 		}
-		kept = append(kept, r.egress.updates.adopted(info))
+		kept = append(kept, r.egress.records.adopted(info))
 	}
 	adopted, duplicates := r.sessions.adopt(kept, r.records.read)
+	r.egress.records.retain(func(id string) bool { return r.sessions.get(id) != nil })
 	for _, info := range adopted {
 		r.log.Info().Str("session_id", info.SessionID).Str("backend_session_id", info.BackendSessionID).Msg("re-adopted session")
 	}

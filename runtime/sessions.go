@@ -295,15 +295,24 @@ func (r *Runtime) startSession(ctx context.Context, b backends.Backend, spec Spe
 	start.Secrets = secrets
 	// An update recorded for an earlier session of this id (whose delete
 	// failed) must not reach the new one.
-	r.egress.updates.drop(start.SessionID)
+	r.egress.records.drop(start.SessionID)
 	if !b.Describe().SkillsLive {
 		start.ExtraMounts = append(slices.Clone(spec.ExtraMounts), skills...)
 	}
 	info, err := r.pools.startSandbox(cctx, b, spec, start)
-	if err == nil && spec.restore != nil {
-		if err = spec.restore(cctx, info); err != nil {
-			_ = b.StopSession(context.WithoutCancel(ctx), info)
+	if err != nil {
+		return info, err
+	}
+	if spec.restore != nil {
+		err = spec.restore(cctx, info)
+	}
+	if err == nil {
+		if err = r.recordSecrets(info, spec.SecretParams); err != nil {
+			err = boxerr.Failure("cannot record session %s's secrets in the state directory: %v", spec.SessionID, err).Wrap(err)
 		}
+	}
+	if err != nil {
+		_ = b.StopSession(context.WithoutCancel(ctx), info)
 	}
 	return info, err
 }
@@ -439,7 +448,7 @@ func (r *Runtime) destroy(ctx context.Context, s *session, reason string, interr
 	}
 	if err == nil {
 		r.records.drop(info.SessionID)
-		r.egress.updates.drop(info.SessionID)
+		r.egress.records.drop(info.SessionID)
 	}
 	s.op.Unlock()
 

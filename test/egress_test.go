@@ -492,14 +492,22 @@ func testEgressUpdate(t *testing.T, e *egressEnv) {
 	assert.Contains(t, resp.Error.Message, "network.allow[0]")
 }
 
-// testEgressUpdateRestart: the policy box_update_network gave a
-// persistent session is the one it has after boxrt is killed and
-// restarted, both ways (opened, then closed again).
+// testEgressUpdateRestart: what a persistent session's egress was given
+// is what it has after boxrt is killed and restarted: the policy its last
+// box_update_network set (opened, then closed again), and its secrets
+// (same placeholder in its environment, the value still put in its
+// requests, over TLS too with the CA its bundle trusts).
 func testEgressUpdateRestart(t *testing.T, e *egressEnv) {
-	closed, open := map[string]any{"allow": []string{}}, map[string]any{"allow": []string{"other.test"}}
-	spec := map[string]any{"session_id": "kept", "persistent": true, "network": closed}
+	const secret = "sk-kept-over-restart-77f3"
+	api := []string{"api.test:" + e.api.port(), "api.test:" + e.apiTLS.port()}
+	closed := map[string]any{"allow": api}
+	open := map[string]any{"allow": append([]string{"other.test"}, api...)}
+	spec := map[string]any{"session_id": "kept", "persistent": true, "network": closed,
+		"secrets": []map[string]any{{"name": "API_TOKEN", "value": secret, "hosts": []string{"api.test"}}}}
 	fetch := fetchCmd("http://other.test:"+e.other.port()+"/", "")
 	require.NotEqual(t, 0, e.exec(t, spec, fetch).ExitCode, "reached before the update")
+	placeholder := e.exec(t, spec, `echo "$API_TOKEN"`).Stdout
+	require.Contains(t, placeholder, "boxrt-secret-")
 	policy := func() string {
 		var info struct {
 			Network struct {
@@ -512,9 +520,22 @@ func testEgressUpdateRestart(t *testing.T, e *egressEnv) {
 
 	e.call(t, "box_update_network", map[string]any{"session_id": "kept", "network": open}, nil)
 	e.restart(t)
-	assert.JSONEq(t, `{"allow":["other.test"]}`, policy(), "the policy after a restart")
+	want, _ := json.Marshal(open)
+	assert.JSONEq(t, string(want), policy(), "the policy after a restart")
 	spec["network"] = open
 	assert.Equal(t, "other\n", e.exec(t, spec, fetch).Stdout, "opened, then restarted")
+	assert.Equal(t, placeholder, e.exec(t, spec, `echo "$API_TOKEN"`).Stdout, "the placeholder after a restart")
+	apiSeen, tlsSeen := len(e.api.auths()), len(e.apiTLS.auths())
+	r := e.exec(t, spec, fetchCmd("http://api.test:"+e.api.port()+"/", `Authorization: Bearer $API_TOKEN`))
+	assert.Equal(t, "api\n", r.Stdout, "%+v", r)
+	r = e.exec(t, spec, fetchCmd("https://api.test:"+e.apiTLS.port()+"/", `Authorization: Bearer $API_TOKEN`))
+	assert.Equal(t, "api over tls\n", r.Stdout, "%+v", r)
+	if a := e.api.auths(); assert.Len(t, a, apiSeen+1) {
+		assert.Equal(t, "Bearer "+secret, a[apiSeen], "the secret after a restart")
+	}
+	if a := e.apiTLS.auths(); assert.Len(t, a, tlsSeen+1) {
+		assert.Equal(t, "Bearer "+secret, a[tlsSeen], "the secret over TLS after a restart")
+	}
 
 	e.call(t, "box_update_network", map[string]any{"session_id": "kept", "network": closed}, nil)
 	e.restart(t)

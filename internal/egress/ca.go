@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"os"
 	"strings"
@@ -73,6 +74,25 @@ func newSessionCA(label string, secrets []sessionSecret) (*sessionCA, error) {
 		return nil, err
 	}
 	return &sessionCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		leaves: map[string]*tls.Certificate{}}, nil
+}
+
+// sessionCAFor is the CA the identity kept, when it has a usable one, else
+// a new one.
+func sessionCAFor(label string, secrets []sessionSecret, id Identity) (*sessionCA, error) {
+	if len(id.CAKey) == 0 || len(id.CACert) == 0 {
+		return newSessionCA(label, secrets)
+	}
+	cert, err := x509.ParseCertificate(id.CACert)
+	if err != nil {
+		return nil, fmt.Errorf("the kept session CA: %w", err)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(id.CAKey)
+	key, ok := k.(*ecdsa.PrivateKey)
+	if err != nil || !ok || !key.PublicKey.Equal(cert.PublicKey) || !cert.IsCA {
+		return nil, errors.New("the kept session CA's key does not match its certificate")
+	}
+	return &sessionCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}),
 		leaves: map[string]*tls.Certificate{}}, nil
 }
 

@@ -122,7 +122,7 @@ func TestValidateSecrets(t *testing.T) {
 }
 
 func TestInsertSecretsInBasicAuth(t *testing.T) {
-	secrets, err := newSessionSecrets([]Secret{{Name: "PW", Value: "hunter2", Hosts: []string{"api.test"}}})
+	secrets, err := newSessionSecrets([]Secret{{Name: "PW", Value: "hunter2", Hosts: []string{"api.test"}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestInsertSecretsInQuery(t *testing.T) {
 	secrets, err := newSessionSecrets([]Secret{
 		{Name: "Q", Value: "a b&c=d", Hosts: []string{"api.test"}, Query: true},
 		{Name: "H", Value: "header-only", Hosts: []string{"api.test"}},
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ type nopCloser struct{ *oneByte }
 func (nopCloser) Close() error { return nil }
 
 func TestSessionCAIsLimitedToSecretHosts(t *testing.T) {
-	secrets, err := newSessionSecrets([]Secret{{Name: "T", Value: "v", Hosts: []string{"api.test", "*.svc.test"}}})
+	secrets, err := newSessionSecrets([]Secret{{Name: "T", Value: "v", Hosts: []string{"api.test", "*.svc.test"}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,5 +220,47 @@ func TestSessionCAIsLimitedToSecretHosts(t *testing.T) {
 		if (err == nil) != ok {
 			t.Errorf("%s: verify %v, want ok=%v", name, err, ok)
 		}
+	}
+}
+
+// TestIdentityKeptAcrossAttachments: the placeholders and CA a session's
+// identity records come back in a later attachment; what does not look
+// like ours is replaced, and a CA whose key does not match is refused.
+func TestIdentityKeptAcrossAttachments(t *testing.T) {
+	list := []Secret{{Name: "A", Value: "v", Hosts: []string{"api.test"}}, {Name: "B", Value: "w", Hosts: []string{"b.test"}}}
+	first, err := newSessionSecrets(list, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := newSessionCA("s", first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := (&Session{secrets: first, ca: ca}).Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id.Placeholders["B"] = "boxrt-secret-not-hex\r\nX: y"
+	again, err := newSessionSecrets(list, id.Placeholders)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again[0].placeholder != first[0].placeholder {
+		t.Errorf("placeholder A %q, kept %q", again[0].placeholder, first[0].placeholder)
+	}
+	if !validPlaceholder(again[1].placeholder) || again[1].placeholder == id.Placeholders["B"] {
+		t.Errorf("placeholder B %q taken from a record that does not look like ours", again[1].placeholder)
+	}
+	kept, err := sessionCAFor("s", again, id)
+	if err != nil || !kept.cert.Equal(ca.cert) || !kept.key.Equal(ca.key) {
+		t.Fatalf("kept CA: %v", err)
+	}
+	other, err := newSessionCA("other", again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id.CACert = other.cert.Raw
+	if _, err := sessionCAFor("s", again, id); err == nil {
+		t.Fatal("a CA certificate with another key was accepted")
 	}
 }

@@ -32,13 +32,13 @@ type Config struct {
 	// OnDenied hears every refused connection and DNS question. It runs
 	// on the connection's goroutine and must not block.
 	OnDenied func(Denial)
-	// PolicyOverride, when it knows the session, gives the policy an
-	// attachment starts with instead of the Attachment's: the policy a
-	// live update gave it, which a backend re-attaching a sandbox adopted
-	// after a restart does not know.
-	PolicyOverride func(sessionID string) (Policy, bool)
-	Limits         Limits
-	Log            zerolog.Logger
+	// Restore, when it knows the session, gives what an attachment
+	// carries over from an earlier one instead of the Attachment's: a
+	// backend re-attaching a sandbox adopted after a restart knows neither
+	// the policy a live update gave it nor its secrets.
+	Restore func(sessionID string) (Restored, bool)
+	Limits  Limits
+	Log     zerolog.Logger
 }
 
 // Limits bound what the sandboxes can make the proxy hold. Zero fields
@@ -147,9 +147,6 @@ func (p *Proxy) Attach(a Attachment) (_ *Session, err error) {
 	if a.NetNS == nil {
 		return nil, boxerr.Validation("netns", "egress: no network namespace to attach")
 	}
-	if err := ValidateSecrets(a.Secrets, "secrets"); err != nil {
-		return nil, err
-	}
 	s := &Session{p: p, id: a.ID, own: ownAddrs(), stats: newCounters(), conns: map[*proxied]struct{}{},
 		dns: newDNSMemory(p.cfg.Limits.DNSMemory), dnsSlots: make(chan struct{}, p.cfg.Limits.DNSInflight)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -158,18 +155,26 @@ func (p *Proxy) Attach(a Attachment) (_ *Session, err error) {
 			s.cancel()
 		}
 	}()
-	pol := a.Policy
-	if p.cfg.PolicyOverride != nil {
-		if o, ok := p.cfg.PolicyOverride(a.ID); ok {
-			pol = o
+	pol, secrets, ident := a.Policy, a.Secrets, Identity{}
+	if p.cfg.Restore != nil {
+		if r, ok := p.cfg.Restore(a.ID); ok {
+			if r.Policy != nil {
+				pol = *r.Policy
+			}
+			if r.Secrets != nil {
+				secrets, ident = r.Secrets, r.Identity
+			}
 		}
 	}
 	s.policy.Store(&pol)
-	if s.secrets, err = newSessionSecrets(a.Secrets); err != nil {
+	if err := ValidateSecrets(secrets, "secrets"); err != nil {
+		return nil, err
+	}
+	if s.secrets, err = newSessionSecrets(secrets, ident.Placeholders); err != nil {
 		return nil, err
 	}
 	if len(s.secrets) > 0 {
-		if s.ca, err = newSessionCA(a.ID, s.secrets); err != nil {
+		if s.ca, err = sessionCAFor(a.ID, s.secrets, ident); err != nil {
 			return nil, err
 		}
 	}
@@ -256,6 +261,23 @@ func (s *Session) Env() map[string]string {
 		out[sec.name] = sec.placeholder
 	}
 	return out
+}
+
+// Identity is what the session's secrets must keep in a later
+// attachment (Restored): their placeholders and the session CA.
+func (s *Session) Identity() (Identity, error) {
+	id := Identity{Placeholders: make(map[string]string, len(s.secrets))}
+	for _, sec := range s.secrets {
+		id.Placeholders[sec.name] = sec.placeholder
+	}
+	if s.ca != nil {
+		key, err := x509.MarshalPKCS8PrivateKey(s.ca.key)
+		if err != nil {
+			return Identity{}, err
+		}
+		id.CACert, id.CAKey = s.ca.cert.Raw, key
+	}
+	return id, nil
 }
 
 // CAPEM is the session CA's certificate, nil when no secret needs it.

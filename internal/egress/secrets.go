@@ -116,20 +116,58 @@ type sessionSecret struct {
 	query                    bool
 }
 
-func newSessionSecrets(list []Secret) ([]sessionSecret, error) {
+// Restored is what an attachment carries over from an earlier one of the
+// same session (Config.Restore): the policy a live update gave it (nil:
+// the Attachment's), and its secrets (nil: the Attachment's) with the
+// Identity they had.
+type Restored struct {
+	Policy   *Policy
+	Secrets  []Secret
+	Identity Identity
+}
+
+// Identity is what a session's secrets keep across attachments: the
+// sandbox's environment holds their placeholders and its trust bundle the
+// session CA's certificate. CAKey is PKCS #8 DER, CACert DER.
+type Identity struct {
+	Placeholders map[string]string `json:"placeholders"`
+	CAKey        []byte            `json:"ca_key,omitempty"`
+	CACert       []byte            `json:"ca_cert,omitempty"`
+}
+
+// newSessionSecrets gives each secret its placeholder: the one in kept
+// under its name when it looks like one of ours, else a new random one.
+func newSessionSecrets(list []Secret, kept map[string]string) ([]sessionSecret, error) {
 	out := make([]sessionSecret, 0, len(list))
 	for _, s := range list {
 		hosts, err := s.rules()
 		if err != nil {
 			return nil, err
 		}
-		b := make([]byte, placeholderBytes)
-		if _, err := rand.Read(b); err != nil {
-			return nil, err
+		ph := kept[s.Name]
+		if !validPlaceholder(ph) {
+			b := make([]byte, placeholderBytes)
+			if _, err := rand.Read(b); err != nil {
+				return nil, err
+			}
+			ph = placeholderPrefix + hex.EncodeToString(b)
 		}
-		out = append(out, sessionSecret{name: s.Name, value: s.Value, placeholder: "boxrt-secret-" + hex.EncodeToString(b), hosts: hosts, query: s.Query})
+		out = append(out, sessionSecret{name: s.Name, value: s.Value, placeholder: ph, hosts: hosts, query: s.Query})
 	}
 	return out, nil
+}
+
+const placeholderPrefix = "boxrt-secret-"
+
+// validPlaceholder: the shape newSessionSecrets makes (its query-string
+// use needs no escaping, and a header cannot be split by it).
+func validPlaceholder(p string) bool {
+	hexPart, ok := strings.CutPrefix(p, placeholderPrefix)
+	if !ok || len(hexPart) != 2*placeholderBytes {
+		return false
+	}
+	_, err := hex.DecodeString(hexPart)
+	return err == nil
 }
 
 func (s sessionSecret) forHost(name string) bool {

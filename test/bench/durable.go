@@ -14,7 +14,7 @@ import (
 func (b *bench) scenarioDurable(ctx context.Context) *Scenario {
 	cfg := b.cfg
 	sc := &Scenario{Title: "Durable sessions: warm pool, resume, fork → first output"}
-	n := map[string]int{"docker": cfg.coldNDocker * 2, "bwrap": cfg.coldNBwrap * 2}
+	n := map[string]int{"docker": cfg.coldNDocker, "bwrap": cfg.coldNBwrap * 2}
 	sc.Intro = fmt.Sprintf(`Per run and backend (%d docker / %d bwrap samples each), one boxrt configured with a warm pool
 `+"(`durable.pools: [{name: bench, size: 2}]`)"+`:
 - *pool*: `+"`box_exec {\"cmd\":\"echo hi\"}`"+` on a new session id while the pool is full (the harness waits for the refill between samples, untimed);

@@ -38,8 +38,9 @@ image %s imported, namespace default), boxrt over stdio.
 - *create → first output with a warm pool*: boxrt runs with `+"`durable.pools: [{name: bench, size: 2, sandbox: {memory_mb: 256}}]`"+`;
   `+"`box_exec {\"session_id\":<new id>,\"cmd\":\"echo hi\",\"memory_mb\":256}`"+` while the pool is full (the harness waits for the refill
   between samples, untimed), %d times per run, in turn with the warm execs: the pooled Pod is claimed (index ConfigMap, guarded patches), then the exec runs.
-  The other rows' sessions (default memory) do not fit the pool and start cold. **Baseline:** the new-session create above.`,
-		"`"+kubeconfig+"`", "`"+cfg.image+"`", cfg.coldNDocker, cfg.execNCLI, cfg.coldNDocker, (cfg.execNCLI+poolEvery(cfg)-1)/poolEvery(cfg))
+  The other rows' sessions (default memory) do not fit the pool and start cold. **Baseline:** the new-session create above.
+%d runs (each Pod start takes seconds).`,
+		"`"+kubeconfig+"`", "`"+cfg.image+"`", cfg.coldNDocker, cfg.execNCLI, cfg.coldNDocker, (cfg.execNCLI+poolEvery(cfg)-1)/poolEvery(cfg), cfg.kubeReps)
 
 	boxCold := newMeasure("boxrt kube, new session")
 	kubectlRun := newMeasure("`kubectl run --rm -i`")
@@ -116,7 +117,7 @@ image %s imported, namespace default), boxrt over stdio.
 	}
 	defer func() { _ = deleteSession(context.WithoutCancel(ctx), p.rpc, durable) }()
 
-	for rep := 0; rep < cfg.reps && ctx.Err() == nil; rep++ {
+	for rep := 0; rep < cfg.kubeReps && ctx.Err() == nil; rep++ {
 		// Each case and its baseline are called in turn; the pooled
 		// sessions join the warm execs' rounds, so the goal's ratio
 		// compares calls made at the same time.

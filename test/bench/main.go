@@ -58,6 +58,7 @@ type config struct {
 	scaleConc    int
 	reconnectN   int // respawn/restart cycles per run (passed to the hook)
 	reconnectRep int // repetitions of the reconnect scenario
+	kubeReps     int // repetitions of the kube scenario (each Pod start is seconds)
 	// burst: memory after many concurrent execs
 	burstSessions int
 	burstExecs    int
@@ -75,7 +76,7 @@ func defaults(quick bool) config {
 	if quick {
 		return config{reps: 3, pingN: 2000, pingConcN: 40, pingCallers: 64, execNDocker: 15, execNCLI: 6,
 			execNBwrap: 30, coldNDocker: 2, coldNBwrap: 5, relayN: 300, streamSec: 0.5, execStreamMB: 20, scaleDocker: 10,
-			scaleBwrap: 50, scaleReps: 1, scaleConc: 4, reconnectN: 2, reconnectRep: 1, burstSessions: 20, burstExecs: 60,
+			scaleBwrap: 50, scaleReps: 1, scaleConc: 4, reconnectN: 2, reconnectRep: 1, kubeReps: 1, burstSessions: 20, burstExecs: 60,
 			burstLargeSessions: 60, burstLargeExecs: 200, burstIdle: 5 * time.Second, burstReps: 1, timeoutTotal: 10 * time.Minute}
 	}
 	// Sized for a full run of about 20 minutes on 2 cores: enough calls
@@ -83,7 +84,7 @@ func defaults(quick bool) config {
 	// and reconnect scenarios.
 	return config{reps: 3, pingN: 20000, pingConcN: 500, pingCallers: 64, execNDocker: 60, execNCLI: 10,
 		execNBwrap: 120, coldNDocker: 8, coldNBwrap: 30, relayN: 3000, streamSec: 3, execStreamMB: 200, scaleDocker: 200,
-		scaleBwrap: 1000, scaleReps: 1, scaleConc: 4, reconnectN: 6, reconnectRep: 1, burstSessions: 100, burstExecs: 300,
+		scaleBwrap: 1000, scaleReps: 1, scaleConc: 4, reconnectN: 6, reconnectRep: 1, kubeReps: 2, burstSessions: 100, burstExecs: 300,
 		burstLargeSessions: 300, burstLargeExecs: 1000, burstIdle: 30 * time.Second, burstReps: 1, timeoutTotal: 45 * time.Minute}
 }
 
@@ -120,6 +121,7 @@ func main() {
 	fs.IntVar(&c.scaleConc, "scale-concurrency", d.scaleConc, "concurrent box_create_session callers in the scale scenario")
 	fs.IntVar(&c.reconnectN, "reconnect-n", d.reconnectN, "respawn/restart cycles per run (reconnect hook)")
 	fs.IntVar(&c.reconnectRep, "reconnect-reps", d.reconnectRep, "repetitions of the reconnect scenario")
+	fs.IntVar(&c.kubeReps, "kube-reps", d.kubeReps, "repetitions of the kube scenario")
 	fs.IntVar(&c.burstSessions, "burst-sessions", d.burstSessions, "bwrap sessions in the burst scenario's first case")
 	fs.IntVar(&c.burstExecs, "burst-execs", d.burstExecs, "execs sent at once in the burst scenario's first case")
 	fs.IntVar(&c.burstLargeSessions, "burst-large-sessions", d.burstLargeSessions, "bwrap sessions in the burst scenario's large case")
@@ -173,6 +175,7 @@ func main() {
 		apply("scale-reps", &c.scaleReps, q.scaleReps)
 		apply("reconnect-n", &c.reconnectN, q.reconnectN)
 		apply("reconnect-reps", &c.reconnectRep, q.reconnectRep)
+		apply("kube-reps", &c.kubeReps, q.kubeReps)
 		apply("burst-sessions", &c.burstSessions, q.burstSessions)
 		apply("burst-execs", &c.burstExecs, q.burstExecs)
 		apply("burst-large-sessions", &c.burstLargeSessions, q.burstLargeSessions)
@@ -193,6 +196,7 @@ func main() {
 	c.burstSessions = max(c.burstSessions, 1)
 	c.burstLargeSessions = max(c.burstLargeSessions, 1)
 	c.reconnectRep = max(c.reconnectRep, 1)
+	c.kubeReps = max(c.kubeReps, 1)
 
 	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

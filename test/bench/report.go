@@ -273,9 +273,15 @@ func (b *bench) writeReport(total time.Duration) error {
 	fmt.Fprintf(&sb, "**Machine:** %s, %d cores, %s; kernel %s; %s; cgroups %s; Docker %s; %s; %s.\n\n",
 		orNA(m.CPU), m.Cores, orNA(m.MemTotal), orNA(m.Kernel), orNA(m.OS), orNA(m.Cgroup), orNA(m.Docker), orNA(m.Bwrap), m.GoVersion)
 	sb.WriteString(b.noiseVerdict() + "\n\n")
+	method := methodPath(b.cfg.out)
+	fmt.Fprintf(&sb, "How each scenario measures, its baselines and notes: [%s](%s).\n\n", filepath.Base(method), filepath.Base(method))
 	sb.WriteString(b.goalsTable())
+	var mb strings.Builder
+	fmt.Fprintf(&mb, "# boxrt benchmarks: method and notes\n\nThe scenarios of the run summarised in [%s](%s) (boxrt %s): what each one does, its baselines, and what its numbers mean.\n\n",
+		filepath.Base(b.cfg.out), filepath.Base(b.cfg.out), orNA(m.Commit))
 	for i, s := range b.scenarios {
 		writeScenario(&sb, i+1, s)
+		writeMethod(&mb, i+1, s)
 	}
 	if len(b.cleanup) > 0 {
 		sb.WriteString("**Cleanup:** " + strings.Join(b.cleanup, "; ") + "\n\n")
@@ -284,7 +290,16 @@ func (b *bench) writeReport(total time.Duration) error {
 	if err := writeReportFile(b.cfg.out, []byte(sb.String())); err != nil {
 		return err
 	}
+	if err := writeReportFile(method, []byte(mb.String())); err != nil {
+		return err
+	}
 	return b.writeRuns()
+}
+
+// methodPath is where the method file goes beside the report:
+// docs/benchmarks.md → docs/benchmarks-method.md.
+func methodPath(report string) string {
+	return strings.TrimSuffix(report, filepath.Ext(report)) + "-method.md"
 }
 
 // noiseVerdict is the paragraph on how steady the machine was: a fixed
@@ -332,21 +347,13 @@ func (b *bench) goalsTable() string {
 	return sb.String() + "\n"
 }
 
-// writeScenario is one scenario's section: what it does, its table, its
-// goals and problems.
+// writeScenario is one scenario's section of the summary: its tables and
+// the problems its measures met (how it measures is in the method file).
 func writeScenario(sb *strings.Builder, n int, s *Scenario) {
-	title := s.Title
-	if title == "" {
-		title = s.Key
-	}
-	fmt.Fprintf(sb, "## %d. %s\n\n", n, title)
+	fmt.Fprintf(sb, "## %d. %s\n\n", n, scenarioTitle(s))
 	if s.Skipped != "" {
 		fmt.Fprintf(sb, "%s\n\n", s.Skipped)
 		return
-	}
-	if s.Intro != "" {
-		// One paragraph per scenario, however its source wraps it.
-		sb.WriteString(strings.Join(strings.Fields(s.Intro), " ") + "\n\n")
 	}
 	if len(s.Rows) > 0 {
 		sb.WriteString(renderRows(s.Rows) + "\n")
@@ -354,14 +361,34 @@ func writeScenario(sb *strings.Builder, n int, s *Scenario) {
 	for _, t := range s.Tables {
 		sb.WriteString(strings.TrimSpace(t) + "\n\n")
 	}
-	for _, note := range append(problems(s.Rows, s.Extra), s.Notes...) {
+	if ps := problems(s.Rows, s.Extra); len(ps) > 0 {
+		sb.WriteString("- " + strings.Join(ps, "\n- ") + "\n\n")
+	}
+	fmt.Fprintf(sb, "_%s, load %s at its start._\n\n", s.Elapsed.Round(100*time.Millisecond), s.LoadStart)
+}
+
+// writeMethod is one scenario's section of the method file: what it
+// does, its notes, and where a hand measurement of it lies.
+func writeMethod(sb *strings.Builder, n int, s *Scenario) {
+	fmt.Fprintf(sb, "## %d. %s\n\n", n, scenarioTitle(s))
+	if s.Intro != "" {
+		// One paragraph per scenario, however its source wraps it.
+		sb.WriteString(strings.Join(strings.Fields(s.Intro), " ") + "\n\n")
+	}
+	for _, note := range s.Notes {
 		fmt.Fprintf(sb, "- %s\n", note)
 	}
-	fmt.Fprintf(sb, "\n_%s, load %s at its start._", s.Elapsed.Round(100*time.Millisecond), s.LoadStart)
 	if s.Breakdown != "" {
-		fmt.Fprintf(sb, " Where the time goes, measured by hand: [test/bench/%s](../test/bench/%s).", s.Breakdown, s.Breakdown)
+		fmt.Fprintf(sb, "\nWhere the time goes, measured by hand: [test/bench/%s](../test/bench/%s).\n", s.Breakdown, s.Breakdown)
 	}
-	sb.WriteString("\n\n")
+	sb.WriteString("\n")
+}
+
+func scenarioTitle(s *Scenario) string {
+	if s.Title == "" {
+		return s.Key
+	}
+	return s.Title
 }
 
 // runRecord is one run of one measure in the -json file.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -69,6 +70,8 @@ type Backend struct {
 	pool      diskPool // default-size disks made ahead (diskpool.go)
 	stageOnce sync.Once
 	stageErr  error
+	// starts bounds the sandboxes starting at once (resident.go).
+	starts chan struct{}
 	// launchNS is the mount namespace every sandbox's is copied from
 	// (mountns.go).
 	launchOnce sync.Once
@@ -136,6 +139,7 @@ func New(cfg Config) (*Backend, error) {
 		sessions: map[string]*sessionRuns{},
 		open:     map[string]*sessionFiles{},
 		token:    randomHex(4),
+		starts:   make(chan struct{}, max(4, 2*runtime.NumCPU())),
 	}
 	b.id, b.idErr = sandboxIdentity()
 	b.unshare, b.netErr = lookSbin("unshare")

@@ -166,6 +166,16 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 			return nil, boxerr.Failure("bwrap: the agent's socket: %v", err).Wrap(err)
 		}
 	}
+	// A burst of starts (a burst of calls on sessions whose idle sandboxes
+	// were released) would otherwise share the CPU until all of them miss
+	// acceptTimeout; in turn, each start is quick. The wait is the
+	// caller's, bounded by its context.
+	select {
+	case b.starts <- struct{}{}:
+		defer func() { <-b.starts }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	// bwrap's and the agent's own output go to a memory file rather than
 	// a pipe to boxrt, which a sandbox outliving boxrt would write into
 	// broken.

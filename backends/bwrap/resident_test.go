@@ -313,3 +313,32 @@ func TestSandboxMountsHoldOnlyItsStage(t *testing.T) {
 		t.Fatalf("boxrt's namespace holds %d stage mounts of %d sessions: the test did not stage what it meant to", n, len(infos))
 	}
 }
+
+// TestStartBurst: many sessions started at once on this machine's cores
+// all get their sandbox: starts beyond the bound wait their turn instead
+// of sharing the CPU until they all miss acceptTimeout.
+func TestStartBurst(t *testing.T) {
+	b := newBackend(t)
+	n := 4 * cap(b.starts)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			spec := backends.DefaultSandboxSpec()
+			spec.SessionID = fmt.Sprintf("%s-%d", t.Name(), i)
+			info, err := b.StartSession(context.Background(), spec)
+			if err == nil {
+				t.Cleanup(func() { _ = b.StopSession(context.Background(), info) })
+				var out execResult
+				if out = execIn(t, b, info, backends.ExecRequest{Cmd: "echo up"}); out.err != nil || out.stdout != "up\n" {
+					err = fmt.Errorf("exec: %+v", out)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -68,6 +68,7 @@ func execSpec(ctx context.Context, sb *sandbox, cfg *process.ProcessConfig) (run
 	spec.SessionID = sb.logical
 	spec.Sandbox = sb.box
 	spec.Cmd = execLine(cfg)
+	spec.NoLogin = true
 	spec.TimeoutSec = commandTimeout(ctx)
 	spec.Env = maps.Clone(sb.envs)
 	if spec.Env == nil {

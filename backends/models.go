@@ -271,7 +271,15 @@ func CheckMountPath(field, p string) (string, error) {
 // ctx cancellation) kills the command's whole process tree while leaving the
 // session intact.
 type ExecRequest struct {
-	Cmd     string
+	Cmd string
+	// NoLogin runs Cmd in a plain `sh -c` instead of the login shell
+	// `sh -lc`, for a command that is its own login shell (E2B's
+	// `bash -l -c`): the profile is read once, by it, and what only sh's
+	// login reads (~/.profile beside a ~/.bash_profile) stays out, as in
+	// E2B. Commands the session agent starts (bwrap, docker and kube
+	// with their agent) honour it; a command run without the agent (an
+	// Engine API exec, kube's exec subresource) still gets a login shell.
+	NoLogin bool
 	Workdir string
 	Env     map[string]string
 	Timeout time.Duration

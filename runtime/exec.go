@@ -199,6 +199,7 @@ func (e *Execs) execIn(ctx context.Context, s *session, spec Spec, opts ExecOpti
 func (e *Execs) run(ctx context.Context, spec Spec, b backends.Backend, info backends.Session, x *liveExec) (_ ExecResult, gone bool, _ error) {
 	req := backends.ExecRequest{
 		Cmd:     spec.Cmd,
+		NoLogin: spec.NoLogin,
 		Workdir: spec.Workdir,
 		Env:     spec.Env,
 		Timeout: time.Duration(spec.TimeoutSec) * time.Second,

@@ -46,6 +46,9 @@ type Spec struct {
 	// MaxOutputBytes caps what is kept of each output stream (0 = the
 	// configured default). boxrt extension.
 	MaxOutputBytes int `json:"max_output_bytes"`
+	// NoLogin is backends.ExecRequest's: set by E2B's envd, whose
+	// commands are their own login shells; not on the wire.
+	NoLogin bool `json:"-"`
 	// FromSnapshot creates a missing session from a stored snapshot: its
 	// sandbox fields and files (a session that exists ignores it).
 	FromSnapshot string `json:"from_snapshot"`

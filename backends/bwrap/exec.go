@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/internal/sandboxsh"
 	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/internal/sandboxagent"
 )
@@ -22,7 +23,8 @@ func limitsOf(info backends.Session, memoryMB int) limits {
 	return lim
 }
 
-// Exec implements backends.Backend: the command runs as /bin/sh -lc in
+// Exec implements backends.Backend: the command runs as /bin/sh -lc (-c
+// for NoLogin) in
 // the session's resident sandbox (resident.go), started by its agent in a
 // process group of its own, with pipes or a pseudo-terminal boxrt made.
 // Output streams into req.Stdout and req.Stderr as it arrives. On timeout
@@ -66,7 +68,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		}
 		// -l as the reference does (sh -lc): a profile in the image or in
 		// /home/.profile applies.
-		return xio.spawnRequest([]string{"/bin/sh", "-lc", req.Cmd}, lay), nil
+		return xio.spawnRequest([]string{"/bin/sh", sandboxsh.ShellFlags(req.NoLogin), req.Cmd}, lay), nil
 	})
 	if xio != nil {
 		xio.started()

@@ -44,7 +44,7 @@ func (b *Backend) agentExec(ctx context.Context, info backends.Session, l *agent
 	}
 	defer sio.close()
 	proc, err := conn.Spawn(ctx, sandboxagent.SpawnRequest{
-		Argv:  []string{"sh", "-c", sandboxsh.AgentExec, "boxrt-exec", workdir, req.Cmd},
+		Argv:  sandboxsh.AgentExecArgv(workdir, req.Cmd, req.NoLogin),
 		Env:   mergeEnv(env, req.Env),
 		Dir:   "/",
 		TTY:   req.TTY != nil && !sio.relayed,

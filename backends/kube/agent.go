@@ -316,7 +316,7 @@ func (b *Backend) uploadAgent(ctx context.Context, pod string) error {
 func (b *Backend) execAgent(ctx context.Context, info backends.Session, req backends.ExecRequest, conn *sandboxagent.Conn, restarted bool) (backends.ExitStatus, error) {
 	workdir, _ := execproc.Paths(info, req.Workdir, "exec", pidDir)
 	rr := sandboxagent.RunRequest{
-		Argv:       []string{"sh", "-c", sandboxsh.AgentExec, "boxrt-exec", workdir, req.Cmd},
+		Argv:       sandboxsh.AgentExecArgv(workdir, req.Cmd, req.NoLogin),
 		Env:        envArgs(req.Env)[1:],
 		InheritEnv: true,
 		Stdout:     req.Stdout,

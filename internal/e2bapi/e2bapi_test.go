@@ -2,6 +2,7 @@ package e2bapi
 
 import (
 	"errors"
+	"fmt"
 	"os/exec"
 	"testing"
 
@@ -19,6 +20,16 @@ func TestShellWordRoundTrips(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, s, string(out))
 	}
+}
+
+// TestExecLineReplacesTheShell: the program is the process the backend's
+// shell was, not a child it waits for, and its words arrive unchanged.
+func TestExecLineReplacesTheShell(t *testing.T) {
+	line := execLine(&process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", `echo "$$" "$1"`, "sh", "it's $HOME"}})
+	cmd := exec.Command("sh", "-c", line)
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	assert.Equal(t, fmt.Sprintf("%d it's $HOME\n", cmd.Process.Pid), string(out))
 }
 
 func TestCommandLookup(t *testing.T) {

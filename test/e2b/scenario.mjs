@@ -99,6 +99,15 @@ await step("the user's files are in /home/user, the commands' cwd and HOME", asy
   assert.equal(r.stdout, '/home/user\n/home/user\nkept\nkept\n')
 })
 
+await step("a command is its own login shell: bash -l reads ~/.bash_profile, sh's ~/.profile stays out, as in E2B", async () => {
+  await sbx.files.write('/home/user/.profile', 'export VIA_PROFILE=sh\n')
+  await sbx.files.write('/home/user/.bash_profile', 'export VIA_BASH_PROFILE=bash\n')
+  const r = await sbx.commands.run('echo "${VIA_PROFILE:-none} ${VIA_BASH_PROFILE:-none}"; shopt -q login_shell && echo login')
+  await sbx.files.remove('/home/user/.profile')
+  await sbx.files.remove('/home/user/.bash_profile')
+  assert.equal(r.stdout, 'none bash\nlogin\n')
+})
+
 await step('files list, exists, makeDir, rename, remove', async () => {
   assert.equal(await sbx.files.makeDir('/tmp/e2b/dir'), true)
   assert.equal(await sbx.files.makeDir('/tmp/e2b/dir'), false)

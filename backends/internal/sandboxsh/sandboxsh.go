@@ -289,13 +289,28 @@ done
 exit 0
 `
 
-// AgentExec is the command a session agent starts for box_exec: it makes
-// and enters the workdir, then becomes the command's login shell ($1
-// workdir, $2 command), so that the process the agent started stays the
-// command's: its exit status is the command's and its process group (the
-// agent makes it a session leader) is the command's tree.
-const AgentExec = `{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || exit
-exec sh -lc "$2"`
+// agentExec is the command a session agent starts for box_exec: it makes
+// and enters the workdir, then becomes the command's shell ($1 workdir,
+// $2 command, $3 the shell's flags: ShellFlags), so that the process the
+// agent started stays the command's: its exit status is the command's and
+// its process group (the agent makes it a session leader) is the
+// command's tree.
+const agentExec = `{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || exit
+exec sh "$3" "$2"`
+
+// AgentExecArgv is the argv of agentExec running cmd in workdir.
+func AgentExecArgv(workdir, cmd string, noLogin bool) []string {
+	return []string{"sh", "-c", agentExec, "boxrt-exec", workdir, cmd, ShellFlags(noLogin)}
+}
+
+// ShellFlags are the flags of the sh that runs a command: a login shell
+// (-lc) unless the command is its own (backends.ExecRequest.NoLogin).
+func ShellFlags(noLogin bool) string {
+	if noLogin {
+		return "-c"
+	}
+	return "-lc"
+}
 
 // KeepAlive is the container's main process. docker-init (Init: true) is
 // pid 1 and reaps orphans; the loop only has to exist, and to exit promptly

@@ -1,6 +1,7 @@
 package bwrap
 
 import (
+	"sync"
 	"time"
 )
 
@@ -33,10 +34,40 @@ func (b *Backend) idleLoop(stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		for _, sf := range b.openSessions() {
-			sf.releaseIdle(b.cfg.IdleRelease)
-		}
+		b.releaseIdle()
 	}
+}
+
+// idleReleases bounds the sandboxes released at once: a release is mostly
+// waiting for the sandbox's processes to die, and one at a time a
+// thousand sandboxes that went idle together took longer to go than
+// they had been idle.
+const idleReleases = 16
+
+// releaseIdle looks at every running sandbox and releases the idle ones,
+// several at a time.
+func (b *Backend) releaseIdle() {
+	slots := make(chan struct{}, idleReleases)
+	var wg sync.WaitGroup
+	for _, sf := range b.openSessions() {
+		if !sf.res.running() {
+			continue
+		}
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			sf.releaseIdle(b.cfg.IdleRelease)
+		}()
+	}
+	wg.Wait()
+}
+
+// running reports whether the session has a sandbox.
+func (res *resident) running() bool {
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	return res.conn != nil
 }
 
 // startIdleLoop starts idleLoop once, when a sandbox first starts and

@@ -30,5 +30,8 @@ func TestAgentExecArgv(t *testing.T) {
 		if got, want := string(out), tc.want+" "+workdir+" \n"; got != want {
 			t.Errorf("noLogin %v: got %q, want %q", tc.noLogin, got, want)
 		}
+		if argv[len(argv)-1] != `echo "${PROFILE:--} $(pwd) $1"` {
+			t.Errorf("the command is not the last argument (the agent carries only that one apart, however long): %q", argv)
+		}
 	}
 }

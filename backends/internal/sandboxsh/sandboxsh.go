@@ -291,16 +291,19 @@ exit 0
 
 // agentExec is the command a session agent starts for box_exec: it makes
 // and enters the workdir, then becomes the command's shell ($1 workdir,
-// $2 command, $3 the shell's flags: ShellFlags), so that the process the
+// $2 the shell's flags: ShellFlags, $3 command), so that the process the
 // agent started stays the command's: its exit status is the command's and
 // its process group (the agent makes it a session leader) is the
 // command's tree.
 const agentExec = `{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || exit
-exec sh "$3" "$2"`
+exec sh "$2" "$3"`
 
-// AgentExecArgv is the argv of agentExec running cmd in workdir.
+// AgentExecArgv is the argv of agentExec running cmd in workdir. The
+// command is the last argument: the agent's spawn frame carries a long
+// last argument apart (sandboxagent), so a command may be as long as the
+// kernel allows one argument to be.
 func AgentExecArgv(workdir, cmd string, noLogin bool) []string {
-	return []string{"sh", "-c", agentExec, "boxrt-exec", workdir, cmd, ShellFlags(noLogin)}
+	return []string{"sh", "-c", agentExec, "boxrt-exec", workdir, ShellFlags(noLogin), cmd}
 }
 
 // ShellFlags are the flags of the sh that runs a command: a login shell

@@ -17,10 +17,12 @@ const (
 
 // Coalescing of streamed output: a chunk goes out when ExecChunkBytes are
 // waiting or ExecChunkDelay after the first waiting byte, whichever comes
-// first, so a chatty command costs a message per 16 KiB, not per write,
-// and a quiet one is still seen within 20 ms.
+// first, so a chatty command costs a message per 64 KiB, not per write,
+// and a quiet one is still seen within 20 ms. Each message costs the
+// sender a wake-up and a write and the host a read and a dispatch: at
+// 16 KiB those, not the bytes, were most of a fast stream's cost.
 const (
-	ExecChunkBytes = 16 << 10
+	ExecChunkBytes = 64 << 10
 	ExecChunkDelay = 20 * time.Millisecond
 )
 
@@ -234,13 +236,18 @@ func isClosed(ch <-chan struct{}) bool {
 
 // chunker coalesces one stream's writes into chunks of the output (see
 // ExecChunkBytes). Chunks end on a UTF-8 character boundary where the
-// data allows, so text never arrives split inside a character.
+// data allows, so text never arrives split inside a character. The bytes
+// are gathered in the buffer that becomes the chunk, so a chunk costs one
+// copy of its bytes; the buffer grows with what is written (a command
+// printing a line costs a small one), and starts at full size once a full
+// chunk was cut (a command streaming a lot).
 type chunker struct {
 	out    *execOutput
 	stream string
 
 	mu     sync.Mutex
 	buf    []byte
+	full   bool // the last chunk cut was a full one
 	timer  *time.Timer
 	closed bool
 }
@@ -251,14 +258,22 @@ func (c *chunker) Write(p []byte) (int, error) {
 	if c.closed {
 		return len(p), nil
 	}
-	c.buf = append(c.buf, p...)
-	for len(c.buf) >= ExecChunkBytes {
-		c.emitLocked(ExecChunkBytes, false)
+	n := len(p)
+	for len(p) > 0 {
+		if c.full && cap(c.buf) < ExecChunkBytes {
+			c.buf = append(make([]byte, 0, ExecChunkBytes), c.buf...)
+		}
+		take := min(len(p), ExecChunkBytes-len(c.buf))
+		c.buf = appendBounded(c.buf, p[:take], ExecChunkBytes)
+		p = p[take:]
+		if len(c.buf) == ExecChunkBytes {
+			c.emitLocked(false)
+		}
 	}
 	if len(c.buf) > 0 && c.timer == nil {
 		c.timer = time.AfterFunc(ExecChunkDelay, c.tick)
 	}
-	return len(p), nil
+	return n, nil
 }
 
 func (c *chunker) tick() {
@@ -266,24 +281,34 @@ func (c *chunker) tick() {
 	defer c.mu.Unlock()
 	c.timer = nil
 	if !c.closed && len(c.buf) > 0 {
-		c.emitLocked(len(c.buf), false)
+		c.emitLocked(false)
 	}
 }
 
-// emitLocked sends the first n bytes of buf (fewer when that would cut a
-// character, unless final) as a chunk.
-func (c *chunker) emitLocked(n int, final bool) {
+// emitLocked sends buf as a chunk, all of it when final, else without an
+// unfinished character at its end, which stays for the next chunk.
+func (c *chunker) emitLocked(final bool) {
+	n := len(c.buf)
 	if !final {
-		if i := lastRuneStart(c.buf[:n]); i > 0 && !utf8.FullRune(c.buf[i:n]) && n-i < utf8.UTFMax {
+		if i := lastRuneStart(c.buf); i > 0 && !utf8.FullRune(c.buf[i:]) && n-i < utf8.UTFMax {
 			n = i
 		}
 	}
 	if n == 0 {
 		return
 	}
-	data := make([]byte, n)
-	copy(data, c.buf)
-	c.buf = append(c.buf[:0], c.buf[n:]...)
+	var data []byte
+	if n < cap(c.buf)/2 {
+		// A short chunk (cut by the timer) out of a large buffer: the
+		// chunk log holds it for replay, so it gets an array of its size
+		// and the buffer is kept.
+		data = append([]byte(nil), c.buf[:n]...)
+		c.buf = append(c.buf[:0], c.buf[n:]...)
+	} else {
+		data = c.buf[:n:n]
+		c.buf = append([]byte(nil), c.buf[n:]...)
+	}
+	c.full = n >= ExecChunkBytes-utf8.UTFMax
 	c.out.append(c.stream, data)
 }
 
@@ -296,7 +321,7 @@ func (c *chunker) close() {
 		c.timer = nil
 	}
 	if len(c.buf) > 0 {
-		c.emitLocked(len(c.buf), true)
+		c.emitLocked(true)
 	}
 	c.buf = nil
 	c.closed = true

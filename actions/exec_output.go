@@ -91,65 +91,60 @@ func specialBytes(x uint64) uint64 {
 // appendJSONString appends s as a JSON string, escaped as encoding/json
 // does apart from its HTML escaping (<, >, & stay as they are, which is
 // the same JSON). valid is false when s is not UTF-8; invalid bytes are
-// then written as U+FFFD.
+// then written as U+FFFD. Plain bytes are copied eight at a time as they
+// are scanned, so text with a newline every few dozen bytes costs no
+// copy call per line.
 func appendJSONString(b, s []byte) (_ []byte, valid bool) {
 	const hex = "0123456789abcdef"
 	valid = true
 	b = append(b, '"')
-	start := 0
 	for i := 0; i < len(s); {
-		// Straight to the next byte that is not plain (a newline every
-		// few dozen bytes is usual).
-		for i+8 <= len(s) {
-			if m := specialBytes(binary.LittleEndian.Uint64(s[i:])); m != 0 {
-				i += bits.TrailingZeros64(m) >> 3
-				break
+		if i+8 <= len(s) {
+			if cap(b)-len(b) < 8 {
+				b = slices.Grow(b, 8+len(s)-i)
 			}
-			i += 8
-		}
-		if i == len(s) {
-			break
+			w := binary.LittleEndian.Uint64(s[i:])
+			n := len(b)
+			binary.LittleEndian.PutUint64(b[n:n+8], w)
+			m := specialBytes(w)
+			if m == 0 {
+				b, i = b[:n+8], i+8
+				continue
+			}
+			k := bits.TrailingZeros64(m) >> 3 // the plain bytes before the first special one
+			b, i = b[:n+k], i+k
 		}
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if jsonSafe[c] {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
+			switch {
+			case jsonSafe[c]:
+				b = append(b, c)
+			case c == '"', c == '\\':
 				b = append(b, '\\', c)
-			case '\n':
+			case c == '\n':
 				b = append(b, '\\', 'n')
-			case '\r':
+			case c == '\r':
 				b = append(b, '\\', 'r')
-			case '\t':
+			case c == '\t':
 				b = append(b, '\\', 't')
 			default:
 				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
 			}
 			i++
-			start = i
 			continue
 		}
 		r, size := utf8.DecodeRune(s[i:])
 		switch {
 		case r == utf8.RuneError && size == 1:
 			valid = false
-			b = append(b, s[start:i]...)
 			b = append(b, `\ufffd`...)
 		case r == '\u2028' || r == '\u2029':
 			// Valid JSON, but line terminators to JavaScript.
-			b = append(b, s[start:i]...)
 			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
 		default:
-			i += size
-			continue
+			b = append(b, s[i:i+size]...)
 		}
 		i += size
-		start = i
 	}
-	b = append(b, s[start:]...)
 	return append(b, '"'), valid
 }

@@ -3,7 +3,9 @@ package reconnect
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -54,7 +56,9 @@ func parseOutputFrame(frame []byte) (n outputNotice, ok bool) {
 	case r.lit(`,"eof":true`):
 		n.out.EOF = true
 	case r.lit(`,"data":`):
-		n.out.Data = []byte{}
+		// Unescaping never lengthens: what is left of the params bounds
+		// the data, so it is decoded into one array of about its size.
+		n.out.Data = make([]byte, 0, len(p)-r.i)
 		ok = r.str(&n.out.Data, true)
 	case r.lit(`,"data_base64":`):
 		var enc []byte
@@ -122,7 +126,10 @@ func (r *outputReader) requestID(n *outputNotice) bool {
 
 // str reads a JSON string, unescaped, appending to *dst. Control bytes,
 // a lone surrogate and (when text) bytes that are not UTF-8 make it fail:
-// the general path decides what those mean.
+// the general path decides what those mean. Plain bytes are skipped eight
+// at a time: output is mostly plain text, a byte at a time was most of a
+// client's CPU for a fast stream, and text that stays ASCII is not
+// checked for UTF-8 a second time.
 func (r *outputReader) str(dst *[]byte, text bool) bool {
 	b, i := r.b, r.i
 	if i >= len(b) || b[i] != '"' {
@@ -131,15 +138,29 @@ func (r *outputReader) str(dst *[]byte, text bool) bool {
 	i++
 	out := *dst
 	start := i
+	var high uint64 // the bytes' high bits, ORed: zero while all are ASCII
 	for i < len(b) {
+		for i+8 <= len(b) {
+			w := binary.LittleEndian.Uint64(b[i:])
+			if m := stringStops(w); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			high |= w
+			i += 8
+		}
+		if i >= len(b) {
+			break
+		}
 		if !stringSpecial[b[i]] {
+			high |= uint64(b[i])
 			i++
 			continue
 		}
 		switch c := b[i]; {
 		case c == '"':
 			out = append(out, b[start:i]...)
-			if text && !utf8.Valid(out[len(*dst):]) {
+			if text && high&highBits != 0 && !utf8.Valid(out[len(*dst):]) {
 				return false
 			}
 			*dst, r.i = out, i+1
@@ -150,12 +171,26 @@ func (r *outputReader) str(dst *[]byte, text bool) bool {
 			if out, i, ok = unescape(out, b, i); !ok {
 				return false
 			}
+			// What an escape stands for is valid UTF-8 (a lone surrogate
+			// fails above), so it needs no check.
 			start = i
 		default: // a control byte
 			return false
 		}
 	}
 	return false
+}
+
+const highBits = 0x8080808080808080
+
+// stringStops marks (with its high bit) each of 8 little-endian bytes that
+// ends a run of a JSON string's plain bytes: a quote, a backslash or a
+// control byte. A borrow may also mark bytes after a marked one, never
+// before, so the lowest mark is exactly the first such byte.
+func stringStops(x uint64) uint64 {
+	const ones = 0x0101010101010101
+	zero := func(v uint64) uint64 { return (v - ones) &^ v & highBits }
+	return ((x - ones*0x20) &^ x & highBits) | zero(x^(ones*'"')) | zero(x^(ones*'\\'))
 }
 
 // stringSpecial marks the bytes that end a run of a JSON string's plain

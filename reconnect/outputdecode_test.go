@@ -83,10 +83,10 @@ func mustJSON(t *testing.T, v any) []byte {
 }
 
 // BenchmarkOutputDecode compares the fast path with the general one on a
-// 16 KiB chunk of text, as boxrt streams a command's output.
+// 64 KiB chunk of text, as boxrt streams a command's output.
 func BenchmarkOutputDecode(b *testing.B) {
-	data := string(bytes.Repeat([]byte("0123456789abcdefghijklmnopqrstuvwxyz\n"), 16384/37))
-	frame := []byte(`{"jsonrpc":"2.0","method":"box_exec_output","params":{"exec_id":"x1","request_id":"stream-1","seq":3,"stream":"stdout","offset":16384,"data":` +
+	data := string(bytes.Repeat([]byte("0123456789abcdefghijklmnopqrstuvwxyz\n"), 65536/37))
+	frame := []byte(`{"jsonrpc":"2.0","method":"box_exec_output","params":{"exec_id":"x1","request_id":"stream-1","seq":3,"stream":"stdout","offset":65536,"data":` +
 		string(mustJSONB(data)) + `}}`)
 	b.Run("fast", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))

@@ -36,10 +36,17 @@ type lineConn struct {
 	wc io.Closer
 	// dl interrupts a blocked Write; pipes from os.Pipe and net.Conn have it.
 	dl interface{ SetWriteDeadline(time.Time) error }
+	// long is reused for lines longer than the read buffer.
+	long []byte
 }
 
+// readBufferBytes holds a whole exec output notification (a 64 KiB chunk,
+// escaped, in its envelope), so streamed output is read without copying
+// each line out of the buffer.
+const readBufferBytes = 256 << 10
+
 func newLineConn(r io.ReadCloser, w io.WriteCloser) *lineConn {
-	lc := &lineConn{r: bufio.NewReaderSize(r, 64<<10), rc: r, w: w, wc: w}
+	lc := &lineConn{r: bufio.NewReaderSize(r, readBufferBytes), rc: r, w: w, wc: w}
 	if d, ok := w.(interface{ SetWriteDeadline(time.Time) error }); ok {
 		lc.dl = d
 	}
@@ -54,14 +61,18 @@ func newLineConn(r io.ReadCloser, w io.WriteCloser) *lineConn {
 func (c *lineConn) ReadFrame() ([]byte, error) {
 	for {
 		var line []byte
+		long := false
 		for {
 			chunk, err := c.r.ReadSlice('\n')
-			if err == nil && line == nil {
+			if err == nil && !long {
 				line = chunk // whole in the buffer
 				break
 			}
 			if len(line)+len(chunk) > MaxMessageBytes+1 {
 				return nil, errTooLarge
+			}
+			if !long {
+				line, long = c.long[:0], true
 			}
 			line = append(line, chunk...)
 			if err == nil {
@@ -74,6 +85,9 @@ func (c *lineConn) ReadFrame() ([]byte, error) {
 				break // a last line without newline still counts
 			}
 			return nil, err
+		}
+		if long && cap(line) <= 1<<20 {
+			c.long = line[:0] // a modest buffer is kept for the next long line
 		}
 		if frame := trimLine(line); len(frame) > 0 {
 			return frame, nil

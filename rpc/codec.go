@@ -26,7 +26,9 @@ type Codec interface {
 	Decode(frame []byte, req *Request) (bool, error)
 	// Encode appends the frames that carry m to frames, in order: one for
 	// JSON-RPC, several for an envelope that splits large messages. The
-	// frames are the caller's; the codec keeps no reference.
+	// frames are the caller's; the codec keeps no reference, and each
+	// frame's array is its own, shared with no other frame or value (a
+	// transport may append to a frame in its spare capacity).
 	Encode(frames [][]byte, m Message) ([][]byte, error)
 }
 

@@ -13,7 +13,8 @@ import (
 // frameConn moves whole messages. ReadFrame returns errFrameTooLarge
 // (after discarding the oversized message) when the connection can go on;
 // the frame it returns is valid until the next ReadFrame. WriteFrame may
-// buffer until Flush.
+// buffer until Flush, and may use the frame's spare capacity: the frames
+// a Codec returns are fresh buffers that only the connection holds.
 type frameConn interface {
 	ReadFrame() ([]byte, error)
 	// More reports whether a whole frame is already buffered, so the next

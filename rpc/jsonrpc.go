@@ -378,6 +378,8 @@ func (JSONRPC) Encode(frames [][]byte, m Message) ([][]byte, error) {
 		if err != nil {
 			return frames, err
 		}
+		// 40: the envelope, the closing brace and room for stdio's
+		// newline (lineConn writes a long frame with it in place).
 		b = newFrame(40 + len(method) + len(m.Params))
 		b = append(b, `{"jsonrpc":"2.0","method":`...)
 		b = append(b, method...)

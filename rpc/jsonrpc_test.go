@@ -140,6 +140,33 @@ func TestLineConnOversize(t *testing.T) {
 	assert.Equal(t, []string{"small", "<too large>", "after", strings.Repeat("y", 90), "last-without-newline"}, got)
 }
 
+// TestLineConnWritesLongFramesInOrder: a long frame is written from its
+// own buffer with its newline, after the short ones buffered before it,
+// and one without spare capacity is still written whole.
+func TestLineConnWritesLongFramesInOrder(t *testing.T) {
+	var out bytes.Buffer
+	writes := 0
+	c := newLineConn(strings.NewReader(""), writerFunc(func(p []byte) (int, error) {
+		writes++
+		return out.Write(p)
+	}), MaxMessageBytes, nil)
+	long := strings.Repeat("L", directFrameBytes)
+	frames, err := JSONRPC{}.Encode(nil, Message{Method: "m", Params: json.RawMessage(`"` + long + `"`)})
+	require.NoError(t, err)
+	exact := []byte(long) // no spare capacity: through the buffer
+	require.NoError(t, c.WriteFrame([]byte("short")))
+	require.NoError(t, c.WriteFrame(frames[0]))
+	require.NoError(t, c.WriteFrame(exact))
+	require.NoError(t, c.WriteFrame([]byte("tail")))
+	require.NoError(t, c.Flush())
+	assert.Equal(t, "short\n"+string(frames[0])+"\n"+long+"\ntail\n", out.String())
+	assert.Equal(t, 3, writes, "the short frame, the long one, then the rest buffered")
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
 // FuzzDecode feeds arbitrary frames through the codec: nothing may panic,
 // every refused frame is answered with valid JSON carrying a valid id, and
 // an accepted request's answer is valid JSON echoing its id.

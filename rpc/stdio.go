@@ -12,6 +12,7 @@ import (
 type lineConn struct {
 	r     *bufio.Reader
 	w     *bufio.Writer
+	out   io.Writer // under w, for frames written past it
 	limit int
 	line  []byte // reused for lines longer than the read buffer
 	close func() error
@@ -19,7 +20,7 @@ type lineConn struct {
 }
 
 func newLineConn(r io.Reader, w io.Writer, limit int, closeFn func() error) *lineConn {
-	return &lineConn{r: bufio.NewReaderSize(r, 64<<10), w: bufio.NewWriterSize(w, 64<<10), limit: limit, close: closeFn}
+	return &lineConn{r: bufio.NewReaderSize(r, 64<<10), w: bufio.NewWriterSize(w, 64<<10), out: w, limit: limit, close: closeFn}
 }
 
 // ReadFrame returns the next non-empty line without its terminator, valid
@@ -85,8 +86,23 @@ func (c *lineConn) More() bool {
 	return bytes.IndexByte(b, '\n') >= 0
 }
 
-// WriteFrame buffers one line; Flush sends what is buffered.
+// directFrameBytes: a frame at least this long is written from its own
+// buffer, its newline appended in the frame's spare capacity (frames are
+// the connection's, see frameConn), instead of being copied through the
+// write buffer: streamed output's frames are ~64 KiB each, and one write
+// per frame without the copy is the cheapest way to move them.
+const directFrameBytes = 16 << 10
+
+// WriteFrame buffers one line, or writes a long one at once after what is
+// buffered; Flush sends what is buffered.
 func (c *lineConn) WriteFrame(b []byte) error {
+	if len(b) >= directFrameBytes && cap(b) > len(b) {
+		if err := c.w.Flush(); err != nil {
+			return err
+		}
+		_, err := c.out.Write(append(b, '\n'))
+		return err
+	}
 	if _, err := c.w.Write(b); err != nil {
 		return err
 	}

@@ -17,10 +17,12 @@ const (
 
 // Coalescing of streamed output: a chunk goes out when ExecChunkBytes are
 // waiting or ExecChunkDelay after the first waiting byte, whichever comes
-// first, so a chatty command costs a message per 16 KiB, not per write,
-// and a quiet one is still seen within 20 ms.
+// first, so a chatty command costs a message per 64 KiB, not per write,
+// and a quiet one is still seen within 20 ms. Each message costs the
+// sender a wake-up and a write and the host a read and a dispatch: at
+// 16 KiB those, not the bytes, were most of a fast stream's cost.
 const (
-	ExecChunkBytes = 16 << 10
+	ExecChunkBytes = 64 << 10
 	ExecChunkDelay = 20 * time.Millisecond
 )
 
@@ -46,7 +48,9 @@ type ExecChunk struct {
 }
 
 // ChunkSink receives an exec's chunks in order. It may block (the command
-// then waits, as on a full pipe); an error ends the subscription.
+// then waits, as on a full pipe); an error ends the subscription. The
+// chunk's Data is valid until the sink returns: its buffer is reused once
+// every subscriber is past it, so a sink that keeps the bytes copies them.
 type ChunkSink func(ExecChunk) error
 
 // execOutput is an exec's chunk log: a bounded replay buffer plus the
@@ -121,8 +125,13 @@ func (o *execOutput) append(stream string, data []byte) {
 	o.broadcastLocked()
 }
 
+// dropOldestLocked drops the oldest chunk, and recycles its buffer when no
+// subscriber can still be reading it.
 func (o *execOutput) dropOldestLocked() {
 	c := o.chunks[0]
+	if !o.lagLocked() {
+		putChunkBuf(c.Data)
+	}
 	o.chunks[0] = ExecChunk{}
 	o.chunks = o.chunks[1:]
 	o.first++
@@ -234,13 +243,18 @@ func isClosed(ch <-chan struct{}) bool {
 
 // chunker coalesces one stream's writes into chunks of the output (see
 // ExecChunkBytes). Chunks end on a UTF-8 character boundary where the
-// data allows, so text never arrives split inside a character.
+// data allows, so text never arrives split inside a character. The bytes
+// are gathered in the buffer that becomes the chunk, so a chunk costs one
+// copy of its bytes; the buffer grows with what is written (a command
+// printing a line costs a small one), and starts at full size once a full
+// chunk was cut (a command streaming a lot).
 type chunker struct {
 	out    *execOutput
 	stream string
 
 	mu     sync.Mutex
 	buf    []byte
+	full   bool // the last chunk cut was a full one
 	timer  *time.Timer
 	closed bool
 }
@@ -251,14 +265,22 @@ func (c *chunker) Write(p []byte) (int, error) {
 	if c.closed {
 		return len(p), nil
 	}
-	c.buf = append(c.buf, p...)
-	for len(c.buf) >= ExecChunkBytes {
-		c.emitLocked(ExecChunkBytes, false)
+	n := len(p)
+	for len(p) > 0 {
+		if c.full && cap(c.buf) < ExecChunkBytes {
+			c.buf = append(getChunkBuf(), c.buf...)
+		}
+		take := min(len(p), ExecChunkBytes-len(c.buf))
+		c.buf = appendBounded(c.buf, p[:take], ExecChunkBytes)
+		p = p[take:]
+		if len(c.buf) == ExecChunkBytes {
+			c.emitLocked(false)
+		}
 	}
 	if len(c.buf) > 0 && c.timer == nil {
 		c.timer = time.AfterFunc(ExecChunkDelay, c.tick)
 	}
-	return len(p), nil
+	return n, nil
 }
 
 func (c *chunker) tick() {
@@ -266,25 +288,56 @@ func (c *chunker) tick() {
 	defer c.mu.Unlock()
 	c.timer = nil
 	if !c.closed && len(c.buf) > 0 {
-		c.emitLocked(len(c.buf), false)
+		c.emitLocked(false)
 	}
 }
 
-// emitLocked sends the first n bytes of buf (fewer when that would cut a
-// character, unless final) as a chunk.
-func (c *chunker) emitLocked(n int, final bool) {
+// emitLocked sends buf as a chunk, all of it when final, else without an
+// unfinished character at its end, which stays for the next chunk.
+func (c *chunker) emitLocked(final bool) {
+	n := len(c.buf)
 	if !final {
-		if i := lastRuneStart(c.buf[:n]); i > 0 && !utf8.FullRune(c.buf[i:n]) && n-i < utf8.UTFMax {
+		if i := lastRuneStart(c.buf); i > 0 && !utf8.FullRune(c.buf[i:]) && n-i < utf8.UTFMax {
 			n = i
 		}
 	}
 	if n == 0 {
 		return
 	}
-	data := make([]byte, n)
-	copy(data, c.buf)
-	c.buf = append(c.buf[:0], c.buf[n:]...)
+	var data []byte
+	if n < cap(c.buf)/2 {
+		// A short chunk (cut by the timer) out of a large buffer: the
+		// chunk log holds it for replay, so it gets an array of its size
+		// and the buffer is kept.
+		data = append([]byte(nil), c.buf[:n]...)
+		c.buf = append(c.buf[:0], c.buf[n:]...)
+	} else {
+		data = c.buf[:n] // its capacity is how putChunkBuf knows it
+		c.buf = append([]byte(nil), c.buf[n:]...)
+	}
+	c.full = n >= ExecChunkBytes-utf8.UTFMax
 	c.out.append(c.stream, data)
+}
+
+// chunkBufs recycles the full-size buffers a fast stream's chunks are
+// gathered in: without it every 64 KiB of output was a fresh allocation,
+// and a stream of a few hundred MB/s kept the GC running.
+var chunkBufs sync.Pool // of *[]byte
+
+func getChunkBuf() []byte {
+	if p, ok := chunkBufs.Get().(*[]byte); ok {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, ExecChunkBytes)
+}
+
+// putChunkBuf takes back a chunk's buffer that nothing reads any more
+// (only the full-size ones getChunkBuf lent).
+func putChunkBuf(b []byte) {
+	if cap(b) == ExecChunkBytes {
+		b = b[:0]
+		chunkBufs.Put(&b)
+	}
 }
 
 // close sends what is left.
@@ -296,7 +349,7 @@ func (c *chunker) close() {
 		c.timer = nil
 	}
 	if len(c.buf) > 0 {
-		c.emitLocked(len(c.buf), true)
+		c.emitLocked(true)
 	}
 	c.buf = nil
 	c.closed = true
@@ -315,29 +368,76 @@ func (l *lockedHeadTail) Write(p []byte) (int, error) {
 	return l.h.Write(p)
 }
 
-// copyBufs lends the buffers a command's output is read through.
-// io.Copy would allocate 32 KiB for each stream of every exec: a burst of
-// a thousand execs made 64 MB of garbage, and the heap a burst leaves
-// behind grows with it.
+// copyBufs lends the buffers a command's long output is read through once
+// its head is full. io.Copy would allocate 32 KiB for each stream of every
+// exec: a burst of a thousand execs made 64 MB of garbage, and the heap a
+// burst leaves behind grows with it.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// ReadFrom reads r to its end through a lent buffer; io.Copy calls it.
+// ReadFrom reads r to its end; io.Copy calls it. While the head has room
+// (all of most commands' output) the bytes are read straight into it, so
+// an exec holds no buffer beyond the output it keeps, even while its
+// command is quiet; past the head, through a lent buffer.
 func (l *lockedHeadTail) ReadFrom(r io.Reader) (int64, error) {
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
 	var n int64
-	for {
-		k, err := r.Read(*bp)
-		if k > 0 {
-			_, _ = l.Write((*bp)[:k])
-			n += int64(k)
+	var bp *[]byte
+	defer func() {
+		if bp != nil {
+			copyBufs.Put(bp)
 		}
+	}()
+	for {
+		h, room := l.headRoom()
+		var k int
+		var err error
+		if len(room) > 0 {
+			k, err = r.Read(room)
+			l.commitHead(h, k)
+		} else {
+			if bp == nil {
+				bp = copyBufs.Get().(*[]byte)
+			}
+			k, err = r.Read(*bp)
+			if k > 0 {
+				_, _ = l.Write((*bp)[:k])
+			}
+		}
+		n += int64(k)
 		switch {
 		case errors.Is(err, io.EOF):
 			return n, nil
 		case err != nil:
 			return n, err
 		}
+	}
+}
+
+// headRoom returns the head's free capacity (grown when it has none, as
+// appendBounded grows it), which only the reader writes and the others do
+// not read: a snapshot reads the head up to its length.
+func (l *lockedHeadTail) headRoom() (*headTail, []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.h
+	if len(h.head) >= h.headCap {
+		return h, nil
+	}
+	if len(h.head) == cap(h.head) {
+		nb := make([]byte, len(h.head), min(max(2*cap(h.head), minGrow), h.headCap))
+		copy(nb, h.head)
+		h.head = nb
+	}
+	return h, h.head[len(h.head):cap(h.head)]
+}
+
+// commitHead counts k bytes read into h's head room, unless the buffers
+// were released meanwhile.
+func (l *lockedHeadTail) commitHead(h *headTail, k int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.h == h {
+		h.head = h.head[:len(h.head)+k]
+		h.total += int64(k)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,8 +50,10 @@ func TestChunkerCoalesces(t *testing.T) {
 		sizes  []int // chunk sizes expected
 	}{
 		{name: "small writes become one chunk", writes: []string{"a", "b", "c", "d"}, sizes: []int{4}},
-		{name: "large write is cut at 16 KiB", writes: []string{strings.Repeat("x", 40<<10)}, sizes: []int{16 << 10, 16 << 10, 8 << 10}},
-		{name: "a character is never split", writes: []string{strings.Repeat("x", (16<<10)-1) + euro + "y"}, sizes: []int{(16 << 10) - 1, 4}},
+		{name: "large write is cut at ExecChunkBytes", writes: []string{strings.Repeat("x", 2*ExecChunkBytes+100)}, sizes: []int{ExecChunkBytes, ExecChunkBytes, 100}},
+		{name: "a character is never split", writes: []string{strings.Repeat("x", ExecChunkBytes-1) + euro + "y"}, sizes: []int{ExecChunkBytes - 1, 4}},
+		{name: "a character split across writes", writes: []string{strings.Repeat("x", ExecChunkBytes-1) + euro[:1], euro[1:] + "y"}, sizes: []int{ExecChunkBytes - 1, 4}},
+		{name: "writes that grow the buffer", writes: slices.Repeat([]string{strings.Repeat("y", 30000)}, 5), sizes: []int{ExecChunkBytes, ExecChunkBytes, 150000 - 2*ExecChunkBytes}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -172,3 +172,37 @@ func TestLockedHeadTailReadFrom(t *testing.T) {
 	assert.Equal(t, wantTrunc, gotTrunc)
 	assert.Equal(t, wantTotal, gotTotal)
 }
+
+// TestLockedHeadTailReadFromSizedToNeed: output that fits the head is read
+// straight into it, which grows with the output (no 32 KiB read buffer per
+// stream), while a waiter may take snapshots.
+func TestLockedHeadTailReadFromSizedToNeed(t *testing.T) {
+	data := strings.Repeat("line of output\n", 600) // 9000 bytes
+	l := &lockedHeadTail{h: newHeadTail(1 << 20)}
+	pr, pw := io.Pipe()
+	go func() {
+		for rest := data; len(rest) > 0; {
+			k := min(len(rest), 4096)
+			_, _ = pw.Write([]byte(rest[:k]))
+			rest = rest[k:]
+		}
+		pw.Close()
+	}()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 100; i++ {
+			s, _, total := l.snapshot()
+			assert.Equal(t, data[:total], s, "a snapshot is a prefix of the output")
+		}
+	}()
+	n, err := io.Copy(l, struct{ io.Reader }{pr})
+	<-done
+	require.NoError(t, err)
+	assert.Equal(t, int64(len(data)), n)
+	got, trunc, total := l.snapshot()
+	assert.Equal(t, data, got)
+	assert.False(t, trunc)
+	assert.Equal(t, int64(len(data)), total)
+	assert.LessOrEqual(t, cap(l.h.head), 16<<10, "the head grew with the output")
+}

@@ -295,7 +295,7 @@ func TestExecStreamLarge(t *testing.T) {
 			require.Equal(t, len(want), len(got))
 			require.True(t, bytes.Equal(want, got), "streamed bytes differ from the command's")
 			for _, n := range notes {
-				assert.LessOrEqual(t, len(n.bytes(t)), 16<<10, "chunks are at most 16 KiB")
+				assert.LessOrEqual(t, len(n.bytes(t)), 64<<10, "chunks are at most 64 KiB")
 			}
 			r := e.c.await(ch, "box_exec")
 			require.Nil(t, r.Error)

@@ -19,6 +19,10 @@ import (
 // streamRuns is how many transfers each measure makes per repetition.
 const streamRuns = 2
 
+// streamChunkBytes is the most output one box_exec_output carries
+// (runtime.ExecChunkBytes, docs/protocol.md).
+const streamChunkBytes = 64 << 10
+
 // scenarioStream measures streamed exec output: the MB/s a host receives
 // from a command that prints a lot, with box_exec_output notifications,
 // against the same box_exec without streaming (only head+tail come back)
@@ -33,12 +37,12 @@ func (b *bench) scenarioStream(ctx context.Context) *Scenario {
 	sc := &Scenario{Title: "Streamed exec output (`box_exec` with `stream: true`)"}
 	sc.Intro = fmt.Sprintf(`One session per backend; %d times per run the command `+"`%s`"+` (%d MB) runs through
 `+"`box_exec`"+` over stdio: **streamed, boxrt's side** (`+"`\"stream\": true`"+`: every byte comes back as `+"`box_exec_output`"+`
-notifications of at most 16 KiB; the harness reads the frames without decoding them, and checks the result's byte count
+notifications of at most %d KiB; the harness reads the frames without decoding them, and checks the result's byte count
 and the final eof notice), **not streamed** (the same command; only the 1 MiB head+tail of the result comes back), and on
 bwrap **streamed, Go client**: the same streamed call through boxrt's own client, `+"`reconnect.Client.CallStream`"+` (it
 spawns boxrt, decodes every chunk and hands its bytes to a callback that counts them). The **plain pipe** baseline runs
 the same shell pipeline on the host and reads its stdout to the end from Go: the floor for moving those bytes at all.
-Latency is the whole transfer; MB/s = size / p50.`, streamRuns, cmd, cfg.execStreamMB)
+Latency is the whole transfer; MB/s = size / p50.`, streamRuns, cmd, cfg.execStreamMB, streamChunkBytes>>10)
 
 	type trio struct{ raw, plain, client *Measure }
 	ms := map[string]trio{}
@@ -93,7 +97,7 @@ Latency is the whole transfer; MB/s = size / p50.`, streamRuns, cmd, cfg.execStr
 	sc.Tables = append(sc.Tables, t.String())
 	sc.Goals = streamGoals(mbps(ms["bwrap"].raw), mbps(ms["bwrap"].plain), mbps(ms["bwrap"].client), mbps(pipe))
 	sc.Notes = append(sc.Notes,
-		"Streaming costs a JSON notification per 16 KiB (the bytes escaped as a JSON string, or base64 when not UTF-8) and the host's decoding of it; not streamed, boxrt still reads every byte but keeps only 1 MiB of each stream.",
+		"Streaming costs a JSON notification per 64 KiB (the bytes escaped as a JSON string, or base64 when not UTF-8) and the host's decoding of it; not streamed, boxrt still reads every byte but keeps only 1 MiB of each stream.",
 		"A streamed box_exec is a live exec: on docker its in-container watcher also sweeps what the command left behind when the exec's stream closes, which costs no extra engine call.")
 	sc.Breakdown = whereTimeGoesStream
 	return sc
@@ -154,9 +158,9 @@ func (b *bench) measureStream(ctx context.Context, backend, cmd string, size int
 		if r.Status != "completed" || r.StdoutBytes != size {
 			return fmt.Errorf("box_exec: status %s, %d stdout bytes, want %d", r.Status, r.StdoutBytes, size)
 		}
-		// Every chunk is at most 16 KiB of output, in a frame of at least
-		// its size: fewer frames or bytes than that is output lost.
-		if stream && (eofs.Load() != 1 || bytesIn.Load() < size || frames.Load() < size/(16<<10)) {
+		// Every chunk is at most streamChunkBytes of output, in a frame of
+		// at least its size: fewer frames or bytes than that is output lost.
+		if stream && (eofs.Load() != 1 || bytesIn.Load() < size || frames.Load() < size/streamChunkBytes) {
 			return fmt.Errorf("streamed %d frames, %d bytes, %d eof notices for %d bytes of output", frames.Load(), bytesIn.Load(), eofs.Load(), size)
 		}
 		return nil

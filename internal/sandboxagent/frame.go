@@ -15,6 +15,12 @@ import (
 const (
 	// maxFrame bounds a frame's JSON, both ways.
 	maxFrame = 64 << 10
+	// minFrameBuf is a connection's read buffer while its frames are
+	// small, as nearly all are (output never flows through the agent): a
+	// buffer of maxFrame per connection was most of the memory a running
+	// session costs boxrt. It grows for a longer frame and comes back
+	// once that frame is consumed.
+	minFrameBuf = 4 << 10
 	// maxFDs is the most descriptors a frame carries (stdin, stdout, stderr).
 	maxFDs = 3
 	// writeTimeout bounds a write: a peer that stops reading does not
@@ -44,7 +50,7 @@ func newFrameConn(c *net.UnixConn, acceptFDs bool) *frameConn {
 	return &frameConn{
 		c:         c,
 		acceptFDs: acceptFDs,
-		buf:       make([]byte, 4+maxFrame),
+		buf:       make([]byte, minFrameBuf),
 		oob:       make([]byte, unix.CmsgSpace(4*maxFDs)),
 	}
 }
@@ -56,7 +62,13 @@ var errTruncated = errors.New("connection ended inside a frame")
 // frame that breaks the format is a *ProtocolError; the connection's end is
 // io.EOF (or errTruncated, or the read's error).
 func (f *frameConn) readFrame() ([]byte, error) {
+	if f.start == f.end && len(f.buf) > minFrameBuf {
+		// The long frame was consumed (its payload is the caller's until
+		// this call).
+		f.buf, f.start, f.end = make([]byte, minFrameBuf), 0, 0
+	}
 	for {
+		need := 4
 		if f.end-f.start >= 4 {
 			n := binary.BigEndian.Uint32(f.buf[f.start:])
 			if n == 0 || n > maxFrame {
@@ -67,8 +79,14 @@ func (f *frameConn) readFrame() ([]byte, error) {
 				f.start += 4 + int(n)
 				return payload, nil
 			}
+			need = 4 + int(n)
 		}
-		if f.start > 0 {
+		switch {
+		case need > len(f.buf):
+			grown := make([]byte, 4+maxFrame)
+			f.end = copy(grown, f.buf[f.start:f.end])
+			f.buf, f.start = grown, 0
+		case f.start > 0:
 			f.end = copy(f.buf, f.buf[f.start:f.end])
 			f.start = 0
 		}

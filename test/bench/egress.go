@@ -290,24 +290,44 @@ func inNetns(ns *os.File, f func() error) error {
 }
 
 // egressFloor puts a bare splice relay (spliceRelay) on 127.0.0.1 in ns
-// in front of the server's port; it returns the relay's port.
+// in front of the server's port; it returns the relay's port. Its dials
+// come from one thread parked in ns, as boxrt's come from its own
+// namespace without entering another.
 func egressFloor(ns *os.File, port int) (int, func(), error) {
-	var ln net.Listener
-	if err := inNetns(ns, func() (err error) {
-		ln, err = net.Listen("tcp4", "127.0.0.1:0")
-		return err
-	}); err != nil {
-		return 0, nil, err
+	type dialed struct {
+		c   net.Conn
+		err error
 	}
 	target := net.JoinHostPort(egressServerIP, strconv.Itoa(port))
-	stop := spliceRelay(ln, func() (c net.Conn, err error) {
-		err = inNetns(ns, func() error {
-			c, err = net.Dial("tcp4", target)
-			return err
-		})
-		return c, err
+	dials := make(chan chan dialed)
+	ready := make(chan error, 1)
+	var ln net.Listener
+	go func() {
+		// Never unlocked: the thread, in ns, ends with the goroutine.
+		runtime.LockOSThread()
+		err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET)
+		if err == nil {
+			ln, err = net.Listen("tcp4", "127.0.0.1:0")
+		}
+		ready <- err
+		if err != nil {
+			return
+		}
+		for reply := range dials {
+			c, err := net.Dial("tcp4", target)
+			reply <- dialed{c, err}
+		}
+	}()
+	if err := <-ready; err != nil {
+		return 0, nil, err
+	}
+	stop := spliceRelay(ln, func() (net.Conn, error) {
+		reply := make(chan dialed, 1)
+		dials <- reply
+		d := <-reply
+		return d.c, d.err
 	})
-	return ln.Addr().(*net.TCPAddr).Port, stop, nil
+	return ln.Addr().(*net.TCPAddr).Port, func() { stop(); close(dials) }, nil
 }
 
 // egressServe serves "/" (a short body) and "/bulk" (bulk zero bytes) on

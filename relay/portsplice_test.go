@@ -126,6 +126,13 @@ func TestPortProxySplicesLargeBodies(t *testing.T) {
 			}
 			w.WriteHeader(http.StatusPartialContent)
 			_, _ = w.Write(big)
+		case "/tail": // the last bytes come after a pause, on a connection kept open
+			w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+			w.WriteHeader(http.StatusPartialContent)
+			_, _ = w.Write(big[:len(big)-1000])
+			w.(http.Flusher).Flush()
+			time.Sleep(100 * time.Millisecond)
+			_, _ = w.Write(big[len(big)-1000:])
 		case "/echo":
 			w.Header().Set("Content-Length", strconv.Itoa(len(big)))
 			_, _ = io.Copy(io.Discard, r.Body)
@@ -138,10 +145,11 @@ func TestPortProxySplicesLargeBodies(t *testing.T) {
 			_, _ = io.WriteString(w, "small")
 		}
 	}))
+	client := &http.Client{Timeout: 10 * time.Second}
 	get := func(method, path string, body io.Reader) (*http.Response, []byte, error) {
 		req, err := http.NewRequest(method, e.url+path, body)
 		require.NoError(t, err)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		b, err := io.ReadAll(resp.Body)
@@ -156,13 +164,15 @@ func TestPortProxySplicesLargeBodies(t *testing.T) {
 	assert.Equal(t, "small", string(b))
 	assert.EqualValues(t, 1, e.dials.Load(), "a small body's connection is kept")
 
-	for _, path := range []string{"/big", "/big?hint=1"} {
+	// /tail: a splice that waited for more bytes than the body has left
+	// would wait here until the client's timeout.
+	for _, path := range []string{"/big", "/big?hint=1", "/tail"} {
 		resp, b, err := get("GET", path, nil)
 		require.NoError(t, err)
 		assert.Equal(t, http.StatusPartialContent, resp.StatusCode, "the status is the server's")
 		assert.True(t, bytes.Equal(big, b), "%s: %d bytes, byte for byte", path, len(b))
 	}
-	assert.EqualValues(t, 2, e.dials.Load(), "a spliced body's connection is not reused")
+	assert.EqualValues(t, 3, e.dials.Load(), "a spliced body's connection is not reused")
 
 	resp, b, err := get("HEAD", "/big", nil)
 	require.NoError(t, err)

@@ -55,7 +55,10 @@ type portConn struct {
 	// fresh: a final header block just ended and no byte after it was
 	// handed out, so the Transport holds nothing of that body.
 	fresh bool
-	head  headScan
+	// upgraded: a 101 ended the HTTP exchange; the bytes each way are
+	// another protocol's, never delimited again.
+	upgraded bool
+	head     headScan
 }
 
 func newPortConn(c *net.TCPConn) *portConn { return &portConn{Conn: c, tcp: c} }
@@ -65,7 +68,7 @@ func newPortConn(c *net.TCPConn) *portConn { return &portConn{Conn: c, tcp: c} }
 // without a body, which is written whole before any answer comes).
 func (c *portConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
-	c.armed, c.fresh, c.head = true, false, headScan{}
+	c.armed, c.fresh, c.head = !c.upgraded, false, headScan{}
 	c.mu.Unlock()
 	return c.Conn.Write(p)
 }
@@ -106,9 +109,12 @@ func (c *portConn) handOut(p []byte, n int) int {
 	if !ended {
 		return n
 	}
-	if c.head.interim() {
+	switch {
+	case c.head.interim():
 		c.head = headScan{} // a 1xx: the final header block follows
-	} else {
+	case c.head.switched():
+		c.armed, c.upgraded = false, true
+	default:
 		c.armed, c.fresh = false, true
 	}
 	if k < n {
@@ -166,9 +172,10 @@ func (h *headScan) feed(b []byte) (int, bool) {
 
 // interim: the block was a 1xx other than 101, after which the Transport
 // reads another header block for the same request.
-func (h *headScan) interim() bool {
-	return h.code[0] == '1' && string(h.code[:]) != "101"
-}
+func (h *headScan) interim() bool { return h.code[0] == '1' && !h.switched() }
+
+// switched: the block was a 101 Switching Protocols.
+func (h *headScan) switched() bool { return string(h.code[:]) == "101" }
 
 // spliceState is what a proxied request's response needs to be spliced:
 // the client's ResponseWriter and the connection the Transport used.

@@ -79,6 +79,29 @@ func TestPortConnDelimits(t *testing.T) {
 	assert.Equal(t, "hi", string(b))
 	_, ok = pc.takeBody()
 	assert.False(t, ok)
+
+	// After a 101 the bytes are another protocol's: handed out as read,
+	// however many blank lines they hold.
+	_, err = pc.Write([]byte("GET / HTTP/1.1\r\nUpgrade: x\r\n\r\n"))
+	require.NoError(t, err)
+	switched := "HTTP/1.1 101 Switching Protocols\r\n\r\n"
+	_, err = s.Write([]byte(switched))
+	require.NoError(t, err)
+	n, err := io.ReadFull(pc, buf[:len(switched)])
+	require.NoError(t, err)
+	assert.Equal(t, switched, string(buf[:n]))
+	_, err = pc.Write([]byte("frame"))
+	require.NoError(t, err)
+	_, err = s.Write([]byte("a\n\nb\r\n\r\nc"))
+	require.NoError(t, err)
+	got = nil
+	for len(strings.Join(got, "")) < 9 {
+		n, err := pc.Read(buf)
+		require.NoError(t, err)
+		got = append(got, string(buf[:n]))
+	}
+	assert.Equal(t, "a\n\nb\r\n\r\nc", strings.Join(got, ""))
+	assert.Len(t, got, 1, "not cut at its blank lines")
 }
 
 // spliceEnv is the port proxy (newPortProxy) in front of a test server,

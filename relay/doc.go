@@ -11,5 +11,5 @@
 //
 // Ports (ports.go) reverse-proxies a session's exposed TCP port (HTTP and
 // WebSocket) to whoever holds that exposure's token, never the control
-// token's holder as such.
+// token's holder as such; its large bodies move by splice (portsplice.go).
 package relay

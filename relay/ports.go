@@ -64,13 +64,26 @@ type portTargetKey struct{}
 // may be nil.
 func NewPorts(rt *runtime.Runtime, log zerolog.Logger, scope Scope, control func(*http.Request) bool) *Ports {
 	p := &Ports{rt: rt, log: log, scope: scope, control: control}
+	p.proxy = newPortProxy(func(ctx context.Context) (net.Conn, error) {
+		t, ok := ctx.Value(portTargetKey{}).(portTarget)
+		if !ok {
+			return nil, errors.New("no exposed port in the request")
+		}
+		return rt.Ports().Dial(ctx, t.session, t.port)
+	}, p.rewrite, p.proxyError)
+	return p
+}
+
+// newPortProxy is the reverse proxy to the ports dial reaches.
+func newPortProxy(dial func(context.Context) (net.Conn, error), rewrite func(*httputil.ProxyRequest),
+	proxyError func(http.ResponseWriter, *http.Request, error)) *httputil.ReverseProxy {
 	transport := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			t, ok := ctx.Value(portTargetKey{}).(portTarget)
-			if !ok {
-				return nil, errors.New("no exposed port in the request")
+			c, err := dial(ctx)
+			if tcp, ok := c.(*net.TCPConn); ok && err == nil {
+				return newPortConn(tcp), nil
 			}
-			return rt.Ports().Dial(ctx, t.session, t.port)
+			return c, err
 		},
 		MaxIdleConnsPerHost: 32,
 		IdleConnTimeout:     30 * time.Second,
@@ -78,14 +91,15 @@ func NewPorts(rt *runtime.Runtime, log zerolog.Logger, scope Scope, control func
 	}
 	// Without a FlushInterval, a body of unknown length (a stream, server-
 	// sent events) is still flushed at every write; one of known length
-	// moves through large buffers.
-	p.proxy = &httputil.ReverseProxy{
-		Rewrite:      p.rewrite,
-		Transport:    transport,
-		BufferPool:   proxyBuffers{},
-		ErrorHandler: p.proxyError,
+	// moves through large buffers, or by splice when large
+	// (portsplice.go).
+	return &httputil.ReverseProxy{
+		Rewrite:        rewrite,
+		Transport:      transport,
+		BufferPool:     proxyBuffers{},
+		ModifyResponse: spliceLarge,
+		ErrorHandler:   proxyError,
 	}
-	return p
 }
 
 func (p *Ports) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -110,7 +124,7 @@ func (p *Ports) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			HttpOnly: true, SameSite: http.SameSiteLaxMode})
 	}
 	ctx := context.WithValue(r.Context(), portTargetKey{}, portTarget{session: physical, port: port})
-	p.proxy.ServeHTTP(w, r.WithContext(ctx))
+	p.proxy.ServeHTTP(w, r.WithContext(withSplice(ctx, w)))
 }
 
 // portToken finds the request's token: header, then query, then cookie.

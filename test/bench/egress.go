@@ -72,13 +72,18 @@ func (b *bench) scenarioEgress(ctx context.Context) *Scenario {
 		"(`%s`, named `%s` by `egress.hosts`). Per run, a Python client in a session with network `{\"allow\": [\"%s\"]}` "+
 		"makes %d requests, a fresh connection each (p50 per request), and downloads %d MiB %d times (time per download), "+
 		"all through the egress proxy (nftables redirect, name check, splice). **Baseline:** the same client in boxrt's "+
-		"namespace, straight to the server. On this machine both ends are local, so the proxy's extra loopback hop costs "+
+		"namespace, straight to the server. **Floor:** the same client in boxrt's namespace through a bare splice relay "+
+		"in the harness (two TCP connections joined by splice(2): no redirect, no name check, no HTTP), the cheapest any "+
+		"proxy with one extra loopback hop can be here. On this machine both ends are local, so the proxy's extra loopback hop costs "+
 		"CPU the baseline does not spend; across a real network the link, not the hop, bounds the download.",
 		egressServerIP, egressName, egressName, requests, bulkMiB, downloads)
 	reqBox, reqBase := newMeasure("through the proxy"), newMeasure("direct")
 	bulkBox, bulkBase := newMeasure("through the proxy"), newMeasure("direct")
+	reqFloor, bulkFloor := newMeasure("bare splice relay"), newMeasure("bare splice relay")
 	sc.Rows = []Row{{Case: "HTTP request, fresh connection", Boxrt: reqBox, Base: reqBase},
-		{Case: fmt.Sprintf("download of %d MiB", bulkMiB), Boxrt: bulkBox, Base: bulkBase}}
+		{Case: fmt.Sprintf("download of %d MiB", bulkMiB), Boxrt: bulkBox, Base: bulkBase},
+		{Case: "HTTP request, against the floor", Boxrt: reqBox, Base: reqFloor},
+		{Case: fmt.Sprintf("download of %d MiB, against the floor", bulkMiB), Boxrt: bulkBox, Base: bulkFloor}}
 	if !b.wantBackend("bwrap") {
 		sc.Skipped = skippedBackend
 		return sc
@@ -99,6 +104,12 @@ func (b *bench) scenarioEgress(ctx context.Context) *Scenario {
 		return sc
 	}
 	defer stopServer()
+	floorPort, stopFloor, err := egressFloor(ns, port)
+	if err != nil {
+		sc.Skipped = "cannot start the splice relay: " + err.Error()
+		return sc
+	}
+	defer stopFloor()
 	var p *boxrtProc
 	err = inNetns(ns, func() error {
 		var err error
@@ -133,15 +144,17 @@ func (b *bench) scenarioEgress(ctx context.Context) *Scenario {
 		})
 		return string(out), err
 	}
-	legs := []egressLeg{{viaProxy, egressName, reqBox, bulkBox}, {direct, egressServerIP, reqBase, bulkBase}}
+	legs := []egressLeg{{viaProxy, egressName, port, reqBox, bulkBox}, {direct, egressServerIP, port, reqBase, bulkBase},
+		{direct, "127.0.0.1", floorPort, reqFloor, bulkFloor}}
 	for rep := 0; rep < cfg.reps; rep++ {
 		b.logf("egress: run %d/%d", rep+1, cfg.reps)
 		for _, leg := range legs {
-			leg.measure(strconv.Itoa(port), requests, downloads, int64(bulkMiB)<<20)
+			leg.measure(requests, downloads, int64(bulkMiB)<<20)
 		}
 	}
-	table := "| case | through the proxy MiB/s | direct MiB/s |\n|---|---:|---:|\n"
-	table += fmt.Sprintf("| download of %d MiB | %s | %s |\n", bulkMiB, mibPerSec(bulkBox, bulkMiB), mibPerSec(bulkBase, bulkMiB))
+	table := "| case | through the proxy MiB/s | direct MiB/s | bare splice relay MiB/s |\n|---|---:|---:|---:|\n"
+	table += fmt.Sprintf("| download of %d MiB | %s | %s | %s |\n", bulkMiB, mibPerSec(bulkBox, bulkMiB),
+		mibPerSec(bulkBase, bulkMiB), mibPerSec(bulkFloor, bulkMiB))
 	sc.Tables = append(sc.Tables, table)
 	sc.Goals = egressGoals(reqBox, reqBase, bulkBox, bulkBase, bulkMiB)
 	return sc
@@ -151,11 +164,13 @@ func (b *bench) scenarioEgress(ctx context.Context) *Scenario {
 type egressLeg struct {
 	run       func(script string, args ...string) (string, error)
 	host      string
+	port      int
 	req, bulk *Measure
 }
 
 // measure runs the request client once and the download downloads times.
-func (leg egressLeg) measure(port string, requests, downloads int, bulk int64) {
+func (leg egressLeg) measure(requests, downloads int, bulk int64) {
+	port := strconv.Itoa(leg.port)
 	out, err := leg.run(egressLatencyPy, leg.host, port, strconv.Itoa(requests))
 	if err == nil {
 		var samples []time.Duration
@@ -272,6 +287,47 @@ func inNetns(ns *os.File, f func() error) error {
 		errc <- f()
 	}()
 	return <-errc
+}
+
+// egressFloor puts a bare splice relay (spliceRelay) on 127.0.0.1 in ns
+// in front of the server's port; it returns the relay's port. Its dials
+// come from one thread parked in ns, as boxrt's come from its own
+// namespace without entering another.
+func egressFloor(ns *os.File, port int) (int, func(), error) {
+	type dialed struct {
+		c   net.Conn
+		err error
+	}
+	target := net.JoinHostPort(egressServerIP, strconv.Itoa(port))
+	dials := make(chan chan dialed)
+	ready := make(chan error, 1)
+	var ln net.Listener
+	go func() {
+		// Never unlocked: the thread, in ns, ends with the goroutine.
+		runtime.LockOSThread()
+		err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET)
+		if err == nil {
+			ln, err = net.Listen("tcp4", "127.0.0.1:0")
+		}
+		ready <- err
+		if err != nil {
+			return
+		}
+		for reply := range dials {
+			c, err := net.Dial("tcp4", target)
+			reply <- dialed{c, err}
+		}
+	}()
+	if err := <-ready; err != nil {
+		return 0, nil, err
+	}
+	stop := spliceRelay(ln, func() (net.Conn, error) {
+		reply := make(chan dialed, 1)
+		dials <- reply
+		d := <-reply
+		return d.c, d.err
+	})
+	return ln.Addr().(*net.TCPAddr).Port, func() { stop(); close(dials) }, nil
 }
 
 // egressServe serves "/" (a short body) and "/bulk" (bulk zero bytes) on

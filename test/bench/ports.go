@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,15 +30,19 @@ func (b *bench) scenarioPorts(ctx context.Context) *Scenario {
 - *Small request*: %d sequential GETs of a 100-byte file; latency is request sent → body read.
 - *Throughput*: GETs of a %d MiB file of random bytes, read to the end; ops/s is MiB/s.
 **Baseline:** the same `+"`python3 -m http.server`"+` on the host's loopback, requested directly. http.server speaks HTTP/1.0
-and closes every connection, so each proxied request also pays boxrt's dial into the session's network namespace.`,
+and closes every connection, so each proxied request also pays boxrt's dial into the session's network namespace.
+**Floor:** the host's server through a bare splice relay in the harness (two TCP connections joined by splice(2), no HTTP):
+the cheapest any proxy with one loopback hop can be on this machine.`,
 		portsServerPort, cfg.relayN, portsBigMiB)
 	small, smallDirect := newMeasure("boxrt port proxy"), newMeasure("direct loopback")
 	big, bigDirect := newMeasure("boxrt port proxy, MiB/s"), newMeasure("direct loopback, MiB/s")
+	bigFloor := newMeasure("bare splice relay, MiB/s")
 	sc.Rows = []Row{
 		{Case: "small GET (100 bytes)", Boxrt: small, Base: smallDirect},
 		{Case: fmt.Sprintf("%d MiB GET, MiB/s", portsBigMiB), Boxrt: big, Base: bigDirect},
+		{Case: fmt.Sprintf("%d MiB GET, MiB/s, against the floor", portsBigMiB), Boxrt: big, Base: bigFloor},
 	}
-	cpuPerMiB := b.portsRun(ctx, small, smallDirect, big, bigDirect)
+	cpuPerMiB := b.portsRun(ctx, small, smallDirect, big, bigDirect, bigFloor)
 	if cpuPerMiB > 0 {
 		sc.Notes = append(sc.Notes, fmt.Sprintf("boxrt's own CPU time per MiB proxied in the throughput case: %s (user and system, all threads; "+
 			"the rest of the gap to the direct download is the extra hop's scheduling and copies on this machine's cores)", fmtDur(cpuPerMiB)))
@@ -61,8 +66,8 @@ and closes every connection, so each proxied request also pays boxrt's dial into
 
 // portsRun starts one boxrt and one host server, and measures both cfg.reps
 // times; it returns boxrt's CPU time per MiB of the proxied downloads.
-func (b *bench) portsRun(ctx context.Context, small, smallDirect, big, bigDirect *Measure) (cpuPerMiB time.Duration) {
-	all := []*Measure{small, smallDirect, big, bigDirect}
+func (b *bench) portsRun(ctx context.Context, small, smallDirect, big, bigDirect, bigFloor *Measure) (cpuPerMiB time.Duration) {
+	all := []*Measure{small, smallDirect, big, bigDirect, bigFloor}
 	unavailable := func(err error) {
 		for _, m := range all {
 			m.Unavailable = err.Error()
@@ -80,6 +85,12 @@ func (b *bench) portsRun(ctx context.Context, small, smallDirect, big, bigDirect
 		return 0
 	}
 	defer stop()
+	floor, stopFloor, err := floorRelay(direct)
+	if err != nil {
+		unavailable(err)
+		return 0
+	}
+	defer stopFloor()
 	p, err := b.startBackend(ctx, "ports", "bwrap", true, nil)
 	if err != nil {
 		unavailable(err)
@@ -103,13 +114,26 @@ func (b *bench) portsRun(ctx context.Context, small, smallDirect, big, bigDirect
 			spent += cpu1 - cpu0
 		}
 		portsBig(ctx, client, direct, "", bigDirect)
-		b.logf("ports rep %d: small proxy %s, direct %s; %d MiB proxy %s MiB/s, direct %s MiB/s", rep+1,
-			lastP50(small), lastP50(smallDirect), portsBigMiB, lastOps(big), lastOps(bigDirect))
+		portsBig(ctx, client, floor, "", bigFloor)
+		b.logf("ports rep %d: small proxy %s, direct %s; %d MiB proxy %s MiB/s, direct %s MiB/s, splice relay %s MiB/s", rep+1,
+			lastP50(small), lastP50(smallDirect), portsBigMiB, lastOps(big), lastOps(bigDirect), lastOps(bigFloor))
 	}
 	if n := len(big.Runs); n > 0 {
 		return spent / time.Duration(n*portsBigMiB)
 	}
 	return 0
+}
+
+// floorRelay puts a bare splice relay (spliceRelay) on a free loopback
+// port in front of the server at base; it returns the relay's base URL.
+func floorRelay(base string) (string, func(), error) {
+	target := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/")
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	stop := spliceRelay(ln, func() (net.Conn, error) { return net.Dial("tcp4", target) })
+	return "http://" + ln.Addr().String() + "/", stop, nil
 }
 
 // portsFiles writes the two files served.

@@ -47,7 +47,9 @@ first output (`+"`box_exec echo hi`"+` on a new id, deleted untimed) — then:
    host memory per idle session = the growth ÷ those sessions;
 2. runs `+"`box_exec true`"+` once in every session, sequentially (exec p50/p99 with N sessions alive), then times %d
    `+"`box_exec true`"+` on the first of them and %d new sessions' first output again (the flatness rows compare both
-   sides, in the same boxrt);
+   sides, in the same boxrt); on docker, each new session is followed by a container of the engine alone (Engine API, no
+   boxrt: a session's hardening and limits, two anonymous volumes, created and started until its `+"`echo hi`"+` is
+   read), so the engine's own growth with N containers shows beside boxrt's, measured at the same moments;
 3. reads boxrt's VmRSS from /proc/<pid>/status before step 1 and after step 2 (RSS per session = growth ÷ N);
 4. times 20 `+"`box_get_sessions`"+` (lists all N) and 20 `+"`box_status`"+` calls;
 5. **reaper**: waits 1.2 s so every session has been idle over 1 s, lowers the TTL with `+"`box_init {\"limits\":{\"session_ttl_sec\":1}}`"+`
@@ -251,13 +253,23 @@ func (b *bench) scaleRun(ctx context.Context, s *scaleStats, rep int) {
 	defer p.stop(60 * time.Second)
 	prefix := fmt.Sprintf("bench-scale-%s-%d-", s.backend, rep)
 
+	var eng *engineNew
+	if s.flat.engine1 != nil {
+		if cli, err := newDockerClient(); err != nil {
+			s.flat.engine1.Unavailable, s.flat.engineN.Unavailable = err.Error(), err.Error()
+		} else {
+			defer cli.Close()
+			eng = &engineNew{cli: cli, image: b.cfg.image, label: b.token, samples: map[*Measure][]time.Duration{}}
+		}
+	}
+
 	// warm-up session: loads every code path once; then the one-session
 	// side of the flatness rows
 	if _, err := boxExec(ctx, p.rpc, prefix+"warm", "true"); err != nil {
 		s.create.fail(fmt.Errorf("warm-up: %w", err))
 		return
 	}
-	s.flat.before(ctx, p, prefix+"warm", prefix)
+	s.flat.before(ctx, p, prefix+"warm", prefix, eng)
 	if err := deleteSession(ctx, p.rpc, prefix+"warm"); err != nil {
 		s.create.fail(fmt.Errorf("warm-up delete: %w", err))
 	}
@@ -291,7 +303,7 @@ func (b *bench) scaleRun(ctx context.Context, s *scaleStats, rep int) {
 	})
 
 	if len(created) > 0 {
-		s.flat.after(ctx, p, created[0], prefix)
+		s.flat.after(ctx, p, created[0], prefix, eng)
 	}
 
 	// 3. memory

@@ -27,6 +27,13 @@ import (
 // host's system directories as they were mounted when boxrt started its
 // first sandbox; the caller's directories come through the stage, current.
 
+// The main thread stays home: what /proc/self shows (mountinfo, ns/*,
+// net) is the main thread's, which boxrt and its tests read as boxrt's
+// own. Locked to the main goroutine from init, it never runs one of the
+// goroutines that take their thread into a sandbox's namespaces for a
+// moment (startOnThread, launchTemplate).
+func init() { runtime.LockOSThread() }
+
 // launchTemplate returns the template namespace (made on first use).
 func (b *Backend) launchTemplate() (int, error) {
 	b.launchOnce.Do(func() {

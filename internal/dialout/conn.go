@@ -294,16 +294,26 @@ func (c *Conn) detachWait(l *Link) {
 }
 
 // End ends the connection with err (ErrEnded if nil): reads and writes
-// fail with it, and the current link is closed.
+// fail with it, and the current link is closed (with 1001, going away,
+// when err is nil: the connection was ended here).
 func (c *Conn) End(err error) {
-	if err == nil {
+	local := err == nil
+	if local {
 		err = ErrEnded
 	}
 	c.mu.Lock()
 	l := c.cur
 	c.endLocked(err)
 	c.mu.Unlock()
-	if l != nil {
+	switch {
+	case l == nil:
+	case local:
+		// Ended here (this side is shutting down, or its frame loop is
+		// done): the peer hears that nothing will resume the connection,
+		// so its calls in flight fail now rather than after the window;
+		// a link merely dropped would say nothing.
+		l.CloseWith(websocket.StatusGoingAway, "connection ended")
+	default:
 		l.Close()
 	}
 }

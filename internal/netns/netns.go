@@ -12,6 +12,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// The main thread never enters a sandbox's namespace: /proc/self (and
+// /proc/net) show the main thread's, and Go cannot retire it, so a Do
+// that ended there unable to go back would wedge it in the sandbox's
+// namespace for good. Locked to the main goroutine from init, it never
+// runs Do's goroutines.
+func init() { runtime.LockOSThread() }
+
 // Do runs f on a thread that has entered the network namespace ns; sockets
 // f makes belong to ns for their whole life. The thread goes back to its
 // own namespace afterwards; if it cannot, it stays locked and ends with its

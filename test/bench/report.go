@@ -350,7 +350,7 @@ func (b *bench) goalsTable() string {
 // writeScenario is one scenario's section of the summary: its tables and
 // the problems its measures met (how it measures is in the method file).
 func writeScenario(sb *strings.Builder, n int, s *Scenario) {
-	fmt.Fprintf(sb, "## %d. %s\n\n", n, scenarioTitle(s))
+	fmt.Fprintf(sb, "## %d. %s (%s, load %s at its start)\n\n", n, scenarioTitle(s), s.Elapsed.Round(100*time.Millisecond), s.LoadStart)
 	if s.Skipped != "" {
 		fmt.Fprintf(sb, "%s\n\n", s.Skipped)
 		return
@@ -364,7 +364,6 @@ func writeScenario(sb *strings.Builder, n int, s *Scenario) {
 	if ps := problems(s.Rows, s.Extra); len(ps) > 0 {
 		sb.WriteString("- " + strings.Join(ps, "\n- ") + "\n\n")
 	}
-	fmt.Fprintf(sb, "_%s, load %s at its start._\n\n", s.Elapsed.Round(100*time.Millisecond), s.LoadStart)
 }
 
 // writeMethod is one scenario's section of the method file: what it

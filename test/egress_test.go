@@ -10,7 +10,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -30,6 +29,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/boxrt/boxrt/internal/netns"
 )
 
 // The egress tests run boxrt in a network namespace the test makes: its
@@ -115,39 +116,9 @@ func (n *egressNet) run(t *testing.T, f func()) {
 	require.NoError(t, n.do(f))
 }
 
+// do is run without a test: f's failure (runtime.Goexit) is an error.
 func (n *egressNet) do(f func()) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := unix.Setns(int(n.ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		completed := false
-		defer func() {
-			// Home again before the thread is unlocked, also when f failed
-			// its test (runtime.Goexit): see newEgressNet.
-			if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
-				runtime.UnlockOSThread()
-			}
-			if !completed {
-				errc <- errors.New("failed in the test's network namespace")
-				return
-			}
-			errc <- nil
-		}()
-		f()
-		completed = true
-	}()
-	return <-errc
+	return netns.Do(n.ns, func() error { f(); return nil })
 }
 
 // client is an HTTP client that dials in the namespace.

@@ -21,7 +21,9 @@ func init() { runtime.LockOSThread() }
 
 // Do runs f on a thread that has entered the network namespace ns; sockets
 // f makes belong to ns for their whole life. The thread goes back to its
-// own namespace afterwards; if it cannot, it stays locked and ends with its
+// own namespace afterwards, also when f ends its goroutine instead of
+// returning (a test's t.Fatal: runtime.Goexit), which Do reports as an
+// error; if it cannot go back, it stays locked and ends with its
 // goroutine, so no other goroutine ever runs in the sandbox's namespace.
 func Do(ns *os.File, f func() error) error {
 	errc := make(chan error, 1)
@@ -39,13 +41,21 @@ func Do(ns *os.File, f func() error) error {
 			errc <- fmt.Errorf("entering the network namespace: %w", err)
 			return
 		}
-		ferr := f()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("leaving the network namespace: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
+		var ferr error
+		returned := false
+		defer func() {
+			if !returned {
+				ferr = errors.New("the function run in the network namespace did not return")
+			}
+			if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+				errc <- errors.Join(ferr, fmt.Errorf("leaving the network namespace: %w", err))
+				return
+			}
+			runtime.UnlockOSThread()
+			errc <- ferr
+		}()
+		ferr = f()
+		returned = true
 	}()
 	return <-errc
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -89,5 +90,21 @@ func TestDoLeavesTheNamespace(t *testing.T) {
 		now, err := os.Readlink("/proc/thread-self/ns/net")
 		require.NoError(t, err)
 		require.Equal(t, own, now)
+	}
+}
+
+// TestDoReportsGoexit: a function that ends its goroutine (a test's
+// t.Fatal) is an error, not a wait forever, and the thread goes home.
+func TestDoReportsGoexit(t *testing.T) {
+	ns, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	if err := Do(ns, func() error { runtime.Goexit(); return nil }); err == nil {
+		t.Fatal("Do returned nil for a function that did not return")
+	}
+	if err := Do(ns, func() error { return nil }); err != nil {
+		t.Fatalf("the next Do: %v", err)
 	}
 }

@@ -276,9 +276,8 @@ type ExecRequest struct {
 	// `sh -lc`, for a command that is its own login shell (E2B's
 	// `bash -l -c`): the profile is read once, by it, and what only sh's
 	// login reads (~/.profile beside a ~/.bash_profile) stays out, as in
-	// E2B. Commands the session agent starts (bwrap, docker and kube
-	// with their agent) honour it; a command run without the agent (an
-	// Engine API exec, kube's exec subresource) still gets a login shell.
+	// E2B. Every exec path honours it: the session agent's and the
+	// wrapper scripts of an Engine API exec or kube's exec subresource.
 	NoLogin bool
 	Workdir string
 	Env     map[string]string

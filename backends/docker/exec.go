@@ -45,11 +45,11 @@ var killRequest = []byte("kill\n")
 // for the watcher. The bench runs it through the raw Engine API as the
 // floor of this design.
 func ExecCommand(workdir, cmd, pidFile string) []string {
-	return execArgv(execScript, workdir, cmd, pidFile, "")
+	return execArgv(execScript, workdir, cmd, pidFile, "", false)
 }
 
-func execArgv(script, workdir, cmd, pidFile, mode string) []string {
-	return []string{"sh", "-c", script, "boxrt-exec", workdir, cmd, pidFile, mode}
+func execArgv(script, workdir, cmd, pidFile, mode string, noLogin bool) []string {
+	return []string{"sh", "-c", script, "boxrt-exec", workdir, cmd, pidFile, mode, shellFlags(noLogin)}
 }
 
 // Exec implements backends.Backend. Output is demultiplexed into req.Stdout
@@ -131,7 +131,9 @@ func (b *Backend) exec(ctx context.Context, info backends.Session, req backends.
 func execOptions(req backends.ExecRequest, workdir, pidFile string) (_ container.ExecOptions, mode string) {
 	script := execScript
 	switch {
-	case req.Stdin != nil || req.TTY != nil:
+	case req.TTY != nil:
+		script, mode = interactiveScript, "tty"
+	case req.Stdin != nil:
 		script = interactiveScript
 	case req.Signals != nil:
 		mode = "live"
@@ -144,10 +146,9 @@ func execOptions(req backends.ExecRequest, workdir, pidFile string) (_ container
 		// The wrapper creates and enters the real workdir; the engine would
 		// refuse a working directory that does not exist yet.
 		WorkingDir: "/",
-		Cmd:        execArgv(script, workdir, req.Cmd, pidFile, mode),
+		Cmd:        execArgv(script, workdir, req.Cmd, pidFile, mode, req.NoLogin),
 	}
 	if req.TTY != nil {
-		opts.Cmd[len(opts.Cmd)-1] = "tty"
 		opts.Tty = true
 		opts.ConsoleSize = &[2]uint{uint(req.TTY.Rows), uint(req.TTY.Cols)}
 	}
@@ -157,7 +158,7 @@ func execOptions(req backends.ExecRequest, workdir, pidFile string) (_ container
 // startExec starts the exec opts describes: the session's prestarted one
 // when it fits, else a new one.
 func (b *Backend) startExec(ctx context.Context, info backends.Session, req backends.ExecRequest, opts container.ExecOptions, workdir, pidFile, mode string) (string, types.HijackedResponse, error) {
-	if p, ok := b.usePrestarted(ctx, info.BackendSessionID, req, workdir, req.Cmd, pidFile, mode); ok {
+	if p, ok := b.usePrestarted(ctx, info.BackendSessionID, req, workdir, req.Cmd, pidFile, mode, shellFlags(req.NoLogin)); ok {
 		return p.id, p.hj, nil
 	}
 	created, err := b.cli.ContainerExecCreate(ctx, info.BackendSessionID, opts)

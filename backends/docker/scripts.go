@@ -16,4 +16,5 @@ var (
 	signalNames    = sandboxsh.SignalNames
 	signalExitCode = sandboxsh.SignalExitCode
 	ttySizeCommand = sandboxsh.TTYSizeCommand
+	shellFlags     = sandboxsh.ShellFlags
 )

@@ -215,7 +215,7 @@ func execCommand(req backends.ExecRequest, workdir, pidFile string) []string {
 		mode = "live"
 	}
 	cmd := append([]string{"sh", "-c", envPrelude + script, "boxrt-exec"}, envArgs(req.Env)...)
-	return append(cmd, workdir, req.Cmd, pidFile, mode)
+	return append(cmd, workdir, req.Cmd, pidFile, mode, sandboxsh.ShellFlags(req.NoLogin))
 }
 
 // streamOptions wires req's stdin and terminal, and the output writers,

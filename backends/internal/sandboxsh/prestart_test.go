@@ -19,6 +19,7 @@ func TestPrestartLine(t *testing.T) {
 		name     string
 		workdir  string // under a temp dir
 		cmd      string
+		noLogin  bool
 		noLine   bool
 		wantOut  string // "{wd}" is the workdir
 		wantCode int
@@ -29,6 +30,10 @@ func TestPrestartLine(t *testing.T) {
 			workdir: "it's\nhere", cmd: "pwd", wantOut: "{wd}\n"},
 		{name: "the command's exit status is the exec's",
 			workdir: "w", cmd: "echo out; exit 7", wantOut: "out\n", wantCode: 7},
+		{name: "the login shell reads the profile",
+			workdir: "w", cmd: "echo ${PROFILE:--}", wantOut: "read\n"},
+		{name: "a command that is its own login shell runs without it (NoLogin)",
+			workdir: "w", cmd: "echo ${PROFILE:--}", noLogin: true, wantOut: "-\n"},
 		{name: "EOF before a line ends it quietly", noLine: true},
 	}
 	for _, sh := range shells(t) {
@@ -36,6 +41,9 @@ func TestPrestartLine(t *testing.T) {
 			t.Run(filepath.Base(sh[0])+"/"+sc.name, func(t *testing.T) {
 				dir := t.TempDir()
 				wd, pidFile := filepath.Join(dir, sc.workdir), filepath.Join(dir, "pid")
+				if err := os.WriteFile(filepath.Join(dir, ".profile"), []byte("PROFILE=read\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
 				cmd := exec.Command(sh[0], append(sh[1:], "-c", PrestartScript, "boxrt-exec")...)
 				cmd.Env = append(os.Environ(), "HOME="+dir) // a login shell reads $HOME/.profile
 				var out, errOut bytes.Buffer
@@ -48,7 +56,7 @@ func TestPrestartLine(t *testing.T) {
 					t.Fatal(err)
 				}
 				if !sc.noLine {
-					line, ok := PrestartLine(wd, sc.cmd, pidFile, "")
+					line, ok := PrestartLine(wd, sc.cmd, pidFile, "", ShellFlags(sc.noLogin))
 					if !ok {
 						t.Fatal("PrestartLine refused the arguments")
 					}

@@ -103,7 +103,8 @@ bk_kill() {
 `
 
 // ExecScript wraps a box_exec command. $1 workdir, $2 command, $3 pid file,
-// $4 "live" for an exec that may be signalled (see below).
+// $4 "live" for an exec that may be signalled (see below), $5 the shell's
+// flags (ShellFlags; the login shell's when empty).
 //
 // The kill path must not need a new process at kill time (the pids limit may
 // be exhausted, and `docker exec` itself needs a pid), so a watcher subshell
@@ -163,9 +164,9 @@ exec 3<&0 </dev/null
 ) >/dev/null 2>&1 & )
 exec 3<&-
 { [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || exit
-[ "$4" = live ] || exec sh -lc "$2"
+[ "$4" = live ] || exec sh "${5:--lc}" "$2"
 trap : TERM INT HUP QUIT USR1 USR2
-sh -lc "$2"
+sh "${5:--lc}" "$2"
 bk_c=$?
 rm -f "$3" 2>/dev/null
 exit $bk_c
@@ -220,7 +221,8 @@ func PrestartLine(args ...string) (line []byte, ok bool) {
 }
 
 // InteractiveScript wraps an exec whose stdin is the command's (written to
-// by the host, or a terminal). $1 workdir, $2 command, $3 pid file. There
+// by the host, or a terminal). $1 workdir, $2 command, $3 pid file, $4
+// "tty" with a terminal, $5 the shell's flags as ExecScript's. There
 // is no watcher (it would need the stdin): a kill goes through a helper
 // exec and the pid file, as SignalScript does, and so does the sweep of
 // what is left when the exec ends, which also deletes the pid file. The
@@ -244,7 +246,7 @@ if [ "$4" = tty ] && command -v stty >/dev/null 2>&1; then
 	done
 fi
 trap : TERM INT HUP QUIT USR1 USR2
-{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" && sh -lc "$2"
+{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" && sh "${5:--lc}" "$2"
 `
 
 // ProcScript starts a managed process. $1 cwd, $2 pid file, then the argv.

@@ -58,12 +58,12 @@ const (
 func (b *bench) scenarioBurst(ctx context.Context) *Scenario {
 	cfg := b.cfg
 	cases := []burstParams{
-		{sessions: cfg.burstSessions, execs: cfg.burstExecs, reps: cfg.burstReps, idle: cfg.burstIdle},
-		{sessions: cfg.burstLargeSessions, execs: cfg.burstLargeExecs, reps: cfg.burstReps, idle: cfg.burstIdle},
+		{sessions: cfg.burstSessions, execs: cfg.burstExecs, reps: cfg.burstReps, idle: cfg.burstSettle},
+		{sessions: cfg.burstLargeSessions, execs: cfg.burstLargeExecs, reps: cfg.burstReps, idle: cfg.burstSettle},
 	}
 	sc := &Scenario{Title: fmt.Sprintf("Burst: %d and %d execs sent at once over %d and %d bwrap sessions",
 		cases[0].execs, cases[1].execs, cases[0].sessions, cases[1].sessions)}
-	sc.Intro = burstIntro(fmt.Sprintf("%d (or %d) sessions", cases[0].sessions, cases[1].sessions), "all the calls at once", cfg.burstIdle)
+	sc.Intro = burstIntro(fmt.Sprintf("%d (or %d) sessions", cases[0].sessions, cases[1].sessions), "all the calls at once", cfg.burstSettle)
 	stats := make([]*burstStats, len(cases))
 	for i, c := range cases {
 		stats[i] = b.burstCase(ctx, c)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -511,5 +512,43 @@ func TestParseStatPPID(t *testing.T) {
 		if got := parseStatPPID(tc.stat); got != tc.want {
 			t.Errorf("parseStatPPID(%q) = %d, want %d", tc.stat, got, tc.want)
 		}
+	}
+}
+
+// TestChildren lists a shell's two background children from its task's
+// children file and from the scan of every process, which must agree.
+func TestChildren(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 30 & sleep 30 & wait")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range scanChildren(cmd.Process.Pid) {
+			_ = unix.Kill(c, unix.SIGKILL)
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	if !taskChildrenListed() {
+		t.Fatal("this kernel does not list a task's children (CONFIG_PROC_CHILDREN); the scan is the only way, and slow")
+	}
+	var want []int
+	for range 500 {
+		if want = scanChildren(cmd.Process.Pid); len(want) == 2 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(want) != 2 {
+		t.Fatalf("the shell has %d children, want its 2 sleeps", len(want))
+	}
+	got := children(cmd.Process.Pid)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("children = %v, the scan found %v", got, want)
+	}
+	if got := children(1 << 30); got != nil {
+		t.Fatalf("children of a pid that does not exist = %v", got)
 	}
 }

@@ -74,11 +74,7 @@ func awaitExit(pidfds []int, timeout time.Duration) {
 	for _, fd := range pidfds {
 		for {
 			left := time.Until(deadline)
-			if left <= 0 {
-				break
-			}
-			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(left.Milliseconds())+1)
-			if err != unix.EINTR && (err != nil || n > 0) {
+			if left <= 0 || pidfdReady(fd, int(left.Milliseconds())+1) {
 				break
 			}
 		}

@@ -203,13 +203,7 @@ func (b *Backend) killUnadopted(key string) {
 // waitAdopted waits for an adopted bwrap (not boxrt's child, so not
 // boxrt's to reap) to exit.
 func (r *run) waitAdopted(pidfd int) {
-	for {
-		n, err := unix.Poll([]unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}, -1)
-		if err != unix.EINTR && (err != nil || n > 0) {
-			break
-		}
-	}
-	unix.Close(pidfd)
+	awaitPidfd(pidfd)
 	r.b.unregister(r)
 	close(r.done)
 }

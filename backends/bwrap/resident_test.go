@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -341,4 +342,45 @@ func TestStartBurst(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// TestRunningSandboxesHoldNoThread keeps a dozen sandboxes running: boxrt
+// waits for each bwrap in the Go runtime's poller, so its threads do not
+// grow with them (a goroutine blocked in wait(2) held one OS thread per
+// running session, with its stacks).
+func TestRunningSandboxesHoldNoThread(t *testing.T) {
+	b := newBackend(t)
+	newRunning := func(i int) {
+		info := newSession(t, b, func(s *backends.SandboxSpec) {
+			s.SessionID = fmt.Sprintf("%s-%d", t.Name(), i)
+		})
+		mustRun(t, b, info, "true")
+	}
+	newRunning(0) // the threads a start needs at all
+	before := osThreads(t)
+	const n = 12
+	for i := 1; i <= n; i++ {
+		newRunning(i)
+	}
+	if after := osThreads(t); after-before >= n/2 {
+		t.Fatalf("%d more sandboxes running, %d more threads (%d → %d)", n, after-before, before, after)
+	}
+}
+
+func osThreads(t *testing.T) int {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no Threads: in /proc/self/status")
+	return 0
 }

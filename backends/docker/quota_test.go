@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/boxrt/boxrt/backends/internal/loopdisk"
 )
 
 // TestRemoveQuota: deleting a session's quota filesystem unmounts whatever
@@ -26,10 +28,10 @@ func TestRemoveQuota(t *testing.T) {
 		{"a loop-mounted workspace with files", func(t *testing.T, b *Backend, dir, mnt string) func(t *testing.T) {
 			img := filepath.Join(dir, quotaImage)
 			mustNoErr(t, os.MkdirAll(mnt, 0o700))
-			mustNoErr(t, os.WriteFile(img, nil, 0o600))
-			mustNoErr(t, os.Truncate(img, MinWorkspaceQuotaMB<<20))
-			mustNoErr(t, run(context.Background(), "mkfs.ext4", "-q", "-F", img))
-			mustNoErr(t, b.mountQuota(context.Background(), name))
+			mkfs, err := loopdisk.Mkfs()
+			mustNoErr(t, err)
+			mustNoErr(t, loopdisk.Format(context.Background(), mkfs, img, MinWorkspaceQuotaMB, ""))
+			mustNoErr(t, b.mountQuota(name))
 			mustNoErr(t, os.WriteFile(filepath.Join(mnt, "work"), []byte("x"), 0o600))
 			return func(t *testing.T) {
 				if loops := LoopDevicesOf(img); len(loops) > 0 {

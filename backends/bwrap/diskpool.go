@@ -66,8 +66,8 @@ func (b *Backend) poolDir() string {
 }
 
 // diskTemplate returns the Backend's formatted default-size image, made on
-// first use, which default-size disks are copies of; "" once the pool is
-// closed (see loopdisk.Template).
+// first use, which default-size disks are copies of; "" once the pool's
+// close has removed it (see loopdisk.Template).
 func (b *Backend) diskTemplate() (string, error) {
 	return b.pool.tmpl.Get(filepath.Join(b.poolDir(), "template.img"), func(p string) error {
 		return b.formatDisk(p, DefaultQuotaMB)

@@ -255,3 +255,22 @@ func waitLoopsFreed(img string) []string {
 	}
 	return loops
 }
+
+// TestCollectTemplates: Adopt removes the disk templates an earlier boxrt
+// process left, never the running Backend's own.
+func TestCollectTemplates(t *testing.T) {
+	b := &Backend{stateDir: t.TempDir(), instance: "0123456789abcdef"}
+	b.disks = newDiskImages(b.templateDir(), 16)
+	stale := filepath.Join(filepath.Dir(b.disks.dir), "deadbeefdeadbeef")
+	for _, dir := range []string{stale, b.disks.dir} {
+		mustNoErr(t, os.MkdirAll(dir, 0o700))
+		mustNoErr(t, os.WriteFile(filepath.Join(dir, "16.img"), nil, 0o600))
+	}
+	b.collectQuotas(nil)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("an earlier process's templates are left: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(b.disks.dir, "16.img")); err != nil {
+		t.Errorf("the running Backend's template was removed: %v", err)
+	}
+}

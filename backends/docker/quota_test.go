@@ -2,6 +2,8 @@ package docker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/backends/internal/loopdisk"
+	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
 // TestRemoveQuota: deleting a session's quota filesystem unmounts whatever
@@ -272,5 +275,26 @@ func TestCollectTemplates(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(b.disks.dir, "16.img")); err != nil {
 		t.Errorf("the running Backend's template was removed: %v", err)
+	}
+}
+
+// TestDiskErrorTypes: a host that cannot make disks is a setup problem
+// the error names (BoxBackendUnavailableError), anything else a failure.
+func TestDiskErrorTypes(t *testing.T) {
+	for _, tc := range []struct {
+		cause error
+		want  *boxerr.Kind
+	}{
+		{fmt.Errorf("%w: exec: not found", loopdisk.ErrNoMkfs), boxerr.ErrBackendUnavailable},
+		{fmt.Errorf("loop device for x: %w: ENOENT", loopdisk.ErrNoLoopDevices), boxerr.ErrBackendUnavailable},
+		{unix.EIO, boxerr.ErrBox},
+	} {
+		err := diskError("mounting x", tc.cause)
+		if !errors.Is(err, tc.want) || !errors.Is(err, tc.cause) {
+			t.Errorf("%v: %v, want a %s wrapping the cause", tc.cause, err, tc.want)
+		}
+		if tc.want == boxerr.ErrBackendUnavailable && !strings.Contains(err.Error(), "e2fsprogs") {
+			t.Errorf("%v: %q does not say what to install", tc.cause, err)
+		}
 	}
 }

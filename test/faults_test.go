@@ -316,7 +316,8 @@ func dockerLeftovers(t *testing.T, dockerArgs []string, state string, listed ses
 // soon as the engine reports the container created — and restarts it on
 // the same state directory: every session it lists is one the backend has,
 // nothing the killed process half-made is left (no container, volume,
-// directory, mount or process), and the session id works again.
+// directory, mount, disk template or process), and the session id works
+// again.
 func TestKill9DuringCreate(t *testing.T) {
 	for _, backend := range []string{"bwrap", "docker"} {
 		t.Run(backend, func(t *testing.T) {
@@ -358,9 +359,18 @@ func TestKill9DuringCreate(t *testing.T) {
 				killWhen(t, p, func() bool { return len(created) > 0 })
 			}
 			t.Logf("killed during the create; %s", describeLeftovers(t, backend, state))
+			// The docker disks' templates: the killed boxrt's made one for
+			// the create's disks, and the next start removes it.
+			templates := filepath.Join(state, "docker", inst, ".templates", "*")
+			if backend == "docker" {
+				left, _ := filepath.Glob(templates)
+				require.NotEmpty(t, left, "the killed boxrt made its disk templates")
+			}
 
 			p2 := Start(t, opts)
 			l := listSessions(t, p2)
+			left, _ := filepath.Glob(templates)
+			assert.Empty(t, left, "the restarted boxrt removed the killed one's disk templates")
 			for _, s := range l.Sessions {
 				assert.True(t, backendHas(t, backend, state, s.BackendSessionID),
 					"listed session %s (%s) is not in the backend", s.SessionID, s.BackendSessionID)

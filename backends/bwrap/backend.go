@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/internal/loopdisk"
 	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/internal/egress"
 )
@@ -142,11 +143,11 @@ func New(cfg Config) (*Backend, error) {
 		starts:   make(chan struct{}, max(4, 2*runtime.NumCPU())),
 	}
 	b.id, b.idErr = sandboxIdentity()
-	b.unshare, b.netErr = lookSbin("unshare")
+	b.unshare, b.netErr = loopdisk.LookSbin("unshare")
 	if b.netErr == nil && cfg.Egress == nil {
 		b.netErr = errors.New("no egress proxy configured")
 	}
-	b.mkfs, b.noDiskWhy = diskTools()
+	b.mkfs, b.noDiskWhy = loopdisk.Tools()
 	b.diskQuota = b.noDiskWhy == ""
 	name := cfg.BwrapPath
 	if name == "" {

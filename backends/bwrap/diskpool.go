@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+
+	"github.com/boxrt/boxrt/backends/internal/loopdisk"
 )
 
 // Making and mounting a session's disk (an image, a loop device, an ext4
@@ -48,8 +50,7 @@ func (d *pooledDisk) release() {
 }
 
 type diskPool struct {
-	tmplMu sync.Mutex // taken before mu when both are held
-	tmpl   string     // the default-size template once made (diskTemplate)
+	tmpl loopdisk.Template // the default-size template (diskTemplate)
 
 	mu      sync.Mutex
 	ready   []*pooledDisk
@@ -65,36 +66,12 @@ func (b *Backend) poolDir() string {
 }
 
 // diskTemplate returns the Backend's formatted default-size image, made on
-// first use, which default-size disks are copies of. It is never mounted;
-// every copy is one session's alone. (The copies share the filesystem's
-// UUID, which neither the kernel nor boxrt uses.) Once the pool is closed
-// it returns "": Close has removed the template (or is about to, waiting
-// for tmplMu) and nothing would remove one made after it.
+// first use, which default-size disks are copies of; "" once the pool's
+// close has removed it (see loopdisk.Template).
 func (b *Backend) diskTemplate() (string, error) {
-	p := &b.pool
-	p.tmplMu.Lock()
-	defer p.tmplMu.Unlock()
-	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
-	if closed {
-		return "", nil
-	}
-	if p.tmpl != "" {
-		return p.tmpl, nil
-	}
-	dir := b.poolDir()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", err
-	}
-	tmpl := filepath.Join(dir, "template.img")
-	_ = os.Remove(tmpl) // a half-made one of an earlier failure
-	if err := b.formatDisk(tmpl, DefaultQuotaMB); err != nil {
-		_ = os.Remove(tmpl)
-		return "", err
-	}
-	p.tmpl = tmpl
-	return tmpl, nil
+	return b.pool.tmpl.Get(filepath.Join(b.poolDir(), "template.img"), func(p string) error {
+		return b.formatDisk(p, DefaultQuotaMB)
+	})
 }
 
 // take returns a pooled disk (nil when none is ready) and makes sure the
@@ -160,12 +137,7 @@ func (p *diskPool) close(dir string) {
 	for _, d := range ready {
 		d.release()
 	}
-	p.tmplMu.Lock()
-	if p.tmpl != "" {
-		_ = os.Remove(p.tmpl)
-		p.tmpl = ""
-	}
-	p.tmplMu.Unlock()
+	p.tmpl.Close()
 	_ = os.Remove(dir)
 	_ = os.Remove(filepath.Dir(dir)) // when no other pool is left
 }

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/internal/loopdisk"
 )
 
 // maxUsageWalk bounds the entries a disk measurement of a session without
@@ -102,7 +103,7 @@ func (b *Backend) diskUsage(u *backends.Usage, dir, stage string, info backends.
 		u.DiskQuotaBytes = int64(quotaMB(info)) << 20
 		mnt := filepath.Join(stage, fsDir)
 		var st unix.Statfs_t
-		if stage != "" && isMountPoint(stage, mnt) && unix.Statfs(mnt, &st) == nil {
+		if stage != "" && loopdisk.Mounted(mnt) && unix.Statfs(mnt, &st) == nil {
 			u.DiskUsedBytes = int64(st.Blocks-st.Bfree) * st.Bsize
 			u.DiskQuotaBytes = int64(st.Blocks) * st.Bsize
 		}

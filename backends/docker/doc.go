@@ -2,9 +2,9 @@
 // container per session, commands and managed processes run in it as execs.
 //
 // It owns everything boxrt does to an engine — image lookup (and a pull
-// attempt), container and workspace lifecycle (a named volume, or a
-// loop-mounted ext4 image under the state directory when the workspace has
-// a quota), the labels that let a restarted boxrt re-adopt its own
+// attempt), container and workspace lifecycle (a named volume, or an ext4
+// disk under the state directory when the workspace has a quota, made and
+// mounted by backends/internal/loopdisk), the labels that let a restarted boxrt re-adopt its own
 // containers (re-checking their host paths and killing the managed
 // processes a dead boxrt left behind), the session agent's socket and
 // restarts, exec streaming, and killing a command's process tree inside a

@@ -123,6 +123,8 @@ type Backend struct {
 
 	fileSystem // the file API (files.go)
 
+	disks *diskImages // makes the sessions' disk images (quota.go)
+
 	agentBinary string   // Config.AgentBinary, symlinks resolved; "" when not usable
 	agentOff    string   // why a configured agent binary is not used
 	links       sync.Map // container name → *agentLink or noAgent (agent.go)
@@ -202,12 +204,14 @@ func New(cfg Config) (*Backend, error) {
 		egSecrets:      map[string][]egress.Secret{},
 	}
 	b.fileSystem = newFileSystem(b)
+	b.disks = newDiskImages(b.templateDir(), cfg.DefaultWorkspaceQuotaMB, b.tmpDiskMB())
 	b.background, b.cancelBackground = context.WithCancel(context.Background())
 	return b, nil
 }
 
 // Close releases the client's connections, which ends the prestarted
-// execs, and the agents' connections and sockets. Sessions keep running:
+// execs, and the agents' connections and sockets, and removes the disk
+// templates. Sessions keep running:
 // their agents dial again until a boxrt listens at the same path.
 func (b *Backend) Close() error {
 	b.cancelBackground()
@@ -222,6 +226,7 @@ func (b *Backend) Close() error {
 		delete(b.egSessions, name)
 	}
 	b.egMu.Unlock()
+	b.disks.close()
 	return b.cli.Close()
 }
 

@@ -3,10 +3,8 @@ package docker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -14,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/internal/loopdisk"
 	"github.com/boxrt/boxrt/internal/boxerr"
 )
 
@@ -27,8 +26,19 @@ import (
 // A session's /tmp is such a disk too, of tmp_size_mb (see tmpMount).
 //
 // Layout: <state dir>/docker/<instance id>/<container>/{disk.ext4,ws/} and,
-// for /tmp, {tmp.ext4,tmp/}. mount -o loop sets the loop device's
-// autoclear flag, so unmounting the filesystem also frees the loop device.
+// for /tmp, {tmp.ext4,tmp/}. The disks are made and mounted by
+// backends/internal/loopdisk, without mount(8) or losetup (which open every
+// bound loop device: their cost grew with the number of sessions); the
+// mount at ws/ and tmp/ is a real one, since the engine binds that path
+// into the container. The loop device clears itself, so unmounting the
+// filesystem (its last mount) also frees the loop device.
+//
+// Disks of the configured sizes (the default quota's, /tmp's) are sparse
+// copies of a template formatted once per Backend, in
+// <instance dir>/.templates/<Backend token>/; Close removes it, Adopt those
+// of earlier boxrt processes. A spec's own quota is formatted for its
+// session: a template per size asked for would let callers fill the host
+// with them.
 
 // MinWorkspaceQuotaMB is the smallest quota an ext4 workspace can have.
 const MinWorkspaceQuotaMB = 16
@@ -38,6 +48,9 @@ const (
 	quotaMount = "ws"
 	tmpImage   = "tmp.ext4"
 	tmpMount   = "tmp"
+	// templatesDir is below the instance directory (collectQuotas never
+	// takes it for a container's: they start with containerPrefix).
+	templatesDir = ".templates"
 )
 
 // disks are a session's possible disks: image file and mount point.
@@ -84,91 +97,110 @@ func (b *Backend) quotaWorkspace(ctx context.Context, name string, sizeMB int, t
 	return b.makeDisk(ctx, name, quotaImage, quotaMount, sizeMB, target, o, 0o777)
 }
 
-// quotaTmp is quotaWorkspace for /tmp: tmp_size_mb (at least the smallest
-// disk), root's and mode 1777 like any /tmp.
+// quotaTmp is quotaWorkspace for /tmp: root's and mode 1777 like any /tmp.
 func (b *Backend) quotaTmp(ctx context.Context, name string) (mount.Mount, error) {
-	return b.makeDisk(ctx, name, tmpImage, tmpMount, max(b.tmpSizeMB, MinWorkspaceQuotaMB), "/tmp", owner{}, os.ModeSticky|0o777)
+	return b.makeDisk(ctx, name, tmpImage, tmpMount, b.tmpDiskMB(), "/tmp", owner{}, unix.S_ISVTX|0o777)
 }
+
+// tmpDiskMB is the size of a session's /tmp disk: tmp_size_mb, at least
+// the smallest disk.
+func (b *Backend) tmpDiskMB() int { return max(b.tmpSizeMB, MinWorkspaceQuotaMB) }
 
 // makeDisk creates and mounts one disk of the session (image, mount point
 // in its quota directory) and returns the bind of it at target. Its root is
 // o's, or root's with mode open when o is unknown. An error removes all
 // the session's disks: it is a session being created.
-func (b *Backend) makeDisk(ctx context.Context, name, image, mountDir string, sizeMB int, target string, o owner, open os.FileMode) (_ mount.Mount, err error) {
+func (b *Backend) makeDisk(ctx context.Context, name, image, mountDir string, sizeMB int, target string, o owner, open uint32) (_ mount.Mount, err error) {
 	dir := b.quotaDir(name)
 	defer func() {
 		if err != nil {
 			b.removeQuota(name)
 		}
 	}()
-	mnt := filepath.Join(dir, mountDir)
-	if err := os.MkdirAll(mnt, 0o700); err != nil {
-		return mount.Mount{}, boxerr.Failure("docker backend: creating %s: %v", mnt, err).Wrap(err)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return mount.Mount{}, boxerr.Failure("docker backend: creating %s: %v", dir, err).Wrap(err)
 	}
 	img := filepath.Join(dir, image)
-	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err := b.disks.image(ctx, img, sizeMB); err != nil {
+		return mount.Mount{}, diskError("making the disk image "+img, err)
+	}
+	m, err := loopdisk.Attach(img, false)
 	if err != nil {
-		return mount.Mount{}, boxerr.Failure("docker backend: creating %s: %v", img, err).Wrap(err)
+		return mount.Mount{}, diskError("mounting "+img, err)
 	}
-	err = f.Truncate(int64(sizeMB) << 20)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	defer m.Close()
+	if err := prepareRoot(m, o, open); err != nil {
+		return mount.Mount{}, boxerr.Failure("docker backend: preparing the root of %s: %v", img, err).Wrap(err)
 	}
+	mnt := filepath.Join(dir, mountDir)
+	if err := loopdisk.Place(m, mnt); err != nil {
+		return mount.Mount{}, diskError("mounting "+img, err)
+	}
+	return mount.Mount{Type: mount.TypeBind, Source: mnt, Target: target}, nil
+}
+
+// prepareRoot makes the root of a new disk's detached mount o's, or
+// root's with mode open when o is unknown, as a volume would inherit the
+// image's ownership of the mount path; and empty, as a fresh volume is.
+// The engine sees the disk only once it is so.
+func prepareRoot(m *os.File, o owner, open uint32) error {
+	fd, err := unix.Openat(int(m.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return mount.Mount{}, boxerr.Failure("docker backend: sizing %s: %v", img, err).Wrap(err)
+		return err
 	}
-	// No blocks reserved for root; a 4 MiB journal instead of up to
-	// 1 GiB (a 1 GiB filesystem would otherwise take 33 MB of host disk
-	// before anything is written).
-	args := []string{"-q", "-F", "-m", "0", "-J", "size=4"}
+	defer unix.Close(fd)
 	if o.known {
 		gid := o.gid
 		if gid < 0 {
 			gid = o.uid
 		}
-		args = append(args, "-E", fmt.Sprintf("root_owner=%d:%d", o.uid, gid))
+		err = unix.Fchown(fd, o.uid, gid)
+	} else {
+		err = unix.Fchmod(fd, open)
 	}
-	if err := run(ctx, "mkfs.ext4", append(args, img)...); err != nil {
-		return mount.Mount{}, err
+	if err != nil {
+		return err
 	}
-	if err := mountDisk(ctx, img, mnt); err != nil {
-		return mount.Mount{}, err
-	}
-	if !o.known {
-		if err := os.Chmod(mnt, open); err != nil {
-			return mount.Mount{}, boxerr.Failure("docker backend: opening %s to the sandbox user: %v", mnt, err).Wrap(err)
-		}
-	}
-	// Empty, as a fresh volume would be.
-	_ = os.Remove(filepath.Join(mnt, "lost+found"))
-	return mount.Mount{Type: mount.TypeBind, Source: mnt, Target: target}, nil
-}
-
-// mountQuota loop-mounts the session's disks that are not mounted already
-// (after a host reboot they are not, and a persistent container is
-// restarted on them).
-func (b *Backend) mountQuota(ctx context.Context, name string) error {
-	dir := b.quotaDir(name)
-	for _, d := range disks {
-		img := filepath.Join(dir, d[0])
-		if _, err := os.Stat(img); err != nil {
-			continue
-		}
-		if err := mountDisk(ctx, img, filepath.Join(dir, d[1])); err != nil {
-			return err
-		}
+	if err := unix.Unlinkat(fd, "lost+found", unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
+		return err
 	}
 	return nil
 }
 
-// mountDisk loop-mounts img on mnt unless something is mounted there.
-func mountDisk(ctx context.Context, img, mnt string) error {
-	if mounted(mnt) {
-		return nil
+// diskError is a disk that could not be made or mounted; a host without
+// mkfs.ext4 or loop devices is told what to install.
+func diskError(what string, err error) error {
+	if errors.Is(err, loopdisk.ErrNoMkfs) || errors.Is(err, loopdisk.ErrNoLoopDevices) {
+		return boxerr.BackendUnavailable("docker backend: %s: %v; workspace_quota_mb and the /tmp disk need mkfs.ext4 (e2fsprogs) and loop devices on the engine's host, "+
+			"or set docker.workspace_quota_mb to 0 and request no quota", what, err).Wrap(err)
 	}
-	// discard: deleting files punches holes in the sparse image, so the
-	// host gets the space back rather than keeping the high-water mark.
-	return run(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,discard", img, mnt)
+	return boxerr.Failure("docker backend: %s: %v", what, err).Wrap(err)
+}
+
+// mountQuota mounts the session's disks that are not mounted already
+// (after a host reboot they are not, and a persistent container is
+// restarted on them).
+func (b *Backend) mountQuota(name string) error {
+	dir := b.quotaDir(name)
+	for _, d := range disks {
+		img := filepath.Join(dir, d[0])
+		mnt := filepath.Join(dir, d[1])
+		if _, err := os.Stat(img); err != nil || loopdisk.Mounted(mnt) {
+			continue
+		}
+		// reuse: a container's mount namespace may hold the filesystem
+		// still; this mounts it again rather than a second one on it.
+		m, err := loopdisk.Attach(img, true)
+		if err != nil {
+			return diskError("mounting "+img, err)
+		}
+		err = loopdisk.Place(m, mnt)
+		m.Close()
+		if err != nil {
+			return diskError("mounting "+img, err)
+		}
+	}
+	return nil
 }
 
 // hasQuota reports whether the session has a disk (its workspace, its /tmp).
@@ -231,11 +263,13 @@ func unmount(dir string) error {
 }
 
 // collectQuotas removes the quota filesystems of this instance whose
-// container is gone, except those of a session being created right now.
+// container is gone, except those of a session being created right now,
+// and the disk templates of earlier boxrt processes.
 func (b *Backend) collectQuotas(keep map[string]bool) {
 	if b.stateDir == "" {
 		return
 	}
+	b.collectTemplates()
 	entries, err := os.ReadDir(filepath.Join(b.stateDir, "docker", b.instance))
 	if err != nil {
 		return
@@ -246,22 +280,4 @@ func (b *Backend) collectQuotas(keep map[string]bool) {
 		}
 		_ = b.removeQuota(e.Name())
 	}
-}
-
-// mounted reports whether dir is a mount point: its device differs from
-// its parent's.
-func mounted(dir string) bool {
-	var st, parent unix.Stat_t
-	if unix.Lstat(dir, &st) != nil || unix.Lstat(filepath.Dir(dir), &parent) != nil {
-		return false
-	}
-	return st.Dev != parent.Dev
-}
-
-func run(ctx context.Context, name string, args ...string) error {
-	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
-	if err != nil {
-		return boxerr.Failure("docker backend: %s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out))).Wrap(err)
-	}
-	return nil
 }

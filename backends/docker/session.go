@@ -763,7 +763,7 @@ func (b *Backend) restartPersistent(ctx context.Context, name string, info backe
 		return false, fmt.Errorf("not restarting persistent session %s (container %s): %w", info.SessionID, name, err)
 	}
 	if b.hasQuota(name) {
-		if err := b.mountQuota(ctx, name); err != nil {
+		if err := b.mountQuota(name); err != nil {
 			return false, fmt.Errorf("not restarting persistent session %s (container %s): %w", info.SessionID, name, err)
 		}
 	}

@@ -97,7 +97,7 @@ func (b *Backend) startStopped(ctx context.Context, info backends.Session) error
 		return err
 	}
 	if b.hasQuota(name) {
-		if err := b.mountQuota(ctx, name); err != nil {
+		if err := b.mountQuota(name); err != nil {
 			return err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/backends"
+	"github.com/boxrt/boxrt/backends/internal/loopdisk"
 )
 
 // maxStatsBytes bounds the engine's one-shot stats answer.
@@ -56,7 +57,7 @@ func (b *Backend) diskUsage(ctx context.Context, u *backends.Usage, info backend
 	if b.stateDir != "" && b.localEngine() {
 		mnt := filepath.Join(b.quotaDir(name), quotaMount)
 		var fs unix.Statfs_t
-		if mountedOver(b.quotaDir(name), mnt) && unix.Statfs(mnt, &fs) == nil {
+		if loopdisk.Mounted(mnt) && unix.Statfs(mnt, &fs) == nil {
 			u.DiskUsedBytes = int64(fs.Blocks-fs.Bfree) * fs.Bsize
 			u.DiskQuotaBytes = int64(fs.Blocks) * fs.Bsize
 		}
@@ -68,11 +69,4 @@ func (b *Backend) diskUsage(ctx context.Context, u *backends.Usage, info backend
 	if c.State != nil {
 		u.OOMKills = max(b.oomKills(c.State.Pid), 0)
 	}
-}
-
-// mountedOver reports whether mnt is another filesystem than its parent
-// dir (the quota disk is mounted).
-func mountedOver(dir, mnt string) bool {
-	var a, b unix.Stat_t
-	return unix.Stat(dir, &a) == nil && unix.Stat(mnt, &b) == nil && a.Dev != b.Dev
 }

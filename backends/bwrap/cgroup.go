@@ -663,7 +663,7 @@ func (cg *cgroup) counter(file, key string, dirs ...string) int64 {
 
 // counterFileMax bounds the flat-keyed files counter reads (a few short
 // lines each).
-const counterFileMax = 1024
+const counterFileMax = 512
 
 // counterFiles keeps a cgroup's counter files open: every exec reads two
 // of them before and after its command, and opening one (a long path

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -129,7 +130,9 @@ func newAgent(path string) *agent {
 		fmt.Fprintf(os.Stderr, "boxrt agent: PR_SET_CHILD_SUBREAPER: %v\n", err)
 	}
 	a := &agent{path: path, mu: new(sync.Mutex), relays: map[int]*relay{}, forked: make(chan struct{}, 1)}
-	go a.reap()
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, unix.SIGCHLD)
+	go a.reap(chld)
 	makeSpareThreads(spareThreads)
 	return a
 }
@@ -140,7 +143,7 @@ func newAgent(path string) *agent {
 // stat, the reaper's wait4), so the agent does not need to make one later,
 // when the session's commands may hold every pid its limit allows: a host
 // sizes that limit by the agent's threads at hello.
-const spareThreads = 4
+const spareThreads = 3
 
 // makeSpareThreads makes n threads and leaves them idle: each goroutine
 // locked to its thread while the others are makes the runtime start one

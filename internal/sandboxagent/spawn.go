@@ -157,16 +157,20 @@ func (a *agent) signal(m *signalMsg) {
 // wait4 itself (holding a thread: spareThreads) rather than for SIGCHLD,
 // which reaches a goroutine only through the runtime's signal thread and
 // two more wake-ups: a good part of the time between a command's end and
-// its exited. With no child at all it waits for the next fork; an orphan
-// only ever comes from a descendant, a child or below one.
-func (a *agent) reap() {
+// its exited. With no child at all it waits for the next fork (forked) or
+// for SIGCHLD (chld): a container's pid 1 also adopts the orphans of an
+// engine's exec, which it never forked, and hears of them when they exit.
+func (a *agent) reap(chld <-chan os.Signal) {
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, 0, nil)
 		switch {
 		case errors.Is(err, unix.EINTR):
 		case errors.Is(err, unix.ECHILD):
-			<-a.forked
+			select {
+			case <-a.forked:
+			case <-chld:
+			}
 		case err != nil:
 			// Not a status wait4 gives; do not spin on it.
 			fmt.Fprintf(os.Stderr, "boxrt agent: wait4: %v\n", err)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/boxrt/boxrt/backends"
@@ -39,27 +40,30 @@ func prepareSpec(b backends.Backend, spec Spec, cfg Config, stateDir string) (Sp
 		return spec, boxerr.Validation("isolation", "isolation %q is not offered by the %s backend here (offered: %v); "+
 			"the operator enables gvisor with docker.gvisor_runtime", spec.Isolation, b.Name(), b.Describe().IsolationLevels).With("isolation", spec.Isolation)
 	}
-	roots, err := cfg.mountRoots(stateDir)
-	if err != nil {
-		return spec, err
-	}
-	if spec.HostPath != "" && spec.HostPathMode != backends.MountNone {
-		p, err := backends.ResolveHostPath("host_path", spec.HostPath, roots)
+	// The roots resolve symlinks (a dozen system calls): only a spec with
+	// a host path needs them, and most execs name none.
+	roots := sync.OnceValues(func() ([]string, error) { return cfg.mountRoots(stateDir) })
+	resolve := func(field, path string) (string, error) {
+		r, err := roots()
 		if err != nil {
+			return "", err
+		}
+		return backends.ResolveHostPath(field, path, r)
+	}
+	var err error
+	if spec.HostPath != "" && spec.HostPathMode != backends.MountNone {
+		if spec.HostPath, err = resolve("host_path", spec.HostPath); err != nil {
 			return spec, err
 		}
-		spec.HostPath = p
 	}
 	mounts := make([]backends.MountSpec, 0, len(spec.ExtraMounts))
 	for i, m := range spec.ExtraMounts {
 		if m.Mode == backends.MountNone {
 			continue
 		}
-		p, err := backends.ResolveHostPath(fmt.Sprintf("extra_mounts[%d].host_path", i), m.HostPath, roots)
-		if err != nil {
+		if m.HostPath, err = resolve(fmt.Sprintf("extra_mounts[%d].host_path", i), m.HostPath); err != nil {
 			return spec, err
 		}
-		m.HostPath = p
 		mounts = append(mounts, m)
 	}
 	spec.ExtraMounts = mounts
@@ -69,11 +73,9 @@ func prepareSpec(b backends.Backend, spec Spec, cfg Config, stateDir string) (Sp
 	// A path as the image (a bwrap rootfs directory) is a host path bound
 	// into the sandbox like any other: it must pass the same allow-list.
 	if strings.HasPrefix(spec.Image, "/") {
-		p, err := backends.ResolveHostPath("image", spec.Image, roots)
-		if err != nil {
+		if spec.Image, err = resolve("image", spec.Image); err != nil {
 			return spec, err
 		}
-		spec.Image = p
 	}
 	return spec, nil
 }

@@ -402,6 +402,8 @@ type cgroup struct {
 	// none); a sandbox it still holds is adopted with it, and counted and
 	// removed with it.
 	cmds string
+	// files: the counter files counter keeps open.
+	files counterFiles
 }
 
 // create makes <base>/boxrt/<instance>/<leaf> in every hierarchy and applies
@@ -634,17 +636,22 @@ func (cg *cgroup) killAll() {
 	}
 }
 
-// counter reads "key N" from a flat-keyed cgroup file.
-func (cg *cgroup) counter(file, key string) int64 {
+// counter reads "key N" from a flat-keyed cgroup file, the first of dirs
+// (the leaf's by default) that has it.
+func (cg *cgroup) counter(file, key string, dirs ...string) int64 {
 	if cg == nil {
 		return 0
 	}
-	for _, d := range cg.dirs {
-		data, err := os.ReadFile(filepath.Join(d, file))
+	if len(dirs) == 0 {
+		dirs = cg.dirs
+	}
+	var buf [counterFileMax]byte
+	for _, d := range dirs {
+		n, err := cg.files.read(filepath.Join(d, file), buf[:])
 		if err != nil {
 			continue
 		}
-		for line := range strings.SplitSeq(string(data), "\n") {
+		for line := range strings.SplitSeq(string(buf[:n]), "\n") {
 			if k, v, ok := strings.Cut(line, " "); ok && k == key {
 				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 				return n
@@ -652,6 +659,71 @@ func (cg *cgroup) counter(file, key string) int64 {
 		}
 	}
 	return 0
+}
+
+// counterFileMax bounds the flat-keyed files counter reads (a few short
+// lines each).
+const counterFileMax = 512
+
+// counterFiles keeps a cgroup's counter files open: every exec reads two
+// of them before and after its command, and opening one (a long path
+// walk, a seq_file made) cost more than the rest of the exec's
+// bookkeeping. A read from offset 0 makes a cgroup file's text afresh.
+type counterFiles struct {
+	mu  sync.Mutex
+	fds map[string]int // path → descriptor, -1 where the file is not
+}
+
+// read reads the file at path into buf, from its start. The lock is held
+// across the read, so that close never closes a descriptor in use.
+func (cf *counterFiles) read(path string, buf []byte) (int, error) {
+	cf.mu.Lock()
+	defer cf.mu.Unlock()
+	fd, ok := cf.fds[path]
+	if !ok {
+		var err error
+		if fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			if !errors.Is(err, unix.ENOENT) {
+				return 0, err
+			}
+			fd = -1
+		}
+		if cf.fds == nil {
+			cf.fds = map[string]int{}
+		}
+		cf.fds[path] = fd
+	}
+	if fd < 0 {
+		return 0, fs.ErrNotExist
+	}
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Pread(fd, buf[n:], int64(n))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// close closes the files (a later read opens them again): a session
+// holds them while its sandbox runs, not while it is released or gone.
+func (cf *counterFiles) close() {
+	cf.mu.Lock()
+	defer cf.mu.Unlock()
+	for _, fd := range cf.fds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	cf.fds = nil
 }
 
 // oomKills is how many processes the memory limit killed.
@@ -672,7 +744,7 @@ func (cg *cgroup) pidsLimitHits() int64 {
 	}
 	n := cg.counter("pids.events", "max")
 	if cg.cmds != "" {
-		n += (&cgroup{m: cg.m, dirs: []string{cg.cmds}}).counter("pids.events", "max")
+		n += cg.counter("pids.events", "max", cg.cmds)
 	}
 	return n
 }
@@ -684,6 +756,7 @@ func (cg *cgroup) remove() {
 	if cg == nil {
 		return
 	}
+	cg.files.close()
 	cg.killAll()
 	if cg.cmds != "" {
 		rmdirCgroup(cg.cmds)

@@ -119,34 +119,33 @@ func (m *machine) awaitExec(ctx context.Context, p *sandboxagent.Proc, req backe
 		defer t.Stop()
 		timeout = t.C
 	}
-	waited := waitProc(p)
 	signalled := false
 	for {
 		select {
-		case exit = <-waited:
+		case <-p.Done():
 			if signalled {
 				// Signals come from box_exec_kill: a gentler signal is
 				// still a kill, so what the tree kept (a child that
 				// ignored it) goes when the command has ended.
 				_ = p.Signal(syscall.SIGKILL)
 			}
-			return exit, false, false, false
+			return exitOf(p), false, false, false
 		case <-timeout:
 			select {
-			case exit = <-waited: // finished in the same instant: a completion
-				return exit, false, false, false
+			case <-p.Done(): // finished in the same instant: a completion
+				return exitOf(p), false, false, false
 			default:
 			}
-			exit, hostKilled = m.end(p, waited)
+			exit, hostKilled = m.end(p)
 			return exit, true, false, hostKilled
 		case <-ctx.Done():
-			exit, hostKilled = m.end(p, waited)
+			exit, hostKilled = m.end(p)
 			return exit, false, true, hostKilled
 		case rs := <-req.Resize:
 			rs.Done <- xio.resize(rs.Size)
 		case sig := <-req.Signals:
 			if sig == syscall.SIGKILL {
-				exit, hostKilled = m.end(p, waited)
+				exit, hostKilled = m.end(p)
 				return exit, false, false, hostKilled
 			}
 			// A signal that finds nobody to receive it (the command is

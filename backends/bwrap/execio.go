@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/boxrt/boxrt/backends"
 	"github.com/boxrt/boxrt/internal/boxerr"
@@ -59,21 +60,44 @@ func newExecIO(req backends.ExecRequest, openPTY func() (master, slave *os.File,
 		return x, nil
 	}
 	if req.Stdin != nil {
-		if x.stdin, x.feed, err = os.Pipe(); err != nil {
-			return nil, boxerr.Failure("bwrap: pipe: %v", err).Wrap(err)
+		if x.feed, x.stdin, err = childPipe(true); err != nil {
+			return nil, err
 		}
 	}
 	if req.Stdout != nil {
-		if x.outR, x.stdout, err = os.Pipe(); err != nil {
-			return nil, boxerr.Failure("bwrap: pipe: %v", err).Wrap(err)
+		if x.outR, x.stdout, err = childPipe(false); err != nil {
+			return nil, err
 		}
 	}
 	if req.Stderr != nil {
-		if x.errR, x.stderr, err = os.Pipe(); err != nil {
-			return nil, boxerr.Failure("bwrap: pipe: %v", err).Wrap(err)
+		if x.errR, x.stderr, err = childPipe(false); err != nil {
+			return nil, err
 		}
 	}
 	return x, nil
+}
+
+// childPipe makes a pipe between boxrt (ours: non-blocking, in the
+// runtime's poller, so deadlines work) and a command (child: the end it
+// reads when childReads, else writes; blocking, as a child's stdio must
+// be). os.Pipe would register both ends with the poller and the child's
+// would be taken out again when it is passed: several system calls per
+// pipe, three pipes an exec.
+func childPipe(childReads bool) (ours, child *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, boxerr.Failure("bwrap: pipe: %v", err).Wrap(err)
+	}
+	o, c := p[0], p[1]
+	if childReads {
+		o, c = p[1], p[0]
+	}
+	if err := unix.SetNonblock(o, true); err != nil {
+		unix.Close(o)
+		unix.Close(c)
+		return nil, nil, boxerr.Failure("bwrap: pipe: %v", err).Wrap(err)
+	}
+	return os.NewFile(uintptr(o), "|ours"), os.NewFile(uintptr(c), "|child"), nil
 }
 
 // spawnRequest is argv in lay's working directory and environment with

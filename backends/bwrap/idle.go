@@ -113,6 +113,9 @@ func (sf *sessionFiles) releaseIdle(idle time.Duration) {
 	}
 	m.hostKill()
 	<-m.r.done
+	if m.r.cg != nil {
+		m.r.cg.files.close()
+	}
 	res.r, res.conn = nil, nil
 	res.dropListener()
 	// Under res.mu: no sandbox starts on the old attachment meanwhile.

@@ -1,8 +1,8 @@
 package bwrap
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"io"
 	"os"
 	"strings"
@@ -48,19 +48,19 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 			f.Close()
 		}
 	}
-	pipe := func() (*os.File, *os.File, error) {
-		rd, wr, err := os.Pipe()
+	pipe := func(childReads bool) (ours, child *os.File, err error) {
+		ours, child, err = childPipe(childReads)
 		if err == nil {
-			files = append(files, rd, wr)
+			files = append(files, ours, child)
 		}
-		return rd, wr, err
+		return ours, child, err
 	}
-	inR, inW, err1 := pipe()
-	outR, outW, err2 := pipe()
-	errR, errW, err3 := pipe()
-	if err := errors.Join(err1, err2, err3); err != nil {
+	inW, inR, err1 := pipe(true)
+	outR, outW, err2 := pipe(false)
+	errR, errW, err3 := pipe(false)
+	if err := cmp.Or(err1, err2, err3); err != nil {
 		closeAll()
-		return nil, boxerr.Failure("bwrap: pipe: %v", err).Wrap(err)
+		return nil, err
 	}
 	// exec "$0" "$@": the shell resolves the command on PATH (and reads a
 	// profile, like the reference's sh -lc) and then becomes it, so signals
@@ -80,14 +80,13 @@ func (b *Backend) StartProcess(ctx context.Context, info backends.Session, spec 
 		return nil, err
 	}
 	touch(dir)
-	return &process{m: m, p: p, waited: waitProc(p), stdin: inW, stdout: &eofCloser{f: outR}, stderr: &eofCloser{f: errR}}, nil
+	return &process{m: m, p: p, stdin: inW, stdout: &eofCloser{f: outR}, stderr: &eofCloser{f: errR}}, nil
 }
 
 // process is a managed process (backends.Process).
 type process struct {
 	m      *machine
 	p      *sandboxagent.Proc
-	waited <-chan sandboxagent.Exit
 	stdin  *os.File
 	stdout io.Reader
 	stderr io.Reader
@@ -104,7 +103,7 @@ func (p *process) Stderr() io.Reader     { return p.stderr }
 // process was killed by a signal (a sandbox lost meanwhile reads as
 // SIGKILL).
 func (p *process) Wait() (int, error) {
-	p.once.Do(func() { p.exit = <-p.waited })
+	p.once.Do(func() { p.exit = exitOf(p.p) })
 	if p.exit.Signal != 0 {
 		return -p.exit.Signal, nil
 	}
@@ -118,12 +117,7 @@ func (p *process) Signal(sig syscall.Signal) error {
 	if sig != syscall.SIGKILL {
 		return p.p.Signal(sig)
 	}
-	ended := make(chan sandboxagent.Exit, 1)
-	go func() {
-		_, _ = p.Wait()
-		ended <- p.exit
-	}()
-	p.m.end(p.p, ended)
+	p.m.end(p.p)
 	return nil
 }
 

@@ -401,19 +401,15 @@ func (b *Backend) enter(ctx context.Context, dir string, info backends.Session, 
 	return m, p, err
 }
 
-// waitProc delivers p's exit. An exit the agent could not report (the
+// exitOf waits for p's exit. An exit the agent could not report (the
 // sandbox was lost, or it broke the protocol) reads as a SIGKILL: the
 // sandbox, and the process with it, is gone or about to be killed.
-func waitProc(p *sandboxagent.Proc) <-chan sandboxagent.Exit {
-	waited := make(chan sandboxagent.Exit, 1)
-	go func() {
-		e, err := p.Wait(context.Background())
-		if err != nil {
-			e = sandboxagent.Exit{Code: 128 + int(syscall.SIGKILL), Signal: int(syscall.SIGKILL)}
-		}
-		waited <- e
-	}()
-	return waited
+func exitOf(p *sandboxagent.Proc) sandboxagent.Exit {
+	e, err := p.Wait(context.Background())
+	if err != nil {
+		e = sandboxagent.Exit{Code: 128 + int(syscall.SIGKILL), Signal: int(syscall.SIGKILL)}
+	}
+	return e
 }
 
 // end kills p's process tree: its process group through the agent, and
@@ -421,7 +417,7 @@ func waitProc(p *sandboxagent.Proc) <-chan sandboxagent.Exit {
 // setsid included. If p has not exited within killGrace (a hostile or dead
 // agent), the whole sandbox is killed from the host: hostKilled then says
 // so.
-func (m *machine) end(p *sandboxagent.Proc, waited <-chan sandboxagent.Exit) (_ sandboxagent.Exit, hostKilled bool) {
+func (m *machine) end(p *sandboxagent.Proc) (_ sandboxagent.Exit, hostKilled bool) {
 	tree := m.treeOf(p.PID())
 	_ = p.Signal(syscall.SIGKILL)
 	for _, pid := range tree {
@@ -430,12 +426,12 @@ func (m *machine) end(p *sandboxagent.Proc, waited <-chan sandboxagent.Exit) (_ 
 	t := time.NewTimer(killGrace)
 	defer t.Stop()
 	select {
-	case e := <-waited:
-		return e, false
+	case <-p.Done():
+		return exitOf(p), false
 	case <-t.C:
 	}
 	m.hostKill()
-	return <-waited, true
+	return exitOf(p), true
 }
 
 // treeOf lists the host pids of the sandbox's process nsPid (the agent's

@@ -552,3 +552,38 @@ func TestChildren(t *testing.T) {
 		t.Fatalf("children of a pid that does not exist = %v", got)
 	}
 }
+
+// TestCounterFilesReadAfresh: counter reads its held files from the start
+// each time (a changed value is seen), finds a key in the first directory
+// that has the file, reads 0 where none has it, and opens the files again
+// after close.
+func TestCounterFilesReadAfresh(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	write := func(dir, text string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, "pids.events"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cg := &cgroup{m: &cgroupManager{}, dirs: []string{a, b}}
+	write(b, "max 3\n")
+	if n := cg.counter("pids.events", "max"); n != 3 {
+		t.Fatalf("counter = %d, want 3", n)
+	}
+	write(b, "max 12\n")
+	if n := cg.counter("pids.events", "max"); n != 12 {
+		t.Fatalf("counter after a change = %d, want 12", n)
+	}
+	if n := cg.counter("memory.events", "oom_kill"); n != 0 {
+		t.Fatalf("counter of a missing file = %d, want 0", n)
+	}
+	cg.files.close()
+	write(b, "max 7\n")
+	if n := cg.counter("pids.events", "max", b); n != 7 {
+		t.Fatalf("counter after close = %d, want 7", n)
+	}
+	cg.files.close()
+	if cg.files.fds != nil {
+		t.Fatalf("close left %v open", cg.files.fds)
+	}
+}

@@ -116,6 +116,9 @@ type agent struct {
 	// process exits (whichever connection spawned it); one map, shared
 	// by a listening agent's connections (under mu).
 	relays map[int]*relay
+	// forked wakes the reaper when it found no child to wait for: a
+	// spawn sends on it (without blocking); shared like mu.
+	forked chan struct{}
 }
 
 func newAgent(path string) *agent {
@@ -126,7 +129,7 @@ func newAgent(path string) *agent {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintf(os.Stderr, "boxrt agent: PR_SET_CHILD_SUBREAPER: %v\n", err)
 	}
-	a := &agent{path: path, mu: new(sync.Mutex), relays: map[int]*relay{}}
+	a := &agent{path: path, mu: new(sync.Mutex), relays: map[int]*relay{}, forked: make(chan struct{}, 1)}
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, unix.SIGCHLD)
 	go a.reap(chld)
@@ -137,9 +140,9 @@ func newAgent(path string) *agent {
 // spareThreads is how many threads the agent makes, idle, before it first
 // says hello. The Go runtime keeps idle threads and takes one when a
 // goroutine must run while others are blocked in system calls (a fork, a
-// stat), so the agent does not need to make one later, when the session's
-// commands may hold every pid its limit allows: a host sizes that limit by
-// the agent's threads at hello.
+// stat, the reaper's wait4), so the agent does not need to make one later,
+// when the session's commands may hold every pid its limit allows: a host
+// sizes that limit by the agent's threads at hello.
 const spareThreads = 3
 
 // makeSpareThreads makes n threads and leaves them idle: each goroutine

@@ -282,33 +282,32 @@ func (req *SpawnRequest) validate() error {
 }
 
 // files is what req passes: the pty slave, or stdin, stdout and stderr
-// with /dev/null for a nil one. release closes what files opened.
-func (req *SpawnRequest) files() (files []*os.File, release func(), err error) {
+// with /dev/null for a nil one.
+func (req *SpawnRequest) files() ([]*os.File, error) {
 	if req.TTY {
-		return []*os.File{req.Stdin}, func() {}, nil
+		return []*os.File{req.Stdin}, nil
 	}
 	if req.Term != nil {
-		return []*os.File{req.Stdin, req.Stdout}, func() {}, nil
+		return []*os.File{req.Stdin, req.Stdout}, nil
 	}
-	var null *os.File
-	release = func() {
-		if null != nil {
-			null.Close()
-		}
-	}
-	for _, f := range []*os.File{req.Stdin, req.Stdout, req.Stderr} {
+	files := []*os.File{req.Stdin, req.Stdout, req.Stderr}
+	for i, f := range files {
 		if f == nil {
-			if null == nil {
-				if null, err = os.OpenFile(os.DevNull, os.O_RDWR, 0); err != nil {
-					return nil, release, err
-				}
+			null, err := devNull()
+			if err != nil {
+				return nil, err
 			}
-			f = null
+			files[i] = null
 		}
-		files = append(files, f)
 	}
-	return files, release, nil
+	return files, nil
 }
+
+// devNull is the /dev/null every spawn passes for a stream it has none
+// for, opened once: opening it per spawn cost an exec several system calls.
+var devNull = sync.OnceValues(func() (*os.File, error) {
+	return os.OpenFile(os.DevNull, os.O_RDWR, 0)
+})
 
 // Spawn asks the agent to start req and waits (at most 5 s, and ctx) for
 // it to say started or failed. A refusal is a *SpawnError; an invalid req
@@ -322,8 +321,7 @@ func (c *Conn) Spawn(ctx context.Context, req SpawnRequest) (*Proc, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	files, release, err := req.files()
-	defer release()
+	files, err := req.files()
 	if err != nil {
 		return nil, fmt.Errorf("sandbox spawn: %w", err)
 	}
@@ -467,6 +465,10 @@ type Proc struct {
 	exit   Exit
 	err    error
 }
+
+// Done is closed once the process exited or the connection ended first;
+// Wait then returns at once.
+func (p *Proc) Done() <-chan struct{} { return p.done }
 
 // PID is the process's pid in the sandbox's pid namespace (validated to
 // be in 1..4194304, the agent's word).

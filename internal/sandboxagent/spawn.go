@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -45,6 +46,10 @@ func (a *agent) spawn(m *spawnMsg, fds []int, onStart func(pid int)) error {
 	}
 	if err != nil {
 		return a.sendLocked(failedMsg{Op: opFailed, ID: m.ID, Error: cut(err.Error())})
+	}
+	select {
+	case a.forked <- struct{}{}:
+	default: // the reaper is awake already
 	}
 	a.live[pid] = m.ID
 	a.ids[m.ID] = pid
@@ -148,18 +153,29 @@ func (a *agent) signal(m *signalMsg) {
 }
 
 // reap is the one wait4(-1) loop: it reaps every child and orphan of the
-// sandbox and reports the exits of the connection's children.
+// sandbox and reports the exits of the connection's children. It waits in
+// wait4 itself (holding a thread: spareThreads) rather than for SIGCHLD,
+// which reaches a goroutine only through the runtime's signal thread and
+// two more wake-ups: a good part of the time between a command's end and
+// its exited. With no child at all it waits for the next fork (forked) or
+// for SIGCHLD (chld): a container's pid 1 also adopts the orphans of an
+// engine's exec, which it never forked, and hears of them when they exit.
 func (a *agent) reap(chld <-chan os.Signal) {
-	for range chld {
-		for {
-			var ws unix.WaitStatus
-			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-			if errors.Is(err, unix.EINTR) {
-				continue
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+		case errors.Is(err, unix.ECHILD):
+			select {
+			case <-a.forked:
+			case <-chld:
 			}
-			if err != nil || pid <= 0 {
-				break
-			}
+		case err != nil:
+			// Not a status wait4 gives; do not spin on it.
+			fmt.Fprintf(os.Stderr, "boxrt agent: wait4: %v\n", err)
+			time.Sleep(100 * time.Millisecond)
+		default:
 			a.exited(pid, syscall.WaitStatus(ws))
 		}
 	}

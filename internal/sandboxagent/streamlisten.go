@@ -44,7 +44,7 @@ func (a *agent) listen(path string) error {
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		conn := &agent{mu: a.mu, relays: a.relays}
+		conn := &agent{mu: a.mu, relays: a.relays, forked: a.forked}
 		a.mu.Lock()
 		a.served = append(a.served, conn)
 		a.mu.Unlock()

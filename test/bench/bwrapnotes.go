@@ -69,4 +69,21 @@ var bwrapCostNotes = []string{
 		"run alternately with the binary before and after the fix (7 runs each, `-reps 5`, load average 4-7, " +
 		"ratio to bare bwrap in the same run): before 1.32-2.01×, median 1.65×; after 1.20-1.91×, median 1.24× " +
 		"(the 1.91× run met a load spike: bare bwrap itself was at 20.8 ms).",
+	"**bwrap: where a warm exec's time goes in the resident sandbox** (measured 2026-12-07 with wall-clock " +
+		"timestamps at each step in boxrt and in the agent, 200 execs of `true`, load average ~15, p50 in µs). " +
+		"boxrt before the spawn ~160: the rpc loop to its handler 27, actions to the runtime 39, the runtime to the " +
+		"backend 37, session lookup, layout, pipes and the spawn frame 57. The spawn frame reaching the agent 107; " +
+		"decoding and checking it 33; fork and exec of `/bin/sh` (Go's ForkExec, vfork until the new image) 385; " +
+		"the shell running `true` until the agent's wait4 returns 715; the exited frame 13 and reaching boxrt's " +
+		"reader 160; the backend's end (counters, pipes) 39, the runtime's result 25, the answer's encoding 8 and " +
+		"write 77. boxrt's \"started\" (~100-700) overlaps the shell's run. `sh -lc true` costs what `sh -c true` does " +
+		"in a session (~0.9 ms each from a shell inside it): the sandbox has no /etc/profile and no /home/.profile. " +
+		"Cut on 2026-12-07 (interleaved A/B, 14 pairs of 400 execs, load 15-27: p50 0.87-0.95×, median 0.90×): the " +
+		"cgroup counters read with one pread on descriptors held while the sandbox runs (os.ReadFile's open, poller " +
+		"registration and close were ~13% of boxrt's CPU per exec); the command's pipes made with their child ends " +
+		"outside the poller and /dev/null opened once; no goroutine per wait; the agent waiting in wait4 instead of " +
+		"for SIGCHLD through the runtime's signal thread; host-path roots (symlink resolution) resolved only for a " +
+		"spec that names a host path. A new session's first output is dominated by the agent's own start: the " +
+		"agent is boxrt's binary, whose package initialisation (266 inits, Kubernetes and Docker clients among them) " +
+		"takes ~10 ms of CPU and ~20 ms of wall time at start, before bwrap's namespace setup is even counted.",
 }

@@ -3,6 +3,7 @@ package bwrap
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -133,13 +134,14 @@ func awaitExit(pidfds []int, timeout time.Duration) {
 }
 
 // childrenOf lists the direct children of pid, found among the processes
-// of cg when there is one.
+// of cg when pid is one of them (else in all of /proc).
 func childrenOf(pid int, cg *cgroup) []int {
-	if cg == nil {
+	pids := cg.pids()
+	if !slices.Contains(pids, pid) {
 		return children(pid)
 	}
 	var out []int
-	for _, p := range cg.pids() {
+	for _, p := range pids {
 		if ppidOf(p) == pid {
 			out = append(out, p)
 		}

@@ -56,6 +56,7 @@ func (b *Backend) KillSandboxes(_ context.Context, infos []backends.Session) {
 		key := info.BackendSessionID
 		b.mu.Lock()
 		sf := b.open[key]
+		rec, unadopted := b.adoptable[key]
 		var runs []*run
 		if sr := b.sessions[key]; sr != nil {
 			for r := range sr.runs {
@@ -70,6 +71,10 @@ func (b *Backend) KillSandboxes(_ context.Context, infos []backends.Session) {
 			sf.mu.Lock()
 			sf.cg.sigkill()
 			sf.mu.Unlock()
+		}
+		if unadopted && rec.alive() {
+			// An earlier boxrt's sandbox, not yet used by this one.
+			b.recordCgroup(rec).sigkill()
 		}
 	}
 }

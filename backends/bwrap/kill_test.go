@@ -70,3 +70,30 @@ func TestKillSandboxesThenStop(t *testing.T) {
 		}
 	}
 }
+
+// TestKillSandboxesUnadopted: a persistent session's sandbox an earlier
+// boxrt left running, adopted but not used since, is killed by
+// KillSandboxes too.
+func TestKillSandboxesUnadopted(t *testing.T) {
+	t.Parallel()
+	stateDir, instance := t.TempDir(), testInstanceID(t)
+	b1 := newBackendAt(t, stateDir, instance)
+	info := newSession(t, b1, func(s *backends.SandboxSpec) { s.Persistent = true })
+	marker := "sleep " + mark("900.0439")
+	mustRun(t, b1, info, marker+" >/dev/null 2>&1 &")
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(hostProcsWith(marker)) == 0 {
+		t.Fatal("the persistent session's process did not outlive its backend")
+	}
+	b2 := newBackendAt(t, stateDir, instance)
+	if _, err := b2.Adopt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b2.KillSandboxes(context.Background(), []backends.Session{info})
+	assertNoHostProcs(t, marker)
+	if err := b2.StopSession(context.Background(), info); err != nil {
+		t.Fatal(err)
+	}
+}

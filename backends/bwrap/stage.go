@@ -114,14 +114,14 @@ func (sf *sessionFiles) stageDir(dir *os.File, n int, idmap *os.File) (*os.File,
 	return os.NewFile(uintptr(fd), dir.Name()), nil
 }
 
-// unstage detaches everything mounted in a stage directory (deepest
-// first) and removes it. Idempotent.
+// unstage detaches everything mounted in a stage directory and removes
+// it. Idempotent.
 //
-// A stage's mounts are its entries (fs, h<n>, agent-bin, netns), each
+// A stage's mounts are on its entries (fs, h<n>, agent-bin, netns), each
 // detached with what lies below it, so the mount table is not read: it
 // holds every session's stage, and reading it for each of them made
 // stopping many sessions quadratic. Should an entry not come off that way,
-// the table says what else is mounted in the stage.
+// the table says what else is mounted in the stage (deepest first).
 func unstage(dir string) error {
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil

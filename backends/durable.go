@@ -25,6 +25,17 @@ type Census interface {
 	Existing(ctx context.Context) (map[string]bool, error)
 }
 
+// SandboxKiller is implemented by backends that can end what many
+// sessions' sandboxes run at once, without waiting for it. When many
+// sessions go together (boxrt's exit, box_shutdown, a pool's drain) the
+// runtime calls it first and then StopSession for each as usual, a few at
+// a time: the sandboxes are torn down together instead of one after
+// another, and each StopSession finds little left to wait for. The runtime
+// checks for it with a type assertion.
+type SandboxKiller interface {
+	KillSandboxes(ctx context.Context, infos []Session)
+}
+
 // Suspender is implemented by backends that can keep a session without
 // running anything for it. The runtime checks for it with a type assertion.
 type Suspender interface {

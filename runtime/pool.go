@@ -269,17 +269,12 @@ func (p *warmPools) drain(ctx context.Context, b backends.Backend) {
 	if b == nil {
 		return
 	}
-	var wg sync.WaitGroup
-	for _, info := range all {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			_ = b.StopSession(sctx, info)
-			cancel()
-		}()
-	}
-	wg.Wait()
+	killSandboxes(ctx, b, all)
+	eachBounded(all, func(info backends.Session) {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		_ = b.StopSession(sctx, info)
+		cancel()
+	})
 }
 
 // PoolStatus is one pool in box_status.

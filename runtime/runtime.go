@@ -403,28 +403,3 @@ func waitGroup(ctx context.Context, wg *sync.WaitGroup, what string) error {
 		return fmt.Errorf("wait for %s: %w", what, context.Cause(ctx))
 	}
 }
-
-func (r *Runtime) destroyWhere(ctx context.Context, match func(*session) bool, reason string) error {
-	ids := r.sessions.idsWhere(match)
-	var wg sync.WaitGroup
-	errCh := make(chan error, len(ids))
-	for _, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := r.deleteSession(ctx, id); err != nil && !errors.Is(err, boxerr.ErrSessionNotFound) {
-				errCh <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errCh)
-	var errs []error
-	for err := range errCh {
-		errs = append(errs, err)
-	}
-	if len(ids) > 0 {
-		r.log.Info().Int("sessions", len(ids)).Str("reason", reason).Msg("destroyed sessions")
-	}
-	return errors.Join(errs...)
-}

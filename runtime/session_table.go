@@ -187,17 +187,21 @@ func (t *sessionTable) list(match func(id string) bool) []SessionInfo {
 	return out
 }
 
-// idsWhere returns the physical ids of the sessions that match.
-func (t *sessionTable) idsWhere(match func(*session) bool) []string {
+// interruptWhere interrupts (as interrupt does) the sessions that match,
+// all in one step, and returns them with their infos.
+func (t *sessionTable) interruptWhere(match func(*session) bool) ([]*session, []backends.Session) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var ids []string
-	for id, s := range t.byID {
+	var ss []*session
+	var infos []backends.Session
+	for _, s := range t.byID {
 		if match(s) {
-			ids = append(ids, id)
+			t.interruptLocked(s)
+			ss = append(ss, s)
+			infos = append(infos, s.info)
 		}
 	}
-	return ids
+	return ss, infos
 }
 
 // touch marks a session used now (relay traffic counts as activity).

@@ -103,5 +103,9 @@
 // the namespace, is gone. Without cgroups the pid namespace alone still
 // guarantees that nothing survives. StopSession also detaches the
 // session's stage (its disk and loop device go with it) and removes its
-// directory.
+// directory. When many sessions go at once (exit, box_shutdown), the
+// runtime first calls KillSandboxes, which SIGKILLs every process of
+// their cgroups in one pass; each StopSession then finds its sandbox
+// dead, and neither it nor the stage's removal scans /proc or the mount
+// table, which hold every session's processes and mounts.
 package bwrap

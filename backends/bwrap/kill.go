@@ -1,12 +1,15 @@
 package bwrap
 
 import (
+	"context"
 	"os"
 	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/boxrt/boxrt/backends"
 )
 
 // kill SIGKILLs the whole sandbox.
@@ -34,6 +37,47 @@ func (r *run) kill() {
 	awaitExit(inits, 10*time.Second)
 }
 
+var _ backends.SandboxKiller = (*Backend)(nil)
+
+// KillSandboxes implements backends.SandboxKiller: every process in the
+// sessions' cgroups — bwrap, its namespace init, what runs inside — is
+// SIGKILLed in one pass, so the kernel tears the sandboxes down together;
+// a bwrap killed while cloning its init leaves that init in the cgroup,
+// where StopSession's removal of the leaf kills it. The runs are marked
+// stopped first: a call racing the kill reports the session gone rather
+// than starting its sandbox again. A session without a cgroup is left to
+// StopSession's kill.
+func (b *Backend) KillSandboxes(_ context.Context, infos []backends.Session) {
+	for _, info := range infos {
+		if _, ok := b.sessionDir(info); !ok {
+			continue
+		}
+		key := info.BackendSessionID
+		b.mu.Lock()
+		sf := b.open[key]
+		rec, unadopted := b.adoptable[key]
+		var runs []*run
+		if sr := b.sessions[key]; sr != nil {
+			for r := range sr.runs {
+				runs = append(runs, r)
+			}
+		}
+		b.mu.Unlock()
+		for _, r := range runs {
+			r.markStopped()
+		}
+		if sf != nil {
+			sf.mu.Lock()
+			sf.cg.sigkill()
+			sf.mu.Unlock()
+		}
+		if unadopted && rec.alive() {
+			// An earlier boxrt's sandbox, not yet used by this one.
+			b.recordCgroup(rec).sigkill()
+		}
+	}
+}
+
 // killInit stops bwrap and SIGKILLs the children it has (its namespace
 // init), returning pidfds of them for awaitExit. It is a no-op once bwrap
 // is reaped.
@@ -43,11 +87,15 @@ func killInit(p *os.Process) (pidfds []int) {
 	}
 	// SIGSTOP takes effect when bwrap next leaves the kernel: wait for it
 	// (a clone in progress completes first, and its child is then listed).
-	for deadline := time.Now().Add(250 * time.Millisecond); time.Now().Before(deadline); {
-		if st := procState(p.Pid); st == 0 || strings.ContainsRune("TtZX", st) {
-			break
-		}
+	st := procState(p.Pid)
+	for deadline := time.Now().Add(250 * time.Millisecond); st != 0 && !strings.ContainsRune("TtZX", st) && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
+		st = procState(p.Pid)
+	}
+	if st == 0 || st == 'Z' || st == 'X' {
+		// Dead (killed with its cgroup, say): its children, if any, were
+		// handed to the subreaper already and are no longer bwrap's.
+		return nil
 	}
 	kids := children(p.Pid)
 	// Checked after listing: while bwrap is not reaped, pids of its children

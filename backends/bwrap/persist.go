@@ -117,10 +117,18 @@ func (sf *sessionFiles) adoptStage(b *Backend) {
 			}
 		}
 	}
-	if rec.Leaf != "" && b.cg.version != cgroupNone {
-		sf.cg = b.cg.existing(b.cfg.InstanceID, rec.Leaf)
+	if cg := b.recordCgroup(rec); cg != nil {
+		sf.cg = cg
 	}
 	sf.adopted = &rec
+}
+
+// recordCgroup is the cgroup leaf of a recorded sandbox (nil: none).
+func (b *Backend) recordCgroup(rec sandboxRecord) *cgroup {
+	if rec.Leaf == "" || b.cg.version == cgroupNone {
+		return nil
+	}
+	return b.cg.existing(b.cfg.InstanceID, rec.Leaf)
 }
 
 // takeAdopted returns (once) the running sandbox the session adopted.

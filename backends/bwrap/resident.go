@@ -131,7 +131,10 @@ func (b *Backend) sandbox(ctx context.Context, dir string, info backends.Session
 	}
 	if res.conn != nil {
 		m := &machine{r: res.r, conn: res.conn}
-		if m.alive() && res.mounts == key {
+		// A run a stop killed (one that then gave up: its ctx ended) may
+		// not have been reaped yet, and its agent's connection not seen
+		// to drop: it is never entered again.
+		if m.alive() && !m.r.wasStopped() && res.mounts == key {
 			return m, nil
 		}
 		restarted = true

@@ -69,6 +69,10 @@ func TestMain(m *testing.M) {
 		// early) leaves its ping loop until the next ping fails on the
 		// closed connection, up to one ping period later.
 		goleak.IgnoreTopFunction("k8s.io/client-go/tools/remotecommand.(*heartbeat).start"),
+		// A SPDY exec stream whose connection's close fails (the API
+		// server closed it first) hands that error to a channel nobody
+		// reads, for up to ten minutes (spdystream's Connection.shutdown).
+		goleak.IgnoreTopFunction("github.com/moby/spdystream.(*Connection).shutdown"),
 	)
 }
 

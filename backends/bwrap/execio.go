@@ -19,9 +19,10 @@ import (
 // input never ends otherwise.
 const veof = 0x04
 
-// drainGrace is how long output is still read after the command exited:
-// what it wrote is in the pipe by then and reads at once, but a process it
-// left in the background may hold the pipe (or terminal) open for good.
+// drainGrace is how long output is still waited for after the command
+// exited: what it wrote is in the pipe by then and is read however slowly
+// the caller takes it (sandboxagent.DrainReader), but a process it left in
+// the background may hold the pipe (or terminal) open for good.
 const drainGrace = 100 * time.Millisecond
 
 // execIO is the plumbing of one exec's standard streams, made by boxrt
@@ -149,13 +150,13 @@ func (x *execIO) copyOut(r *os.File, w io.Writer) {
 	x.wg.Add(1)
 	go func() {
 		defer x.wg.Done()
-		_, _ = io.Copy(orDiscard(w), r)
+		_, _ = io.Copy(orDiscard(w), &sandboxagent.DrainReader{F: r})
 	}()
 }
 
-// ended bounds the copies once the command has exited: output still
-// buffered is read within drainGrace, a stdin nobody reads any more is
-// given up.
+// ended bounds the copies once the command has exited: output is waited
+// for within drainGrace and what is buffered then is still taken, a stdin
+// nobody reads any more is given up.
 func (x *execIO) ended() {
 	deadline := time.Now().Add(drainGrace)
 	for _, f := range []*os.File{x.outR, x.errR, x.master} {

@@ -1,9 +1,7 @@
 package sandboxagent
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"sync"
@@ -235,25 +233,14 @@ func (sp *streamProc) grant(n int) error {
 }
 
 // pump sends what f (the output fd: 1 or 2) yields, within the window,
-// until it ends (EOF, or the drain deadline after the exit).
+// until it ends (EOF, or an empty pipe after the drain deadline).
 func (sp *streamProc) pump(a *agent, fc *frameConn, id uint64, fd int, f *os.File) {
 	defer sp.pumps.Done()
 	buf := make([]byte, streamChunk)
-	draining := false
+	r := &DrainReader{F: f}
 	for {
 		n := sp.reserve()
-		var k int
-		var err error
-		if !draining {
-			k, err = f.Read(buf[:n])
-		}
-		if draining || errors.Is(err, os.ErrDeadlineExceeded) {
-			// A read that comes after the drain's deadline fails before
-			// it looks: what is in the pipe is still taken, without
-			// waiting for more.
-			draining = true
-			k, err = readNow(f, buf[:n])
-		}
+		k, err := r.Read(buf[:n])
 		sp.release(n, k)
 		if k > 0 {
 			a.sendOn(fc, outputMsg{Op: opOutput, ID: id, FD: fd, Data: buf[:k]})
@@ -262,30 +249,6 @@ func (sp *streamProc) pump(a *agent, fc *frameConn, id uint64, fd int, f *os.Fil
 			return
 		}
 	}
-}
-
-// readNow reads what f holds now; nothing is io.EOF. It clears f's read
-// deadline, which the raw read would otherwise check first.
-func readNow(f *os.File, b []byte) (int, error) {
-	raw, err := f.SyscallConn()
-	if err == nil {
-		err = f.SetReadDeadline(time.Time{})
-	}
-	if err != nil {
-		return 0, err
-	}
-	var n int
-	var rerr error
-	if err := raw.Read(func(fd uintptr) bool {
-		n, rerr = unix.Read(int(fd), b)
-		return true // never wait
-	}); err != nil {
-		return 0, err
-	}
-	if rerr != nil || n <= 0 {
-		return 0, io.EOF
-	}
-	return n, nil
 }
 
 // sendOn sends m if fc is still the connection; a failed write drops it.

@@ -561,54 +561,6 @@ func TestLargeOutputStreams(t *testing.T) {
 	}
 }
 
-// TestOutputDrainedAfterExit: what a command wrote before it exited
-// reaches a caller that takes it slower than the drain's grace (a
-// streaming client on a loaded host), and a background process that keeps
-// writing to the output does not hold the exec open.
-func TestOutputDrainedAfterExit(t *testing.T) {
-	t.Parallel()
-	b := newBackend(t)
-	info := newSession(t, b, nil)
-	cases := []struct {
-		name    string
-		cmd     string
-		stdout  func(n int64) bool
-		pause   time.Duration
-		tookMax time.Duration
-	}{
-		{name: "slow caller gets every byte", cmd: "head -c 262144 /dev/zero",
-			stdout: func(n int64) bool { return n == 256<<10 }, pause: 150 * time.Millisecond, tookMax: 30 * time.Second},
-		{name: "background writer", cmd: "yes & echo started",
-			stdout: func(n int64) bool { return n >= int64(len("started\n")) && n <= 8<<20 }, pause: time.Millisecond, tookMax: 10 * time.Second},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			out := &slowWriter{pause: tc.pause}
-			start := time.Now()
-			st, err := b.Exec(context.Background(), info, backends.ExecRequest{Cmd: tc.cmd, Timeout: time.Minute, Stdout: out})
-			took := time.Since(start)
-			if err != nil || st.ExitCode != 0 {
-				t.Fatalf("err=%v status=%+v", err, st)
-			}
-			if n := out.n.Load(); !tc.stdout(n) || took > tc.tookMax {
-				t.Fatalf("stdout %d bytes in %v", n, took)
-			}
-		})
-	}
-}
-
-// slowWriter counts what it is given, pausing before each write.
-type slowWriter struct {
-	pause time.Duration
-	n     atomic.Int64
-}
-
-func (w *slowWriter) Write(p []byte) (int, error) {
-	time.Sleep(w.pause)
-	w.n.Add(int64(len(p)))
-	return len(p), nil
-}
-
 func TestConcurrentExecs(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)

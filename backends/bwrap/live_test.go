@@ -29,3 +29,10 @@ func TestExecLive(t *testing.T) {
 		},
 	})
 }
+
+// TestOutputDrainedAfterExit: a command's output outlives it
+// (backendtest.OutputDrain).
+func TestOutputDrainedAfterExit(t *testing.T) {
+	t.Parallel()
+	backendtest.OutputDrain(t, conformanceEnv(t))
+}

@@ -285,7 +285,7 @@ func watchRun(proc *sandboxagent.Proc, sio *agentIO, req backends.ExecRequest) *
 		r.copies.Add(1)
 		go func() {
 			defer r.copies.Done()
-			if _, err := io.Copy(w, f); err != nil && w.err != nil {
+			if _, err := io.Copy(w, &sandboxagent.DrainReader{F: f}); err != nil && w.err != nil {
 				r.failOnce.Do(func() { close(r.failed) })
 			}
 		}()
@@ -320,7 +320,8 @@ func (r *agentRun) end() {
 	}
 }
 
-// cut ends the output copies now.
+// cut ends the output copies once they have taken what the pipes hold
+// now (sandboxagent.DrainReader).
 func (r *agentRun) cut() {
 	for _, f := range r.sio.readers {
 		_ = f.SetReadDeadline(time.Unix(1, 0))

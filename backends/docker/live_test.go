@@ -104,3 +104,10 @@ func TestExecTerminalEngineExecs(t *testing.T) {
 		t.Fatalf("got %+v %q %v, want 24 80 and exit 4", r.status, r.stdout, r.err)
 	}
 }
+
+// TestOutputDrainedAfterExit: a command's output outlives it
+// (backendtest.OutputDrain).
+func TestOutputDrainedAfterExit(t *testing.T) {
+	t.Parallel()
+	backendtest.OutputDrain(t, conformanceEnv(t))
+}

@@ -19,15 +19,7 @@ import (
 // through a helper exec). The sweep at the end of a live exec leaves
 // nothing of the tree behind.
 func TestExecLive(t *testing.T) {
-	b := newBackend(t, "")
-	env := backendtest.Env{
-		Backend: b,
-		Spec:    func(name string) backends.SandboxSpec { return spec(name + "-" + randomID()) },
-		NoProcesses: func(t *testing.T, info backends.Session, marker string) {
-			waitNoProcesses(t, b, info, marker)
-		},
-		Ready: func(_ *testing.T, info backends.Session) { b.WaitAgent(info.BackendSessionID) },
-	}
+	env := liveEnv(t)
 	trapped, timedOut := backendtest.Marker(44), backendtest.Marker(45)
 	backendtest.LiveExec(t, env,
 		backendtest.LiveCase{
@@ -95,4 +87,23 @@ func waitNoProcesses(t *testing.T, b *kube.Backend, info backends.Session, subst
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("processes matching %q still running: %q", substr, left)
+}
+
+// TestOutputDrainedAfterExit: a command's output outlives it
+// (backendtest.OutputDrain).
+func TestOutputDrainedAfterExit(t *testing.T) {
+	backendtest.OutputDrain(t, liveEnv(t))
+}
+
+// liveEnv is a kube backend as the shared exec tests drive it.
+func liveEnv(t *testing.T) backendtest.Env {
+	b := newBackend(t, "")
+	return backendtest.Env{
+		Backend: b,
+		Spec:    func(name string) backends.SandboxSpec { return spec(name + "-" + randomID()) },
+		NoProcesses: func(t *testing.T, info backends.Session, marker string) {
+			waitNoProcesses(t, b, info, marker)
+		},
+		Ready: func(_ *testing.T, info backends.Session) { b.WaitAgent(info.BackendSessionID) },
+	}
 }

@@ -84,6 +84,9 @@ type podAgent struct {
 	pid int
 	// warming: warmAgent is bringing the agent up.
 	warming atomic.Bool
+	// restartSaid: killSessionUser's result reported the restart the
+	// next connection finds.
+	restartSaid atomic.Bool
 }
 
 // podAgentOf is pod's podAgent, made on first use.
@@ -170,7 +173,7 @@ func (b *Backend) reopenBridge(ctx context.Context, pod string, pa *podAgent) (*
 		if err == nil {
 			// The Pods' processes share a pid namespace: another agent
 			// has another pid.
-			return pa.conn, pa.pid != before, nil
+			return pa.conn, pa.pid != before && !pa.restartSaid.Swap(false), nil
 		}
 		select {
 		case <-ctx.Done():
@@ -336,7 +339,7 @@ func (b *Backend) execAgent(ctx context.Context, info backends.Session, req back
 	defer b.touch(ctx, info.BackendSessionID)
 	ended := make(chan struct{})
 	var exit sandboxagent.Exit
-	var werr error
+	var werr, killErr error
 	go func() {
 		exit, werr = p.Wait(context.Background())
 		close(ended)
@@ -352,10 +355,16 @@ func (b *Backend) execAgent(ctx context.Context, info backends.Session, req back
 			select {
 			case <-ended:
 			case <-time.After(killGrace):
+				if killErr = b.killSessionUser(ctx, info.BackendSessionID, ended); killErr == nil {
+					restarted = true
+				}
 			}
 		},
 	})
 	status.Restarted = restarted
+	if killErr != nil {
+		return status, boxerr.Failure("kube backend: the session agent of Pod %s did not end the command within %s, and killing the session's processes failed: %v", info.BackendSessionID, killGrace, killErr).Wrap(killErr)
+	}
 	if !finished {
 		return status, err
 	}
@@ -365,6 +374,37 @@ func (b *Backend) execAgent(ctx context.Context, info backends.Session, req back
 	status.ExitCode = exit.Code
 	return status, nil
 }
+
+// killSessionUser ends every process of the sandbox user in pod: a
+// command the agent did not kill within killGrace (the agent is dead,
+// stopped or lying) goes as a sandbox's cgroup goes from the host
+// elsewhere. The agent goes with them, and the kubelet restarts its
+// container (files kept, processes gone); the result that did it says
+// restarted, so the next connection does not say it again. The kill runs
+// just after its exec has ended (the container's end would cut the exec's
+// stream), so it is confirmed by the agent's connection ending: conn is
+// the command's wait on it. The pause container, pid 1 of the Pod's
+// shared pid namespace, runs as another user and is not signalled.
+func (b *Backend) killSessionUser(ctx context.Context, pod string, conn <-chan struct{}) error {
+	pa := b.podAgentOf(pod)
+	pa.restartSaid.Store(true)
+	err := b.helper(ctx, pod, "killing the session's processes", []string{"sh", "-c", killSessionScript})
+	if err == nil {
+		select {
+		case <-conn:
+		case <-time.After(killGrace):
+			err = fmt.Errorf("the agent's connection was still open %s after the kill", killGrace)
+		}
+	}
+	if err != nil {
+		pa.restartSaid.Store(false)
+	}
+	return err
+}
+
+// killSessionScript kills every process the sandbox user may signal, from
+// a process its exec has left behind.
+const killSessionScript = `(sleep 0.1 2>/dev/null || sleep 1; kill -KILL -1) </dev/null >/dev/null 2>&1 &`
 
 // agentError is the failure of a command through the agent: a refused
 // command is the caller's; a lost agent is the session's being gone when

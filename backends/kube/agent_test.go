@@ -115,6 +115,29 @@ func TestAgentKilled(t *testing.T) {
 	}
 }
 
+// TestAgentStoppedUnderTimeout: a command that stops the agent (SIGSTOP:
+// it neither answers nor dies) still ends at its timeout. The agent does
+// not kill it, so boxrt kills every process of the sandbox user through
+// an exec of its own: the result says timed out and restarted, the next
+// command runs in the restarted container (files kept, the command's
+// processes gone) and does not say restarted again.
+func TestAgentStoppedUnderTimeout(t *testing.T) {
+	b := newBackend(t, "")
+	info := start(t, b, spec("agentstop-"+randomID()))
+	b.WaitAgent(info.BackendSessionID)
+	mustRun(t, b, info, "echo kept > /workspace/f")
+	stop := `for p in /proc/[0-9]*; do [ "$(readlink $p/exe)" = /run/boxrt-agent/boxrt ] && grep -q -- --listen $p/cmdline && kill -STOP ${p#/proc/}; done; sleep 778`
+	start := time.Now()
+	r, err := run(t, b, info, backends.ExecRequest{Cmd: stop, Timeout: 2 * time.Second})
+	if err != nil || !r.TimedOut || !r.Restarted {
+		t.Fatalf("stopping the agent: status %+v err %v after %v; want timed out and restarted", r.ExitStatus, err, time.Since(start))
+	}
+	r, err = run(t, b, info, backends.ExecRequest{Cmd: "cat /workspace/f; ps -o args | grep -c '^sleep 778' || true"})
+	if err != nil || r.Restarted || r.stdout != "kept\n0\n" {
+		t.Fatalf("next exec: status %+v err %v stdout %q; want the file, no sleep, restarted said once", r.ExitStatus, err, r.stdout)
+	}
+}
+
 // TestAgentSuspendResume: the resumed Pod is a new one, with a new agent
 // the same backend reaches (no restart to report: resuming is its own).
 func TestAgentSuspendResume(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -98,6 +99,7 @@ func (b *Backend) exec(ctx context.Context, info backends.Session, req backends.
 	exited, stopWatch := b.exitWatch(ctx, info)
 	defer stopWatch()
 	interactive := req.Stdin != nil || req.TTY != nil
+	var signalled atomic.Bool
 	status, ended, err := execproc.Await(ctx, req, execproc.Running{
 		Ended: s.done,
 		Resize: func(size backends.TTYSize) error {
@@ -105,6 +107,7 @@ func (b *Backend) exec(ctx context.Context, info backends.Session, req backends.
 		},
 		Signal: func(sig syscall.Signal) {
 			if name, ok := signalNames[sig]; ok {
+				signalled.Store(true)
 				_ = b.signalSession(ctx, info.BackendSessionID, "", pidFile, name, false)
 			}
 		},
@@ -117,7 +120,7 @@ func (b *Backend) exec(ctx context.Context, info backends.Session, req backends.
 	if !ended {
 		return status, err
 	}
-	return b.execResult(ctx, info, execID, pidFile, s, interactive)
+	return b.execResult(ctx, info, execID, pidFile, s, interactive, signalled.Load())
 }
 
 // execOptions is the Engine exec of req's command, in workdir with its pid
@@ -175,7 +178,7 @@ func (b *Backend) startExec(ctx context.Context, info backends.Session, req back
 }
 
 // execResult reads the outcome of an exec whose output stream has ended.
-func (b *Backend) execResult(ctx context.Context, info backends.Session, execID, pidFile string, s *stream, interactive bool) (backends.ExitStatus, error) {
+func (b *Backend) execResult(ctx context.Context, info backends.Session, execID, pidFile string, s *stream, interactive, signalled bool) (backends.ExitStatus, error) {
 	if s.err != nil {
 		// Either the caller's writer failed or the engine connection broke;
 		// in both cases nobody would see the rest, so stop it.
@@ -202,11 +205,12 @@ func (b *Backend) execResult(ctx context.Context, info backends.Session, execID,
 	if (code == 126 || code > 128) && b.stopping(ictx, info) {
 		return backends.ExitStatus{}, containerGone(info, code)
 	}
-	if interactive {
-		// What the command left behind (a child that ignored a signal, a
-		// background job) goes with it, as everything in a bwrap exec's
-		// namespace does; this also removes the pid file. (A killed exec
-		// had the same sweep in killExec.)
+	if interactive && signalled {
+		// A signalled exec was being killed: what the command left behind
+		// (a child that ignored the signal) goes with it, and the pid file
+		// the wrapper kept for this. (A killed exec had the same sweep in
+		// killExec.) What a command that ended on its own left running
+		// stays, and its wrapper removed the pid file.
 		_ = b.signalSession(ictx, info.BackendSessionID, "", pidFile, "KILL", true)
 	}
 	return backends.ExitStatus{ExitCode: code}, nil

@@ -23,8 +23,23 @@ import (
 // it (an Engine exec there would be outside the profile).
 func TestExecLive(t *testing.T) {
 	t.Parallel()
-	marker := backendtest.Marker(43)
 	env := conformanceEnv(t)
+	backendtest.LiveExec(t, env, dockerLiveCases(env, backendtest.Marker(43), backendtest.Marker(47))...)
+}
+
+// TestExecLiveEngineExecs: the same where the agent cannot serve (a
+// remote engine), through Engine execs: a session is a machine there too
+// (what a command that ended on its own left running stays), and a
+// signalled command's leftovers go with it.
+func TestExecLiveEngineExecs(t *testing.T) {
+	t.Parallel()
+	env := conformanceEnv(t, engineExecs)
+	backendtest.LiveExec(t, env, dockerLiveCases(env, backendtest.Marker(46), backendtest.Marker(48))...)
+}
+
+// dockerLiveCases are docker's own live exec cases in env; marker and
+// ignored name the sleeps whose ends they check.
+func dockerLiveCases(env backendtest.Env, marker, ignored string) []backendtest.LiveCase {
 	handlesTerm := func(name string, stdin bool) backendtest.LiveCase {
 		return backendtest.LiveCase{
 			Name:  name,
@@ -41,7 +56,26 @@ func TestExecLive(t *testing.T) {
 			},
 		}
 	}
-	backendtest.LiveExec(t, env, backendtest.LiveCase{
+	signalledSweep := func(name string, stdin bool) backendtest.LiveCase {
+		return backendtest.LiveCase{
+			Name:  name,
+			// The child does not hold the exec's output, so the exec ends
+			// with the shell and the sweep, not a kill, takes the child.
+			Cmd:   "(trap '' TERM; exec sleep " + ignored + " >/dev/null 2>&1) & echo ready; wait",
+			Stdin: stdin,
+			Drive: func(t *testing.T, l backendtest.Live) {
+				backendtest.WaitFor(t, l.Out, "ready")
+				l.Signals <- syscall.SIGTERM
+			},
+			Check: func(t *testing.T, r backendtest.LiveResult) {
+				if r.Err != nil || r.Status.ExitCode != 128+int(syscall.SIGTERM) {
+					t.Fatalf("status %+v err %v, want the shell's death by TERM", r.Status, r.Err)
+				}
+				env.NoProcesses(t, r.Session, ignored)
+			},
+		}
+	}
+	return []backendtest.LiveCase{{
 		Name:   "TERM reaches the tree; the kill takes the child that ignores it",
 		Cmd:    "trap 'echo got TERM' TERM; (trap '' TERM; exec sleep " + marker + ") & echo ready; wait; wait",
 		Cancel: true,
@@ -88,7 +122,9 @@ func TestExecLive(t *testing.T) {
 		},
 		handlesTerm("a command that handles TERM ends with its own status", false),
 		handlesTerm("a command that handles TERM ends with its own status, with stdin", true),
-	)
+		signalledSweep("TERM reaches the tree; the child that ignores it is killed when the shell has ended", false),
+		signalledSweep("TERM reaches the tree; the child that ignores it is killed when the shell has ended, with stdin", true),
+	}
 }
 
 // TestExecTerminalEngineExecs: where the agent cannot serve (here: no

@@ -275,9 +275,9 @@ func removeInstance(t *testing.T, cli *client.Client, instance string) {
 // conformanceEnv is a new backend as the tests every backend shares
 // (backendtest) take it: sessions of the test image (user 1000), in this
 // matrix entry's runtime, whose leftover processes show in the container.
-func conformanceEnv(t *testing.T) backendtest.Env {
+func conformanceEnv(t *testing.T, opts ...func(*docker.Config)) backendtest.Env {
 	t.Helper()
-	b := newBackend(t)
+	b := newBackend(t, opts...)
 	return backendtest.Env{
 		Backend: b,
 		Spec: func(name string) backends.SandboxSpec {

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -129,10 +130,11 @@ func exitCode(err error) (int, error) {
 //
 // The live fields work as on docker. A command with a stdin or a terminal
 // owns the exec's stdin, so it runs under sandboxsh.InteractiveScript
-// (no watcher): a kill, and the sweep of what it leaves behind when it
-// ends, go through a helper exec and its pid file. A command that may only
-// be signalled keeps the watcher, in live mode, which does that sweep
-// itself when boxrt closes the exec's stdin.
+// (no watcher): a kill, and the sweep of what a signalled command leaves
+// behind when it ends, go through a helper exec and its pid file. A
+// command that may only be signalled keeps the watcher, in live mode,
+// which does that sweep itself when boxrt closes the exec's stdin. What a
+// command that ended on its own left running stays, as through the agent.
 // Signals go to the whole tree through a helper exec (SignalScript).
 func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.ExecRequest) (backends.ExitStatus, error) {
 	if b.configErr != nil {
@@ -184,6 +186,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	}()
 
 	interactive := req.Stdin != nil || req.TTY != nil
+	var signalled atomic.Bool
 	status, finished, err := execproc.Await(ctx, req, execproc.Running{
 		Ended: ended,
 		Resize: func(size backends.TTYSize) error {
@@ -191,6 +194,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 		},
 		Signal: func(sig syscall.Signal) {
 			if name, ok := sandboxsh.SignalNames[sig]; ok {
+				signalled.Store(true)
 				_ = b.signal(ctx, pod, pidFile, name, false)
 			}
 		},
@@ -199,7 +203,7 @@ func (b *Backend) Exec(ctx context.Context, info backends.Session, req backends.
 	if !finished {
 		return status, err
 	}
-	return b.execResult(ctx, info, pidFile, streamErr, firstErr(stdout.err(), stderr.err()), interactive)
+	return b.execResult(ctx, info, pidFile, streamErr, firstErr(stdout.err(), stderr.err()), interactive, signalled.Load())
 }
 
 // execCommand is the argv of req's command, run in workdir under its
@@ -252,12 +256,13 @@ func streamOptions(req backends.ExecRequest, stdout, stderr io.Writer, ended <-c
 
 // execResult is the result of an exec whose stream has ended with
 // streamErr; writeErr is the first error of the caller's output writers.
-func (b *Backend) execResult(ctx context.Context, info backends.Session, pidFile string, streamErr, writeErr error, interactive bool) (backends.ExitStatus, error) {
+func (b *Backend) execResult(ctx context.Context, info backends.Session, pidFile string, streamErr, writeErr error, interactive, signalled bool) (backends.ExitStatus, error) {
 	code, serr := exitCode(streamErr)
 	if serr == nil {
-		if interactive {
-			// What the command left behind (a child that ignored a signal,
-			// a background job) goes with it, as on docker.
+		if interactive && signalled {
+			// What a signalled command left behind (a child that ignored
+			// the signal) goes with it, as on docker; what one that ended
+			// on its own left running stays.
 			_ = b.signal(ctx, info.BackendSessionID, pidFile, "KILL", true)
 		}
 		return backends.ExitStatus{ExitCode: code}, nil

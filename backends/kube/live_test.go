@@ -95,9 +95,19 @@ func TestOutputDrainedAfterExit(t *testing.T) {
 	backendtest.OutputDrain(t, liveEnv(t))
 }
 
+// TestExecLivePerExec: the shared live exec tests where commands run as
+// execs of their own (no agent binary, or a new Pod's agent still being
+// uploaded): what a command that ended on its own left running stays
+// there too.
+func TestExecLivePerExec(t *testing.T) {
+	env := liveEnv(t, func(c *kube.Config) { c.AgentBinary = "" })
+	env.Ready = nil
+	backendtest.LiveExec(t, env)
+}
+
 // liveEnv is a kube backend as the shared exec tests drive it.
-func liveEnv(t *testing.T) backendtest.Env {
-	b := newBackend(t, "")
+func liveEnv(t *testing.T, mutate ...func(*kube.Config)) backendtest.Env {
+	b := newBackend(t, "", mutate...)
 	return backendtest.Env{
 		Backend: b,
 		Spec:    func(name string) backends.SandboxSpec { return spec(name + "-" + randomID()) },

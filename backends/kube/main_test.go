@@ -133,21 +133,25 @@ func randomID() string {
 
 // newBackend builds a backend on the test cluster with a fresh instance id
 // (or the given one, to play a second replica of the same installation).
-func newBackend(t *testing.T, instance string) *kube.Backend {
+func newBackend(t *testing.T, instance string, mutate ...func(*kube.Config)) *kube.Backend {
 	t.Helper()
 	needCluster(t)
 	if instance == "" {
 		instance = "test-" + randomID()
 		t.Cleanup(func() { assertNothingLeft(t, instance) })
 	}
-	b, err := kube.New(kube.Config{
+	cfg := kube.Config{
 		InstanceID:      instance,
 		Kubeconfig:      kubeconfig,
 		Namespace:       testNamespace,
 		Image:           testImage,
 		ImagePullPolicy: "Never",
 		AgentBinary:     agenttest.Binary(t),
-	})
+	}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	b, err := kube.New(cfg)
 	if err != nil {
 		t.Fatalf("kube.New: %v", err)
 	}

@@ -136,14 +136,18 @@ bk_kill() {
 //
 // A live exec may get signals (box_exec_kill with TERM, …), which go to the
 // whole session. There the wrapper stays between the exec and the command:
-// it catches them with a no-op trap (its child's dispositions start at the
-// defaults again), so it keeps waiting for the command and the exec ends,
-// with the command's own status, when the command does: a command that
-// handles TERM gets to finish, and the exec is not cut off when a shell
-// running a compound command dies of the signal (at once on Podman, 2 s
-// later on dockerd). At EOF its watcher always kills: what the command left
-// behind (a child that ignored the signal, a background job) is swept, as a
-// bwrap exec's namespace goes with it.
+// it catches them with a trap that only notes them (its child's
+// dispositions start at the defaults again), so it keeps waiting for the
+// command and the exec ends, with the command's own status, when the
+// command does: a command that handles TERM gets to finish, and the exec is
+// not cut off when a shell running a compound command dies of the signal
+// (at once on Podman, 2 s later on dockerd). A signalled exec was being
+// killed, however gently: the wrapper then keeps its pid file, and at EOF
+// the watcher kills what the command left behind (a child that ignored the
+// signal), as it does on every backend. A command that ended on its own
+// has its pid file removed by the wrapper, and what it left running (a
+// background server) stays, as a plain exec's does: a session is a
+// machine.
 const ExecScript = KillFuncs + `
 bk_ended() {
 	bk_st=
@@ -156,7 +160,7 @@ exec 3<&0 </dev/null
 ( (
 	trap '' TERM INT HUP QUIT USR1 USR2
 	read -r bk_self _ </proc/self/stat
-	if read -r _ <&3 || [ "$4" = live ] || ! bk_ended $$; then
+	if read -r _ <&3 || ! bk_ended $$ || { [ "$4" = live ] && [ -e "$3" ]; }; then
 		bk_kill KILL $$ "$bk_self" ingroup
 		kill -s KILL -- "-$$"
 	fi
@@ -165,12 +169,8 @@ exec 3<&0 </dev/null
 exec 3<&-
 { [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || exit
 [ "$4" = live ] || exec sh "${5:--lc}" "$2"
-trap : TERM INT HUP QUIT USR1 USR2
-sh "${5:--lc}" "$2"
-bk_c=$?
-rm -f "$3" 2>/dev/null
-exit $bk_c
-`
+` + keepOnSignal
+
 
 // PrestartHead starts the script of an exec started before its command is
 // known: it waits for one line on its stdin, written by PrestartLine, which
@@ -225,12 +225,13 @@ func PrestartLine(args ...string) (line []byte, ok bool) {
 // "tty" with a terminal, $5 the shell's flags as ExecScript's. There
 // is no watcher (it would need the stdin): a kill goes through a helper
 // exec and the pid file, as SignalScript does, and so does the sweep of
-// what is left when the exec ends, which also deletes the pid file. The
-// wrapper stays the session root so that every process of the command
-// shares its session (the kernel does not reuse a pid that is still a
-// session's id, so the sweep cannot hit a stranger). Like a live exec's
-// (see ExecScript), the wrapper survives the signals it is sent and ends
-// with the command's own status.
+// what a signalled command left behind when it ends, which also deletes
+// the pid file. The wrapper stays the session root so that every process
+// of the command shares its session (the kernel does not reuse a pid that
+// is still a session's id, so the sweep cannot hit a stranger). Like a
+// live exec's (see ExecScript), the wrapper survives the signals it is
+// sent, ends with the command's own status and, when it was not
+// signalled, removes its pid file: what the command left running stays.
 //
 // With a terminal ($4 = tty) the wrapper first waits (briefly, and only if
 // the image has stty) for the engine to size it: engines before API 1.42
@@ -245,8 +246,21 @@ if [ "$4" = tty ] && command -v stty >/dev/null 2>&1; then
 		bk_i=$((bk_i + 1))
 	done
 fi
-trap : TERM INT HUP QUIT USR1 USR2
-{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" && sh "${5:--lc}" "$2"
+{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || { bk_c=$?; rm -f "$3"; exit $bk_c; }
+` + keepOnSignal
+
+// keepOnSignal ends a wrapper that stays the command's parent (a live
+// ExecScript, InteractiveScript): it runs the command ($2, with the
+// shell's flags $5) through the signals the session is sent, noting them,
+// and exits with the command's status. The pid file ($3) goes unless a
+// signal came: then the exec was being killed, and whoever sweeps after it
+// (the watcher, or boxrt's SignalScript) finds it.
+const keepOnSignal = `bk_sig=
+trap 'bk_sig=1' TERM INT HUP QUIT USR1 USR2
+sh "${5:--lc}" "$2"
+bk_c=$?
+[ -n "$bk_sig" ] || rm -f "$3" 2>/dev/null
+exit $bk_c
 `
 
 // ProcScript starts a managed process. $1 cwd, $2 pid file, then the argv.

@@ -58,7 +58,7 @@ func dockerLiveCases(env backendtest.Env, marker, ignored string) []backendtest.
 	}
 	signalledSweep := func(name string, stdin bool) backendtest.LiveCase {
 		return backendtest.LiveCase{
-			Name:  name,
+			Name: name,
 			// The child does not hold the exec's output, so the exec ends
 			// with the shell and the sweep, not a kill, takes the child.
 			Cmd:   "(trap '' TERM; exec sleep " + ignored + " >/dev/null 2>&1) & echo ready; wait",

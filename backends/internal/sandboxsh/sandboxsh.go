@@ -171,7 +171,6 @@ exec 3<&-
 [ "$4" = live ] || exec sh "${5:--lc}" "$2"
 ` + keepOnSignal
 
-
 // PrestartHead starts the script of an exec started before its command is
 // known: it waits for one line on its stdin, written by PrestartLine, which
 // sets the positional parameters. Starting an exec is most of an exec's

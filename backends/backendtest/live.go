@@ -50,9 +50,9 @@ type LiveResult struct {
 }
 
 // LiveExec runs the live exec scenarios every backend must pass (stdin,
-// a terminal with a resize, what an exec without stdin reads, and that
-// what an exec leaves running stays, as after a plain exec: a session is
-// a machine), then the backend's own
+// a terminal with a resize, what an exec without stdin reads, that what
+// an exec leaves running stays, as after a plain exec: a session is a
+// machine, and that a signalled exec's leftovers go), then the backend's own
 // cases, each in one session of env. env.NoProcesses is how the backend
 // looks for processes left behind.
 func LiveExec(t *testing.T, env Env, own ...LiveCase) {
@@ -87,7 +87,31 @@ func liveCases(env Env) []LiveCase {
 	}
 	withStdinCmd, withStdinCheck := left(41)
 	signalledCmd, signalledCheck := left(42)
+	// A signal is box_exec_kill's: a kill, however gentle its first
+	// signal, so what the tree kept (a child that ignored it) goes when
+	// the shell has ended. The child does not hold the exec's output, so
+	// the exec ends with the shell.
+	ignored := Marker(49)
+	signalledSweep := func(name string, stdin bool) LiveCase {
+		return LiveCase{
+			Name:  name,
+			Cmd:   "(trap '' TERM; exec sleep " + ignored + " >/dev/null 2>&1) & echo ready; wait",
+			Stdin: stdin,
+			Drive: func(t *testing.T, l Live) {
+				WaitFor(t, l.Out, "ready")
+				l.Signals <- syscall.SIGTERM
+			},
+			Check: func(t *testing.T, r LiveResult) {
+				if r.Err != nil || r.Status.ExitCode != 128+int(syscall.SIGTERM) {
+					t.Fatalf("status %+v err %v, want the shell's death by TERM", r.Status, r.Err)
+				}
+				env.NoProcesses(t, r.Session, ignored)
+			},
+		}
+	}
 	return []LiveCase{
+		signalledSweep("TERM reaches the tree; the child that ignores it is killed when the shell has ended", false),
+		signalledSweep("TERM reaches the tree; the child that ignores it is killed when the shell has ended, with stdin", true),
 		{
 			Name:  "stdin round trip",
 			Cmd:   "cat; echo end",

@@ -3,6 +3,8 @@ package docker_test
 import (
 	"context"
 	"io"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -24,7 +26,7 @@ import (
 func TestExecLive(t *testing.T) {
 	t.Parallel()
 	env := conformanceEnv(t)
-	backendtest.LiveExec(t, env, dockerLiveCases(env, backendtest.Marker(43), backendtest.Marker(47))...)
+	backendtest.LiveExec(t, env, dockerLiveCases(env, backendtest.Marker(43))...)
 }
 
 // TestExecLiveEngineExecs: the same where the agent cannot serve (a
@@ -34,12 +36,19 @@ func TestExecLive(t *testing.T) {
 func TestExecLiveEngineExecs(t *testing.T) {
 	t.Parallel()
 	env := conformanceEnv(t, engineExecs)
-	backendtest.LiveExec(t, env, dockerLiveCases(env, backendtest.Marker(46), backendtest.Marker(48))...)
+	cases := dockerLiveCases(env, backendtest.Marker(46))
+	if onGVisor(t) {
+		// An Engine exec's terminal on gVisor is outside the seccomp
+		// profile (operations.md says so; the agent relays a terminal to
+		// keep it inside), so that case is the agent's alone there.
+		cases = slices.DeleteFunc(cases, func(c backendtest.LiveCase) bool { return strings.Contains(c.Name, "under seccomp") })
+	}
+	backendtest.LiveExec(t, env, cases...)
 }
 
-// dockerLiveCases are docker's own live exec cases in env; marker and
-// ignored name the sleeps whose ends they check.
-func dockerLiveCases(env backendtest.Env, marker, ignored string) []backendtest.LiveCase {
+// dockerLiveCases are docker's own live exec cases in env; marker names
+// the sleep whose end they check.
+func dockerLiveCases(env backendtest.Env, marker string) []backendtest.LiveCase {
 	handlesTerm := func(name string, stdin bool) backendtest.LiveCase {
 		return backendtest.LiveCase{
 			Name:  name,
@@ -53,25 +62,6 @@ func dockerLiveCases(env backendtest.Env, marker, ignored string) []backendtest.
 				if r.Err != nil || r.Stdout != "ready\nbye\n" || r.Status.ExitCode != 3 {
 					t.Fatalf("want the command's own exit 3 after TERM, got %+v %q %v", r.Status, r.Stdout, r.Err)
 				}
-			},
-		}
-	}
-	signalledSweep := func(name string, stdin bool) backendtest.LiveCase {
-		return backendtest.LiveCase{
-			Name: name,
-			// The child does not hold the exec's output, so the exec ends
-			// with the shell and the sweep, not a kill, takes the child.
-			Cmd:   "(trap '' TERM; exec sleep " + ignored + " >/dev/null 2>&1) & echo ready; wait",
-			Stdin: stdin,
-			Drive: func(t *testing.T, l backendtest.Live) {
-				backendtest.WaitFor(t, l.Out, "ready")
-				l.Signals <- syscall.SIGTERM
-			},
-			Check: func(t *testing.T, r backendtest.LiveResult) {
-				if r.Err != nil || r.Status.ExitCode != 128+int(syscall.SIGTERM) {
-					t.Fatalf("status %+v err %v, want the shell's death by TERM", r.Status, r.Err)
-				}
-				env.NoProcesses(t, r.Session, ignored)
 			},
 		}
 	}
@@ -122,8 +112,6 @@ func dockerLiveCases(env backendtest.Env, marker, ignored string) []backendtest.
 		},
 		handlesTerm("a command that handles TERM ends with its own status", false),
 		handlesTerm("a command that handles TERM ends with its own status, with stdin", true),
-		signalledSweep("TERM reaches the tree; the child that ignores it is killed when the shell has ended", false),
-		signalledSweep("TERM reaches the tree; the child that ignores it is killed when the shell has ended, with stdin", true),
 	}
 }
 

@@ -45,6 +45,11 @@
 // or terminal and carry the bytes as windowed output, input and credit
 // frames, checked as strictly as the rest.
 //
+// DrainReader (drain.go) is how both sides read a command's output once
+// it has exited: after a deadline for what a background holder of the pipe
+// may still write, what the pipe holds is taken without waiting, so a slow
+// reader never loses output the command wrote before its exit.
+//
 // Ids belong to one connection. When it drops, the agent's children keep
 // running and the agent dials again; a new connection (a restarted boxrt
 // counts ids from 1 again) knows none of them, and their exits are reaped

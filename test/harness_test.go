@@ -441,6 +441,34 @@ func reapSandboxes(t *testing.T, stateDir string) {
 			}
 		}
 		_ = os.RemoveAll(stage)
+		removeCgroups(inst.Name())
+	}
+}
+
+// removeCgroups removes instance's cgroups (cgroup v1 hierarchies and v2)
+// once reapSandboxes has killed what was in them: a persistent session's,
+// kept for a next boxrt on a state directory the test deletes, would stay
+// for good. Its killed tasks may take a moment to go (EBUSY).
+func removeCgroups(instance string) {
+	v1, _ := filepath.Glob("/sys/fs/cgroup/*/boxrt/" + instance)
+	v2, _ := filepath.Glob("/sys/fs/cgroup/boxrt/" + instance)
+	deadline := time.Now().Add(3 * time.Second)
+	for _, d := range append(v1, v2...) {
+		rmdirCgroupTree(d, deadline)
+	}
+}
+
+// rmdirCgroupTree removes the cgroup d and the cgroups below it, deepest
+// first.
+func rmdirCgroupTree(d string, deadline time.Time) {
+	entries, _ := os.ReadDir(d)
+	for _, e := range entries {
+		if e.IsDir() {
+			rmdirCgroupTree(filepath.Join(d, e.Name()), deadline)
+		}
+	}
+	for syscall.Rmdir(d) == syscall.EBUSY && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -792,6 +792,55 @@ func TestStartSessionAfterClose(t *testing.T) {
 	}
 }
 
+// TestCloseReleasesIdleCgroups: as boxrt closes, a persistent session
+// whose sandbox runs keeps its cgroup for the next boxrt to adopt, and one
+// whose sandbox does not run keeps none (a state directory deleted after
+// would otherwise leave it for good); the next boxrt runs it again.
+func TestCloseReleasesIdleCgroups(t *testing.T) {
+	t.Parallel()
+	requireBwrap(t)
+	state, inst := t.TempDir(), testInstanceID(t)
+	b := newBackendAt(t, state, inst)
+	if b.cg.version == cgroupNone {
+		t.Fatal("no usable cgroups: the test cannot see what Close keeps")
+	}
+	running := newSession(t, b, func(s *backends.SandboxSpec) { s.SessionID = "running"; s.Persistent = true })
+	idle := newSession(t, b, func(s *backends.SandboxSpec) { s.SessionID = "idle"; s.Persistent = true })
+	mustRun(t, b, running, "true")
+	mustRun(t, b, idle, "echo kept > /workspace/f")
+	b.files(idle.BackendSessionID).releaseIdle(0)
+	if !released(b, idle) {
+		t.Fatal("the idle session's sandbox was not released")
+	}
+	leafOf := func(info backends.Session) string {
+		for _, l := range b.cg.leaves(inst) {
+			if strings.HasPrefix(l, info.BackendSessionID+".") {
+				return l
+			}
+		}
+		return ""
+	}
+	if leafOf(running) == "" || leafOf(idle) == "" {
+		t.Fatalf("leaves before Close: %v", b.cg.leaves(inst))
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if leafOf(running) == "" || leafOf(idle) != "" {
+		t.Fatalf("leaves after Close: %v; want the running session's alone", b.cg.leaves(inst))
+	}
+	next := newBackendAt(t, state, inst)
+	if _, err := next.Adopt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustRun(t, next, idle, "cat /workspace/f"); got != "kept\n" {
+		t.Fatalf("the idle session after a restart: %q", got)
+	}
+	for _, info := range []backends.Session{running, idle} {
+		_ = next.StopSession(context.Background(), info)
+	}
+}
+
 func TestAdopt(t *testing.T) {
 	t.Parallel()
 	requireBwrap(t)

@@ -164,9 +164,16 @@ func (b *Backend) Close() error {
 		if sf.res.closeOrDetach() {
 			// As when boxrt exits: the next one starts it again.
 			sf.detachNet()
+			continue
 		}
+		sf.releaseCgroup()
 	}
 	b.pool.close(b.poolDir())
+	// The instance's stage directory goes once no session's stage is in
+	// it (a sandbox left running for the next boxrt keeps its own).
+	if b.id.cred != nil {
+		_ = os.Remove(filepath.Join(stageRoot, b.cfg.InstanceID))
+	}
 	return nil
 }
 

@@ -122,6 +122,18 @@ func (sf *sessionFiles) close() error {
 	return unstage(sf.stage)
 }
 
+// releaseCgroup removes the cgroup of a session whose sandbox no longer
+// runs, as boxrt closes: nothing is in it, a later boxrt on this state
+// directory would remove the leaf anyway (Adopt) and makes a new one when
+// it starts the sandbox again, and a state directory deleted meanwhile
+// would otherwise leave it behind for good.
+func (sf *sessionFiles) releaseCgroup() {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	sf.cg.remove()
+	sf.cg = nil
+}
+
 // detachNet stops serving the session's network (its egress session),
 // leaving its namespace pinned with its rules: a detached sandbox stays
 // cut off until the next sandbox attaches the proxy again.

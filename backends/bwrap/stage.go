@@ -49,7 +49,15 @@ func (b *Backend) stageFor(key string) (string, error) {
 	if err := unstage(dir); err != nil {
 		return "", err
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	err := os.Mkdir(dir, 0o700)
+	if errors.Is(err, fs.ErrNotExist) {
+		// The instance's directory went with a closed Backend of the same
+		// instance (a backend switch): make it again.
+		if err = b.prepareStageRoot(); err == nil {
+			err = os.Mkdir(dir, 0o700)
+		}
+	}
+	if err != nil {
 		return "", err
 	}
 	if err := b.restrict(unix.AT_FDCWD, dir); err != nil {

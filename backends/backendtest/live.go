@@ -87,31 +87,9 @@ func liveCases(env Env) []LiveCase {
 	}
 	withStdinCmd, withStdinCheck := left(41)
 	signalledCmd, signalledCheck := left(42)
-	// A signal is box_exec_kill's: a kill, however gentle its first
-	// signal, so what the tree kept (a child that ignored it) goes when
-	// the shell has ended. The child does not hold the exec's output, so
-	// the exec ends with the shell.
-	ignored := Marker(49)
-	signalledSweep := func(name string, stdin bool) LiveCase {
-		return LiveCase{
-			Name:  name,
-			Cmd:   "(trap '' TERM; exec sleep " + ignored + " >/dev/null 2>&1) & echo ready; wait",
-			Stdin: stdin,
-			Drive: func(t *testing.T, l Live) {
-				WaitFor(t, l.Out, "ready")
-				l.Signals <- syscall.SIGTERM
-			},
-			Check: func(t *testing.T, r LiveResult) {
-				if r.Err != nil || r.Status.ExitCode != 128+int(syscall.SIGTERM) {
-					t.Fatalf("status %+v err %v, want the shell's death by TERM", r.Status, r.Err)
-				}
-				env.NoProcesses(t, r.Session, ignored)
-			},
-		}
-	}
 	return []LiveCase{
-		signalledSweep("TERM reaches the tree; the child that ignores it is killed when the shell has ended", false),
-		signalledSweep("TERM reaches the tree; the child that ignores it is killed when the shell has ended, with stdin", true),
+		signalledSweep(env, "TERM reaches the tree; the child that ignores it is killed when the shell has ended", false),
+		signalledSweep(env, "TERM reaches the tree; the child that ignores it is killed when the shell has ended, with stdin", true),
 		{
 			Name:  "stdin round trip",
 			Cmd:   "cat; echo end",
@@ -168,6 +146,29 @@ func liveCases(env Env) []LiveCase {
 					t.Fatalf("got %q %v", r.Stdout, r.Err)
 				}
 			},
+		},
+	}
+}
+
+// signalledSweep is a live exec signalled with TERM whose child ignores
+// it. A signal is box_exec_kill's: a kill, however gentle its first
+// signal, so what the tree kept goes when the shell has ended. The child
+// does not hold the exec's output, so the exec ends with the shell.
+func signalledSweep(env Env, name string, stdin bool) LiveCase {
+	ignored := Marker(49)
+	return LiveCase{
+		Name:  name,
+		Cmd:   "(trap '' TERM; exec sleep " + ignored + " >/dev/null 2>&1) & echo ready; wait",
+		Stdin: stdin,
+		Drive: func(t *testing.T, l Live) {
+			WaitFor(t, l.Out, "ready")
+			l.Signals <- syscall.SIGTERM
+		},
+		Check: func(t *testing.T, r LiveResult) {
+			if r.Err != nil || r.Status.ExitCode != 128+int(syscall.SIGTERM) {
+				t.Fatalf("status %+v err %v, want the shell's death by TERM", r.Status, r.Err)
+			}
+			env.NoProcesses(t, r.Session, ignored)
 		},
 	}
 }

@@ -363,7 +363,7 @@ func (b *Backend) execAgent(ctx context.Context, info backends.Session, req back
 	})
 	status.Restarted = restarted
 	if killErr != nil {
-		return status, boxerr.Failure("kube backend: the session agent of Pod %s did not end the command within %s, and killing the session's processes failed: %v", info.BackendSessionID, killGrace, killErr).Wrap(killErr)
+		return status, boxerr.Failure("kube backend: the session agent of Pod %s did not end the command within %s, and killing the session's processes failed (%v): the command may still be running; delete the session to end it", info.BackendSessionID, killGrace, killErr).Wrap(killErr)
 	}
 	if !finished {
 		return status, err

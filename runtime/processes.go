@@ -479,10 +479,13 @@ func (ps *Processes) watch(p *managedProcess, drained *sync.WaitGroup) {
 	p.mu.Lock()
 	p.exitedAt, p.exitCode = now, &code
 	p.mu.Unlock()
+	// The exit is session activity; it is recorded before done closes so a
+	// caller that waited for the exit (Stop) never sees a later touch move
+	// the session's last use.
+	r.sessions.touch(p.sessionID)
 	close(p.done)
 	r.counters.processesExited.Add(1)
 	r.events.publish(p.sessionID, EventProcessExited, map[string]any{"process_id": p.spec.ProcessID, "exit_code": code})
-	r.sessions.touch(p.sessionID)
 	r.log.Info().Str("session_id", p.sessionID).Str("process_id", p.spec.ProcessID).Int("exit_code", code).
 		AnErr("wait_error", err).Msg("managed process exited")
 	ps.purgeExitRecords()

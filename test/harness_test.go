@@ -87,6 +87,7 @@ type Proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
+	stdout *os.File // the host's end of boxrt's stdout
 	lines  chan []byte
 	stderr *syncBuffer
 	Addr   string // HTTP listener, host:port
@@ -185,6 +186,7 @@ func Start(t *testing.T, o Options) *Proc {
 	p.stdin = stdin
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
+	p.stdout, _ = stdout.(*os.File)
 	require.NoError(t, cmd.Start())
 	go p.readStdout(stdout)
 	go func() { _ = cmd.Wait(); close(p.done) }()

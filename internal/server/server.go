@@ -171,6 +171,7 @@ func (s *Server) Run(ctx context.Context) {
 // serveStdio serves stdio's protocol until the peer closes stdin or ctx
 // ends.
 func (s *Server) serveStdio(ctx context.Context) {
+	growStdoutPipe(s.opts.Stdout, s.log)
 	if s.mcp == nil {
 		s.rpc.ServeStdio(ctx, s.opts.Stdin, s.opts.Stdout)
 		return

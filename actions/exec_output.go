@@ -80,12 +80,16 @@ var jsonSafe = func() (t [utf8.RuneSelf]bool) {
 // that a JSON string does not hold as it is: a control character, a quote,
 // a backslash, or a byte past ASCII (to be checked as UTF-8), all tested
 // together: most output is plain text, and a byte at a time is the slow
-// part of escaping it. A borrow may also mark bytes after a marked one,
-// never before, so the lowest mark is exactly the first such byte.
+// part of escaping it. The tests run on the low seven bits of each byte,
+// where no sum carries into the next byte, so every mark is exact.
 func specialBytes(x uint64) uint64 {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	zero := func(v uint64) uint64 { return (v - ones) &^ v & highs }
-	return (x & highs) | ((x - ones*0x20) &^ x & highs) | zero(x^(ones*'"')) | zero(x^(ones*'\\'))
+	const low7, highs = 0x7f7f7f7f7f7f7f7f, 0x8080808080808080
+	const ones = 0x0101010101010101
+	y := x & low7
+	// Each sum sets a byte's high bit when the byte is at least 0x20, is
+	// not a quote, is not a backslash.
+	plain := (y + ones*(0x80-0x20)) & ((y ^ ones*'"') + low7) & ((y ^ ones*'\\') + low7)
+	return (x | ^plain) & highs
 }
 
 // appendJSONString appends s as a JSON string, escaped as encoding/json

@@ -94,3 +94,30 @@ func FuzzAppendJSONString(f *testing.F) {
 		}
 	})
 }
+
+// specialBytes marks exactly the bytes a JSON string cannot hold as they
+// are, wherever they sit among any others.
+func TestSpecialBytesExact(t *testing.T) {
+	for v := range 256 {
+		for pos := range 8 {
+			for _, fill := range []byte{'a', 0, '"', '\\', 0x1f, 0x20, 0x7f, 0x80, 0xff} {
+				var w uint64
+				for k := range 8 {
+					c := uint64(fill)
+					if k == pos {
+						c = uint64(v)
+					}
+					w |= c << (8 * k)
+				}
+				m := specialBytes(w)
+				for k := range 8 {
+					c := byte(w >> (8 * k))
+					want := c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf
+					if got := m>>(8*k+7)&1 == 1; got != want {
+						t.Fatalf("byte %#x at %d of %#x: marked %v", c, k, w, got)
+					}
+				}
+			}
+		}
+	}
+}

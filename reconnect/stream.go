@@ -234,12 +234,17 @@ func (s *objectStream) ReadObject(v any) error {
 		}
 		// Lines that are not JSON at all (a wrapper script's banner, a
 		// stray print) are skipped rather than fatal; well-formed JSON that
-		// is not JSON-RPC still ends the link through jsonrpc2.
-		if !json.Valid(frame) {
+		// is not JSON-RPC still ends the link through jsonrpc2. Unmarshal
+		// checks the syntax before it stores anything, so a syntax error
+		// leaves v untouched and the line costs no separate pass (a
+		// box_exec result carries up to 2 MiB of output).
+		err = json.Unmarshal(frame, v)
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) {
 			s.logger.Debug("skipping a non-JSON line from boxrt", "bytes", len(frame))
 			continue
 		}
-		if err := json.Unmarshal(frame, v); err != nil {
+		if err != nil {
 			s.endOnce.Do(func() { s.onReadEnd(err) })
 			return err
 		}

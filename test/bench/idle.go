@@ -34,11 +34,20 @@ func (b *bench) scenarioIdle(ctx context.Context) *Scenario {
 5000) creates, execs in and deletes one warm-up session, waits 1 s, reads its VmRSS (/proc/<pid>/status) and go_goroutines
 (/metrics); then creates %d sessions from 4 concurrent callers, leaves them idle %s (their sandboxes are released: stopped,
 files kept; boxrt gives the creation burst's heap back to the system) and reads both again. Per idle session = the
-growth ÷ %d. Only boxrt's own memory: the sandboxes are separate processes, and once released there are none.`,
-		idleReleaseSec, n, idleSettle, n)
+growth ÷ %d. Only boxrt's own memory: the sandboxes are separate processes, and once released there are none.
+Right after the first reading and again after the second, it times %d new sessions' first output (`+"`box_exec echo hi`"+`
+on a new id, deleted untimed): a new session with N idle sessions whose sandboxes were released, as they are by default
+(bwrap.idle_release_sec 30), against none. The scale scenario times the same with every sandbox still running.`,
+		idleReleaseSec, n, idleSettle, n, flatSamples)
 	m := newMeasure(fmt.Sprintf("boxrt bwrap: %d idle sessions", n))
+	fresh := idleNewSessions{
+		none: newMeasure("boxrt bwrap: new session → first output, no other session"),
+		idle: newMeasure(fmt.Sprintf("boxrt bwrap: new session → first output with %d idle sessions, sandboxes released", n)),
+	}
 	sc.Extra = []*Measure{m}
-	rssPer, gPer, notes := b.idleRun(ctx, n, m)
+	sc.Rows = []Row{{Case: fmt.Sprintf("bwrap: new session → first output with %d idle sessions (sandboxes released) vs none", n),
+		Boxrt: fresh.idle, Base: fresh.none}}
+	rssPer, gPer, notes := b.idleRun(ctx, n, m, fresh)
 	sc.Notes = append(sc.Notes, notes...)
 	goal := Goal{Text: fmt.Sprintf("idle session memory: boxrt RSS per idle bwrap session at %d sessions (idle release on) ≤ %d KiB, and no goroutine per idle session", n, idleGoalKiB),
 		Measured: "not measured"}
@@ -51,9 +60,13 @@ growth ÷ %d. Only boxrt's own memory: the sandboxes are separate processes, and
 	return sc
 }
 
+// idleNewSessions are the new-session times of the idle scenario: with no
+// other session, and with its idle sessions released.
+type idleNewSessions struct{ none, idle *Measure }
+
 // idleRun is the scenario's one run: RSS growth (KiB) and goroutines per
 // idle session, NaN when not measured.
-func (b *bench) idleRun(ctx context.Context, n int, m *Measure) (rssPer, gPer float64, notes []string) {
+func (b *bench) idleRun(ctx context.Context, n int, m *Measure, fresh idleNewSessions) (rssPer, gPer float64, notes []string) {
 	nan := func(err error) (float64, float64, []string) {
 		m.fail(err)
 		return math.NaN(), math.NaN(), notes
@@ -79,6 +92,7 @@ func (b *bench) idleRun(ctx context.Context, n int, m *Measure) (rssPer, gPer fl
 	if err1 != nil || err2 != nil {
 		return nan(fmt.Errorf("before: %v %v", err1, err2))
 	}
+	timeNewSessions(ctx, p, fresh.none, "bench-idle-new0-", nil, nil)
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("bench-idle-%04d", i)
@@ -107,6 +121,7 @@ func (b *bench) idleRun(ctx context.Context, n int, m *Measure) (rssPer, gPer fl
 	if err1 != nil || err2 != nil {
 		return nan(fmt.Errorf("after: %v %v", err1, err2))
 	}
+	timeNewSessions(ctx, p, fresh.idle, "bench-idle-newN-", nil, nil)
 	notes = append(notes, fmt.Sprintf("%d sessions idle: boxrt VmRSS %s → %s, goroutines %d → %d",
 		len(created), fmtKiB(float64(rss0)), fmtKiB(float64(rss1)), g0, g1))
 	k := float64(len(created))

@@ -8,5 +8,6 @@
 // shuts everything down in the order that loses nothing (relay peers,
 // connections, listener, runtime). It also owns what only a serving
 // process needs: the Prometheus metrics, the request log line, returning
-// memory after a burst and the GOMAXPROCS floor.
+// memory after a burst, the GOMAXPROCS floor and a stdio stdout pipe
+// large enough for streamed output.
 package server

@@ -153,12 +153,13 @@ func liveCases(env Env) []LiveCase {
 // signalledSweep is a live exec signalled with TERM whose child ignores
 // it. A signal is box_exec_kill's: a kill, however gentle its first
 // signal, so what the tree kept goes when the shell has ended. The child
-// does not hold the exec's output, so the exec ends with the shell.
+// does not hold the exec's output, so the exec ends with the shell. The
+// child says ready once it ignores TERM, so the signal finds it ignoring.
 func signalledSweep(env Env, name string, stdin bool) LiveCase {
 	ignored := Marker(49)
 	return LiveCase{
 		Name:  name,
-		Cmd:   "(trap '' TERM; exec sleep " + ignored + " >/dev/null 2>&1) & echo ready; wait",
+		Cmd:   "(trap '' TERM; echo ready; exec sleep " + ignored + " >/dev/null 2>&1) & wait",
 		Stdin: stdin,
 		Drive: func(t *testing.T, l Live) {
 			WaitFor(t, l.Out, "ready")

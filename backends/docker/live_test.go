@@ -67,9 +67,11 @@ func dockerLiveCases(env backendtest.Env, marker string) []backendtest.LiveCase 
 	}
 	return []backendtest.LiveCase{{
 		Name:   "TERM reaches the tree; the kill takes the child that ignores it",
-		Cmd:    "trap 'echo got TERM' TERM; (trap '' TERM; exec sleep " + marker + ") & echo ready; wait; wait",
+		Cmd:    "trap 'echo got TERM' TERM; (trap '' TERM; echo ready; exec sleep " + marker + ") & wait; wait",
 		Cancel: true,
 		Drive: func(t *testing.T, l backendtest.Live) {
+			// The child says ready once it ignores TERM: a TERM before
+			// that would kill it, and the shell would end on its own.
 			backendtest.WaitFor(t, l.Out, "ready")
 			l.Signals <- syscall.SIGTERM
 			// The command outlives the TERM, so the exec really runs when

@@ -39,7 +39,7 @@ func TestExecLive(t *testing.T) {
 		},
 		backendtest.LiveCase{
 			Name:   "TERM reaches the tree; the kill takes the child that traps it",
-			Cmd:    "(trap 'echo trapped' TERM; sleep " + trapped + " & wait; sleep " + trapped + " & wait) & echo ready; wait",
+			Cmd:    "(trap 'echo trapped' TERM; echo ready; sleep " + trapped + " & wait; sleep " + trapped + " & wait) & wait",
 			Cancel: true,
 			Drive: func(t *testing.T, l backendtest.Live) {
 				backendtest.WaitFor(t, l.Out, "ready")

@@ -11,9 +11,9 @@ import (
 // main → internal/cli → internal/server → actions → runtime → backends,
 // with rpc, relay, reconnect and the error package at the edges, and
 // internal/ leaves (clip, keyed, fdsafe, statelock, atomicfile, logsink,
-// controltoken, sandboxagent) any of them may use. Each package lists the boxrt
-// packages it may import; a package missing from the table fails, so a new
-// one is placed deliberately.
+// controltoken, sandboxagent, agentboot) any of them may use. Each package
+// lists the boxrt packages it may import; a package missing from the table
+// fails, so a new one is placed deliberately.
 func TestDependencyDirection(t *testing.T) {
 	const module = "github.com/boxrt/boxrt"
 	allowed := map[string][]string{
@@ -65,7 +65,8 @@ func TestDependencyDirection(t *testing.T) {
 		"test/fixtures/escape":        {},
 
 		// The session agent and the static binary tests run it from.
-		"internal/sandboxagent":           {"internal/fdsafe"},
+		"internal/sandboxagent":           {"internal/agentboot", "internal/fdsafe"},
+		"internal/agentboot":              {},
 		"internal/sandboxagent/agenttest": {},
 
 		// The egress proxy: a leaf the runtime and the backends use.

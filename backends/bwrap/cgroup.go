@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/boxrt/boxrt/internal/sandboxagent"
 )
 
 // cgroupVersion is which cgroup interface boxrt drives on this machine.
@@ -66,14 +68,8 @@ const cpuPeriodUS = 100000
 // pidsOverhead is added to the session's pids limit so that the resident
 // sandbox's own tasks, which live in the same cgroup, do not eat into what
 // the session's commands may fork: bwrap's two processes (the outer monitor
-// and the namespace's init) and the agent's threads (a Go program run with
-// GOMAXPROCS=1: agentEnv).
-const pidsOverhead = 2 + agentThreads
-
-// agentThreads bounds the agent's threads: the Go runtime's few, one per
-// processor (one), and the spares it makes before its hello
-// (sandboxagent), 8 in all, plus a margin.
-const agentThreads = 10
+// and the namespace's init) and the agent's threads.
+const pidsOverhead = 2 + sandboxagent.MaxThreads
 
 // cgroupManager knows where boxrt's cgroups live on this machine and which
 // controllers it can use. It is built once by New (a handful of small reads

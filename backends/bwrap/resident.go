@@ -194,7 +194,6 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 		info:      info,
 		workdir:   "/",
 		argv:      []string{agentBinPath, "agent", "--connect", agentSockDir + "/" + sandboxagent.SocketName},
-		env:       agentEnv,
 		lim:       limitsOf(info, 0),
 		agent:     &agentMounts{bin: bin, sock: sockDir},
 		persist:   persist,
@@ -238,11 +237,6 @@ func (b *Backend) startResident(ctx context.Context, sf *sessionFiles, dir strin
 	b.startIdleLoop()
 	return &machine{r: r, conn: conn}, nil
 }
-
-// agentEnv is the agent's own environment on top of sandboxEnv's (each
-// command it starts gets its complete environment from boxrt): one
-// processor keeps its threads within agentThreads.
-var agentEnv = map[string]string{"GOMAXPROCS": "1"}
 
 // agentMounts are the host side of the agent's binds.
 type agentMounts struct {

@@ -541,9 +541,15 @@ func mergeEnv(base []string, extra map[string]string) []string {
 }
 
 // agentHostConfig adapts a session's HostConfig for the agent: the agent
-// is PID 1 and reaps, so there is no engine init.
+// is PID 1 and reaps, so there is no engine init; its threads share the
+// container's pids cgroup, so the limit grows by their bound and the
+// session's commands keep all of pids_limit.
 func agentHostConfig(hc *container.HostConfig, agentMounts []mount.Mount) {
 	noInit := false
 	hc.Init = &noInit
 	hc.Mounts = append(hc.Mounts, agentMounts...)
+	if hc.PidsLimit != nil {
+		pids := *hc.PidsLimit + sandboxagent.MaxThreads
+		hc.PidsLimit = &pids
+	}
 }

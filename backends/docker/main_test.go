@@ -24,6 +24,7 @@ import (
 	"github.com/boxrt/boxrt/backends/docker"
 	"github.com/boxrt/boxrt/internal/boxerr"
 	"github.com/boxrt/boxrt/internal/egress"
+	"github.com/boxrt/boxrt/internal/sandboxagent"
 	"github.com/boxrt/boxrt/internal/sandboxagent/agenttest"
 )
 
@@ -128,14 +129,23 @@ func onPodman(t *testing.T) bool {
 }
 
 // cgroupPids is the pids cgroup limit a session with pids_limit n gets in
-// this matrix entry (scaled on gVisor, see Backend.PidsCgroupLimit).
+// this matrix entry (scaled on gVisor, see Backend.PidsCgroupLimit; the
+// agent's threads added where it serves).
 func cgroupPids(t *testing.T, n int) int64 {
 	b, err := docker.New(testConfig(t, "x"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	return b.PidsCgroupLimit(backends.Sandbox{PidsLimit: n})
+	sb := backends.Sandbox{PidsLimit: n}
+	agent, err := b.UsesAgent(context.Background(), sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if agent {
+		return b.PidsCgroupLimit(sb) + sandboxagent.MaxThreads
+	}
+	return b.PidsCgroupLimit(sb)
 }
 
 func TestMain(m *testing.M) {

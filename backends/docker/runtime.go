@@ -208,7 +208,9 @@ const (
 )
 
 // PidsCgroupLimit is the pids cgroup limit the container of a session of
-// this sandbox gets: pids_limit, scaled for gVisor's host threads.
+// this sandbox gets: pids_limit, scaled for gVisor's host threads, before
+// the allowance for the session agent's threads where the agent serves
+// (agentHostConfig).
 func (b *Backend) PidsCgroupLimit(sb backends.Sandbox) int64 {
 	if b.isGVisor(b.runtimeFor(sb)) {
 		return int64(gvisorPidsBase + gvisorPidsPerTask*sb.PidsLimit)

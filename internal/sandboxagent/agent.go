@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	_ "github.com/boxrt/boxrt/internal/agentboot" // one processor from the start (MaxThreads)
 	"github.com/boxrt/boxrt/internal/fdsafe"
 )
 
@@ -136,6 +137,13 @@ func newAgent(path string) *agent {
 	makeSpareThreads(spareThreads)
 	return a
 }
+
+// MaxThreads bounds the agent's threads: the Go runtime's few on one
+// processor (agentboot) and the spares (spareThreads), 9 in all, plus a
+// margin. A
+// backend whose sandbox's pids limit also holds the agent adds it to the
+// limit, so the session's commands keep all of theirs.
+const MaxThreads = 10
 
 // spareThreads is how many threads the agent makes, idle, before it first
 // says hello. The Go runtime keeps idle threads and takes one when a

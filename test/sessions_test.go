@@ -176,45 +176,7 @@ func TestExecSemantics(t *testing.T) {
 			assert.Equal(t, "1048576\n", r.Stdout, "small allocations work and the session is usable")
 			p.MustCall("box_delete_session", map[string]any{"session_id": sid + "-mem"}, nil)
 		})
-		t.Run("fork bomb is capped by pids", func(t *testing.T) {
-			if backend == "docker-runsc" {
-				// gVisor's processes are not host processes: the host-side
-				// count below sees none. The bomb must end in bounded time
-				// (the sandbox may end with it; the escape tests in
-				// backends/backendtest count what the limit let through).
-				start := time.Now()
-				r := p.Call("box_exec", map[string]any{"session_id": sid + "-pids", "pids_limit": 32, "timeout_sec": 4,
-					"cmd": "bomb() { bomb | bomb & }; bomb; sleep 6"}, 2*time.Minute)
-				t.Logf("fork bomb on gVisor: %v after %v", r.Error, time.Since(start))
-				assert.Less(t, time.Since(start), time.Minute)
-				p.Call("box_delete_session", map[string]any{"session_id": sid + "-pids"}, time.Minute)
-				return
-			}
-			// The bomb's tree collapses as soon as its forks fail, faster
-			// than a host-side sample can reliably catch (CI saw none), so
-			// its stderr shows the limit refused forks, and a fill that
-			// stays (sleepers) is counted in the sandbox's pid namespace.
-			bomb := execIn(t, p, map[string]any{"session_id": sid + "-pids", "pids_limit": 32, "timeout_sec": 4,
-				"cmd": "bomb() { bomb | bomb & }; bomb; sleep 6"})
-			assert.Contains(t, strings.ToLower(bomb.Stderr), "fork", "the limit refused the bomb's forks: %+v", bomb)
-			// The shell stops at its first refused fork; the sleepers stay.
-			fill := execIn(t, p, map[string]any{"session_id": sid + "-pids", "pids_limit": 32,
-				"cmd": "i=0; while [ $i -lt 64 ]; do sleep " + pidsMarker + " >/dev/null 2>&1 & i=$((i+1)); done"})
-			assert.Contains(t, strings.ToLower(fill.Stderr), "fork", "the limit refused the 64 sleepers: %+v", fill)
-			// Besides the commands, the sandbox's pid namespace holds the
-			// session agent (bwrap: and its init).
-			commands := pidNSPopulation(t, "sleep\x00"+pidsMarker) - 1
-			if backend == "bwrap" {
-				commands--
-			}
-			t.Logf("commands in the sandbox once full: %d", commands)
-			// The agent's threads come on top of pids_limit, not out of it;
-			// the commands may also take what the agent leaves unused of its
-			// allowance (10 threads, 9 made before any command: operations.md).
-			assert.GreaterOrEqual(t, commands, 32, "the commands could use all of pids_limit")
-			assert.LessOrEqual(t, commands, 32+2, "no more than pids_limit and the agent's unused allowance")
-			p.MustCall("box_delete_session", map[string]any{"session_id": sid + "-pids"}, nil)
-		})
+		t.Run("fork bomb is capped by pids", func(t *testing.T) { checkPidsLimit(t, p, backend, sid+"-pids") })
 	})
 }
 
@@ -244,6 +206,48 @@ func TestAgentThreadsOnManyCPUs(t *testing.T) {
 	t.Logf("agent threads with GOMAXPROCS=64: %d", threads)
 	assert.Positive(t, threads)
 	assert.LessOrEqual(t, threads, sandboxagent.MaxThreads)
+}
+
+// checkPidsLimit runs a fork bomb and a fill of sleepers in session sid
+// under pids_limit 32 and checks what the limit let through.
+func checkPidsLimit(t *testing.T, p *Proc, backend, sid string) {
+	if backend == "docker-runsc" {
+		// gVisor's processes are not host processes: the host-side
+		// count below sees none. The bomb must end in bounded time
+		// (the sandbox may end with it; the escape tests in
+		// backends/backendtest count what the limit let through).
+		start := time.Now()
+		r := p.Call("box_exec", map[string]any{"session_id": sid, "pids_limit": 32, "timeout_sec": 4,
+			"cmd": "bomb() { bomb | bomb & }; bomb; sleep 6"}, 2*time.Minute)
+		t.Logf("fork bomb on gVisor: %v after %v", r.Error, time.Since(start))
+		assert.Less(t, time.Since(start), time.Minute)
+		p.Call("box_delete_session", map[string]any{"session_id": sid}, time.Minute)
+		return
+	}
+	// The bomb's tree collapses as soon as its forks fail, faster
+	// than a host-side sample can reliably catch (CI saw none), so
+	// its stderr shows the limit refused forks, and a fill that
+	// stays (sleepers) is counted in the sandbox's pid namespace.
+	bomb := execIn(t, p, map[string]any{"session_id": sid, "pids_limit": 32, "timeout_sec": 4,
+		"cmd": "bomb() { bomb | bomb & }; bomb; sleep 6"})
+	assert.Contains(t, strings.ToLower(bomb.Stderr), "fork", "the limit refused the bomb's forks: %+v", bomb)
+	// The shell stops at its first refused fork; the sleepers stay.
+	fill := execIn(t, p, map[string]any{"session_id": sid, "pids_limit": 32,
+		"cmd": "i=0; while [ $i -lt 64 ]; do sleep " + pidsMarker + " >/dev/null 2>&1 & i=$((i+1)); done"})
+	assert.Contains(t, strings.ToLower(fill.Stderr), "fork", "the limit refused the 64 sleepers: %+v", fill)
+	// Besides the commands, the sandbox's pid namespace holds the
+	// session agent (bwrap: and its init).
+	commands := pidNSPopulation(t, "sleep\x00"+pidsMarker) - 1
+	if backend == "bwrap" {
+		commands--
+	}
+	t.Logf("commands in the sandbox once full: %d", commands)
+	// The agent's threads come on top of pids_limit, not out of it;
+	// the commands may also take what the agent leaves unused of its
+	// allowance (10 threads, 9 made before any command: operations.md).
+	assert.GreaterOrEqual(t, commands, 32, "the commands could use all of pids_limit")
+	assert.LessOrEqual(t, commands, 32+2, "no more than pids_limit and the agent's unused allowance")
+	p.MustCall("box_delete_session", map[string]any{"session_id": sid}, nil)
 }
 
 func TestSessionMethods(t *testing.T) {
